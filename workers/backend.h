@@ -1,0 +1,87 @@
+// Backend: where workers are placed.
+//
+// Contract
+// - A backend starts `muster-agent` for each worker it is asked to launch; the
+//   agent (workers/agent/) registers the worker's IP with the daemon, runs the
+//   user's script and reports its exit code. The backend itself knows only
+//   processes (or containers, or SSH sessions), never the REST API.
+// - launch() is all-or-nothing: if any worker of the batch cannot be started,
+//   those already started are stopped before it returns the error, which names
+//   the worker and the reason.
+// - stop() ends the worker's whole process tree (SIGTERM to its process group,
+//   SIGKILL after `grace`) and is idempotent.
+// - The agent's combined stdout/stderr goes to LaunchSpec::log_path on this
+//   machine (a remote backend streams it back there).
+// - Every method may be called from any thread; implementations lock inside.
+// - Implementations live in one subfolder each: local/, container/, ssh/.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "muster/api/status.h"
+
+namespace muster::workers {
+
+// Everything a backend needs to start one worker's agent.
+struct LaunchSpec {
+  std::string worker_id;
+  double cpu = 1.0;         // cores (may be fractional)
+  double memory_gb = 1.0;   // GiB
+  int nvidia_gpu = 0;
+  // The agent's command line (argv[0] is the agent binary on the daemon's
+  // host; a remote backend maps it to the agent's path on the target).
+  std::vector<std::string> agent_argv;
+  // Environment for the agent: MUSTER_URL, MUSTER_WORKER_ID, the worker's
+  // token, and the caller's env. The backend may add its own (it sets
+  // MUSTER_URL's host to master_address()).
+  std::map<std::string, std::string> env;
+  std::filesystem::path working_dir;  // the project directory
+  std::filesystem::path log_path;     // where the agent's output is written
+};
+
+// What a backend can tell of a worker's process without the agent's help.
+enum class ProcessState {
+  kRunning,   // the process (tree) is alive
+  kExited,    // it ended; exit_code says how
+  kUnknown,   // the backend has no record (e.g. launched by an earlier daemon)
+  kLost,      // the backend lost its connection to the worker (ssh, link down)
+};
+
+struct ProcessStatus {
+  ProcessState state = ProcessState::kUnknown;
+  std::optional<int> exit_code;  // set when kExited (128+signal if killed)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "local", "container", "ssh".
+  virtual std::string name() const = 0;
+
+  // The address at which workers placed by this backend reach the daemon
+  // (their MUSTER_MASTER_IP): 127.0.0.1 for local processes, the bridge
+  // address for containers, the daemon host's routable address for ssh.
+  virtual std::string master_address() const = 0;
+
+  // Starts all of `specs` or none (see the contract above).
+  virtual api::Status launch(const std::vector<LaunchSpec>& specs) = 0;
+
+  // Ends the worker's process tree. Idempotent; unknown ids are not an error.
+  virtual api::Status stop(const std::string& worker_id, std::chrono::milliseconds grace) = 0;
+
+  // The process state as the backend sees it.
+  virtual ProcessStatus poll(const std::string& worker_id) = 0;
+
+  // Releases everything the backend created (processes, namespaces, links,
+  // sessions). Called once when the daemon shuts down.
+  virtual void shutdown() = 0;
+};
+
+}  // namespace muster::workers
