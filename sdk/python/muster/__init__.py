@@ -1,0 +1,214 @@
+"""muster: workers and training clusters for a notebook, from musterd.
+
+The calls and defaults are Cloudera's (cdsw), so a notebook ported with
+`import muster as cdsw` keeps working::
+
+    import muster as cdsw
+    workers = cdsw.launch_workers(n=2, cpu=0.5, memory=2, script="train.py")
+    running = cdsw.await_workers(workers, wait_for_completion=False, timeout_seconds=60)
+    ips = [w["ip_address"] for w in running["workers"]]
+    cdsw.stop_workers(*workers)
+
+Each module-level call finds the daemon afresh (MUSTER_URL / MUSTER_TOKEN,
+else the files musterd wrote in $MUSTER_STATE_DIR or ~/.muster; see
+muster.config) and raises muster.MusterError on any error. Use muster.Client
+for an explicit URL and token.
+"""
+from . import clusters as _clusters
+from .client import Client
+from .config import discover, state_dir
+from .errors import ClusterFailed, MusterError
+
+__all__ = [
+    "Client", "MusterError", "ClusterFailed", "discover", "state_dir",
+    "launch_workers", "await_workers", "stop_workers", "list_workers", "get_worker", "worker_logs",
+    "run_cluster", "horovodrun", "await_cluster", "list_clusters", "get_cluster", "stop_cluster",
+]
+
+__version__ = "0.1.0"
+
+
+def _client():
+    return Client()
+
+
+def launch_workers(n, cpu, memory, nvidia_gpu=0, kernel="python3", script="", code="", env={},  # noqa: B006
+                   args=None):
+    """Launches n workers, each running `script` (a file in the project) or inline `code`.
+
+    kernel "python3" runs a .py (or `code`); an executable runs directly; a
+    .sh runs with bash. env is added to each worker's environment, args are
+    passed to the script (a list, or a string split like a shell would).
+    Returns the worker dicts in launch order (id, status, ip_address, ...).
+    All or nothing: if the daemon rejects the request, nothing runs.
+
+    Example::
+
+        workers = muster.launch_workers(n=4, cpu=0.5, memory=1, script="sleep.py",
+                                        env={"SECONDS": "5"})
+        print([w["id"] for w in workers])
+    """
+    return _client().launch_workers(n, cpu, memory, nvidia_gpu, kernel, script, code, env, args)
+
+
+def await_workers(ids, wait_for_completion=True, timeout_seconds=60):
+    """Waits for workers (ids or worker dicts); returns {"workers": [...], "failures": [...]}.
+
+    With wait_for_completion=False a worker is ready once `running` with a
+    known ip_address; with True once it has `succeeded`. Failed, timed-out
+    and stopped workers, and those still pending after timeout_seconds (0 =
+    no timeout), are in "failures" with a "reason". The wait happens in the
+    daemon, not by polling.
+
+    Example::
+
+        res = muster.await_workers(workers, wait_for_completion=False, timeout_seconds=60)
+        ips = [w["ip_address"] for w in res["workers"]]
+        for f in res["failures"]:
+            print(f["id"], f["status"], f["reason"])
+    """
+    return _client().await_workers(ids, wait_for_completion, timeout_seconds)
+
+
+def stop_workers(*worker_id):
+    """Stops workers (ids or dicts) and their whole process trees; no argument stops all.
+
+    Returns the stopped workers' dicts.
+
+    Example::
+
+        muster.stop_workers(*workers)      # those launched above
+        muster.stop_workers()              # every worker of this daemon
+    """
+    return _client().stop_workers(*worker_id)
+
+
+def list_workers():
+    """Every worker the daemon knows (finished ones too), as dicts.
+
+    Example::
+
+        for w in muster.list_workers():
+            print(w["id"], w["status"], w["ip_address"])
+    """
+    return _client().list_workers()
+
+
+def get_worker(worker_id):
+    """One worker's dict (worker_id: id string or dict).
+
+    Example::
+
+        w = muster.get_worker(workers[0])
+        print(w["status"], w["exit_code"])
+    """
+    return _client().get_worker(worker_id)
+
+
+def worker_logs(worker_id, tail=None):
+    """A worker's combined stdout and stderr as a string; tail=N keeps the last N lines.
+
+    Example::
+
+        print(muster.worker_logs(workers[0], tail=20))
+    """
+    return _client().worker_logs(worker_id, tail)
+
+
+def run_cluster(n_workers, n_ps, cpu, memory, nvidia_gpu=0, worker_script=None, timeout_seconds=60,
+                mode="ps", ps_script=None, env=None, args=None, **extra):
+    """Starts a TensorFlow parameter-server cluster; returns (cluster_spec, session_addr).
+
+    musterd launches n_ps parameter servers and n_workers workers, collects
+    each task's host:port, and hands every task its own TF_CONFIG (and a
+    cluster.json in its working directory) before the task's program starts.
+    PS tasks run `ps_script` if given, else the runtime's parameter server.
+
+    - With no worker_script: returns once every task is up.
+    - With worker_script: waits until the cluster has ended (no limit unless
+      completion_timeout_seconds=N is given) and raises muster.ClusterFailed,
+      naming the failing task ("worker:1") and its log tail, if any failed.
+
+    timeout_seconds bounds the start-up: every task must be up by then.
+    cluster_spec is {"ps": ["ip:port", ...], "worker": [...]}; session_addr
+    is "grpc://<chief or worker 0>". Extra keyword arguments (e.g.
+    network_interface) go to POST /api/v1/clusters unchanged.
+
+    Example::
+
+        cluster_spec, session_addr = muster.run_cluster(
+            n_workers=2, n_ps=1, cpu=0.5, memory=2, worker_script="train.py")
+        print(cluster_spec["worker"], session_addr)
+    """
+    return _client().run_cluster(n_workers, n_ps, cpu, memory, nvidia_gpu, worker_script, timeout_seconds,
+                                 mode, ps_script, env, args, **extra)
+
+
+def horovodrun(n, script, slots=1, **options):
+    """Starts an allreduce (mpi mode) cluster of n workers; returns the cluster dict.
+
+    The dict carries "horovodrun_command" and "mpirun_command" (the exact
+    lines, built from the workers' IPs), "hostfile", "workers" and "status".
+    Options: cpu=1, memory=1, nvidia_gpu=0, args, env, ssh_port (daemon
+    default 2222), network_interface, launch=True (the daemon runs the
+    mpirun line itself; False only builds the lines), timeout_seconds=60 for
+    start-up, wait_for_completion=False (True: wait for the end and raise
+    muster.ClusterFailed if it failed).
+
+    Example::
+
+        c = muster.horovodrun(2, "train.py", slots=1, launch=False)
+        print(c["horovodrun_command"])
+        muster.stop_cluster(c)
+    """
+    return _client().horovodrun(n, script, slots, **options)
+
+
+def await_cluster(cluster_id, timeout_seconds=60, wait_for_completion=True):
+    """Waits for a cluster (id or dict) to end, or with wait_for_completion=False to be up.
+
+    Returns the cluster dict; a failed cluster is returned, not raised (see
+    its "status" and "reason"). Raises MusterError(code="deadline_exceeded")
+    after timeout_seconds (0 = wait forever).
+
+    Example::
+
+        c = muster.await_cluster(cluster, timeout_seconds=600)
+        print(c["status"], c["reason"])
+    """
+    return _client().await_cluster(cluster_id, timeout_seconds, wait_for_completion)
+
+
+def list_clusters():
+    """Every cluster the daemon knows, as dicts.
+
+    Example::
+
+        for c in muster.list_clusters():
+            print(c["id"], c["mode"], c["status"])
+    """
+    return _client().list_clusters()
+
+
+def get_cluster(cluster_id):
+    """One cluster's dict (id or dict).
+
+    Example::
+
+        print(muster.get_cluster(cid)["cluster_spec"])
+    """
+    return _client().get_cluster(cluster_id)
+
+
+def stop_cluster(cluster_id):
+    """Stops a cluster's tasks and launcher; returns the cluster dict.
+
+    Example::
+
+        muster.stop_cluster(cluster)
+    """
+    return _client().stop_cluster(cluster_id)
+
+
+# Helpers for cluster tasks and tests.
+session_address = _clusters.session_address

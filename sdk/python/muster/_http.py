@@ -1,0 +1,82 @@
+"""JSON over HTTP to musterd, standard library only (urllib).
+
+One Transport per Client. Each call opens its own connection, so a Client can
+be shared by threads. Proxies from the environment are ignored on purpose:
+musterd is local or on the cluster's own network, never behind a web proxy.
+"""
+import json
+import socket
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from .errors import MusterError
+
+# HTTP status -> error code, for answers whose body is not our JSON error.
+_CODES = {
+    400: "invalid_argument", 401: "unauthenticated", 403: "permission_denied",
+    404: "not_found", 409: "conflict", 413: "payload_too_large",
+    500: "internal", 503: "unavailable", 504: "deadline_exceeded",
+}
+
+DEFAULT_TIMEOUT_S = 30.0
+
+
+def error_from_response(status, body):
+    """Turns an HTTP error answer into a MusterError.
+
+    The daemon's form is {"error": {"code", "message", "field"}}; anything
+    else (a proxy's HTML page, an empty body) still gives a readable error.
+    """
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or "")
+    try:
+        err = json.loads(text).get("error")
+    except (ValueError, AttributeError):
+        err = None
+    if isinstance(err, dict) and err.get("message"):
+        return MusterError(str(err["message"]), code=str(err.get("code") or _CODES.get(status, "unknown")),
+                           field=err.get("field") or None, http_status=status)
+    message = text.strip()[:500] or "HTTP %d with no body" % status
+    return MusterError(message, code=_CODES.get(status, "unknown"), http_status=status)
+
+
+class Transport:
+    """Sends one request and returns the decoded answer (JSON or text)."""
+
+    def __init__(self, url, token):
+        self.url = url.rstrip("/")
+        self.token = token
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def request(self, method, path, body=None, query=None, timeout=DEFAULT_TIMEOUT_S, text=False):
+        """method "GET"/"POST"; path like "/api/v1/workers"; timeout None = wait forever."""
+        url = self.url + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        data = None
+        headers = {"Authorization": "Bearer " + self.token, "Accept": "application/json"}
+        if body is not None:
+            data = json.dumps(body).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        req = urllib.request.Request(url, data=data, headers=headers, method=method)
+        try:
+            with self._opener.open(req, timeout=timeout) as resp:
+                payload = resp.read()
+        except urllib.error.HTTPError as err:
+            raise error_from_response(err.code, err.read()) from None
+        except (socket.timeout, TimeoutError):
+            raise MusterError("%s %s: no answer from musterd within %s s" % (method, path, timeout),
+                              code="deadline_exceeded") from None
+        except (urllib.error.URLError, ConnectionError, OSError) as err:
+            reason = getattr(err, "reason", err)
+            raise MusterError("cannot reach musterd at %s: %s (is it running? see MUSTER_URL)"
+                              % (self.url, reason), code="unavailable") from None
+        if text:
+            return payload.decode("utf-8", "replace")
+        if not payload:
+            return None
+        try:
+            return json.loads(payload.decode("utf-8"))
+        except ValueError:
+            raise MusterError("%s %s: musterd answered something that is not JSON: %r"
+                              % (method, path, payload[:200]), code="internal") from None

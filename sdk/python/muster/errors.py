@@ -1,0 +1,59 @@
+"""The one exception the SDK raises: MusterError, carrying the server's error.
+
+Every failed call raises MusterError (or its subclass ClusterFailed). The
+daemon answers errors as {"error": {"code", "message", "field"}}; those three
+are kept on the exception, with the HTTP status, so a notebook can branch on
+`err.code` ("invalid_argument", "not_found", ...) and show `err.field`.
+Errors that never reached the daemon use the codes "unconfigured" (no URL or
+token found), "unavailable" (connection refused, reset, DNS) and
+"deadline_exceeded" (a client-side wait ran out).
+"""
+
+
+class MusterError(Exception):
+    """An error from musterd or from reaching it.
+
+    Example::
+
+        try:
+            muster.launch_workers(n=0, cpu=1, memory=1, script="train.py")
+        except muster.MusterError as err:
+            print(err.code, err.field, err.message)   # invalid_argument n ...
+    """
+
+    def __init__(self, message, code="unknown", field=None, http_status=None):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.field = field or None
+        self.http_status = http_status
+
+    def __str__(self):
+        where = " (field %s)" % self.field if self.field else ""
+        status = " [HTTP %d]" % self.http_status if self.http_status else ""
+        return "%s: %s%s%s" % (self.code, self.message, where, status)
+
+    def __repr__(self):
+        return "MusterError(code=%r, message=%r, field=%r, http_status=%r)" % (
+            self.code, self.message, self.field, self.http_status)
+
+
+class ClusterFailed(MusterError):
+    """A cluster ended in `failed` (or was stopped) while run_cluster waited.
+
+    `cluster` is the cluster object as the daemon last reported it; `task`
+    names the failing task as "type:index" ("worker:1") when it is known.
+
+    Example::
+
+        try:
+            muster.run_cluster(n_workers=2, n_ps=1, cpu=1, memory=1,
+                               worker_script="train.py")
+        except muster.ClusterFailed as err:
+            print(err.task, err.message)
+    """
+
+    def __init__(self, message, cluster, task=None):
+        super().__init__(message, code="cluster_failed")
+        self.cluster = cluster
+        self.task = task
