@@ -1,0 +1,4 @@
+# Multi-host backends: containers (network namespaces), SSH, preflight.
+# Tests that need root skip themselves (GTEST_SKIP with the reason) otherwise.
+muster_gtest(container_backend_test SOURCES container_backend_test.cc
+  DEPS muster_workers_container LABEL unit)

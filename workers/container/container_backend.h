@@ -1,0 +1,113 @@
+// ContainerBackend: "mocked containers" on one machine. Each worker gets
+//   - its own network namespace <prefix><instance>-<n>, with a veth pair onto
+//     a bridge the backend creates (default muster0) and its own address from a
+//     private subnet (default 10.213.0.0/24: bridge .1, containers .2, .3, ...),
+//   - its own hostname (a UTS namespace),
+//   - an sshd on port 2222 inside it that accepts only the key pair the backend
+//     generated (no passwords),
+//   - the agent, started inside the same namespaces, so the IP it registers is
+//     the container's own.
+//
+// Contract (on top of workers/backend.h)
+// - create() refuses without root (kUnavailable, saying why) and first removes
+//   whatever an earlier daemon with the same state dir left behind (read from
+//   the Ledger in <state-dir>/container/ledger).
+// - stop() and shutdown() remove everything the worker/backend created:
+//   every process in the namespace, sshd, the veth pair, the namespace; and at
+//   shutdown() the bridge. A worker whose agent exits is torn down the same way
+//   when poll() sees it.
+// - poll() answers kLost when the container's link lost carrier (its end was
+//   set down), so heartbeats are not the only signal.
+// - Thread-safe; launch() builds containers outside the lock.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "muster/workers/backend.h"
+#include "muster/workers/container/executor.h"
+#include "muster/workers/container/ledger.h"
+#include "muster/workers/container/net_resources.h"
+#include "muster/workers/container/sshd.h"
+#include "muster/workers/container/subnet.h"
+
+namespace muster::workers::container {
+
+struct ContainerOptions {
+  std::filesystem::path state_dir;       // the daemon's; the backend uses state_dir/container
+  std::string bridge = "muster0";
+  std::string subnet = "10.213.0.0/24";
+  std::string prefix = "mst";            // namespace and link names start with it
+  std::string instance_id;               // empty: random 4 hex digits
+  int ssh_port = kContainerSshPort;
+  bool start_sshd = true;
+  std::chrono::milliseconds sshd_ready_timeout{5000};
+
+  // From --backend-opt key=value: bridge, subnet, prefix, ssh_port, sshd (on/off).
+  static api::Result<ContainerOptions> from_map(const std::filesystem::path& state_dir,
+                                                const std::map<std::string, std::string>& opts);
+};
+
+class ContainerBackend final : public Backend {
+ public:
+  static api::Result<std::unique_ptr<ContainerBackend>> create(const ContainerOptions& options,
+                                                               std::unique_ptr<Executor> exec);
+  ~ContainerBackend() override;
+
+  std::string name() const override { return "container"; }
+  std::string master_address() const override { return subnet_.bridge_address(); }
+  api::Status launch(const std::vector<LaunchSpec>& specs) override;
+  api::Status stop(const std::string& worker_id, std::chrono::milliseconds grace) override;
+  ProcessStatus poll(const std::string& worker_id) override;
+  void shutdown() override;
+
+  // What mpirun/ssh need to reach the containers: ssh(1) options (port, key,
+  // strict known_hosts) and the key material's paths.
+  std::vector<std::string> ssh_options() const { return keys_.ssh_options(options_.ssh_port); }
+  const SshKeys& ssh_keys() const { return keys_; }
+  int ssh_port() const { return options_.ssh_port; }
+  // The container address of a running worker ("" if none).
+  std::string address_of(const std::string& worker_id) const;
+  // The names the backend gave a worker's namespace and host-side link.
+  std::string netns_of(const std::string& worker_id) const;
+  std::string host_link_of(const std::string& worker_id) const;
+
+  // Removes what an earlier daemon recorded in `ledger` (processes in its
+  // namespaces, namespaces, links, bridge). Used by create().
+  static void clean_leftovers(Executor& exec, Ledger& ledger);
+
+ private:
+  struct Container;
+  ContainerBackend(ContainerOptions options, std::unique_ptr<Executor> exec, Subnet subnet);
+  api::Status start_bridge();
+  api::Result<std::unique_ptr<Container>> build(const LaunchSpec& spec, uint32_t index);
+  void teardown(Container& c, std::chrono::milliseconds grace);
+  void refresh_known_hosts();
+  std::map<std::string, std::string> agent_env(const LaunchSpec& spec) const;
+
+  ContainerOptions options_;
+  std::unique_ptr<Executor> exec_;
+  Subnet subnet_;
+  std::filesystem::path dir_;
+  std::unique_ptr<Ledger> ledger_;
+  SshKeys keys_;
+  Bridge bridge_;
+
+  mutable std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Container>> containers_;
+  std::set<uint32_t> used_indices_;
+  std::map<std::string, int> finished_;  // worker id -> exit code, after teardown
+  bool shut_down_ = false;
+};
+
+// True when /proc/<pid>/net/tcp text shows a socket listening on `port`.
+bool tcp_listening(const std::string& proc_net_tcp, int port);
+// "http://127.0.0.1:7878/x" with host replaced: "http://10.213.0.1:7878/x".
+std::string replace_url_host(const std::string& url, const std::string& host);
+
+}  // namespace muster::workers::container
