@@ -1,0 +1,110 @@
+// Client: the C++ SDK, the same calls as the Python SDK (and cdsw), typed.
+//
+// Contract
+// - One Client talks to one musterd (URL + bearer token, see config.h).
+// - Every call is synchronous and throws MusterError (error.h) on any error,
+//   carrying the daemon's code/message/field; a Client holds no connection
+//   between calls, so one Client may be used from several threads.
+// - await_workers waits in the daemon (one long HTTP request); await_cluster
+//   polls GET /api/v1/clusters/{id} because the daemon has no cluster await.
+//
+// Example:
+//   muster::sdk::Client client = muster::sdk::Client::from_environment();
+//   muster::sdk::LaunchOptions opts;
+//   opts.n = 4; opts.cpu = 0.5; opts.memory = 1; opts.script = "train.py";
+//   auto workers = client.launch_workers(opts);
+//   auto up = client.await_workers(muster::sdk::ids_of(workers), {false, 60});
+//   for (const auto& w : up.workers) std::cout << w.ip_address << "\n";
+//   client.stop_workers(muster::sdk::ids_of(workers));
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "muster/sdk/cpp/config.h"
+#include "muster/sdk/cpp/error.h"
+#include "muster/sdk/cpp/types.h"
+
+namespace muster::sdk {
+
+struct ClientOptions {
+  std::string url;     // empty: discover (MUSTER_URL, state dir)
+  std::string token;   // empty: discover (MUSTER_TOKEN, state dir)
+  double request_timeout_seconds = 30;  // every call but the awaits
+};
+
+class Client {
+ public:
+  explicit Client(ClientOptions options = {});
+  // A Client for the discovered daemon (see config.h).
+  static Client from_environment() { return Client(ClientOptions{}); }
+
+  const std::string& url() const { return endpoint_.url; }
+
+  // ---- workers ----
+  // Launches opts.n workers; all or nothing. Example:
+  //   LaunchOptions o; o.n = 2; o.script = "train.py";
+  //   auto ws = client.launch_workers(o);
+  std::vector<Worker> launch_workers(const LaunchOptions& opts);
+  // Waits in the daemon; see AwaitOptions. Example:
+  //   auto r = client.await_workers(ids_of(ws), {/*wait_for_completion=*/false, 60});
+  AwaitResult await_workers(const std::vector<std::string>& ids, const AwaitOptions& opts = {});
+  // Stops these workers (their process trees); an empty list stops all. Example:
+  //   client.stop_workers(ids_of(ws));
+  std::vector<Worker> stop_workers(const std::vector<std::string>& ids = {});
+  // Every worker the daemon knows. Example: for (auto& w : client.list_workers()) ...
+  std::vector<Worker> list_workers();
+  // One worker. Example: client.get_worker(ws[0].id).status
+  Worker get_worker(const std::string& id);
+  // Combined stdout/stderr; tail = last N lines. Example: client.worker_logs(id, 20)
+  std::string worker_logs(const std::string& id, std::optional<int> tail = std::nullopt);
+
+  // ---- clusters ----
+  // POST /api/v1/clusters as is; returns at once (status "starting"). Example:
+  //   ClusterOptions o; o.mode = "mpi"; o.n_workers = 2; o.worker_script = "t.py";
+  //   auto c = client.create_cluster(o);
+  Cluster create_cluster(const ClusterOptions& opts);
+  Cluster get_cluster(const std::string& id);
+  std::vector<Cluster> list_clusters();
+  // Stops the cluster's tasks and launcher. Example: client.stop_cluster(c.id);
+  Cluster stop_cluster(const std::string& id);
+  // Until the cluster ended (or, wait_for_completion=false, is up); never
+  // throws for a failed cluster, throws MusterError("deadline_exceeded") after
+  // timeout_seconds (0: no limit). Example: client.await_cluster(c.id, 600);
+  Cluster await_cluster(const std::string& id, double timeout_seconds = 60, bool wait_for_completion = true);
+  // ps mode as Cloudera's run_cluster: with no worker_script returns once
+  // every task is up; with one, waits for the end and throws ClusterFailed
+  // naming the failing task. Example:
+  //   ClusterOptions o; o.n_workers = 2; o.n_ps = 1; o.worker_script = "train.py";
+  //   auto r = client.run_cluster(o);  // r.cluster_spec, r.session_addr
+  RunClusterResult run_cluster(ClusterOptions opts, double completion_timeout_seconds = 0);
+  // mpi mode: n workers with `slots` each; returns once up (commands known),
+  // or with wait_for_completion at the end (ClusterFailed if it failed). Example:
+  //   auto c = client.horovodrun(2, "train.py"); std::cout << c.horovodrun_command;
+  Cluster horovodrun(int n, const std::string& script, int slots = 1, ClusterOptions base = {},
+                     bool wait_for_completion = false);
+
+ private:
+  struct Answer {
+    int status = 0;
+    std::string body;
+  };
+  // Sends one request; throws MusterError for transport errors and non-2xx.
+  // timeout_seconds <= 0 waits as long as it takes.
+  Answer send(const std::string& method, const std::string& path_and_query, const nlohmann::json* body,
+              double timeout_seconds);
+  nlohmann::json send_json(const std::string& method, const std::string& path, const nlohmann::json* body,
+                           double timeout_seconds);
+  [[noreturn]] void throw_cluster_failed(const Cluster& cluster);
+
+  Endpoint endpoint_;
+  double request_timeout_seconds_;
+};
+
+// Turns an HTTP error answer into a MusterError (exposed for tests).
+MusterError error_from_response(int http_status, const std::string& body);
+
+}  // namespace muster::sdk

@@ -1,0 +1,120 @@
+#include "muster/sdk/cpp/types.h"
+
+namespace muster::sdk {
+namespace {
+
+using nlohmann::json;
+
+std::string text(const json& j, const char* key, std::string fallback = {}) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (it->is_string()) return it->get<std::string>();
+  return it->dump();
+}
+
+double number(const json& j, const char* key, double fallback = 0) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : fallback;
+}
+
+// A command line sent either as one string or as an argument vector.
+std::string command(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_array()) return text(j, key);
+  std::string out;
+  for (const auto& a : *it) {
+    if (!out.empty()) out += ' ';
+    out += a.is_string() ? a.get<std::string>() : a.dump();
+  }
+  return out;
+}
+
+}  // namespace
+
+Worker Worker::from_json(const json& j) {
+  Worker w;
+  w.id = text(j, "id");
+  w.status = text(j, "status");
+  w.ip_address = text(j, "ip_address", "unknown");
+  w.cpu = number(j, "cpu");
+  w.memory = number(j, "memory");
+  w.nvidia_gpu = static_cast<int>(number(j, "nvidia_gpu"));
+  w.kernel = text(j, "kernel");
+  w.script = text(j, "script");
+  w.cluster_id = text(j, "cluster_id");
+  w.created_at = text(j, "created_at");
+  w.started_at = text(j, "started_at");
+  w.finished_at = text(j, "finished_at");
+  if (auto it = j.find("exit_code"); it != j.end() && it->is_number_integer()) w.exit_code = it->get<int>();
+  w.reason = text(j, "reason");
+  w.raw = j;
+  return w;
+}
+
+Cluster Cluster::from_json(const json& j) {
+  Cluster c;
+  c.id = text(j, "id");
+  c.mode = text(j, "mode");
+  c.status = text(j, "status");
+  if (auto it = j.find("workers"); it != j.end()) {
+    if (it->is_object()) {
+      for (const auto& [type, ids] : it->items()) {
+        auto& out = c.workers[type];
+        if (ids.is_array())
+          for (const auto& id : ids) out.push_back(id.is_string() ? id.get<std::string>() : id.dump());
+      }
+    } else if (it->is_array()) {
+      for (const auto& id : *it) c.workers["worker"].push_back(id.is_string() ? id.get<std::string>() : id.dump());
+    }
+  }
+  if (auto it = j.find("cluster_spec"); it != j.end() && it->is_object()) {
+    c.cluster_spec = it->contains("cluster") ? (*it)["cluster"] : *it;  // accept TF_CONFIG shape
+  }
+  c.horovodrun_command = command(j, "horovodrun_command");
+  c.mpirun_command = command(j, "mpirun_command");
+  c.hostfile = text(j, "hostfile");
+  c.reason = text(j, "reason");
+  c.raw = j;
+  return c;
+}
+
+json LaunchOptions::to_json() const {
+  return json{{"n", n},          {"cpu", cpu},       {"memory", memory}, {"nvidia_gpu", nvidia_gpu},
+              {"kernel", kernel}, {"script", script}, {"code", code},     {"env", env},
+              {"args", args}};
+}
+
+json ClusterOptions::to_json() const {
+  json j{{"mode", mode}, {"n_workers", n_workers}, {"cpu", cpu}, {"memory", memory},
+         {"nvidia_gpu", nvidia_gpu}, {"timeout_seconds", timeout_seconds}};
+  if (mode == "ps") j["n_ps"] = n_ps;
+  if (mode == "mpi") j["slots"] = slots;
+  if (!worker_script.empty()) j["worker_script"] = worker_script;
+  if (!ps_script.empty()) j["ps_script"] = ps_script;
+  if (!args.empty()) j["args"] = args;
+  if (!env.empty()) j["env"] = env;
+  if (ssh_port) j["ssh_port"] = *ssh_port;
+  if (!network_interface.empty()) j["network_interface"] = network_interface;
+  if (launch) j["launch"] = *launch;
+  return j;
+}
+
+std::vector<std::string> ids_of(const std::vector<Worker>& workers) {
+  std::vector<std::string> ids;
+  ids.reserve(workers.size());
+  for (const auto& w : workers) ids.push_back(w.id);
+  return ids;
+}
+
+std::string session_address(const json& cluster_spec) {
+  for (const char* type : {"chief", "worker"}) {
+    auto it = cluster_spec.find(type);
+    if (it == cluster_spec.end()) continue;
+    if (it->is_array() && !it->empty() && (*it)[0].is_string()) return "grpc://" + (*it)[0].get<std::string>();
+    if (it->is_object() && it->contains("0") && (*it)["0"].is_string())
+      return "grpc://" + (*it)["0"].get<std::string>();
+  }
+  return {};
+}
+
+}  // namespace muster::sdk

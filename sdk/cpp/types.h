@@ -1,0 +1,116 @@
+// Typed views of the daemon's JSON objects, and the options of each call.
+//
+// Every parsed object keeps the JSON it came from in `raw`, so a field the
+// daemon adds later is never lost. Timestamps are kept as the daemon sends
+// them (as text). Parsing is lenient about missing fields (they keep their
+// defaults) and strict about types only where a wrong type would mislead.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace muster::sdk {
+
+struct Worker {
+  std::string id;
+  std::string status;                 // scheduling, starting, running, succeeded, failed, timedout, stopped, lost
+  std::string ip_address = "unknown";
+  double cpu = 0;
+  double memory = 0;
+  int nvidia_gpu = 0;
+  std::string kernel;
+  std::string script;
+  std::string cluster_id;
+  std::string created_at;
+  std::string started_at;
+  std::string finished_at;
+  std::optional<int> exit_code;
+  std::string reason;
+  nlohmann::json raw;
+
+  static Worker from_json(const nlohmann::json& j);
+};
+
+// await_workers' answer: `workers` met the condition, `failures` did not.
+struct AwaitResult {
+  std::vector<Worker> workers;
+  std::vector<Worker> failures;
+};
+
+struct Cluster {
+  std::string id;
+  std::string mode;    // "ps" or "mpi"
+  std::string status;  // starting, running, succeeded, failed, stopped
+  // Worker ids by task type ("ps", "worker", ...), in index order.
+  std::map<std::string, std::vector<std::string>> workers;
+  nlohmann::json cluster_spec;  // {"ps": ["ip:port"...], "worker": [...]} once known
+  std::string horovodrun_command;
+  std::string mpirun_command;
+  std::string hostfile;
+  std::string reason;
+  nlohmann::json raw;
+
+  static Cluster from_json(const nlohmann::json& j);
+  bool ended() const { return status == "succeeded" || status == "failed" || status == "stopped"; }
+};
+
+// POST /api/v1/workers. Defaults are cdsw's.
+struct LaunchOptions {
+  int n = 1;
+  double cpu = 1;
+  double memory = 1;  // GiB
+  int nvidia_gpu = 0;
+  std::string kernel = "python3";
+  std::string script;  // a file in the daemon's project directory
+  std::string code;    // inline code (python3 kernel) instead of a script
+  std::map<std::string, std::string> env;
+  std::vector<std::string> args;
+
+  nlohmann::json to_json() const;
+};
+
+struct AwaitOptions {
+  bool wait_for_completion = true;  // false: until running with an IP
+  double timeout_seconds = 60;      // 0: no timeout
+};
+
+// POST /api/v1/clusters (issue 3). Unset optionals use the daemon's defaults.
+struct ClusterOptions {
+  std::string mode = "ps";  // "ps" or "mpi"
+  int n_workers = 1;
+  int n_ps = 0;             // ps mode only
+  double cpu = 1;
+  double memory = 1;
+  int nvidia_gpu = 0;
+  std::string worker_script;
+  std::string ps_script;
+  std::vector<std::string> args;
+  std::map<std::string, std::string> env;
+  int slots = 1;                       // mpi only
+  std::optional<int> ssh_port;         // mpi only, daemon default 2222
+  std::string network_interface;
+  double timeout_seconds = 60;         // start-up limit
+  std::optional<bool> launch;          // mpi: run the mpirun line (daemon default true)
+
+  nlohmann::json to_json() const;
+};
+
+// run_cluster's answer, as Cloudera's helper: the ClusterSpec and the
+// "grpc://host:port" of the chief (else worker 0), plus the cluster itself.
+struct RunClusterResult {
+  nlohmann::json cluster_spec;
+  std::string session_addr;
+  Cluster cluster;
+};
+
+// Ids of workers, e.g. for await_workers(ids_of(launch_workers(...))).
+std::vector<std::string> ids_of(const std::vector<Worker>& workers);
+
+// "grpc://..." of the chief, else worker 0, of a ClusterSpec; "" if neither.
+std::string session_address(const nlohmann::json& cluster_spec);
+
+}  // namespace muster::sdk
