@@ -2,3 +2,5 @@
 # Tests that need root skip themselves (GTEST_SKIP with the reason) otherwise.
 muster_gtest(container_backend_test SOURCES container_backend_test.cc
   DEPS muster_workers_container LABEL unit)
+muster_gtest(container_integration_test SOURCES container_integration_test.cc
+  DEPS muster_workers_container LABEL integration TIMEOUT 120)
