@@ -1,0 +1,274 @@
+// C++ SDK against a real musterd (local backend), label integration.
+//
+// One daemon for the suite: build/bin/musterd on 127.0.0.1 with a port the OS
+// picks, a temp state dir and a temp project dir holding the worker scripts.
+// TearDownTestSuite stops every worker through the API, ends the daemon's
+// process group, and SIGKILLs (by pid) any process left whose working
+// directory is under the temp dirs, then removes them.
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "muster/sdk/cpp/client.h"
+
+namespace muster::sdk {
+namespace {
+
+namespace fs = std::filesystem;
+
+void write_file(const fs::path& p, const std::string& text) {
+  std::ofstream f(p);
+  f << text;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Kills, by pid, processes whose cwd lies under `root` (the workers a test daemon left).
+void kill_processes_under(const fs::path& root) {
+  const std::string prefix = fs::weakly_canonical(root).string() + "/";
+  DIR* proc = opendir("/proc");
+  if (!proc) return;
+  while (dirent* e = readdir(proc)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0 || pid == getpid()) continue;
+    std::error_code ec;
+    fs::path cwd = fs::read_symlink(fs::path("/proc") / e->d_name / "cwd", ec);
+    if (!ec && (cwd.string() + "/").rfind(prefix, 0) == 0) kill(static_cast<pid_t>(pid), SIGKILL);
+  }
+  closedir(proc);
+}
+
+class SdkCppTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const char* bin = std::getenv("MUSTER_BINARY_DIR");
+    ASSERT_NE(bin, nullptr) << "MUSTER_BINARY_DIR is not set (run under ctest)";
+    const std::string musterd = std::string(bin) + "/bin/musterd";
+    ASSERT_TRUE(fs::exists(musterd)) << musterd;
+
+    char tmpl[] = "/tmp/muster-sdk-cpp-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    fs::create_directories(root_ / "project");
+    fs::create_directories(root_ / "state");
+    write_file(root_ / "project/work.py",
+               "import os, time\n"
+               "print('hello from', os.environ['MUSTER_WORKER_ID'], flush=True)\n"
+               "time.sleep(float(os.environ.get('SLEEP', '0.5')))\n");
+    write_file(root_ / "project/crash.py", "print('about to crash', flush=True)\nraise SystemExit(3)\n");
+
+    const std::string project = (root_ / "project").string(), state = (root_ / "state").string();
+    const std::string log = (root_ / "musterd.log").string();
+    pid_ = fork();
+    ASSERT_GE(pid_, 0);
+    if (pid_ == 0) {
+      setsid();
+      FILE* out = std::freopen(log.c_str(), "w", stdout);
+      if (out) dup2(fileno(stdout), STDERR_FILENO);
+      execl(musterd.c_str(), musterd.c_str(), "--listen", "127.0.0.1:0", "--project-dir", project.c_str(),
+            "--state-dir", state.c_str(), "--backend", "local", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    // Ready once musterd.json and the token exist and the API answers.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      int status = 0;
+      ASSERT_EQ(waitpid(pid_, &status, WNOHANG), 0) << "musterd exited:\n" << read_file(log);
+      auto info = nlohmann::json::parse(read_file(root_ / "state/musterd.json"), nullptr, false);
+      std::string token = read_file(root_ / "state/token");
+      if (info.is_object() && info.contains("url") && !token.empty()) {
+        try {
+          Client probe(ClientOptions{info["url"].get<std::string>(), "", 5});
+          probe.list_workers();
+          url_ = probe.url();
+          return;
+        } catch (const MusterError&) {
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    FAIL() << "musterd not ready in 30 s:\n" << read_file(log);
+  }
+
+  static void TearDownTestSuite() {
+    if (pid_ > 0) {
+      try {
+        if (!url_.empty()) client().stop_workers();
+      } catch (const MusterError&) {
+      }
+      kill(-pid_, SIGTERM);
+      for (int i = 0; i < 100 && waitpid(pid_, nullptr, WNOHANG) == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      kill(-pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+    if (!root_.empty()) {
+      kill_processes_under(root_);
+      std::error_code ec;
+      fs::remove_all(root_, ec);
+    }
+  }
+
+  void SetUp() override {
+    if (url_.empty()) GTEST_SKIP() << "no daemon (see suite set-up failure)";
+  }
+
+  // A client found the way a notebook finds it: through the state dir only.
+  static Client client() {
+    setenv("MUSTER_STATE_DIR", (root_ / "state").c_str(), 1);
+    unsetenv("MUSTER_URL");
+    unsetenv("MUSTER_TOKEN");
+    return Client::from_environment();
+  }
+
+  static inline fs::path root_;
+  static inline pid_t pid_ = -1;
+  static inline std::string url_;
+};
+
+TEST_F(SdkCppTest, DiscoversTheDaemonThroughTheStateDir) {
+  EXPECT_EQ(client().url(), url_);
+  EXPECT_EQ(url_.rfind("http://127.0.0.1:", 0), 0u) << url_;
+}
+
+TEST_F(SdkCppTest, LaunchAwaitRunningThenCompletionThenStop) {
+  Client c = client();
+  LaunchOptions opts;
+  opts.n = 3;
+  opts.cpu = 0.5;
+  opts.memory = 1;
+  opts.script = "work.py";
+  opts.env = {{"SLEEP", "1.5"}};
+  std::vector<Worker> workers = c.launch_workers(opts);
+  ASSERT_EQ(workers.size(), 3u);
+  const auto ids = ids_of(workers);
+
+  AwaitResult up = c.await_workers(ids, AwaitOptions{false, 60});
+  EXPECT_TRUE(up.failures.empty()) << up.failures.front().reason;
+  ASSERT_EQ(up.workers.size(), 3u);
+  for (const Worker& w : up.workers) {
+    EXPECT_EQ(w.status, "running");
+    EXPECT_NE(w.ip_address, "unknown");
+    EXPECT_FALSE(w.ip_address.empty());
+  }
+
+  AwaitResult done = c.await_workers(ids, AwaitOptions{true, 60});
+  EXPECT_TRUE(done.failures.empty());
+  ASSERT_EQ(done.workers.size(), 3u);
+  for (const Worker& w : done.workers) {
+    EXPECT_EQ(w.status, "succeeded");
+    ASSERT_TRUE(w.exit_code.has_value());
+    EXPECT_EQ(*w.exit_code, 0);
+  }
+  EXPECT_NE(c.worker_logs(ids[0]).find("hello from " + ids[0]), std::string::npos);
+  EXPECT_EQ(c.get_worker(ids[2]).id, ids[2]);
+  bool listed = false;
+  for (const Worker& w : c.list_workers()) listed |= w.id == ids[1];
+  EXPECT_TRUE(listed);
+
+  // A worker that never ends: stop it, and it is "stopped".
+  opts.n = 1;
+  opts.env = {{"SLEEP", "600"}};
+  std::vector<Worker> sleeper = c.launch_workers(opts);
+  ASSERT_TRUE(c.await_workers(ids_of(sleeper), AwaitOptions{false, 60}).failures.empty());
+  std::vector<Worker> stopped = c.stop_workers(ids_of(sleeper));
+  ASSERT_EQ(stopped.size(), 1u);
+  EXPECT_EQ(c.get_worker(sleeper[0].id).status, "stopped");
+}
+
+TEST_F(SdkCppTest, CrashingScriptIsAFailureWithExitCodeAndLog) {
+  Client c = client();
+  LaunchOptions opts;
+  opts.cpu = 0.5;
+  opts.memory = 1;
+  opts.script = "crash.py";
+  std::vector<Worker> workers = c.launch_workers(opts);
+  AwaitResult res = c.await_workers(ids_of(workers), AwaitOptions{true, 60});
+  EXPECT_TRUE(res.workers.empty());
+  ASSERT_EQ(res.failures.size(), 1u);
+  EXPECT_EQ(res.failures[0].status, "failed");
+  ASSERT_TRUE(res.failures[0].exit_code.has_value());
+  EXPECT_EQ(*res.failures[0].exit_code, 3);
+  EXPECT_NE(c.worker_logs(workers[0].id, 1).find("about to crash"), std::string::npos);
+}
+
+TEST_F(SdkCppTest, ErrorsCarryCodeMessageAndField) {
+  Client c = client();
+  LaunchOptions opts;
+  opts.n = 0;
+  opts.script = "work.py";
+  try {
+    c.launch_workers(opts);
+    FAIL() << "n=0 was accepted";
+  } catch (const MusterError& e) {
+    EXPECT_EQ(e.code(), "invalid_argument");
+    EXPECT_EQ(e.field(), "n");
+    EXPECT_EQ(e.http_status(), 400);
+    EXPECT_FALSE(e.message().empty());
+  }
+  opts.n = 1;
+  opts.script = "../escape.py";
+  try {
+    c.launch_workers(opts);
+    FAIL() << "a script outside the project was accepted";
+  } catch (const MusterError& e) {
+    EXPECT_EQ(e.code(), "invalid_argument");
+    EXPECT_EQ(e.field(), "script");
+  }
+  try {
+    c.get_worker("no-such-worker");
+    FAIL();
+  } catch (const MusterError& e) {
+    EXPECT_EQ(e.code(), "not_found");
+    EXPECT_EQ(e.http_status(), 404);
+  }
+  try {
+    Client(ClientOptions{url_, "wrong-token", 10}).list_workers();
+    FAIL();
+  } catch (const MusterError& e) {
+    EXPECT_EQ(e.code(), "unauthenticated");
+    EXPECT_EQ(e.http_status(), 401);
+  }
+}
+
+TEST(SdkCppUnit, ErrorFromResponseParsesTheDaemonsForm) {
+  MusterError e = error_from_response(400, R"({"error":{"code":"invalid_argument","message":"bad n","field":"n"}})");
+  EXPECT_EQ(e.code(), "invalid_argument");
+  EXPECT_EQ(e.message(), "bad n");
+  EXPECT_EQ(e.field(), "n");
+  MusterError html = error_from_response(502, "<html>gateway</html>");
+  EXPECT_EQ(html.code(), "unknown");
+  EXPECT_EQ(html.message(), "<html>gateway</html>");
+  EXPECT_EQ(error_from_response(404, "").code(), "not_found");
+}
+
+TEST(SdkCppUnit, UnreachableDaemonIsUnavailable) {
+  try {
+    Client(ClientOptions{"http://127.0.0.1:1", "tok", 5}).list_workers();
+    FAIL();
+  } catch (const MusterError& e) {
+    EXPECT_EQ(e.code(), "unavailable");
+  }
+}
+
+}  // namespace
+}  // namespace muster::sdk

@@ -1,0 +1,152 @@
+"""A real musterd for SDK integration tests, started as a subprocess.
+
+Daemon(project_dir, state_dir).start() runs $MUSTER_BINARY_DIR/bin/musterd
+on 127.0.0.1 with a port the OS picks (--listen 127.0.0.1:0) and the local
+backend, waits until it has written <state>/musterd.json and answers
+/healthz, and sets nothing global: callers read .url / .token / .env().
+stop() first stops every worker through the API, then ends the daemon (its
+process group), then kills, by pid, any leftover process that carries this
+daemon's MUSTER_URL in its environment (workers outlive the daemon by design:
+a restarted daemon adopts them), so a failing test leaves nothing behind.
+"""
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+
+
+def binary_dir():
+    return os.environ.get("MUSTER_BINARY_DIR") or os.path.join(os.path.dirname(__file__), "..", "build")
+
+
+def musterd_path():
+    return os.path.join(binary_dir(), "bin", "musterd")
+
+
+class Daemon:
+    def __init__(self, project_dir, state_dir, extra_args=()):
+        self.project_dir = str(project_dir)
+        self.state_dir = str(state_dir)
+        self.extra_args = list(extra_args)
+        self.proc = None
+        self.url = None
+        self.token = None
+        self.log_path = os.path.join(self.state_dir, "musterd.log")
+
+    def env(self):
+        """Environment for SDK calls and child programs: only the state dir, so discovery is exercised."""
+        env = dict(os.environ)
+        env.pop("MUSTER_URL", None)
+        env.pop("MUSTER_TOKEN", None)
+        env["MUSTER_STATE_DIR"] = self.state_dir
+        return env
+
+    def log(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()[-4000:]
+        except OSError:
+            return ""
+
+    def start(self, timeout=30):
+        os.makedirs(self.state_dir, exist_ok=True)
+        info = os.path.join(self.state_dir, "musterd.json")
+        if os.path.exists(info):
+            os.unlink(info)
+        cmd = [musterd_path(), "--listen", "127.0.0.1:0", "--project-dir", self.project_dir,
+               "--state-dir", self.state_dir, "--backend", "local"] + self.extra_args
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("musterd exited with %s:\n%s" % (self.proc.returncode, self.log()))
+            if self._ready(info):
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("musterd not ready within %s s:\n%s" % (timeout, self.log()))
+
+    def _ready(self, info):
+        try:
+            with open(info) as f:
+                url = json.load(f)["url"].rstrip("/")
+            with open(os.path.join(self.state_dir, "token")) as f:
+                token = f.read().strip()
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            with opener.open(url + "/healthz", timeout=2) as resp:
+                if resp.status != 200:
+                    return False
+        except (OSError, ValueError, KeyError):
+            return False
+        self.url, self.token = url, token
+        return bool(token)
+
+    def stop(self):
+        if self.proc is None:
+            return
+        if self.url and self.token and self.proc.poll() is None:
+            try:
+                import muster
+                muster.Client(self.url, self.token).stop_workers()
+            except Exception:  # noqa: BLE001 - best effort; the sweep below is the safety net
+                pass
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self.proc = None
+        kill_processes_with_env("MUSTER_URL=" + self.url if self.url else None, self.state_dir)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def kill_processes_with_env(marker, cwd_under=None):
+    """SIGKILLs (by pid) every process whose environment holds `marker` ("NAME=value")
+    or whose working directory lies under `cwd_under`: the workers a test's daemon started."""
+    needle = marker.encode() if marker else None
+    root = os.path.realpath(cwd_under) + os.sep if cwd_under else None
+    me = os.getpid()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == me:
+            continue
+        hit = False
+        if root:
+            try:
+                hit = (os.readlink("/proc/%s/cwd" % pid) + os.sep).startswith(root)
+            except OSError:
+                pass
+        if not hit and needle:
+            try:
+                with open("/proc/%s/environ" % pid, "rb") as f:
+                    entries = f.read().split(b"\0")
+            except OSError:
+                continue
+            hit = needle in entries or any(e.startswith(needle + b"/") for e in entries)
+        if hit:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def pid_alive(pid):
+    """True if pid exists and is not a zombie."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

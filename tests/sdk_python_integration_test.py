@@ -1,0 +1,171 @@
+"""Python SDK against a real musterd (local backend): label integration.
+
+One daemon per module, in a temp state dir, with a temp project dir holding
+the worker scripts below. The SDK finds the daemon only through
+MUSTER_STATE_DIR (musterd.json + token), as a notebook would.
+"""
+import ipaddress
+import os
+import textwrap
+import time
+
+import pytest
+
+import muster
+from sdk_daemon import Daemon, pid_alive
+
+SCRIPTS = {
+    # Prints who it is, its args and an env var, then sleeps SLEEP seconds.
+    "work.py": """
+        import os, sys, time
+        print("hello from", os.environ["MUSTER_WORKER_ID"], "at", os.environ["MUSTER_IP_ADDRESS"], flush=True)
+        print("args", sys.argv[1:], "color", os.environ.get("COLOR", "-"), flush=True)
+        time.sleep(float(os.environ.get("SLEEP", "0.5")))
+        print("done", flush=True)
+    """,
+    "crash.py": """
+        import sys
+        print("line one", flush=True)
+        print("about to crash", flush=True)
+        sys.exit(3)
+    """,
+    # Writes its pid (and a child's) to the log, then waits to be stopped.
+    "forever.py": """
+        import os, subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        print("pids", os.getpid(), child.pid, flush=True)
+        time.sleep(600)
+    """,
+}
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    project = tmp_path_factory.mktemp("project")
+    for name, body in SCRIPTS.items():
+        (project / name).write_text(textwrap.dedent(body))
+    d = Daemon(project, tmp_path_factory.mktemp("state"))
+    d.start()
+    saved = {k: os.environ.get(k) for k in ("MUSTER_URL", "MUSTER_TOKEN", "MUSTER_STATE_DIR")}
+    os.environ.pop("MUSTER_URL", None)
+    os.environ.pop("MUSTER_TOKEN", None)
+    os.environ["MUSTER_STATE_DIR"] = d.state_dir
+    try:
+        yield d
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        d.stop()
+
+
+def by_id(workers):
+    return {w["id"]: w for w in workers}
+
+
+def test_four_workers_run_with_ips_then_complete(daemon):
+    import muster as cdsw  # the ported-notebook spelling
+    workers = cdsw.launch_workers(n=4, cpu=0.5, memory=1, script="work.py", env={"SLEEP": "2", "COLOR": "blue"},
+                                  args=["--lr", "0.1"])
+    ids = [w["id"] for w in workers]
+    assert len(set(ids)) == 4
+    try:
+        up = cdsw.await_workers(ids, wait_for_completion=False, timeout_seconds=60)
+        assert up["failures"] == [], up["failures"]
+        assert sorted(w["id"] for w in up["workers"]) == sorted(ids)
+        for w in up["workers"]:
+            assert w["status"] == "running", w
+            ipaddress.ip_address(w["ip_address"])  # a real address, not "unknown"
+
+        done = cdsw.await_workers(workers, wait_for_completion=True, timeout_seconds=60)
+        assert done["failures"] == [], done["failures"]
+        assert sorted(w["id"] for w in done["workers"]) == sorted(ids)
+        assert all(w["status"] == "succeeded" and w["exit_code"] == 0 for w in done["workers"])
+
+        log = cdsw.worker_logs(ids[0])
+        assert "hello from %s at " % ids[0] in log
+        assert "args ['--lr', '0.1'] color blue" in log and "done" in log
+        listed = by_id(cdsw.list_workers())
+        assert all(listed[i]["status"] == "succeeded" for i in ids)
+        assert cdsw.get_worker(workers[1])["id"] == ids[1]
+    finally:
+        cdsw.stop_workers(*ids)
+
+
+def test_crashing_script_lands_in_failures_with_exit_code_and_log(daemon):
+    good, = muster.launch_workers(1, cpu=0.5, memory=1, script="work.py", env={"SLEEP": "0"})
+    bad, = muster.launch_workers(1, cpu=0.5, memory=1, script="crash.py")
+    res = muster.await_workers([good, bad], wait_for_completion=True, timeout_seconds=60)
+    assert [w["id"] for w in res["workers"]] == [good["id"]]
+    assert [f["id"] for f in res["failures"]] == [bad["id"]]
+    failed = res["failures"][0]
+    assert failed["status"] == "failed" and failed["exit_code"] == 3, failed
+    assert "about to crash" in muster.worker_logs(bad)
+    tail = muster.worker_logs(bad["id"], tail=1)
+    assert "about to crash" in tail and "line one" not in tail
+
+
+def test_inline_code_runs_under_python3(daemon):
+    w, = muster.launch_workers(1, cpu=0.5, memory=1, code="print('inline', 6 * 7)")
+    res = muster.await_workers([w], timeout_seconds=60)
+    assert res["failures"] == [], res
+    assert "inline 42" in muster.worker_logs(w)
+
+
+def test_await_timeout_puts_pending_workers_in_failures(daemon):
+    w, = muster.launch_workers(1, cpu=0.5, memory=1, script="forever.py")
+    try:
+        start = time.monotonic()
+        res = muster.await_workers([w], wait_for_completion=True, timeout_seconds=1)
+        assert time.monotonic() - start < 30
+        assert res["workers"] == []
+        assert res["failures"][0]["id"] == w["id"] and "await timed out" in res["failures"][0]["reason"]
+    finally:
+        muster.stop_workers(w)
+
+
+def test_stop_kills_the_whole_process_tree(daemon):
+    workers = muster.launch_workers(2, cpu=0.5, memory=1, script="forever.py")
+    up = muster.await_workers(workers, wait_for_completion=False, timeout_seconds=60)
+    assert up["failures"] == [], up["failures"]
+    pids = []
+    for w in workers:
+        deadline = time.monotonic() + 30
+        log = ""
+        while "pids" not in log and time.monotonic() < deadline:
+            log = muster.worker_logs(w)
+            time.sleep(0.1)
+        line = [ln for ln in log.splitlines() if ln.startswith("pids")]
+        assert line, log
+        pids += [int(p) for p in line[0].split()[1:]]
+    assert all(pid_alive(p) for p in pids)
+
+    stopped = muster.stop_workers(*workers)
+    assert sorted(w["id"] for w in stopped) == sorted(w["id"] for w in workers)
+    assert all(muster.get_worker(w)["status"] == "stopped" for w in workers)
+    deadline = time.monotonic() + 15
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(pid_alive(p) for p in pids), "script or its child survived stop_workers"
+    res = muster.await_workers(workers, wait_for_completion=True, timeout_seconds=5)
+    assert {f["status"] for f in res["failures"]} == {"stopped"}
+
+
+def test_bad_requests_raise_with_code_and_field(daemon):
+    with pytest.raises(muster.MusterError) as err:
+        muster.launch_workers(0, cpu=1, memory=1, script="work.py")
+    assert (err.value.code, err.value.field, err.value.http_status) == ("invalid_argument", "n", 400)
+    for script in ("../outside.py", "/etc/passwd", "missing.py"):
+        with pytest.raises(muster.MusterError) as err:
+            muster.launch_workers(1, cpu=1, memory=1, script=script)
+        assert err.value.code == "invalid_argument" and err.value.field == "script", (script, err.value)
+    with pytest.raises(muster.MusterError) as err:
+        muster.launch_workers(1, cpu=1, memory=1, script="work.py", env={"BAD-NAME": "x"})
+    assert err.value.code == "invalid_argument" and err.value.field == "env"
+    with pytest.raises(muster.MusterError) as err:
+        muster.get_worker("no-such-worker")
+    assert err.value.code == "not_found" and err.value.http_status == 404
+    with pytest.raises(muster.MusterError) as err:
+        muster.Client(daemon.url, "wrong-token").list_workers()
+    assert err.value.code == "unauthenticated" and err.value.http_status == 401
