@@ -1,0 +1,41 @@
+// Checkpoints of the PS variables, written by the chief.
+//
+// File <dir>/ckpt-<step, 12 digits>.bin, written to a temporary file in the
+// same directory, flushed, then renamed, so a reader sees either the whole
+// checkpoint or none. Layout (little-endian):
+//   "MUSTERCK" | u32 version=1 | i64 global step | u32 n_variables |
+//   n x (u32 name bytes | name | u64 elements | elements x float32)
+//
+//   save_checkpoint("/ckpt", 100, {{"w1", w1.data(), w1.size()}});
+//   if (auto path = newest_checkpoint("/ckpt")) { auto c = load_checkpoint(*path); c.step; }
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace muster::runtime::ps {
+
+struct CheckpointEntry {
+  std::string name;
+  const float* data = nullptr;
+  std::size_t size = 0;
+};
+
+struct LoadedCheckpoint {
+  std::string path;
+  int64_t step = 0;
+  std::vector<std::string> names;
+  std::vector<std::vector<float>> values;
+};
+
+// Returns the path written. Throws runtime::Error on I/O failure.
+std::string save_checkpoint(const std::string& dir, int64_t step, const std::vector<CheckpointEntry>& vars);
+// The checkpoint with the highest step in `dir`, if any (temporary files are ignored).
+std::optional<std::string> newest_checkpoint(const std::string& dir);
+// Throws DataError naming the file for bad magic, truncation, wrong counts.
+LoadedCheckpoint load_checkpoint(const std::string& path);
+
+}  // namespace muster::runtime::ps

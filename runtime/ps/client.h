@@ -1,0 +1,121 @@
+// SyncReplicasClient: the worker side of parameter-server training, with
+// TensorFlow's SyncReplicasOptimizer semantics (see server.h, protocol.h).
+//
+// Each worker registers its variables (views of its own float32 memory),
+// the chief initialises them on the PS tasks (from its values, or from the
+// newest checkpoint), the others wait for that; then every step pushes the
+// gradients and pulls the new parameters straight into the registered
+// memory. One TCP connection per PS task; pushes and pulls to different PS
+// tasks run concurrently; the tensors are written and read in place.
+//
+// Usage:
+//   #include "muster/runtime/ps/client.h"
+//   namespace ps = muster::runtime::ps;
+//   ps::ClientOptions opt;
+//   opt.optimizer = "momentum"; opt.learning_rate = 0.05f;
+//   opt.checkpoint_dir = "ckpt"; opt.checkpoint_every = 100;   // chief only
+//   ps::SyncReplicasClient client(ps::PsCluster::from_env(), opt);  // TF_CONFIG
+//   client.register_variables({{"w1", w1.data(), w1.size()}, {"b1", b1.data(), b1.size()}});
+//   int64_t step = client.initialize_or_wait();   // chief inits (or resumes), others wait
+//   while (step < total_steps) {
+//     compute_gradients(batch_for(step, client.worker_index()), dw1, db1);
+//     step = client.step({dw1.data(), db1.data()});   // push, wait for the step, pull
+//   }
+//   client.done();    // chief writes the last checkpoint; PS tasks exit when all are done
+//
+// Errors: CommError naming the PS task ("ps task 1 (127.0.0.1:4001) closed
+// the connection ...") when a PS dies; TimeoutError when nothing arrives
+// within timeout_ms (e.g. a worker died and there are no backup workers).
+// After an error the client is unusable. Not thread-safe: one thread per client.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "muster/runtime/ps/cluster.h"
+#include "muster/runtime/ps/options.h"
+#include "muster/runtime/ps/placement.h"
+#include "muster/runtime/ps/protocol.h"
+
+namespace muster::runtime::ps {
+
+struct Variable {
+  std::string name;
+  float* value = nullptr;  // the worker's parameter memory; pulls write here
+  std::size_t size = 0;    // elements
+};
+
+struct ClientOptions {
+  int replicas_to_aggregate = 0;  // gradients averaged per step; 0: every worker
+  int total_num_replicas = 0;     // workers in the job; 0: every worker of the cluster
+  std::string optimizer = "sgd";  // applied on the PS: "sgd", "momentum", "adam"
+  float learning_rate = 0.01f;
+  Mode mode = Mode::kSync;        // kAsync: every push applied at once, no waiting
+  std::string checkpoint_dir;     // chief: "" for no checkpoints
+  int checkpoint_every = 0;       // chief: steps between checkpoints (0: only in done())
+  int timeout_ms = default_timeout_ms();
+  int socket_buffer_bytes = kSocketBufferBytes;
+  PlacementOptions placement;
+};
+
+struct ClientStats {
+  uint64_t bytes_pushed = 0;
+  uint64_t bytes_pulled = 0;
+  int checkpoints_written = 0;
+  std::string last_checkpoint;
+};
+
+class SyncReplicasClient {
+ public:
+  SyncReplicasClient(PsCluster cluster, ClientOptions options);
+  ~SyncReplicasClient();
+  SyncReplicasClient(const SyncReplicasClient&) = delete;
+  SyncReplicasClient& operator=(const SyncReplicasClient&) = delete;
+
+  // Same names and sizes, in the same order, on every worker.
+  void register_variables(std::vector<Variable> variables);
+  // Connects to every PS; the chief initialises the variables (resuming
+  // from the newest checkpoint in checkpoint_dir if there is one), every
+  // worker then pulls them. Returns the global step to start from.
+  int64_t initialize_or_wait();
+  // Pushes one gradient per registered variable (same order and sizes),
+  // computed at local step `step`.
+  void push_gradients(int64_t step, const std::vector<const float*>& grads);
+  // Pulls every variable once its global step is >= min_step; returns the
+  // new global step (the smallest over the slices).
+  int64_t pull(int64_t min_step);
+  // push_gradients(global_step()) and pull(global_step() + 1) in one round
+  // (async mode: pull whatever is current). The chief checkpoints every
+  // checkpoint_every steps. Returns the new global step.
+  int64_t step(const std::vector<const float*>& grads);
+  // The chief writes a checkpoint of the current values now.
+  std::string save_checkpoint();
+  // Tells every PS this worker has finished (the chief checkpoints first).
+  void done();
+
+  int64_t global_step() const { return global_step_; }
+  int worker_index() const { return cluster_.worker_index(); }
+  bool is_chief() const { return cluster_.is_chief(); }
+  const Placement& placement() const { return placement_; }
+  const ClientStats& stats() const { return stats_; }
+
+  class Links;  // the connections to the PS tasks (client.cc)
+
+ private:
+  void maybe_checkpoint();
+
+  PsCluster cluster_;
+  ClientOptions options_;
+  std::vector<Variable> variables_;
+  Placement placement_;
+  std::unique_ptr<Links> links_;
+  int64_t global_step_ = 0;
+  int64_t last_saved_step_ = -1;
+  bool done_ = false;
+  ClientStats stats_;
+};
+
+}  // namespace muster::runtime::ps

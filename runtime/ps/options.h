@@ -1,0 +1,23 @@
+// Options shared by the PS server and the SyncReplicas client.
+#pragma once
+
+#include <cstdlib>
+#include <string>
+
+namespace muster::runtime::ps {
+
+// MUSTER_PS_TIMEOUT_MS, else 120 s: how long anyone waits for a missing peer
+// (a worker's gradients, a PS's answer, the chief's init) before failing.
+inline int default_timeout_ms() {
+  const char* s = std::getenv("MUSTER_PS_TIMEOUT_MS");
+  if (s != nullptr && *s != '\0') {
+    long v = std::strtol(s, nullptr, 10);
+    if (v > 0) return static_cast<int>(v);
+  }
+  return 120000;
+}
+
+// SO_SNDBUF / SO_RCVBUF on every PS connection.
+inline constexpr int kSocketBufferBytes = 4 << 20;
+
+}  // namespace muster::runtime::ps

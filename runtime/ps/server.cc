@@ -1,0 +1,692 @@
+// PsServer implementation. The protocol steps are in protocol.h; the
+// SyncReplicas rules for one slice are in Impl::push() below.
+#include "muster/runtime/ps/server.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include <boost/asio.hpp>
+#include <spdlog/spdlog.h>
+
+#include "muster/runtime/error.h"
+#include "muster/runtime/optim/optimizer.h"
+#include "muster/runtime/ps/protocol.h"
+
+namespace muster::runtime::ps {
+namespace {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+class Connection;
+
+struct PendingPull {
+  std::shared_ptr<Connection> conn;
+  int64_t min_step = 0;
+  uint32_t slice = 0;
+  Clock::time_point since;
+};
+
+// One variable slice: its values, the accumulator of the current step and
+// the optimizer that updates it. Guarded by `mu`.
+struct Slice {
+  uint32_t id = 0;
+  std::size_t size = 0;
+  std::mutex mu;
+  std::shared_ptr<std::vector<float>> values;  // copied on write while a pull is sending it
+  std::vector<float> accum;
+  int count = 0;        // gradients accumulated for `step`
+  int64_t step = 0;     // the global step the accumulator is stamped with
+  Clock::time_point first_push;
+  std::unique_ptr<optim::Optimizer> opt;
+  std::vector<PendingPull> pending;
+};
+
+class PsServer::Impl {
+ public:
+  explicit Impl(const ServerOptions& o);
+
+  void accept();
+  void watchdog();
+  std::string name() const { return "ps task " + std::to_string(opt_.task_index); }
+
+  // Returns an empty string when accepted, else why the connection must close.
+  std::string hello(Connection& c, const HelloPayload& h);
+  std::string init(uint32_t slice, int64_t step, std::shared_ptr<std::vector<float>> values);
+  std::string push(Slice& s, int64_t step, std::vector<float>& grad);
+  void pull(const std::shared_ptr<Connection>& c, uint32_t slice, int64_t min_step);
+  void worker_done(int worker);
+  void connection_lost(int worker, bool done);
+  Slice* find_slice(uint32_t id);
+  void fail(const std::string& reason, bool timeout);
+  void check_finished_locked();
+  void stop();
+
+  ServerOptions opt_;
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  asio::steady_timer watchdog_timer_;
+  std::vector<std::thread> threads_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool have_options_ = false;
+  HelloPayload options_;
+  std::map<uint32_t, std::unique_ptr<Slice>> slices_;
+  std::vector<PendingPull> orphan_pulls_;  // pulls of slices the chief has not initialised yet
+  std::set<int> done_, lost_;
+  Clock::time_point first_done_;
+  std::vector<std::weak_ptr<Connection>> conns_;
+  bool finished_ = false;
+  bool stopped_ = false;
+  std::string failure_;
+  bool failure_is_timeout_ = false;
+
+  std::atomic<uint64_t> pushes_accepted_{0}, stale_dropped_{0}, steps_applied_{0}, bad_frames_{0};
+  std::atomic<uint64_t> bytes_in_{0}, bytes_out_{0};
+};
+
+// One worker's connection. Every handler runs on the connection's strand and
+// the connection has at most one operation in flight: read a frame, handle
+// it, maybe wait (pull), write the answer, read the next frame.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(PsServer::Impl& s, tcp::socket sock) : s_(s), sock_(std::move(sock)) {
+    boost::system::error_code ec;
+    auto ep = sock_.remote_endpoint(ec);
+    peer_ = ec ? std::string("?") : ep.address().to_string() + ":" + std::to_string(ep.port());
+  }
+
+  void start() { read_header(); }
+
+  // Answers a pull; any thread.
+  void send_params(uint32_t slice, int64_t step, std::shared_ptr<std::vector<float>> values) {
+    asio::post(sock_.get_executor(), [self = shared_from_this(), slice, step, values = std::move(values)]() mutable {
+      FrameHeader h;
+      h.op = Op::kParams;
+      h.dtype = static_cast<uint8_t>(DataType::kFloat32);
+      h.slice = slice;
+      h.step = step;
+      h.length = values->size() * sizeof(float);
+      encode_header(h, self->out_.data());
+      self->sending_ = std::move(values);
+      std::array<asio::const_buffer, 2> bufs{asio::buffer(self->out_), asio::buffer(*self->sending_)};
+      asio::async_write(self->sock_, bufs, [self](boost::system::error_code ec, std::size_t n) {
+        self->sending_.reset();
+        self->s_.bytes_out_ += n;
+        if (ec) return self->closed(ec, "writing params", 0);
+        self->read_header();
+      });
+    });
+  }
+
+  // Sends kError and closes; any thread.
+  void send_error(const std::string& message) {
+    asio::post(sock_.get_executor(), [self = shared_from_this(), message] {
+      self->err_ = message;
+      FrameHeader h;
+      h.op = Op::kError;
+      h.length = message.size();
+      encode_header(h, self->out_.data());
+      std::array<asio::const_buffer, 2> bufs{asio::buffer(self->out_), asio::buffer(self->err_)};
+      asio::async_write(self->sock_, bufs, [self](boost::system::error_code, std::size_t) { self->close(); });
+    });
+  }
+
+  void close() {
+    asio::post(sock_.get_executor(), [self = shared_from_this()] {
+      boost::system::error_code ec;
+      self->sock_.shutdown(tcp::socket::shutdown_both, ec);
+      self->sock_.close(ec);
+    });
+  }
+
+ private:
+  void read_header() {
+    asio::async_read(sock_, asio::buffer(in_), [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+      if (ec) return self->closed(ec, "reading a frame header", n);
+      self->on_header();
+    });
+  }
+
+  void bad_frame(const std::string& reason) {
+    ++s_.bad_frames_;
+    spdlog::warn("{}: closing connection from {} (worker {}): {}", s_.name(), peer_, worker_, reason);
+    lost();
+    boost::system::error_code ec;
+    sock_.shutdown(tcp::socket::shutdown_both, ec);
+    sock_.close(ec);
+  }
+
+  void closed(const boost::system::error_code& ec, const char* during, std::size_t partial) {
+    if (partial > 0 && partial < kHeaderSize && std::string(during) == "reading a frame header") {
+      return bad_frame("truncated frame header (" + std::to_string(partial) + " of " + std::to_string(kHeaderSize) + " bytes)");
+    }
+    if (ec != asio::error::eof && ec != asio::error::operation_aborted) {
+      spdlog::info("{}: connection from {} (worker {}) lost while {}: {}", s_.name(), peer_, worker_, during, ec.message());
+    }
+    lost();
+  }
+
+  void lost() {
+    if (!reported_lost_) {
+      reported_lost_ = true;
+      s_.connection_lost(worker_, done_);
+    }
+  }
+
+  template <typename Buffer, typename Then>
+  void read_payload(Buffer buf, Then then) {
+    asio::async_read(sock_, buf, [self = shared_from_this(), then](boost::system::error_code ec, std::size_t n) {
+      self->s_.bytes_in_ += n + kHeaderSize;
+      if (ec == asio::error::eof) {
+        return self->bad_frame("truncated " + std::string(op_name(self->h_.op)) + " frame: " + std::to_string(n) + " of " +
+                               std::to_string(self->h_.length) + " payload bytes");
+      }
+      if (ec) return self->closed(ec, "reading a payload", 0);
+      then();
+    });
+  }
+
+  void on_header() {
+    h_ = decode_header(in_.data());
+    if (h_.magic != kMagic) return bad_frame("bad magic 0x" + hex(h_.magic) + " (not a muster ps frame)");
+    if (h_.version != kProtocolVersion) {
+      return bad_frame("unsupported protocol version " + std::to_string(h_.version) + " (this PS speaks " +
+                       std::to_string(kProtocolVersion) + ")");
+    }
+    const uint8_t raw_op = static_cast<uint8_t>(h_.op);
+    if (!op_valid(raw_op) || h_.op == Op::kParams || h_.op == Op::kError) {
+      return bad_frame("unknown op " + std::to_string(raw_op));
+    }
+    if (h_.dtype != 0 && !dtype_valid(h_.dtype)) return bad_frame("unknown dtype " + std::to_string(h_.dtype));
+    if (h_.length > s_.opt_.max_frame_bytes) {
+      return bad_frame("oversize frame: " + std::to_string(h_.length) + " bytes > limit " + std::to_string(s_.opt_.max_frame_bytes));
+    }
+    if (worker_ < 0 && h_.op != Op::kHello) return bad_frame(std::string("first frame must be hello, got ") + op_name(h_.op));
+    switch (h_.op) {
+      case Op::kHello:
+        if (h_.length != kHelloSize) return bad_frame("hello length " + std::to_string(h_.length) + " != " + std::to_string(kHelloSize));
+        small_.resize(kHelloSize);
+        return read_payload(asio::buffer(small_), [this] {
+          std::string why = s_.hello(*this, decode_hello(small_.data()));
+          if (!why.empty()) return reject(why);
+          read_header();
+        });
+      case Op::kInit: {
+        if (h_.dtype != static_cast<uint8_t>(DataType::kFloat32)) return bad_frame("init: unsupported dtype " + std::to_string(h_.dtype));
+        if (h_.length == 0 || h_.length % 4 != 0) return bad_frame("init: length " + std::to_string(h_.length) + " is not a positive multiple of 4");
+        if (Slice* s = s_.find_slice(h_.slice); s != nullptr && s->size * 4 != h_.length) {
+          return bad_frame("init: length " + std::to_string(h_.length) + " does not match slice " + std::to_string(h_.slice) +
+                           " (" + std::to_string(s->size * 4) + " bytes)");
+        }
+        init_ = std::make_shared<std::vector<float>>(h_.length / 4);
+        return read_payload(asio::buffer(*init_), [this] {
+          std::string why = s_.init(h_.slice, h_.step, std::move(init_));
+          if (!why.empty()) return reject(why);
+          read_header();
+        });
+      }
+      case Op::kPush: {
+        if (h_.dtype != static_cast<uint8_t>(DataType::kFloat32)) return bad_frame("push: unsupported dtype " + std::to_string(h_.dtype));
+        Slice* s = s_.find_slice(h_.slice);
+        if (s == nullptr) return bad_frame("push to slice " + std::to_string(h_.slice) + ", which was never initialised");
+        if (s->size * 4 != h_.length) {
+          return bad_frame("push: length " + std::to_string(h_.length) + " does not match slice " + std::to_string(h_.slice) +
+                           " (" + std::to_string(s->size * 4) + " bytes)");
+        }
+        buf_.resize(s->size);
+        return read_payload(asio::buffer(buf_), [this, s] {
+          std::string why = s_.push(*s, h_.step, buf_);
+          if (!why.empty()) return bad_frame(why);
+          read_header();
+        });
+      }
+      case Op::kPull:
+        if (h_.length != 0) return bad_frame("pull with a payload of " + std::to_string(h_.length) + " bytes");
+        s_.bytes_in_ += kHeaderSize;
+        return s_.pull(shared_from_this(), h_.slice, h_.step);  // send_params() resumes reading
+      case Op::kDone:
+        if (h_.length != 0) return bad_frame("done with a payload of " + std::to_string(h_.length) + " bytes");
+        done_ = true;
+        s_.worker_done(worker_);
+        return read_header();
+      default:
+        return bad_frame("unknown op " + std::to_string(raw_op));
+    }
+  }
+
+  void reject(const std::string& why) {
+    ++s_.bad_frames_;
+    spdlog::warn("{}: rejecting worker {} from {}: {}", s_.name(), worker_, peer_, why);
+    lost();
+    send_error(s_.name() + ": " + why);
+  }
+
+  static std::string hex(uint32_t v) {
+    char b[16];
+    std::snprintf(b, sizeof b, "%08x", v);
+    return b;
+  }
+
+ public:
+  int worker_ = -1;
+
+ private:
+  PsServer::Impl& s_;
+  tcp::socket sock_;
+  std::string peer_;
+  bool done_ = false;
+  bool reported_lost_ = false;
+  HeaderBytes in_{};
+  FrameHeader h_;
+  std::vector<float> buf_;
+  std::vector<unsigned char> small_;
+  std::shared_ptr<std::vector<float>> init_;
+  HeaderBytes out_{};
+  std::shared_ptr<std::vector<float>> sending_;
+  std::string err_;
+};
+
+PsServer::Impl::Impl(const ServerOptions& o) : opt_(o), acceptor_(io_), watchdog_timer_(io_) {
+  boost::system::error_code ec;
+  auto addr = asio::ip::make_address(o.host, ec);
+  if (ec) throw InvalidArgument("ps task " + std::to_string(o.task_index) + ": bad listen host '" + o.host + "'");
+  tcp::endpoint ep(addr, o.port);
+  acceptor_.open(ep.protocol());
+  acceptor_.set_option(tcp::acceptor::reuse_address(true));
+  acceptor_.bind(ep, ec);
+  if (ec) {
+    throw CommError(name() + ": cannot listen on " + o.host + ":" + std::to_string(o.port) + ": " + ec.message());
+  }
+  acceptor_.listen(asio::socket_base::max_listen_connections);
+}
+
+void PsServer::Impl::accept() {
+  acceptor_.async_accept(asio::make_strand(io_), [this](boost::system::error_code ec, tcp::socket sock) {
+    if (ec) {
+      if (ec != asio::error::operation_aborted) spdlog::warn("{}: accept failed: {}", name(), ec.message());
+      if (!acceptor_.is_open()) return;
+      return accept();
+    }
+    boost::system::error_code ignore;
+    sock.set_option(tcp::no_delay(true), ignore);
+    sock.set_option(asio::socket_base::send_buffer_size(opt_.socket_buffer_bytes), ignore);
+    sock.set_option(asio::socket_base::receive_buffer_size(opt_.socket_buffer_bytes), ignore);
+    auto c = std::make_shared<Connection>(*this, std::move(sock));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      conns_.push_back(c);
+    }
+    c->start();
+    accept();
+  });
+}
+
+std::string PsServer::Impl::hello(Connection& c, const HelloPayload& h) {
+  if (h.replicas_to_aggregate < 1 || h.total_num_replicas < h.replicas_to_aggregate) {
+    return "hello: replicas_to_aggregate " + std::to_string(h.replicas_to_aggregate) + " must be in 1..total_num_replicas (" +
+           std::to_string(h.total_num_replicas) + ")";
+  }
+  if (h.mode != Mode::kSync && h.mode != Mode::kAsync) return "hello: unknown mode " + std::to_string(static_cast<int>(h.mode));
+  if (h.worker_index >= h.total_num_replicas) {
+    return "hello: worker index " + std::to_string(h.worker_index) + " >= total_num_replicas " + std::to_string(h.total_num_replicas);
+  }
+  try {
+    optim::make_optimizer(h.optimizer, h.learning_rate);
+  } catch (const std::exception& e) {
+    return std::string("hello: ") + e.what();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!have_options_) {
+    have_options_ = true;
+    options_ = h;
+    spdlog::info("{}: {} mode, {} of {} replicas per step, optimizer {} lr {}", name(),
+                 h.mode == Mode::kSync ? "sync" : "async", h.replicas_to_aggregate, h.total_num_replicas, h.optimizer,
+                 h.learning_rate);
+  } else if (!same_options(options_, h)) {
+    return "worker " + std::to_string(h.worker_index) + " has options (replicas_to_aggregate, total_num_replicas, mode, optimizer, "
+           "learning rate) different from the first worker's; start every worker with the same options";
+  }
+  c.worker_ = static_cast<int>(h.worker_index);
+  lost_.erase(c.worker_);
+  return "";
+}
+
+Slice* PsServer::Impl::find_slice(uint32_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slices_.find(id);
+  return it == slices_.end() ? nullptr : it->second.get();
+}
+
+std::string PsServer::Impl::init(uint32_t id, int64_t step, std::shared_ptr<std::vector<float>> values) {
+  std::vector<PendingPull> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (slices_.count(id)) return "";  // the first init wins
+    auto s = std::make_unique<Slice>();
+    s->id = id;
+    s->size = values->size();
+    s->values = std::move(values);
+    s->step = step;
+    s->opt = optim::make_optimizer(options_.optimizer, options_.learning_rate);
+    s->opt->init({s->size});
+    s->opt->set_iterations(step);
+    for (auto it = orphan_pulls_.begin(); it != orphan_pulls_.end();) {
+      if (it->slice != id) {
+        ++it;
+        continue;
+      }
+      if (it->min_step <= step) ready.push_back(std::move(*it));
+      else s->pending.push_back(std::move(*it));
+      it = orphan_pulls_.erase(it);
+    }
+    for (auto& p : ready) p.conn->send_params(id, s->step, s->values);
+    slices_[id] = std::move(s);
+  }
+  return "";
+}
+
+// The SyncReplicas rules for one slice (sync mode):
+//   a) step < global step: stale, dropped and counted.
+//   b) step > global step: impossible for a worker that pulled before
+//      pushing; a protocol error (it would mix steps).
+//   c) otherwise accumulate; the first gradient of a step is swapped in,
+//      not copied.
+//   d) at replicas_to_aggregate gradients: average, apply the optimizer,
+//      advance the global step, answer the pulls waiting for it. Later
+//      gradients for the old step (backup workers) fall under a).
+// Async mode applies every gradient at once and advances the step.
+std::string PsServer::Impl::push(Slice& s, int64_t step, std::vector<float>& grad) {
+  std::vector<PendingPull> ready;
+  std::shared_ptr<std::vector<float>> snapshot;
+  int64_t new_step = 0;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    const bool async = options_.mode == Mode::kAsync;
+    bool apply = async;
+    if (!async) {
+      if (step < s.step) {
+        ++stale_dropped_;
+        return "";
+      }
+      if (step > s.step) {
+        return "push for step " + std::to_string(step) + " of slice " + std::to_string(s.id) + " ahead of its global step " +
+               std::to_string(s.step) + " (a worker must pull before it pushes)";
+      }
+      if (s.count == 0) {
+        std::swap(s.accum, grad);
+        s.first_push = Clock::now();
+      } else {
+        float* a = s.accum.data();
+        const float* g = grad.data();
+        for (std::size_t i = 0; i < s.size; ++i) a[i] += g[i];
+      }
+      ++s.count;
+      apply = s.count == static_cast<int>(options_.replicas_to_aggregate);
+      if (apply && s.count > 1) {
+        const float scale = 1.0f / static_cast<float>(s.count);
+        for (auto& v : s.accum) v *= scale;
+      }
+    }
+    ++pushes_accepted_;
+    if (apply) {
+      if (s.values.use_count() > 1) s.values = std::make_shared<std::vector<float>>(*s.values);  // a pull is sending it
+      const float* g = async ? grad.data() : s.accum.data();
+      s.opt->step({{s.values->data(), g, s.size}});
+      ++s.step;
+      s.count = 0;
+      ++steps_applied_;
+      new_step = s.step;
+      snapshot = s.values;
+      for (auto it = s.pending.begin(); it != s.pending.end();) {
+        if (it->min_step <= s.step) {
+          ready.push_back(std::move(*it));
+          it = s.pending.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+  for (auto& p : ready) p.conn->send_params(s.id, new_step, snapshot);
+  return "";
+}
+
+void PsServer::Impl::pull(const std::shared_ptr<Connection>& c, uint32_t id, int64_t min_step) {
+  Slice* s = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.empty()) return c->send_error(failure_);
+    auto it = slices_.find(id);
+    if (it == slices_.end()) {
+      orphan_pulls_.push_back({c, min_step, id, Clock::now()});
+      return;
+    }
+    s = it->second.get();
+  }
+  std::lock_guard<std::mutex> lock(s->mu);
+  if (s->step >= min_step || options_.mode == Mode::kAsync) {
+    c->send_params(id, s->step, s->values);
+  } else {
+    s->pending.push_back({c, min_step, id, Clock::now()});
+  }
+}
+
+void PsServer::Impl::worker_done(int worker) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (done_.empty()) first_done_ = Clock::now();
+  done_.insert(worker);
+  spdlog::info("{}: worker {} done ({} of {})", name(), worker, done_.size(), options_.total_num_replicas);
+  check_finished_locked();
+}
+
+void PsServer::Impl::connection_lost(int worker, bool done) {
+  if (worker < 0 || done) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (done_.count(worker)) return;
+  spdlog::warn("{}: lost worker {} before it was done", name(), worker);
+  lost_.insert(worker);
+  check_finished_locked();
+}
+
+void PsServer::Impl::check_finished_locked() {
+  if (finished_ || !have_options_ || done_.empty()) return;
+  std::size_t accounted = done_.size();
+  for (int w : lost_) accounted += done_.count(w) ? 0 : 1;
+  if (accounted >= options_.total_num_replicas) {
+    if (!lost_.empty()) spdlog::warn("{}: finishing with {} worker(s) lost", name(), lost_.size());
+    finished_ = true;
+    cv_.notify_all();
+  }
+}
+
+void PsServer::Impl::fail(const std::string& reason, bool timeout) {
+  std::vector<std::shared_ptr<Connection>> to_tell;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    finished_ = true;
+    failure_ = reason;
+    failure_is_timeout_ = timeout;
+    for (auto& p : orphan_pulls_) to_tell.push_back(p.conn);
+    orphan_pulls_.clear();
+    for (auto& [id, s] : slices_) {
+      std::lock_guard<std::mutex> sl(s->mu);
+      for (auto& p : s->pending) to_tell.push_back(p.conn);
+      s->pending.clear();
+    }
+    cv_.notify_all();
+  }
+  spdlog::error("{}", reason);
+  for (auto& c : to_tell) c->send_error(reason);
+}
+
+// Every tick: a step that has waited for its missing gradients, or a pull
+// that has waited for its step or for the chief's init, longer than the
+// timeout fails the server (and tells every waiting worker why).
+void PsServer::Impl::watchdog() {
+  const int tick = std::max(10, std::min(100, opt_.timeout_ms / 10));
+  watchdog_timer_.expires_after(std::chrono::milliseconds(tick));
+  watchdog_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec) return;
+    const auto now = Clock::now();
+    const auto limit = std::chrono::milliseconds(opt_.timeout_ms);
+    std::string reason;
+    bool finish_anyway = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) return;
+      auto lost_list = [&] {
+        std::string l;
+        for (int w : lost_) l += (l.empty() ? "" : ", ") + std::to_string(w);
+        return l.empty() ? std::string("none disconnected") : "lost worker(s): " + l;
+      };
+      for (auto& p : orphan_pulls_) {
+        if (now - p.since > limit) {
+          reason = name() + ": slice " + std::to_string(p.slice) + " was not initialised by the chief within " +
+                   std::to_string(opt_.timeout_ms) + " ms (is worker 0 / the chief running?)";
+        }
+      }
+      for (auto& [id, s] : slices_) {
+        if (!reason.empty()) break;
+        std::lock_guard<std::mutex> sl(s->mu);
+        if (s->count > 0 && now - s->first_push > limit) {
+          reason = name() + ": timed out after " + std::to_string(opt_.timeout_ms) + " ms waiting for gradients of step " +
+                   std::to_string(s->step) + " (slice " + std::to_string(id) + " has " + std::to_string(s->count) + " of " +
+                   std::to_string(options_.replicas_to_aggregate) + "; " + lost_list() +
+                   "); a worker died and there are no backup workers to replace it";
+        }
+        for (auto& p : s->pending) {
+          if (reason.empty() && now - p.since > limit) {
+            reason = name() + ": timed out after " + std::to_string(opt_.timeout_ms) + " ms: step " + std::to_string(s->step) +
+                     " of slice " + std::to_string(id) + " never completed (" + lost_list() + ")";
+          }
+        }
+      }
+      if (reason.empty() && !done_.empty() && now - first_done_ > limit) finish_anyway = true;
+    }
+    if (!reason.empty()) return fail(reason, true);
+    if (finish_anyway) {
+      std::lock_guard<std::mutex> lock(mu_);
+      spdlog::warn("{}: {} of {} workers done; not waiting longer for the rest", name(), done_.size(), options_.total_num_replicas);
+      finished_ = true;
+      cv_.notify_all();
+      return;
+    }
+    watchdog();
+  });
+}
+
+void PsServer::Impl::stop() {
+  std::vector<std::shared_ptr<Connection>> conns;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    if (!finished_) {
+      finished_ = true;
+      failure_ = name() + ": stopped";
+    }
+    for (auto& w : conns_) {
+      if (auto c = w.lock()) conns.push_back(c);
+    }
+    cv_.notify_all();
+  }
+  asio::post(io_, [this] {
+    boost::system::error_code ec;
+    acceptor_.close(ec);
+    watchdog_timer_.cancel();
+  });
+  for (auto& c : conns) c->close();
+  conns.clear();
+  // Let the closes run, then end the io threads.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  io_.stop();
+  for (auto& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+  // Drop what still refers to connections so their sockets close now.
+  std::lock_guard<std::mutex> lock(mu_);
+  orphan_pulls_.clear();
+  for (auto& [id, s] : slices_) {
+    std::lock_guard<std::mutex> sl(s->mu);
+    s->pending.clear();
+  }
+}
+
+PsServer::PsServer(const ServerOptions& options) : impl_(std::make_unique<Impl>(options)) {}
+
+PsServer::~PsServer() { stop(); }
+
+unsigned short PsServer::port() const { return impl_->acceptor_.local_endpoint().port(); }
+
+void PsServer::start() {
+  impl_->accept();
+  impl_->watchdog();
+  for (int i = 0; i < std::max(1, impl_->opt_.threads); ++i) {
+    impl_->threads_.emplace_back([this] {
+      for (;;) {
+        try {
+          impl_->io_.run();
+          return;
+        } catch (const std::exception& e) {
+          spdlog::error("{}: io thread: {}", impl_->name(), e.what());
+        }
+      }
+    });
+  }
+}
+
+bool PsServer::wait_for(int ms) {
+  std::unique_lock<std::mutex> lock(impl_->mu_);
+  return impl_->cv_.wait_for(lock, std::chrono::milliseconds(ms), [this] { return impl_->finished_; });
+}
+
+void PsServer::wait() {
+  std::string failure;
+  bool timeout = false;
+  {
+    std::unique_lock<std::mutex> lock(impl_->mu_);
+    impl_->cv_.wait(lock, [this] { return impl_->finished_; });
+    failure = impl_->failure_;
+    timeout = impl_->failure_is_timeout_;
+  }
+  if (failure.empty()) return;
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let the error frames reach the workers
+  if (timeout) throw TimeoutError(failure);
+  throw CommError(failure);
+}
+
+void PsServer::stop() { impl_->stop(); }
+
+ServerStats PsServer::stats() const {
+  ServerStats s;
+  s.pushes_accepted = impl_->pushes_accepted_;
+  s.stale_dropped = impl_->stale_dropped_;
+  s.steps_applied = impl_->steps_applied_;
+  s.bad_frames = impl_->bad_frames_;
+  s.bytes_in = impl_->bytes_in_;
+  s.bytes_out = impl_->bytes_out_;
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  s.workers_done = static_cast<int>(impl_->done_.size());
+  return s;
+}
+
+int64_t PsServer::global_step(uint32_t slice) const {
+  Slice* s = impl_->find_slice(slice);
+  if (s == nullptr) return -1;
+  std::lock_guard<std::mutex> lock(s->mu);
+  return s->step;
+}
+
+}  // namespace muster::runtime::ps
