@@ -1,0 +1,140 @@
+// Collectives for data-parallel training: allreduce, broadcast, allgather,
+// barrier over CPU buffers, between the ranks of one mpirun job.
+//
+// Contract
+// - Every rank issues the same collectives in the same order (same count,
+//   dtype, op, root). muster does not negotiate: a mismatch is a caller bug.
+// - Calls may come from several threads. Each call is appended to one FIFO
+//   queue and executed in submission order by the Communicator's own progress
+//   thread; the synchronous forms are the asynchronous ones plus wait().
+// - Buffers belong to the caller and must stay valid (and, for the in-place
+//   allreduce, untouched) until the op's Handle is done.
+// - Never hangs: every wait on a peer carries a watchdog deadline. A peer that
+//   makes no progress for CommOptions::timeout raises TimeoutError naming it;
+//   a local peer that exits raises CommError naming it; MPI errors are
+//   returned (MPI_ERRORS_RETURN) and thrown as CommError. After a failure the
+//   Communicator is broken: every later op rethrows the first error.
+// - Without mpirun (no OMPI_COMM_WORLD_* in the environment and MPI not yet
+//   initialised) it is a size-1 world: allreduce/broadcast are no-ops (average
+//   leaves the data unchanged), allgather is a copy, barrier returns.
+//
+// Algorithms. kMpi hands the buffer to MPI's own MPI_Iallreduce; float16 and
+// bfloat16 use a user-defined MPI op that reduces in float. kRing is muster's
+// ring allreduce (see ring_allreduce.h): reduce-scatter then allgather over a
+// transport chosen per link, POSIX shared memory between ranks of one host
+// (shm/), MPI point-to-point otherwise (mpi/). kAuto picks kRing for buffers
+// of at least ring_threshold_bytes and kMpi below.
+//
+// Usage:
+//   auto comm = muster::runtime::comm::Communicator::create();
+//   comm->broadcast(params.data(), params.size(), DataType::kFloat32, 0);
+//   comm->allreduce(grads.data(), grads.size(), DataType::kFloat32, {ReduceOp::kAverage});
+//   Handle h = comm->allreduce_async(buf, n, DataType::kFloat16);   // ... h.wait();
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "muster/runtime/dtype.h"
+#include "muster/runtime/error.h"
+
+namespace muster::runtime::comm {
+
+enum class ReduceOp { kSum, kAverage, kMin, kMax };
+enum class Algorithm { kAuto, kMpi, kRing };
+// How the ring moves bytes between two ranks on the same host.
+enum class RingTransport { kAuto, kShm, kMpi };
+
+const char* reduce_op_name(ReduceOp op);
+const char* algorithm_name(Algorithm a);
+
+struct AllreduceOptions {
+  ReduceOp op = ReduceOp::kSum;
+  Algorithm algorithm = Algorithm::kAuto;
+};
+
+struct CommOptions {
+  // A peer silent this long -> TimeoutError naming it. The environment
+  // variable MUSTER_COMM_TIMEOUT_MS overrides it.
+  std::chrono::milliseconds timeout{60000};
+  // kAuto: ring at or above this many bytes, MPI below (bench/allreduce).
+  std::size_t ring_threshold_bytes = 64 * 1024;
+  // Ring links between ranks of one host: shared memory (kAuto, kShm) or MPI
+  // point-to-point (kMpi). MUSTER_COMM_RING_TRANSPORT=shm|mpi overrides it.
+  // Ranks on different hosts always use MPI point-to-point.
+  RingTransport ring_transport = RingTransport::kAuto;
+  // Ring pipelining: bytes per segment, and segments in flight per link.
+  std::size_t segment_bytes = 256 * 1024;
+  std::size_t segments_in_flight = 8;
+};
+
+namespace detail {
+struct OpState;
+}
+
+// The completion of one asynchronous op. Move-only; wait() blocks until the
+// op has run and rethrows its error (CommError, TimeoutError, ...). A Handle
+// may be dropped without waiting: the op still runs.
+class Handle {
+ public:
+  Handle();
+  explicit Handle(std::shared_ptr<detail::OpState> state);
+  Handle(Handle&&) noexcept;
+  Handle& operator=(Handle&&) noexcept;
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  ~Handle();
+
+  void wait();
+  bool done() const;
+  bool valid() const { return state_ != nullptr; }
+
+ private:
+  std::shared_ptr<detail::OpState> state_;
+};
+
+class Communicator {
+ public:
+  // Calls MPI_Init_thread if MPI is not initialised (and we run under
+  // mpirun), duplicates MPI_COMM_WORLD, sets MPI_ERRORS_RETURN on it, maps
+  // the shared-memory segment of this host and starts the progress thread.
+  // Collective: every rank calls it.
+  static std::unique_ptr<Communicator> create(const CommOptions& options = {});
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual int local_rank() const = 0;
+  virtual int local_size() const = 0;
+  // The options in force (after environment overrides).
+  virtual const CommOptions& options() const = 0;
+
+  // In place: `data` holds `count` elements on entry and the reduction of
+  // all ranks' buffers on return.
+  void allreduce(void* data, std::size_t count, DataType dtype, const AllreduceOptions& options = {});
+  virtual Handle allreduce_async(void* data, std::size_t count, DataType dtype,
+                                 const AllreduceOptions& options = {}) = 0;
+
+  // Root's `count` elements are copied into every rank's `data`.
+  void broadcast(void* data, std::size_t count, DataType dtype, int root);
+  virtual Handle broadcast_async(void* data, std::size_t count, DataType dtype, int root) = 0;
+
+  // Every rank contributes `count` elements; `recv` receives size()*count,
+  // rank i's block at i*count.
+  void allgather(const void* send, std::size_t count, DataType dtype, void* recv);
+  virtual Handle allgather_async(const void* send, std::size_t count, DataType dtype, void* recv) = 0;
+
+  // Like allgather with per-rank counts: *counts is resized to size() and
+  // filled with each rank's count, *recv to the concatenation in rank order
+  // (bytes, sum(counts) * dtype_size(dtype)).
+  virtual void allgatherv(const void* send, std::size_t count, DataType dtype, std::vector<char>* recv,
+                          std::vector<std::size_t>* counts) = 0;
+
+  void barrier();
+  virtual Handle barrier_async() = 0;
+};
+
+}  // namespace muster::runtime::comm

@@ -1,0 +1,98 @@
+#include "muster/runtime/comm/ring_allreduce.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "muster/runtime/comm/reduce.h"
+
+namespace muster::runtime::comm {
+namespace {
+
+struct Chunking {
+  std::size_t count;
+  int n;
+  std::size_t begin(int c) const {
+    const std::size_t base = count / static_cast<std::size_t>(n);
+    const std::size_t extra = count % static_cast<std::size_t>(n);
+    const std::size_t cc = static_cast<std::size_t>(c);
+    return cc * base + std::min(cc, extra);
+  }
+  std::size_t length(int c) const { return begin(c + 1) - begin(c); }
+};
+
+int mod(int a, int n) { return ((a % n) + n) % n; }
+
+enum class Arrival { kReduce, kCopy };
+
+// One ring step: send chunk `send_chunk` to the right while receiving chunk
+// `recv_chunk` from the left, both cut into segments of `seg_elems`.
+void ring_step(char* data, std::size_t esize, const Chunking& chunks, int send_chunk, int recv_chunk,
+               std::size_t seg_elems, Arrival arrival, DataType dtype, ReduceOp op, SendLink& send,
+               RecvLink& recv, Watchdog& watchdog) {
+  const std::size_t send_begin = chunks.begin(send_chunk), send_len = chunks.length(send_chunk);
+  const std::size_t recv_begin = chunks.begin(recv_chunk), recv_len = chunks.length(recv_chunk);
+  for (std::size_t off = 0; off < recv_len; off += seg_elems) {
+    recv.expect(std::min(seg_elems, recv_len - off) * esize);
+  }
+  std::size_t sent = 0, received = 0;  // elements
+  for (;;) {
+    bool moved = false;
+    if (sent < send_len) {
+      const std::size_t n = std::min(seg_elems, send_len - sent);
+      if (send.try_send(data + (send_begin + sent) * esize, n * esize)) {
+        sent += n;
+        moved = true;
+      }
+    }
+    if (received < recv_len) {
+      if (const void* seg = recv.try_recv()) {
+        const std::size_t n = std::min(seg_elems, recv_len - received);
+        char* dst = data + (recv_begin + received) * esize;
+        if (arrival == Arrival::kReduce) {
+          reduce_into(dst, seg, n, dtype, op);
+        } else {
+          std::memcpy(dst, seg, n * esize);
+        }
+        recv.release();
+        received += n;
+        moved = true;
+      }
+    }
+    if (sent == send_len && received == recv_len && send.flushed()) return;
+    if (moved) {
+      watchdog.progressed();
+    } else {
+      watchdog.idle(received < recv_len ? recv.peer() : send.peer());
+    }
+  }
+}
+
+}  // namespace
+
+void ring_allreduce(void* data, std::size_t count, DataType dtype, ReduceOp op, const RingContext& ctx,
+                    SendLink& send, RecvLink& recv, Watchdog& watchdog) {
+  const int n = ctx.size;
+  const int r = ctx.rank;
+  const std::size_t esize = dtype_size(dtype);
+  const std::size_t seg_elems = std::max<std::size_t>(ctx.segment_bytes / esize, 1);
+  char* bytes = static_cast<char*>(data);
+  const Chunking chunks{count, n};
+  if (n > 1) {
+    for (int s = 0; s < n - 1; ++s) {
+      ring_step(bytes, esize, chunks, mod(r - s, n), mod(r - s - 1, n), seg_elems, Arrival::kReduce, dtype, op,
+                send, recv, watchdog);
+    }
+  }
+  const int owned = mod(r + 1, n);
+  if (op == ReduceOp::kAverage) {
+    divide(bytes + chunks.begin(owned) * esize, chunks.length(owned), dtype, n);
+  }
+  if (n > 1) {
+    for (int s = 0; s < n - 1; ++s) {
+      ring_step(bytes, esize, chunks, mod(r + 1 - s, n), mod(r - s, n), seg_elems, Arrival::kCopy, dtype, op,
+                send, recv, watchdog);
+    }
+  }
+}
+
+}  // namespace muster::runtime::comm

@@ -1,0 +1,98 @@
+#include "muster/runtime/comm/shm/shm_peer_monitor.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "muster/runtime/error.h"
+
+namespace muster::runtime::comm::shm {
+namespace {
+
+int64_t monotonic_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// True when `pid` no longer runs: gone, or a zombie waiting to be reaped.
+bool process_exited(int64_t pid) {
+  if (pid <= 0) return false;
+  if (kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
+}
+
+}  // namespace
+
+ShmPeerMonitor::ShmPeerMonitor(ShmSegment* segment, int local_rank, int world_rank)
+    : segment_(segment), local_rank_(local_rank) {
+  PeerEntry* me = segment_->peer(local_rank_);
+  me->world_rank.store(world_rank);
+  me->heartbeat_ms.store(monotonic_ms());
+  me->pid.store(getpid());
+}
+
+void ShmPeerMonitor::begin_op(uint64_t seq) {
+  PeerEntry* me = segment_->peer(local_rank_);
+  me->op_seq.store(seq, std::memory_order_relaxed);
+  me->heartbeat_ms.store(monotonic_ms(), std::memory_order_relaxed);
+}
+
+void ShmPeerMonitor::heartbeat() {
+  segment_->peer(local_rank_)->heartbeat_ms.store(monotonic_ms(), std::memory_order_relaxed);
+}
+
+void ShmPeerMonitor::check_alive(const std::string& what) {
+  for (int i = 0; i < segment_->local_size(); ++i) {
+    if (i == local_rank_) continue;
+    const PeerEntry* p = segment_->peer(i);
+    const int64_t pid = p->pid.load();
+    if (process_exited(pid)) {
+      const int rank = static_cast<int>(p->world_rank.load());
+      throw CommError(what + ": rank " + std::to_string(rank) + " (pid " + std::to_string(pid) +
+                          ", this host) has exited; it did not finish op #" +
+                          std::to_string(p->op_seq.load() + 1) + ". Check that rank's log.",
+                      rank);
+    }
+  }
+}
+
+int ShmPeerMonitor::blame(uint64_t seq, std::chrono::milliseconds timeout, std::string* why) {
+  int culprit = -1;
+  uint64_t lowest = seq;
+  for (int i = 0; i < segment_->local_size(); ++i) {
+    const PeerEntry* p = segment_->peer(i);
+    const uint64_t s = p->op_seq.load();
+    if (i != local_rank_ && s < lowest) {
+      lowest = s;
+      culprit = static_cast<int>(p->world_rank.load());
+    }
+  }
+  if (culprit >= 0) {
+    std::ostringstream os;
+    os << "rank " << culprit << " has not started op #" << seq << "; its last op was #" << lowest;
+    *why = os.str();
+    return culprit;
+  }
+  const int64_t now = monotonic_ms();
+  int64_t stalest = timeout.count() / 2;
+  for (int i = 0; i < segment_->local_size(); ++i) {
+    if (i == local_rank_) continue;
+    const PeerEntry* p = segment_->peer(i);
+    const int64_t age = now - p->heartbeat_ms.load();
+    if (age > stalest) {
+      stalest = age;
+      culprit = static_cast<int>(p->world_rank.load());
+    }
+  }
+  if (culprit >= 0) *why = "rank " + std::to_string(culprit) + " has not polled for " + std::to_string(stalest) + " ms";
+  return culprit;
+}
+
+}  // namespace muster::runtime::comm::shm

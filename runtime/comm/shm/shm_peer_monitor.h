@@ -1,0 +1,29 @@
+// PeerMonitor over the ShmSegment's peer table: the ranks of this host
+// publish their pid, the op they are in and a heartbeat, so a rank that
+// times out can name the one that stalled, and a rank that exited is noticed
+// within 50 ms (kill(pid, 0) / zombie state) instead of after the timeout.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "muster/runtime/comm/shm/shm_segment.h"
+#include "muster/runtime/comm/watchdog.h"
+
+namespace muster::runtime::comm::shm {
+
+class ShmPeerMonitor : public PeerMonitor {
+ public:
+  ShmPeerMonitor(ShmSegment* segment, int local_rank, int world_rank);
+  void begin_op(uint64_t seq) override;
+  void heartbeat() override;
+  void check_alive(const std::string& what) override;
+  int blame(uint64_t seq, std::chrono::milliseconds timeout, std::string* why) override;
+
+ private:
+  ShmSegment* segment_;
+  int local_rank_;
+};
+
+}  // namespace muster::runtime::comm::shm

@@ -1,0 +1,72 @@
+// One POSIX shared-memory segment per Communicator per host, shared by the
+// ranks of that host. Layout (all 64-byte aligned):
+//
+//   Header     magic, local_size, slots per channel, slot bytes
+//   PeerEntry  x local_size   pid, world rank, op sequence, heartbeat
+//   Channel    x local_size   head, tail counters + `slots` slots
+//
+// Channel i is written only by local rank i (to its ring right neighbour)
+// and read only by that neighbour: single producer, single consumer.
+//
+// Protocol (ShmSegment::create_shared, collective over the host's ranks):
+//   a) local rank 0 creates "/muster-<pid>-<n>" (O_EXCL, 0600), sizes and
+//      maps it, and writes the header;
+//   b) it broadcasts the name (empty on failure) over the host communicator;
+//   c) the others open and map it, and all agree (allreduce) whether every
+//      rank succeeded;
+//   d) after a barrier rank 0 unlinks the name, so nothing is left behind in
+//      /dev/shm even if the job is killed; the mappings live on until unmap.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace muster::runtime::comm::shm {
+
+struct alignas(64) PeerEntry {
+  std::atomic<int64_t> pid;
+  std::atomic<int64_t> world_rank;
+  std::atomic<uint64_t> op_seq;
+  std::atomic<int64_t> heartbeat_ms;  // CLOCK_MONOTONIC, shared by the host
+};
+
+struct ChannelHeader {
+  alignas(64) std::atomic<uint64_t> head;  // segments published (producer)
+  alignas(64) std::atomic<uint64_t> tail;  // segments released (consumer)
+};
+
+class ShmSegment {
+ public:
+  // Collective over `local_comm`. Returns null on every rank when any rank
+  // could not create or map the segment (callers then fall back to MPI).
+  static std::unique_ptr<ShmSegment> create_shared(MPI_Comm local_comm, std::size_t slots,
+                                                   std::size_t slot_bytes);
+  ~ShmSegment();
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+
+  int local_size() const { return local_size_; }
+  std::size_t slots() const { return slots_; }
+  std::size_t slot_bytes() const { return slot_bytes_; }
+  PeerEntry* peer(int local_rank) const;
+  ChannelHeader* channel(int local_rank) const;
+  char* slot(int local_rank, std::size_t index) const;
+
+ private:
+  ShmSegment(void* base, std::size_t bytes, int local_size, std::size_t slots, std::size_t slot_bytes);
+  static std::size_t layout_bytes(int local_size, std::size_t slots, std::size_t slot_bytes);
+  std::size_t channel_offset(int local_rank) const;
+
+  char* base_;
+  std::size_t bytes_;
+  int local_size_;
+  std::size_t slots_;
+  std::size_t slot_bytes_;
+};
+
+}  // namespace muster::runtime::comm::shm

@@ -1,0 +1,75 @@
+#include "muster/runtime/comm/watchdog.h"
+
+#include <immintrin.h>
+#include <sched.h>
+#include <time.h>
+
+#include <utility>
+
+namespace muster::runtime::comm {
+
+namespace {
+constexpr auto kLivenessPeriod = std::chrono::milliseconds(50);
+}
+
+Watchdog::Watchdog(std::chrono::milliseconds timeout, PeerMonitor* monitor, uint64_t seq, std::string what)
+    : timeout_(timeout),
+      monitor_(monitor),
+      seq_(seq),
+      what_(std::move(what)),
+      last_progress_(Clock::now()),
+      next_liveness_check_(last_progress_ + kLivenessPeriod) {}
+
+void Watchdog::progressed() {
+  if (idle_rounds_ != 0) {
+    idle_rounds_ = 0;
+    last_progress_ = Clock::now();
+  }
+}
+
+void Watchdog::idle(int waiting_on) {
+  ++idle_rounds_;
+  if (idle_rounds_ == 1) {
+    last_progress_ = Clock::now();
+    return;
+  }
+  // Back off: spin briefly, then yield (another rank may be waiting for this
+  // core), then sleep in growing steps up to 200 us.
+  if (idle_rounds_ < 64) {
+    _mm_pause();
+    return;
+  }
+  if (idle_rounds_ < 2000) {
+    sched_yield();
+  } else {
+    const long ns = idle_rounds_ < 4000 ? 20000 : 200000;
+    timespec ts{0, ns};
+    nanosleep(&ts, nullptr);
+  }
+  const auto now = Clock::now();
+  if (monitor_ && now >= next_liveness_check_) {
+    next_liveness_check_ = now + kLivenessPeriod;
+    monitor_->heartbeat();
+    monitor_->check_alive(what_);
+  }
+  if (now - last_progress_ >= timeout_) expire(waiting_on);
+}
+
+void Watchdog::expire(int waiting_on) {
+  std::string why;
+  int culprit = monitor_ ? monitor_->blame(seq_, timeout_, &why) : -1;
+  if (culprit < 0) culprit = waiting_on;
+  std::string msg = what_ + ": ";
+  if (culprit >= 0) {
+    msg += "rank " + std::to_string(culprit) + " did not make progress within " +
+           std::to_string(timeout_.count()) + " ms";
+  } else {
+    msg += "a peer did not make progress within " + std::to_string(timeout_.count()) + " ms";
+  }
+  if (!why.empty()) msg += " (" + why + ")";
+  if (waiting_on >= 0 && waiting_on != culprit) msg += "; this rank was waiting on rank " + std::to_string(waiting_on);
+  msg += ". Check that rank's log; raise MUSTER_COMM_TIMEOUT_MS if it is only slow.";
+  throw TimeoutError(msg, culprit);
+}
+
+}  // namespace muster::runtime::comm

@@ -1,0 +1,58 @@
+// The deadline around every wait on a peer.
+//
+// A poll loop (ring step, MPI request test) calls progressed() whenever a
+// peer moved and idle() whenever nothing did. idle() backs off (spin, yield,
+// then short sleeps, so oversubscribed ranks leave the CPU to their peers),
+// asks the PeerMonitor every 50 ms whether a peer has exited, and once no
+// progress has been seen for `timeout` throws TimeoutError naming the peer
+// most likely at fault.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "muster/runtime/error.h"
+
+namespace muster::runtime::comm {
+
+// Knows about the other ranks' liveness (shared-memory peer table for the
+// ranks of this host). Called only from the progress thread.
+class PeerMonitor {
+ public:
+  virtual ~PeerMonitor() = default;
+  // This rank starts its op number `seq` (1, 2, ...).
+  virtual void begin_op(uint64_t seq) = 0;
+  // This rank is alive and polling.
+  virtual void heartbeat() = 0;
+  // Throws CommError naming a monitored peer that has exited.
+  virtual void check_alive(const std::string& what) = 0;
+  // The world rank most likely holding up op `seq` and why, or -1.
+  virtual int blame(uint64_t seq, std::chrono::milliseconds timeout, std::string* why) = 0;
+};
+
+class Watchdog {
+ public:
+  // `what` names the op in messages ("allreduce #12 (ring, 4096 float32)");
+  // `monitor` may be null.
+  Watchdog(std::chrono::milliseconds timeout, PeerMonitor* monitor, uint64_t seq, std::string what);
+
+  void progressed();
+  // `waiting_on` is the world rank the caller waits for, or -1 (a collective).
+  void idle(int waiting_on);
+  const std::string& what() const { return what_; }
+
+ private:
+  [[noreturn]] void expire(int waiting_on);
+
+  using Clock = std::chrono::steady_clock;
+  std::chrono::milliseconds timeout_;
+  PeerMonitor* monitor_;
+  uint64_t seq_;
+  std::string what_;
+  Clock::time_point last_progress_;
+  Clock::time_point next_liveness_check_;
+  uint32_t idle_rounds_ = 0;
+};
+
+}  // namespace muster::runtime::comm

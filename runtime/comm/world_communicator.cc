@@ -1,0 +1,304 @@
+#include "muster/runtime/comm/world_communicator.h"
+
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "muster/runtime/comm/mpi/mpi_link.h"
+#include "muster/runtime/comm/mpi/mpi_world.h"
+#include "muster/runtime/comm/reduce.h"
+#include "muster/runtime/comm/ring_allreduce.h"
+#include "muster/runtime/comm/shm/shm_link.h"
+
+namespace muster::runtime::comm {
+namespace {
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < 0 || x > INT_MAX) {
+    throw InvalidArgument(std::string(name) + "=" + v + " is not a non-negative integer");
+  }
+  return static_cast<int>(x);
+}
+
+CommOptions apply_env(CommOptions o) {
+  if (const char* v = std::getenv("MUSTER_COMM_TIMEOUT_MS"); v && *v) {
+    o.timeout = std::chrono::milliseconds(env_int("MUSTER_COMM_TIMEOUT_MS", 0));
+  }
+  if (const char* v = std::getenv("MUSTER_COMM_RING_TRANSPORT"); v && *v) {
+    const std::string t = v;
+    if (t == "shm") {
+      o.ring_transport = RingTransport::kShm;
+    } else if (t == "mpi") {
+      o.ring_transport = RingTransport::kMpi;
+    } else if (t == "auto") {
+      o.ring_transport = RingTransport::kAuto;
+    } else {
+      throw InvalidArgument("MUSTER_COMM_RING_TRANSPORT=" + t + ": expected shm, mpi or auto");
+    }
+  }
+  if (o.timeout.count() <= 0) throw InvalidArgument("CommOptions.timeout must be positive");
+  if (o.segment_bytes < 64) throw InvalidArgument("CommOptions.segment_bytes must be at least 64");
+  if (o.segments_in_flight == 0) throw InvalidArgument("CommOptions.segments_in_flight must be at least 1");
+  o.segment_bytes = (o.segment_bytes + 63) / 64 * 64;
+  return o;
+}
+
+void check_count(std::size_t count, const char* what) {
+  if (count > static_cast<std::size_t>(INT_MAX)) {
+    throw InvalidArgument(std::string(what) + ": count " + std::to_string(count) +
+                          " exceeds MPI's int limit; split the buffer");
+  }
+}
+
+std::string describe(const char* op, std::size_t count, DataType dtype, const char* extra = "") {
+  std::ostringstream os;
+  os << op << "(" << count << " x " << dtype_name(dtype) << extra << ")";
+  return os.str();
+}
+
+}  // namespace
+
+WorldCommunicator::WorldCommunicator(const CommOptions& options) : options_(apply_env(options)) {
+  with_mpi_ = mpi::launched_with_mpi();
+  if (with_mpi_) {
+    init_mpi();
+    init_links();
+  }
+  progress_ = std::make_unique<ProgressThread>();
+}
+
+WorldCommunicator::~WorldCommunicator() {
+  progress_.reset();  // drain and join before tearing down what ops use
+  send_link_.reset();
+  recv_link_.reset();
+  monitor_.reset();
+  segment_.reset();
+  if (with_mpi_ && !broken_) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) {
+      if (local_comm_ != MPI_COMM_NULL) MPI_Comm_free(&local_comm_);
+      if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    }
+  }
+}
+
+void WorldCommunicator::init_mpi() {
+  mpi::ensure_initialized();
+  mpi::check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup(MPI_COMM_WORLD)");
+  mpi::check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  mpi::check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local_comm_),
+             "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+  MPI_Comm_set_errhandler(local_comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(local_comm_, &shm_local_rank_);
+  MPI_Comm_size(local_comm_, &local_size_);
+  local_rank_ = shm_local_rank_;
+  // Open MPI's own view of the host wins where it is set (same values under mpirun).
+  local_rank_ = env_int("OMPI_COMM_WORLD_LOCAL_RANK", local_rank_);
+  local_size_ = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", local_size_);
+
+  // Which host is every rank on, and its index there: leader's world rank + local rank.
+  int leader = rank_;
+  mpi::check(MPI_Bcast(&leader, 1, MPI_INT, 0, local_comm_), "MPI_Bcast(host leader)");
+  int mine[2] = {leader, shm_local_rank_};
+  std::vector<int> all(2 * static_cast<std::size_t>(size_));
+  mpi::check(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, comm_), "MPI_Allgather(host map)");
+  host_of_.resize(static_cast<std::size_t>(size_));
+  local_of_.resize(static_cast<std::size_t>(size_));
+  for (int i = 0; i < size_; ++i) {
+    host_of_[static_cast<std::size_t>(i)] = all[2 * static_cast<std::size_t>(i)];
+    local_of_[static_cast<std::size_t>(i)] = all[2 * static_cast<std::size_t>(i) + 1];
+  }
+}
+
+void WorldCommunicator::init_links() {
+  int host_size = 1;
+  MPI_Comm_size(local_comm_, &host_size);
+  if (host_size > 1) {
+    segment_ = shm::ShmSegment::create_shared(local_comm_, options_.segments_in_flight, options_.segment_bytes);
+    if (segment_) monitor_ = std::make_unique<shm::ShmPeerMonitor>(segment_.get(), shm_local_rank_, rank_);
+  }
+  if (size_ == 1) return;
+  const int right = (rank_ + 1) % size_;
+  const int left = (rank_ + size_ - 1) % size_;
+  const bool use_shm = segment_ && options_.ring_transport != RingTransport::kMpi;
+  if (use_shm && host_of_[static_cast<std::size_t>(right)] == host_of_[static_cast<std::size_t>(rank_)]) {
+    send_link_ = std::make_unique<shm::ShmSendLink>(segment_.get(), shm_local_rank_, right);
+  } else {
+    send_link_ = std::make_unique<mpi::MpiSendLink>(comm_, right, options_.segments_in_flight);
+  }
+  if (use_shm && host_of_[static_cast<std::size_t>(left)] == host_of_[static_cast<std::size_t>(rank_)]) {
+    recv_link_ = std::make_unique<shm::ShmRecvLink>(segment_.get(), local_of_[static_cast<std::size_t>(left)], left);
+  } else {
+    recv_link_ = std::make_unique<mpi::MpiRecvLink>(comm_, left, options_.segment_bytes, options_.segments_in_flight);
+  }
+}
+
+std::string WorldCommunicator::ring_transport_name() const {
+  if (!send_link_) return "none";
+  const bool send_shm = dynamic_cast<shm::ShmSendLink*>(send_link_.get()) != nullptr;
+  const bool recv_shm = dynamic_cast<shm::ShmRecvLink*>(recv_link_.get()) != nullptr;
+  if (send_shm && recv_shm) return "shm";
+  if (!send_shm && !recv_shm) return "mpi";
+  return "mixed";
+}
+
+Handle WorldCommunicator::submit(std::string what, Op op) {
+  return progress_->submit([this, what = std::move(what), op = std::move(op)] {
+    const uint64_t seq = ++seq_;
+    if (broken_) std::rethrow_exception(broken_);
+    if (monitor_) monitor_->begin_op(seq);
+    Watchdog watchdog(options_.timeout, monitor_.get(), seq, what + " #" + std::to_string(seq) + " on rank " +
+                                                                 std::to_string(rank_));
+    try {
+      op(watchdog);
+    } catch (const CommError&) {
+      broken_ = std::current_exception();
+      mpi::mark_failed();
+      throw;
+    }
+  });
+}
+
+void WorldCommunicator::wait_request(MPI_Request* request, Watchdog& watchdog, const char* what) {
+  for (;;) {
+    int flag = 0;
+    MPI_Status status;
+    mpi::check(MPI_Test(request, &flag, &status), watchdog.what() + ": " + what);
+    if (flag) return;
+    watchdog.idle(-1);
+  }
+}
+
+Handle WorldCommunicator::allreduce_async(void* data, std::size_t count, DataType dtype,
+                                          const AllreduceOptions& options) {
+  if (count > 0 && data == nullptr) throw InvalidArgument("allreduce: null buffer with count " + std::to_string(count));
+  Algorithm algorithm = options.algorithm;
+  if (algorithm == Algorithm::kAuto) {
+    algorithm = count * dtype_size(dtype) >= options_.ring_threshold_bytes ? Algorithm::kRing : Algorithm::kMpi;
+  }
+  if (algorithm == Algorithm::kMpi) check_count(count, "allreduce");
+  const ReduceOp op = options.op;
+  std::string extra = std::string(", ") + reduce_op_name(op) + ", " + algorithm_name(algorithm);
+  return submit(describe("allreduce", count, dtype, extra.c_str()), [=](Watchdog& watchdog) {
+    if (count == 0 || size_ == 1) return;  // average of one rank is the data itself
+    if (algorithm == Algorithm::kRing) {
+      allreduce_ring(data, count, dtype, op, watchdog);
+    } else {
+      allreduce_mpi(data, count, dtype, op, watchdog);
+    }
+  });
+}
+
+void WorldCommunicator::allreduce_mpi(void* data, std::size_t count, DataType dtype, ReduceOp op,
+                                      Watchdog& watchdog) {
+  MPI_Request request;
+  mpi::check(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), mpi::datatype(dtype),
+                            mpi::reduce_op(op, dtype), comm_, &request),
+             watchdog.what() + ": MPI_Iallreduce");
+  wait_request(&request, watchdog, "MPI_Iallreduce");
+  if (op == ReduceOp::kAverage) divide(data, count, dtype, size_);
+}
+
+void WorldCommunicator::allreduce_ring(void* data, std::size_t count, DataType dtype, ReduceOp op,
+                                       Watchdog& watchdog) {
+  RingContext ctx;
+  ctx.rank = rank_;
+  ctx.size = size_;
+  ctx.segment_bytes = options_.segment_bytes;
+  ring_allreduce(data, count, dtype, op, ctx, *send_link_, *recv_link_, watchdog);
+}
+
+Handle WorldCommunicator::broadcast_async(void* data, std::size_t count, DataType dtype, int root) {
+  if (root < 0 || root >= size_) {
+    throw InvalidArgument("broadcast: root " + std::to_string(root) + " is not a rank of this " +
+                          std::to_string(size_) + "-rank world");
+  }
+  if (count > 0 && data == nullptr) throw InvalidArgument("broadcast: null buffer");
+  check_count(count, "broadcast");
+  const std::string extra = ", root " + std::to_string(root);
+  return submit(describe("broadcast", count, dtype, extra.c_str()), [=](Watchdog& watchdog) {
+    if (count == 0 || size_ == 1) return;
+    MPI_Request request;
+    mpi::check(MPI_Ibcast(data, static_cast<int>(count), mpi::datatype(dtype), root, comm_, &request),
+               watchdog.what() + ": MPI_Ibcast", root);
+    wait_request(&request, watchdog, "MPI_Ibcast");
+  });
+}
+
+Handle WorldCommunicator::allgather_async(const void* send, std::size_t count, DataType dtype, void* recv) {
+  if (count > 0 && (send == nullptr || recv == nullptr)) throw InvalidArgument("allgather: null buffer");
+  check_count(count * static_cast<std::size_t>(size_), "allgather");
+  return submit(describe("allgather", count, dtype), [=](Watchdog& watchdog) {
+    if (count == 0) return;
+    if (size_ == 1) {
+      if (recv != send) std::memmove(recv, send, count * dtype_size(dtype));
+      return;
+    }
+    MPI_Request request;
+    const MPI_Datatype t = mpi::datatype(dtype);
+    mpi::check(MPI_Iallgather(send, static_cast<int>(count), t, recv, static_cast<int>(count), t, comm_, &request),
+               watchdog.what() + ": MPI_Iallgather");
+    wait_request(&request, watchdog, "MPI_Iallgather");
+  });
+}
+
+void WorldCommunicator::allgatherv(const void* send, std::size_t count, DataType dtype, std::vector<char>* recv,
+                                   std::vector<std::size_t>* counts) {
+  if (!recv || !counts) throw InvalidArgument("allgatherv: recv and counts must not be null");
+  if (count > 0 && send == nullptr) throw InvalidArgument("allgatherv: null send buffer");
+  check_count(count, "allgatherv");
+  const std::size_t esize = dtype_size(dtype);
+  submit(describe("allgatherv", count, dtype), [=](Watchdog& watchdog) {
+    counts->assign(static_cast<std::size_t>(size_), 0);
+    if (size_ == 1) {
+      (*counts)[0] = count;
+      recv->assign(static_cast<const char*>(send), static_cast<const char*>(send) + count * esize);
+      return;
+    }
+    // a) everyone's count, b) the data at displacements from those counts.
+    uint64_t mine = count;
+    std::vector<uint64_t> all(static_cast<std::size_t>(size_));
+    MPI_Request request;
+    mpi::check(MPI_Iallgather(&mine, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm_, &request),
+               watchdog.what() + ": MPI_Iallgather(counts)");
+    wait_request(&request, watchdog, "MPI_Iallgather(counts)");
+    std::vector<int> icounts(static_cast<std::size_t>(size_)), displs(static_cast<std::size_t>(size_));
+    uint64_t total = 0;
+    for (int i = 0; i < size_; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      (*counts)[k] = static_cast<std::size_t>(all[k]);
+      if (total + all[k] > static_cast<uint64_t>(INT_MAX)) {
+        throw InvalidArgument("allgatherv: total count exceeds MPI's int limit");
+      }
+      icounts[k] = static_cast<int>(all[k]);
+      displs[k] = static_cast<int>(total);
+      total += all[k];
+    }
+    recv->assign(static_cast<std::size_t>(total) * esize, 0);
+    if (total == 0) return;
+    const MPI_Datatype t = mpi::datatype(dtype);
+    mpi::check(MPI_Iallgatherv(count ? send : recv->data(), static_cast<int>(count), t, recv->data(),
+                               icounts.data(), displs.data(), t, comm_, &request),
+               watchdog.what() + ": MPI_Iallgatherv");
+    wait_request(&request, watchdog, "MPI_Iallgatherv");
+  }).wait();
+}
+
+Handle WorldCommunicator::barrier_async() {
+  return submit("barrier", [=](Watchdog& watchdog) {
+    if (size_ == 1) return;
+    MPI_Request request;
+    mpi::check(MPI_Ibarrier(comm_, &request), watchdog.what() + ": MPI_Ibarrier");
+    wait_request(&request, watchdog, "MPI_Ibarrier");
+  });
+}
+
+}  // namespace muster::runtime::comm

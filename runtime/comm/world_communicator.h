@@ -1,0 +1,82 @@
+// The Communicator over MPI_COMM_WORLD (see communicator.h for the contract).
+//
+// Ownership: it owns a duplicate of MPI_COMM_WORLD (errors returned, not
+// fatal), the host communicator, the host's ShmSegment and peer monitor, the
+// two ring links, and the progress thread, which alone touches all of these
+// after construction. Ops are closures queued on the progress thread; each
+// one gets a sequence number (the same on every rank) and a Watchdog. The
+// first CommError breaks the Communicator: later ops rethrow it at once
+// instead of talking to peers in an unknown state.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "muster/runtime/comm/communicator.h"
+#include "muster/runtime/comm/link.h"
+#include "muster/runtime/comm/progress_thread.h"
+#include "muster/runtime/comm/shm/shm_peer_monitor.h"
+#include "muster/runtime/comm/shm/shm_segment.h"
+#include "muster/runtime/comm/watchdog.h"
+
+namespace muster::runtime::comm {
+
+class WorldCommunicator : public Communicator {
+ public:
+  explicit WorldCommunicator(const CommOptions& options);
+  ~WorldCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
+  const CommOptions& options() const override { return options_; }
+
+  Handle allreduce_async(void* data, std::size_t count, DataType dtype, const AllreduceOptions& options) override;
+  Handle broadcast_async(void* data, std::size_t count, DataType dtype, int root) override;
+  Handle allgather_async(const void* send, std::size_t count, DataType dtype, void* recv) override;
+  void allgatherv(const void* send, std::size_t count, DataType dtype, std::vector<char>* recv,
+                  std::vector<std::size_t>* counts) override;
+  Handle barrier_async() override;
+
+  // Which transport each ring link uses ("shm", "mpi" or "none"), for tests and logs.
+  std::string ring_transport_name() const;
+
+ private:
+  using Op = std::function<void(Watchdog&)>;
+  // Queues `op` under the sequence number, watchdog and broken-state rules.
+  Handle submit(std::string what, Op op);
+  void init_mpi();
+  void init_links();
+  // Polls an MPI request under the watchdog (a collective: no single peer).
+  void wait_request(MPI_Request* request, Watchdog& watchdog, const char* what);
+  void allreduce_mpi(void* data, std::size_t count, DataType dtype, ReduceOp op, Watchdog& watchdog);
+  void allreduce_ring(void* data, std::size_t count, DataType dtype, ReduceOp op, Watchdog& watchdog);
+
+  CommOptions options_;
+  bool with_mpi_ = false;
+  int rank_ = 0;
+  int size_ = 1;
+  int local_rank_ = 0;
+  int local_size_ = 1;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm local_comm_ = MPI_COMM_NULL;
+  std::vector<int> host_of_;   // world rank -> leader world rank of its host
+  std::vector<int> local_of_;  // world rank -> rank in its host communicator
+  int shm_local_rank_ = 0;     // this rank in local_comm_ (indexes the segment)
+  std::unique_ptr<shm::ShmSegment> segment_;
+  std::unique_ptr<shm::ShmPeerMonitor> monitor_;
+  std::unique_ptr<SendLink> send_link_;
+  std::unique_ptr<RecvLink> recv_link_;
+  uint64_t seq_ = 0;                   // progress thread only
+  std::exception_ptr broken_;          // progress thread only
+  std::unique_ptr<ProgressThread> progress_;  // last: stopped first
+};
+
+}  // namespace muster::runtime::comm

@@ -1,0 +1,14 @@
+# Collectives (runtime/comm): unit tests without MPI, and suites run under real
+# mpirun at 2, 3 and 4 ranks (odd counts exercise uneven ring chunks).
+function(muster_comm_mpi_program name)
+  add_executable(${name} ${ARGN})
+  muster_target_defaults(${name})
+  target_link_libraries(${name} PRIVATE muster_comm GTest::gtest)
+endfunction()
+
+muster_comm_mpi_program(comm_allreduce_test comm_allreduce_test.cc)
+muster_mpi_test(comm_allreduce_np2 NP 2 TARGET comm_allreduce_test TIMEOUT 300)
+muster_mpi_test(comm_allreduce_np3 NP 3 TARGET comm_allreduce_test TIMEOUT 300)
+muster_mpi_test(comm_allreduce_np4 NP 4 TARGET comm_allreduce_test TIMEOUT 300)
+# The ring's MPI point-to-point transport (what ranks on different hosts use).
+muster_mpi_test(comm_allreduce_mpi_links_np3 NP 3 TARGET comm_allreduce_test ARGS --transport=mpi TIMEOUT 300)
