@@ -1,0 +1,4 @@
+# The launch benchmark's worker: does nothing until it is stopped.
+import time
+
+time.sleep(600)
