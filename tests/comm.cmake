@@ -12,3 +12,14 @@ muster_mpi_test(comm_allreduce_np3 NP 3 TARGET comm_allreduce_test TIMEOUT 300)
 muster_mpi_test(comm_allreduce_np4 NP 4 TARGET comm_allreduce_test TIMEOUT 300)
 # The ring's MPI point-to-point transport (what ranks on different hosts use).
 muster_mpi_test(comm_allreduce_mpi_links_np3 NP 3 TARGET comm_allreduce_test ARGS --transport=mpi TIMEOUT 300)
+
+muster_comm_mpi_program(comm_collectives_test comm_collectives_test.cc)
+muster_mpi_test(comm_collectives_np2 NP 2 TARGET comm_collectives_test TIMEOUT 120)
+muster_mpi_test(comm_collectives_np3 NP 3 TARGET comm_collectives_test TIMEOUT 120)
+muster_mpi_test(comm_collectives_np4 NP 4 TARGET comm_collectives_test TIMEOUT 120)
+
+# Without mpirun: conversions, kernels, the ring on threads, a world of one.
+muster_gtest(comm_half_test SOURCES comm_half_test.cc DEPS muster_comm LABEL unit)
+muster_gtest(comm_reduce_test SOURCES comm_reduce_test.cc DEPS muster_comm LABEL unit)
+muster_gtest(comm_ring_test SOURCES comm_ring_test.cc DEPS muster_comm LABEL unit)
+muster_gtest(comm_single_process_test SOURCES comm_single_process_test.cc DEPS muster_comm LABEL unit)

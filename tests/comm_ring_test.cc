@@ -1,0 +1,133 @@
+// The ring algorithm with in-process ranks on threads, joined by in-memory
+// links: every world size 1..5 and uneven counts, plus the watchdog: a silent
+// peer makes the ring throw TimeoutError naming it, within the timeout.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "muster/runtime/comm/ring_allreduce.h"
+
+namespace muster::runtime::comm {
+namespace {
+
+// A bounded FIFO of segments between two threads.
+struct Pipe {
+  std::mutex mu;
+  std::deque<std::vector<char>> q;
+  std::vector<char> current;
+};
+
+class PipeSend : public SendLink {
+ public:
+  PipeSend(Pipe* p, int peer) : p_(p), peer_(peer) {}
+  bool try_send(const void* src, std::size_t bytes) override {
+    std::lock_guard<std::mutex> lock(p_->mu);
+    if (p_->q.size() >= 3) return false;
+    p_->q.emplace_back(static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
+    return true;
+  }
+  bool flushed() override { return true; }
+  int peer() const override { return peer_; }
+
+ private:
+  Pipe* p_;
+  int peer_;
+};
+
+class PipeRecv : public RecvLink {
+ public:
+  PipeRecv(Pipe* p, int peer) : p_(p), peer_(peer) {}
+  void expect(std::size_t) override {}
+  const void* try_recv() override {
+    std::lock_guard<std::mutex> lock(p_->mu);
+    if (p_->q.empty()) return nullptr;
+    return p_->q.front().data();
+  }
+  void release() override {
+    std::lock_guard<std::mutex> lock(p_->mu);
+    p_->q.pop_front();
+  }
+  int peer() const override { return peer_; }
+
+ private:
+  Pipe* p_;
+  int peer_;
+};
+
+void run_ring(int n, std::size_t count, ReduceOp op, std::size_t segment_bytes) {
+  std::vector<Pipe> pipes(static_cast<std::size_t>(n));  // pipe r: rank r -> rank r+1
+  std::vector<std::vector<double>> data(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    for (std::size_t i = 0; i < count; ++i) data[static_cast<std::size_t>(r)].push_back((r + 1) * 1000.0 + static_cast<double>(i % 97));
+  }
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        PipeSend send(&pipes[static_cast<std::size_t>(r)], (r + 1) % n);
+        PipeRecv recv(&pipes[static_cast<std::size_t>((r + n - 1) % n)], (r + n - 1) % n);
+        Watchdog watchdog(std::chrono::seconds(20), nullptr, 1, "test ring");
+        RingContext ctx{r, n, segment_bytes};
+        ring_allreduce(data[static_cast<std::size_t>(r)].data(), count, DataType::kFloat64, op, ctx, send, recv, watchdog);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) ASSERT_FALSE(e);
+  for (int r = 0; r < n; ++r) {
+    for (std::size_t i = 0; i < count; ++i) {
+      double want = 0;
+      for (int k = 0; k < n; ++k) {
+        const double v = (k + 1) * 1000.0 + static_cast<double>(i % 97);
+        want = k == 0 ? v : op == ReduceOp::kMax ? std::max(want, v) : want + v;
+      }
+      if (op == ReduceOp::kAverage) want /= n;
+      ASSERT_EQ(data[static_cast<std::size_t>(r)][i], want) << "n=" << n << " rank " << r << " i=" << i;
+    }
+  }
+}
+
+TEST(RingAllreduceTest, WorldSizesOneToFiveUnevenCounts) {
+  for (int n = 1; n <= 5; ++n) {
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{4}, std::size_t{13}, std::size_t{10007}}) {
+      run_ring(n, count, ReduceOp::kSum, 64 * 8);
+    }
+  }
+}
+
+TEST(RingAllreduceTest, AverageAndMaxWithTinySegments) {
+  run_ring(3, 1001, ReduceOp::kAverage, 64);
+  run_ring(4, 1001, ReduceOp::kMax, 8);  // one element per segment
+}
+
+TEST(RingAllreduceTest, SilentPeerTimesOutNamingIt) {
+  Pipe to_peer, from_peer;
+  PipeSend send(&to_peer, 1);
+  PipeRecv recv(&from_peer, 1);
+  Watchdog watchdog(std::chrono::milliseconds(300), nullptr, 4, "allreduce #4");
+  std::vector<double> data(100000, 1.0);
+  RingContext ctx{0, 2, 4096};
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    ring_allreduce(data.data(), data.size(), DataType::kFloat64, ReduceOp::kSum, ctx, send, recv, watchdog);
+    FAIL() << "ring finished without its peer";
+  } catch (const TimeoutError& e) {
+    EXPECT_EQ(e.rank(), 1);
+    EXPECT_NE(std::string(e.what()).find("rank 1 did not make progress within 300 ms"), std::string::npos) << e.what();
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, std::chrono::milliseconds(300));
+  EXPECT_LT(took, std::chrono::seconds(5));
+}
+
+}  // namespace
+}  // namespace muster::runtime::comm
