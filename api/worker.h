@@ -1,0 +1,100 @@
+// Worker: the object the REST API hands out, its status state machine, and
+// the typed requests that service/validation.cc builds from JSON bodies.
+//
+// Status state machine (can_transition() is the one place it is written):
+//
+//   scheduling -> starting -> running -> succeeded | failed | stopped | lost
+//        |            |
+//        |            +-> failed | timedout | stopped | lost
+//        +-> failed | stopped
+//
+// succeeded, failed, timedout, stopped and lost are terminal: a worker never
+// leaves them. `running` means the agent registered (ip_address is known).
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "muster/api/status.h"
+
+namespace muster::api {
+
+enum class WorkerStatus {
+  kScheduling,  // accepted, the backend has not been asked yet
+  kStarting,    // the backend started the agent; it has not registered yet
+  kRunning,     // the agent registered its IP and runs (or holds) the script
+  kSucceeded,   // the script exited 0
+  kFailed,      // the script exited non-zero, or the agent/backend failed
+  kTimedOut,    // the agent never registered within the startup timeout
+  kStopped,     // stopped through the API
+  kLost,        // the agent stopped heartbeating
+};
+
+// "scheduling", "starting", ... (the wire names).
+const char* worker_status_name(WorkerStatus status);
+std::optional<WorkerStatus> parse_worker_status(std::string_view name);
+bool is_terminal(WorkerStatus status);
+bool can_transition(WorkerStatus from, WorkerStatus to);
+
+// The worker object of the REST API (see api/openapi.yaml, schema Worker).
+struct Worker {
+  std::string id;
+  WorkerStatus status = WorkerStatus::kScheduling;
+  std::string ip_address = "unknown";
+  std::optional<int> port;  // the port the agent reserved (clusters), else null
+  double cpu = 1.0;
+  double memory = 1.0;  // GiB
+  int nvidia_gpu = 0;
+  std::string kernel = "python3";
+  std::string script;  // as the caller gave it, relative to the project dir
+  std::optional<std::string> cluster_id;
+  std::string created_at;  // RFC 3339 UTC
+  std::optional<std::string> started_at;
+  std::optional<std::string> finished_at;
+  std::optional<int> exit_code;
+  std::string reason;  // why the worker is in its status; "" when nothing to say
+};
+
+nlohmann::json to_json(const Worker& worker);
+// Inverse of to_json (used by the state store); names the bad field.
+Result<Worker> worker_from_json(const nlohmann::json& j);
+
+// Kernels: how the agent runs the script (documented in api/openapi.yaml).
+inline constexpr const char* kKernelPython3 = "python3";       // .py with python3 -u, .sh with bash,
+                                                               // other executables directly; code: python3 -c
+inline constexpr const char* kKernelBash = "bash";             // script or code with bash
+inline constexpr const char* kKernelExecutable = "executable";  // the script file is executed directly
+
+// POST /api/v1/workers, validated.
+struct LaunchRequest {
+  int n = 1;
+  double cpu = 1.0;
+  double memory = 1.0;
+  int nvidia_gpu = 0;
+  std::string kernel = kKernelPython3;
+  std::string script;                  // as given
+  std::filesystem::path script_path;   // canonical, inside the project dir ("" with code)
+  std::string code;
+  std::map<std::string, std::string> env;
+  std::vector<std::string> args;
+};
+
+// POST /api/v1/workers/await, validated.
+struct AwaitRequest {
+  std::vector<std::string> ids;
+  bool wait_for_completion = true;
+  double timeout_seconds = 60;  // 0: no timeout
+};
+
+// POST /api/v1/workers/stop, validated. Empty ids: every worker.
+struct StopRequest {
+  std::vector<std::string> ids;
+};
+
+}  // namespace muster::api
