@@ -1,0 +1,86 @@
+#include "muster/service/auth.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <system_error>
+
+#include <openssl/rand.h>
+
+namespace muster::service {
+
+std::string random_hex(size_t n_bytes) {
+  std::string bytes(n_bytes, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(bytes.data()), static_cast<int>(n_bytes)) != 1) {
+    std::ifstream urandom("/dev/urandom", std::ios::binary);
+    urandom.read(bytes.data(), static_cast<std::streamsize>(n_bytes));
+  }
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * n_bytes);
+  for (unsigned char c : bytes) {
+    out.push_back(kHex[c >> 4]);
+    out.push_back(kHex[c & 15]);
+  }
+  return out;
+}
+
+api::Result<std::string> load_or_create_token(const std::filesystem::path& state_dir) {
+  const auto path = state_dir / "token";
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) {
+    std::ifstream in(path);
+    std::string token;
+    std::getline(in, token);
+    if (token.size() >= 32) return token;
+    return api::internal_error("token file " + path.string() + " is empty or too short; delete it to regenerate");
+  }
+  std::string token = random_hex(32);
+  const auto tmp = state_dir / "token.tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return api::internal_error("cannot create " + tmp.string() + ": " + std::strerror(errno));
+  ::fchmod(fd, 0600);
+  const std::string line = token + "\n";
+  bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    return api::internal_error("cannot write " + path.string() + ": " + std::strerror(errno));
+  }
+  return token;
+}
+
+bool tokens_equal(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+api::Status Authenticator::check(AuthKind kind, const std::string& authorization,
+                                 const std::string& worker_id) const {
+  if (kind == AuthKind::kNone) return api::Status::ok();
+  static const std::string kPrefix = "Bearer ";
+  if (authorization.compare(0, kPrefix.size(), kPrefix) != 0) {
+    return api::Status(api::ErrorCode::kUnauthenticated,
+                       "missing 'Authorization: Bearer <token>' header (the token is in <state-dir>/token)");
+  }
+  const std::string token = authorization.substr(kPrefix.size());
+  const bool is_daemon = tokens_equal(token, daemon_token_);
+  const auto agent_worker = is_daemon ? std::nullopt : lookup_(token);
+  if (!is_daemon && !agent_worker) {
+    return api::Status(api::ErrorCode::kUnauthenticated, "unknown bearer token");
+  }
+  if (kind == AuthKind::kUser) {
+    if (is_daemon) return api::Status::ok();
+    return api::Status(api::ErrorCode::kPermissionDenied, "an agent token may only call /api/v1/agent/ routes");
+  }
+  // kAgent
+  if (agent_worker && *agent_worker == worker_id) return api::Status::ok();
+  return api::Status(api::ErrorCode::kPermissionDenied,
+                     "this token may not act for worker '" + worker_id + "'");
+}
+
+}  // namespace muster::service

@@ -1,0 +1,52 @@
+#include "muster/service/cluster_routes.h"
+
+namespace muster::service {
+
+using nlohmann::json;
+
+void register_cluster_routes(Router& router, ClusterManager& clusters, int max_workers) {
+  router.add("POST", "/api/v1/clusters", AuthKind::kUser, [&clusters, max_workers](const Request& req, Reply reply) {
+    auto parsed = parse_cluster_request(req.body, max_workers);
+    if (!parsed) return reply(error_response(parsed.status()));
+    auto created = clusters.create(parsed.value());
+    if (!created) return reply(error_response(created.status()));
+    reply(json_response(201, created->to_json()));
+  });
+
+  router.add("GET", "/api/v1/clusters", AuthKind::kUser, [&clusters](const Request&, Reply reply) {
+    json out = json::array();
+    for (const auto& c : clusters.list()) out.push_back(c.to_json());
+    reply(json_response(200, {{"clusters", out}}));
+  });
+
+  router.add("GET", "/api/v1/clusters/{id}", AuthKind::kUser, [&clusters](const Request& req, Reply reply) {
+    auto c = clusters.get(req.params.at("id"));
+    if (!c) return reply(error_response(c.status()));
+    reply(json_response(200, c->to_json()));
+  });
+
+  router.add("POST", "/api/v1/clusters/{id}/stop", AuthKind::kUser, [&clusters](const Request& req, Reply reply) {
+    auto c = clusters.stop(req.params.at("id"));
+    if (!c) return reply(error_response(c.status()));
+    reply(json_response(200, c->to_json()));
+  });
+}
+
+}  // namespace muster::service
+
+namespace muster::service {
+
+std::unique_ptr<ClusterManager> start_clusters(Router& router, WorkerRegistry& registry, ClusterStore* store,
+                                               const Clock& clock, const std::filesystem::path& state_dir,
+                                               const std::filesystem::path& project_dir, int max_workers,
+                                               const std::filesystem::path& agent_path) {
+  ClusterManagerOptions options;
+  options.state_dir = state_dir;
+  options.validation = {max_workers, project_dir};
+  options.ps_program = agent_path.parent_path() / "muster-ps";
+  auto manager = std::make_unique<ClusterManager>(options, registry, store, clock, make_process_launcher());
+  register_cluster_routes(router, *manager, max_workers);
+  return manager;
+}
+
+}  // namespace muster::service

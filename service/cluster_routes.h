@@ -1,0 +1,26 @@
+// The /api/v1/clusters routes (see api/openapi.yaml, tag clusters).
+#pragma once
+
+#include "muster/service/cluster_manager.h"
+#include "muster/service/router.h"
+
+namespace muster::service {
+
+// Adds POST/GET /api/v1/clusters, GET /api/v1/clusters/{id} and
+// POST /api/v1/clusters/{id}/stop. `clusters` outlives the router.
+void register_cluster_routes(Router& router, ClusterManager& clusters, int max_workers);
+
+}  // namespace muster::service
+
+namespace muster::service {
+
+// musterd's one call for clusters: builds the manager (PS program
+// `muster-ps` beside the agent, cluster files under <state_dir>/clusters),
+// registers the routes, and returns the manager, which must be destroyed
+// before `registry`. Call restore() on it next.
+std::unique_ptr<ClusterManager> start_clusters(Router& router, WorkerRegistry& registry, ClusterStore* store,
+                                               const Clock& clock, const std::filesystem::path& state_dir,
+                                               const std::filesystem::path& project_dir, int max_workers,
+                                               const std::filesystem::path& agent_path);
+
+}  // namespace muster::service

@@ -1,0 +1,91 @@
+// Cluster: the object of /api/v1/clusters, its request, and their JSON.
+//
+// A cluster is a group of workers started together for one distributed job:
+// - mode "ps": n_ps parameter servers + n_workers workers that rendezvous
+//   (each reserves a port, the daemon builds the ClusterSpec and releases
+//   every task with its own TF_CONFIG);
+// - mode "mpi": n_workers idle workers whose IPs make the hostfile and the
+//   horovodrun/mpirun lines; with launch=true the daemon runs the mpirun line.
+//
+// Status: starting -> running -> succeeded | failed | stopped
+//         starting -> failed | stopped
+// The terminal statuses are never left.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "muster/api/status.h"
+
+namespace muster::service {
+
+enum class ClusterStatus { kStarting, kRunning, kSucceeded, kFailed, kStopped };
+const char* cluster_status_name(ClusterStatus status);
+std::optional<ClusterStatus> parse_cluster_status(const std::string& name);
+bool is_terminal(ClusterStatus status);
+
+enum class ClusterMode { kPs, kMpi };
+const char* cluster_mode_name(ClusterMode mode);
+
+// POST /api/v1/clusters, validated (scripts are resolved when the tasks are
+// launched, by the worker validation, so they are checked exactly as there).
+struct ClusterRequest {
+  ClusterMode mode = ClusterMode::kPs;
+  int n_workers = 1;
+  int n_ps = 0;
+  double cpu = 1.0;
+  double memory = 1.0;
+  int nvidia_gpu = 0;
+  std::string worker_script;  // "" in ps mode: workers wait to be stopped
+  std::vector<std::string> args;
+  std::map<std::string, std::string> env;
+  std::string ps_script;            // "" : muster-ps if installed, else wait
+  int slots = 1;                    // mpi: slots per worker
+  int ssh_port = 2222;              // mpi
+  std::string network_interface;    // mpi: -mca btl_tcp_if_include / NCCL_SOCKET_IFNAME
+  double timeout_seconds = 60;      // rendezvous limit; 0 = none
+  bool launch = true;               // mpi: run the mpirun line
+
+  nlohmann::json to_json() const;
+};
+
+// Types and ranges only; `max_workers` bounds n_ps + n_workers.
+api::Result<ClusterRequest> parse_cluster_request(const nlohmann::json& body, int max_workers);
+// The inverse of to_json, for the store (no range checks beyond types).
+api::Result<ClusterRequest> cluster_request_from_json(const nlohmann::json& j);
+
+// One task of the cluster: which worker plays it.
+struct ClusterTask {
+  std::string type;  // "ps", "worker"
+  int index = 0;
+  std::string worker_id;
+};
+
+// The cluster object of the REST API (schema Cluster in api/openapi.yaml).
+struct Cluster {
+  std::string id;
+  ClusterRequest request;
+  ClusterStatus status = ClusterStatus::kStarting;
+  std::vector<ClusterTask> tasks;   // ps tasks then worker tasks, index order
+  nlohmann::json cluster_spec;      // null until every task registered (ps)
+  std::vector<std::string> horovodrun_argv;  // mpi, once the IPs are known
+  std::vector<std::string> mpirun_argv;
+  std::string hostfile;
+  std::string reason;
+  std::string created_at;
+  std::optional<std::string> finished_at;
+  std::optional<int> launcher_exit_code;  // mpi launch=true
+
+  // `workers` as {"ps": [ids], "worker": [ids]} in index order.
+  nlohmann::json workers_json() const;
+  nlohmann::json to_json() const;       // the API object
+  nlohmann::json to_record() const;     // to_json() plus the request, for the store
+  static api::Result<Cluster> from_record(const nlohmann::json& j);
+  std::string task_name(const ClusterTask& task) const;  // "worker 1 (id 3fa9c0)"
+};
+
+}  // namespace muster::service

@@ -1,0 +1,194 @@
+// musterd: the daemon. Start-up order matters and is:
+//  1. flags, state dir, token;
+//  2. the backend (before listening: a container bridge must exist before
+//     agents call in);
+//  3. the listen port (port 0: pick a free one), the state store, the
+//     registry (restoring the workers of an earlier daemon), the routes;
+//  4. the listener; then <state-dir>/musterd.json and the line
+//     "musterd listening on http://HOST:PORT" on stdout (SDKs and tests
+//     wait for it);
+//  5. the main thread ticks the registry every 100 ms until SIGTERM/SIGINT.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "muster/service/agent_routes.h"
+#include "muster/service/auth.h"
+#include "muster/service/clock.h"
+#include "muster/service/http_server.h"
+#include "muster/service/registry.h"
+#include "muster/service/router.h"
+#include "muster/service/store.h"
+#include "muster/service/worker_routes.h"
+#include "muster/workers/factory.h"
+
+namespace fs = std::filesystem;
+using namespace muster;
+
+namespace {
+
+int fail(const std::string& what, const api::Status& s) {
+  spdlog::critical("{}: {}", what, s.message());
+  return 1;
+}
+
+bool write_daemon_file(const fs::path& state_dir, const std::string& url) {
+  const fs::path tmp = state_dir / "musterd.json.tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << nlohmann::json{{"url", url}, {"pid", ::getpid()}}.dump() << "\n";
+    if (!out.flush()) return false;
+  }
+  std::error_code ec;
+  fs::rename(tmp, state_dir / "musterd.json", ec);
+  return !ec;
+}
+
+std::chrono::milliseconds seconds(double s) { return std::chrono::milliseconds(static_cast<long>(s * 1000)); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"musterd: launches workers for distributed training and serves the muster REST API"};
+  std::string listen = "127.0.0.1:7878";
+  std::string project_dir = fs::current_path().string();
+  const char* home = std::getenv("HOME");
+  std::string state_dir = std::string(home ? home : "/tmp") + "/.muster";
+  std::string backend_name = "local";
+  std::vector<std::string> backend_opts;
+  int max_workers = 64;
+  double startup_timeout = 60, heartbeat_timeout = 10, heartbeat_interval = 2, stop_grace = 3;
+  size_t max_body = 1 << 20;
+  std::string agent_path;
+  std::string log_level = "info";
+  app.add_option("--listen", listen, "HOST:PORT to listen on (port 0: any free port)");
+  app.add_option("--project-dir", project_dir, "scripts are resolved inside this directory");
+  app.add_option("--state-dir", state_dir, "token, state database, worker logs");
+  app.add_option("--backend", backend_name, "where workers run: local, container, ssh");
+  app.add_option("--backend-opt", backend_opts, "backend setting key=value (repeatable)");
+  app.add_option("--max-workers", max_workers, "largest n of one launch")->check(CLI::Range(1, 100000));
+  app.add_option("--startup-timeout", startup_timeout, "seconds for an agent to register before timedout");
+  app.add_option("--heartbeat-timeout", heartbeat_timeout, "seconds without heartbeat before lost");
+  app.add_option("--heartbeat-interval", heartbeat_interval, "seconds between agent heartbeats");
+  app.add_option("--stop-grace", stop_grace, "seconds between SIGTERM and SIGKILL when stopping");
+  app.add_option("--max-body-bytes", max_body, "largest request body accepted (413 above)");
+  app.add_option("--agent-path", agent_path, "the agent program (default: muster-agent beside musterd)");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_level(spdlog::level::from_str(log_level));
+
+  // Signals are taken by the main thread only (sigtimedwait below).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  // 1. State dir and token.
+  std::error_code ec;
+  fs::create_directories(state_dir, ec);
+  fs::permissions(state_dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  const fs::path state = fs::canonical(state_dir, ec);
+  if (ec) return fail("state dir", api::internal_error("cannot create " + state_dir));
+  const fs::path project = fs::canonical(project_dir, ec);
+  if (ec || !fs::is_directory(project)) {
+    return fail("project dir", api::invalid_argument(project_dir + " is not a directory"));
+  }
+  auto token = service::load_or_create_token(state);
+  if (!token) return fail("token", token.status());
+  if (agent_path.empty()) agent_path = (fs::read_symlink("/proc/self/exe").parent_path() / "muster-agent").string();
+
+  // 2. The backend.
+  workers::BackendOptions bopts;
+  bopts.name = backend_name;
+  bopts.state_dir = state;
+  for (const auto& kv : backend_opts) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos) return fail("--backend-opt", api::invalid_argument("expected key=value: " + kv));
+    bopts.options[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  auto backend = workers::create_backend(bopts);
+  if (!backend) return fail("backend", backend.status());
+
+  // 3. Port, store, registry, routes.
+  const auto colon = listen.rfind(':');
+  if (colon == std::string::npos) return fail("--listen", api::invalid_argument("expected HOST:PORT: " + listen));
+  service::HttpServerOptions http;
+  http.host = listen.substr(0, colon);
+  http.port = std::atoi(listen.c_str() + colon + 1);
+  http.max_body_bytes = max_body;
+  const bool any_port = http.port == 0;
+  if (any_port) {
+    auto port = service::pick_free_port(http.host);
+    if (!port) return fail("--listen", port.status());
+    http.port = port.value();
+  }
+  auto store = service::Store::open((state / "musterd.db").string());
+  if (!store) return fail("state database", store.status());
+
+  service::SystemClock clock;
+  service::RegistryOptions ropts;
+  ropts.state_dir = state;
+  ropts.project_dir = project;
+  ropts.agent_path = agent_path;
+  ropts.master_ip = backend.value()->master_address();
+  ropts.startup_timeout = seconds(startup_timeout);
+  ropts.heartbeat_timeout = seconds(heartbeat_timeout);
+  ropts.heartbeat_interval = seconds(heartbeat_interval);
+  ropts.stop_grace = seconds(stop_grace);
+  // The agent URL is fixed below, once the port is final.
+  std::unique_ptr<service::WorkerRegistry> registry;
+  service::Router router;
+  std::unique_ptr<service::Authenticator> auth;
+  std::unique_ptr<service::HttpServer> server;
+  for (int attempt = 0;; ++attempt) {
+    ropts.agent_url = "http://" + ropts.master_ip + ":" + std::to_string(http.port);
+    registry = std::make_unique<service::WorkerRegistry>(ropts, *backend.value(), store.value().get(), clock);
+    if (auto s = registry->restore(); !s) return fail("restoring state", s);
+    router = service::Router();
+    service::register_worker_routes(router, *registry, {max_workers, project});
+    service::register_agent_routes(router, *registry);
+    auth = std::make_unique<service::Authenticator>(
+        token.value(), [r = registry.get()](const std::string& t) { return r->worker_for_agent_token(t); });
+    server = std::make_unique<service::HttpServer>(http, router, *auth);
+    // 4. Listen.
+    auto s = server->start();
+    if (s) break;
+    if (!any_port || attempt >= 5) return fail("listen", s);
+    server.reset();
+    registry.reset();
+    auto port = service::pick_free_port(http.host);
+    if (!port) return fail("--listen", port.status());
+    http.port = port.value();
+  }
+  const std::string url =
+      "http://" + (http.host == "0.0.0.0" ? std::string("127.0.0.1") : http.host) + ":" + std::to_string(http.port);
+  if (!write_daemon_file(state, url)) spdlog::warn("cannot write {}/musterd.json", state.string());
+  std::cout << "musterd listening on " << url << std::endl;
+  spdlog::info("backend {} (workers reach the daemon at {}), project {}, state {}", backend.value()->name(),
+               ropts.agent_url, project.string(), state.string());
+
+  // 5. Tick until told to stop.
+  const timespec tick = {0, 100'000'000};
+  for (;;) {
+    const int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig == SIGTERM || sig == SIGINT) {
+      spdlog::info("signal {}: shutting down", sig);
+      break;
+    }
+    registry->tick();
+  }
+  server->stop();
+  backend.value()->shutdown();
+  fs::remove(state / "musterd.json", ec);
+  return 0;
+}

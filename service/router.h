@@ -1,0 +1,78 @@
+// Router: the daemon's route table. Each route is (method, path pattern,
+// who may call it, handler); patterns use `{id}` for one path segment.
+//
+// Adding a route group from another file (clusters, engineer B): write
+//   void register_cluster_routes(Router& router, ClusterManager& clusters);
+// in service/cluster_routes.cc, calling router.add(...) for each route, and
+// call it from service/main.cc next to register_worker_routes(). Routes are
+// matched literal-segments-first, so /api/v1/clusters/await beats
+// /api/v1/clusters/{id}. Every route must also be listed in api/openapi.yaml
+// (tests/http_server_test.cc checks it).
+//
+// Handlers reply through `reply`, exactly once, from any thread and at any
+// later time: a handler that waits (await, long-poll) stores `reply` and
+// returns at once, so the listener's threads are never pinned.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "muster/api/status.h"
+#include "muster/service/auth.h"
+
+namespace muster::service {
+
+struct Request {
+  std::string method;  // "GET", "POST"
+  std::string path;
+  std::map<std::string, std::string> params;  // {id} -> value
+  std::map<std::string, std::string> query;
+  nlohmann::json body;  // null when the body is empty
+};
+
+struct Response {
+  int http_status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+};
+
+// The one place an api::Status becomes an HTTP response:
+// {"error":{"code":"invalid_argument","message":"...","field":"n"}}.
+Response error_response(const api::Status& status);
+int http_status_of(api::ErrorCode code);
+Response json_response(int http_status, const nlohmann::json& body);
+
+using Reply = std::function<void(Response)>;
+using Handler = std::function<void(const Request&, Reply)>;
+
+struct Route {
+  std::string method;
+  std::string pattern;
+  AuthKind auth = AuthKind::kUser;
+  Handler handler;
+};
+
+class Router {
+ public:
+  void add(std::string method, std::string pattern, AuthKind auth, Handler handler);
+
+  struct Match {
+    const Route* route;
+    std::map<std::string, std::string> params;
+  };
+  // not_found names the method and path when nothing matches.
+  api::Result<Match> match(const std::string& method, const std::string& path) const;
+
+  // The table, for tests and the openapi check.
+  const std::vector<Route>& routes() const { return routes_; }
+
+ private:
+  std::vector<Route> routes_;
+};
+
+}  // namespace muster::service

@@ -1,0 +1,225 @@
+#include "muster/service/validation.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <set>
+#include <system_error>
+
+namespace muster::service {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+api::Status check_fields(const json& body, const std::set<std::string>& allowed) {
+  if (!body.is_object()) return api::invalid_argument("the request body must be a JSON object");
+  for (const auto& item : body.items()) {
+    if (!allowed.count(item.key())) {
+      return api::invalid_argument("unknown field '" + item.key() + "'", item.key());
+    }
+  }
+  return api::Status::ok();
+}
+
+bool has_nul(const std::string& s) { return s.find('\0') != std::string::npos; }
+
+api::Status get_string(const json& body, const char* field, std::string* out) {
+  if (!body.contains(field)) return api::Status::ok();
+  const json& v = body.at(field);
+  if (!v.is_string()) return api::invalid_argument(std::string(field) + " must be a string", field);
+  *out = v.get<std::string>();
+  if (has_nul(*out)) return api::invalid_argument(std::string(field) + " must not contain NUL characters", field);
+  return api::Status::ok();
+}
+
+api::Status get_int(const json& body, const char* field, int* out) {
+  if (!body.contains(field)) return api::Status::ok();
+  const json& v = body.at(field);
+  if (!v.is_number_integer()) return api::invalid_argument(std::string(field) + " must be an integer", field);
+  if (v.is_number_unsigned() ? v.get<uint64_t>() > 1'000'000'000ull
+                             : std::llabs(v.get<int64_t>()) > 1'000'000'000ll) {
+    return api::invalid_argument(std::string(field) + " is out of range", field);
+  }
+  *out = static_cast<int>(v.get<int64_t>());
+  return api::Status::ok();
+}
+
+api::Status get_positive_number(const json& body, const char* field, double* out) {
+  if (!body.contains(field)) return api::invalid_argument(std::string(field) + " is required", field);
+  const json& v = body.at(field);
+  if (!v.is_number()) return api::invalid_argument(std::string(field) + " must be a number", field);
+  *out = v.get<double>();
+  if (!std::isfinite(*out) || *out <= 0) {
+    return api::invalid_argument(std::string(field) + " must be greater than 0", field);
+  }
+  return api::Status::ok();
+}
+
+api::Status get_bool(const json& body, const char* field, bool* out) {
+  if (!body.contains(field)) return api::Status::ok();
+  const json& v = body.at(field);
+  if (!v.is_boolean()) return api::invalid_argument(std::string(field) + " must be true or false", field);
+  *out = v.get<bool>();
+  return api::Status::ok();
+}
+
+// ids: a list of strings, or of worker objects carrying "id" (SDK convenience).
+api::Status get_ids(const json& body, std::vector<std::string>* out) {
+  if (!body.contains("ids")) return api::Status::ok();
+  const json& v = body.at("ids");
+  if (!v.is_array()) return api::invalid_argument("ids must be a list of worker ids", "ids");
+  for (const json& id : v) {
+    if (id.is_object() && id.contains("id")) {
+      if (!id.at("id").is_string()) return api::invalid_argument("ids must be a list of worker ids", "ids");
+      out->push_back(id.at("id").get<std::string>());
+    } else if (id.is_string()) {
+      out->push_back(id.get<std::string>());
+    } else {
+      return api::invalid_argument("ids must be a list of worker ids", "ids");
+    }
+    if (out->back().empty() || has_nul(out->back())) return api::invalid_argument("empty or bad worker id", "ids");
+  }
+  return api::Status::ok();
+}
+
+}  // namespace
+
+bool is_env_name(const std::string& name) {
+  if (name.empty()) return false;
+  auto alpha = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; };
+  if (!alpha(name[0])) return false;
+  for (char c : name) {
+    if (!alpha(c) && !(c >= '0' && c <= '9')) return false;
+  }
+  return true;
+}
+
+api::Result<fs::path> resolve_script(const fs::path& project_dir, const std::string& script) {
+  if (script.empty()) return api::invalid_argument("script is empty", "script");
+  fs::path rel(script);
+  if (rel.is_absolute()) {
+    return api::invalid_argument("script must be a path relative to the project directory, not '" + script + "'",
+                                 "script");
+  }
+  for (const auto& part : rel) {
+    if (part == "..") {
+      return api::invalid_argument("script must not contain '..' (it must stay inside the project directory)",
+                                   "script");
+    }
+  }
+  std::error_code ec;
+  const fs::path root = fs::canonical(project_dir, ec);
+  if (ec) return api::internal_error("project directory " + project_dir.string() + " is not accessible");
+  const fs::path resolved = fs::canonical(root / rel, ec);
+  if (ec) {
+    return api::invalid_argument("script '" + script + "' does not exist in the project directory " + root.string(),
+                                 "script");
+  }
+  // Inside the project dir after following every symlink?
+  auto r = root.begin();
+  auto p = resolved.begin();
+  for (; r != root.end(); ++r, ++p) {
+    if (p == resolved.end() || *p != *r) {
+      return api::invalid_argument("script '" + script + "' resolves to " + resolved.string() +
+                                       ", outside the project directory",
+                                   "script");
+    }
+  }
+  if (!fs::is_regular_file(resolved, ec)) {
+    return api::invalid_argument("script '" + script + "' is not a regular file", "script");
+  }
+  return resolved;
+}
+
+api::Result<api::LaunchRequest> parse_launch_request(const json& body, const ValidationOptions& options) {
+  static const std::set<std::string> kFields = {"n",    "cpu",  "memory", "nvidia_gpu", "kernel",
+                                                "script", "code", "env",    "args"};
+  if (auto s = check_fields(body, kFields); !s) return s;
+  api::LaunchRequest req;
+  if (!body.contains("n")) return api::invalid_argument("n is required", "n");
+  if (auto s = get_int(body, "n", &req.n); !s) return s;
+  if (req.n < 1 || req.n > options.max_workers) {
+    return api::invalid_argument(
+        "n must be between 1 and " + std::to_string(options.max_workers) + " (musterd --max-workers)", "n");
+  }
+  if (auto s = get_positive_number(body, "cpu", &req.cpu); !s) return s;
+  if (auto s = get_positive_number(body, "memory", &req.memory); !s) return s;
+  if (auto s = get_int(body, "nvidia_gpu", &req.nvidia_gpu); !s) return s;
+  if (req.nvidia_gpu < 0) return api::invalid_argument("nvidia_gpu must be 0 or more", "nvidia_gpu");
+  if (auto s = get_string(body, "kernel", &req.kernel); !s) return s;
+  if (req.kernel != api::kKernelPython3 && req.kernel != api::kKernelBash && req.kernel != api::kKernelExecutable) {
+    return api::invalid_argument("kernel must be one of python3, bash, executable (got '" + req.kernel + "')",
+                                 "kernel");
+  }
+  if (auto s = get_string(body, "script", &req.script); !s) return s;
+  if (auto s = get_string(body, "code", &req.code); !s) return s;
+  if (req.script.empty() && req.code.empty()) {
+    return api::invalid_argument("give either script (a file in the project directory) or code", "script");
+  }
+  if (!req.script.empty() && !req.code.empty()) {
+    return api::invalid_argument("give either script or code, not both", "code");
+  }
+  if (!req.code.empty() && req.kernel == api::kKernelExecutable) {
+    return api::invalid_argument("code needs kernel python3 or bash", "code");
+  }
+  if (!req.script.empty()) {
+    auto path = resolve_script(options.project_dir, req.script);
+    if (!path) return path.status();
+    req.script_path = path.value();
+    if (req.kernel == api::kKernelExecutable && ::access(req.script_path.c_str(), X_OK) != 0) {
+      return api::invalid_argument("script '" + req.script + "' is not executable (kernel executable)", "script");
+    }
+  }
+  if (body.contains("env")) {
+    const json& env = body.at("env");
+    if (!env.is_object()) return api::invalid_argument("env must be an object of name -> string", "env");
+    for (const auto& item : env.items()) {
+      if (!is_env_name(item.key())) {
+        return api::invalid_argument("env name '" + item.key() + "' must match [A-Za-z_][A-Za-z0-9_]*", "env");
+      }
+      if (!item.value().is_string()) {
+        return api::invalid_argument("env value of '" + item.key() + "' must be a string", "env");
+      }
+      std::string value = item.value().get<std::string>();
+      if (has_nul(value)) return api::invalid_argument("env value of '" + item.key() + "' contains NUL", "env");
+      req.env[item.key()] = std::move(value);
+    }
+  }
+  if (body.contains("args")) {
+    const json& args = body.at("args");
+    if (!args.is_array()) return api::invalid_argument("args must be a list of strings", "args");
+    for (const json& a : args) {
+      if (!a.is_string()) return api::invalid_argument("args must be a list of strings", "args");
+      req.args.push_back(a.get<std::string>());
+      if (has_nul(req.args.back())) return api::invalid_argument("args must not contain NUL characters", "args");
+    }
+  }
+  return req;
+}
+
+api::Result<api::AwaitRequest> parse_await_request(const json& body) {
+  if (auto s = check_fields(body, {"ids", "wait_for_completion", "timeout_seconds"}); !s) return s;
+  api::AwaitRequest req;
+  if (auto s = get_ids(body, &req.ids); !s) return s;
+  if (auto s = get_bool(body, "wait_for_completion", &req.wait_for_completion); !s) return s;
+  if (body.contains("timeout_seconds")) {
+    const json& v = body.at("timeout_seconds");
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0) {
+      return api::invalid_argument("timeout_seconds must be a number >= 0 (0: no timeout)", "timeout_seconds");
+    }
+    req.timeout_seconds = v.get<double>();
+  }
+  return req;
+}
+
+api::Result<api::StopRequest> parse_stop_request(const json& body) {
+  if (body.is_null()) return api::StopRequest{};
+  if (auto s = check_fields(body, {"ids"}); !s) return s;
+  api::StopRequest req;
+  if (auto s = get_ids(body, &req.ids); !s) return s;
+  return req;
+}
+
+}  // namespace muster::service

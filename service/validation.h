@@ -1,0 +1,41 @@
+// Validation: JSON request bodies -> typed api:: requests, or the Status
+// naming the bad field. Nothing here touches the registry or a backend, so a
+// rejected request has launched nothing.
+//
+// Rules (api/openapi.yaml documents them for callers):
+// - unknown fields are rejected (a typo like "memroy" must not be ignored);
+// - n is an integer in 1..max_workers; cpu and memory are finite numbers > 0;
+//   nvidia_gpu is an integer >= 0;
+// - kernel is python3, bash or executable;
+// - exactly one of script and code; code needs kernel python3 or bash;
+// - script resolves (canonically, following symlinks) to an existing regular
+//   file inside the project directory: no absolute path, no `..` escape, no
+//   symlink pointing out; kernel executable needs the file to be executable;
+// - env names match [A-Za-z_][A-Za-z0-9_]*, values are strings; args strings;
+// - no string may contain a NUL character.
+#pragma once
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "muster/api/status.h"
+#include "muster/api/worker.h"
+
+namespace muster::service {
+
+struct ValidationOptions {
+  int max_workers = 64;
+  std::filesystem::path project_dir;  // canonical
+};
+
+api::Result<api::LaunchRequest> parse_launch_request(const nlohmann::json& body, const ValidationOptions& options);
+api::Result<api::AwaitRequest> parse_await_request(const nlohmann::json& body);
+api::Result<api::StopRequest> parse_stop_request(const nlohmann::json& body);
+
+// The canonical path of `script` inside `project_dir`, or why not.
+api::Result<std::filesystem::path> resolve_script(const std::filesystem::path& project_dir, const std::string& script);
+
+bool is_env_name(const std::string& name);
+
+}  // namespace muster::service

@@ -1,0 +1,262 @@
+#include "muster/workers/agent/agent.h"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "muster/workers/agent/limits.h"
+#include "muster/workers/agent/network.h"
+
+extern char** environ;
+
+namespace muster::workers::agent {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+volatile sig_atomic_t g_child_pid = 0;
+volatile sig_atomic_t g_signal = 0;
+
+void forward_signal(int sig) {
+  g_signal = sig;
+  if (g_child_pid > 0) ::kill(g_child_pid, sig);
+}
+
+void log_line(const std::string& text) {
+  std::fprintf(stdout, "[muster-agent] %s\n", text.c_str());
+  std::fflush(stdout);
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+class Client {
+ public:
+  explicit Client(const AgentOptions& o) : options_(o) {
+    if (auto e = parse_http_url(o.url)) endpoint_ = *e;
+  }
+  std::optional<HttpReply> post(const std::string& call, const json& body, std::chrono::milliseconds timeout = 10s) {
+    return post_json(endpoint_, "/api/v1/agent/workers/" + options_.worker_id + "/" + call, options_.token,
+                     body.dump(), timeout);
+  }
+  // Retries while the daemon is unreachable (e.g. restarting) until `patience` ran out.
+  std::optional<HttpReply> post_retrying(const std::string& call, const json& body,
+                                         std::chrono::milliseconds patience) {
+    const auto deadline = std::chrono::steady_clock::now() + patience;
+    auto backoff = 50ms;
+    for (;;) {
+      auto r = post(call, body);
+      if (r && r->status < 500) return r;
+      if (std::chrono::steady_clock::now() >= deadline) return r;
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min<std::chrono::milliseconds>(backoff * 2, 1s);
+    }
+  }
+
+ private:
+  const AgentOptions& options_;
+  Endpoint endpoint_;
+};
+
+bool write_file_atomically(const std::string& name, const std::string& content) {
+  const std::string tmp = "." + name + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << content;
+    if (!out.flush()) return false;
+  }
+  return std::rename(tmp.c_str(), name.c_str()) == 0;
+}
+
+pid_t spawn_script(const std::vector<std::string>& command, const std::map<std::string, std::string>& extra_env) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq) env[std::string(*e, static_cast<size_t>(eq - *e))] = eq + 1;
+  }
+  env.erase("MUSTER_AGENT_TOKEN");  // the script has no business with the agent's credentials
+  for (const auto& [k, v] : extra_env) env[k] = v;
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = command;
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGPIPE}) sigaddset(&defaults, sig);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], nullptr, &attr, argv.data(), envp.data());
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    log_line("cannot start " + command[0] + ": " + std::strerror(rc));
+    return -1;
+  }
+  return pid;
+}
+
+}  // namespace
+
+std::vector<std::string> script_command(const AgentOptions& o) {
+  const std::string python = "/usr/bin/python3";
+  const std::string bash = "/bin/bash";
+  std::vector<std::string> cmd;
+  if (!o.code.empty()) {
+    if (o.kernel == "bash") {
+      cmd = {bash, "-c", o.code, "muster-worker"};
+    } else {
+      cmd = {python, "-u", "-c", o.code};
+    }
+  } else if (o.kernel == "bash" || ends_with(o.script, ".sh")) {
+    cmd = {bash, o.script};
+  } else if (o.kernel == "executable") {
+    cmd = {o.script};
+  } else if (ends_with(o.script, ".py") || ::access(o.script.c_str(), X_OK) != 0) {
+    cmd = {python, "-u", o.script};
+  } else {
+    cmd = {o.script};  // python3 kernel, an executable that is not a .py
+  }
+  cmd.insert(cmd.end(), o.args.begin(), o.args.end());
+  return cmd;
+}
+
+int run_agent(const AgentOptions& o) {
+  Client client(o);
+  auto endpoint = parse_http_url(o.url);
+  if (!endpoint || o.worker_id.empty() || o.token.empty()) {
+    log_line("MUSTER_URL (http://host:port), MUSTER_WORKER_ID and MUSTER_AGENT_TOKEN are required");
+    return 2;
+  }
+  // 1. The IP that routes to the daemon, and maybe a reserved port.
+  const std::string master = o.master_ip.empty() ? endpoint->host : o.master_ip;
+  const auto ip = route_ip_to(master, endpoint->port);
+  if (!ip) {
+    log_line("no route to the daemon at " + master);
+    return 2;
+  }
+  std::optional<ReservedPort> port = o.reserve_port ? ReservedPort::reserve(*ip) : std::nullopt;
+  if (o.reserve_port) {
+    if (!port) log_line("could not reserve a port on " + *ip + "; registering without one");
+  }
+  // 2. Register.
+  json reg = {{"ip_address", *ip}};
+  if (port) reg["port"] = port->port();
+  auto reply = client.post_retrying("register", reg, 30s);
+  if (!reply || reply->status != 200) {
+    log_line("register failed (" + (reply ? std::to_string(reply->status) + " " + reply->body : "daemon unreachable") +
+             "); not running the script");
+    return 3;
+  }
+  const bool hold = json::parse(reply->body, nullptr, false).value("hold", false);
+  std::map<std::string, std::string> env = {{"MUSTER_IP_ADDRESS", *ip}, {"PYTHONUNBUFFERED", "1"}};
+  if (port) env["MUSTER_PORT"] = std::to_string(port->port());
+
+  // 5 (early). Heartbeats run from registration on, also while held.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::atomic<bool> stopped_by_daemon{false};
+  std::thread heartbeat([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!cv.wait_for(lock, o.heartbeat, [&] { return done; })) {
+      lock.unlock();
+      auto r = client.post("heartbeat", json::object(), 5s);
+      lock.lock();
+      if (r && (r->status == 404 || r->status == 409)) {
+        stopped_by_daemon = true;
+        log_line("the daemon ended this worker (" + r->body + "); stopping the script");
+        if (g_child_pid > 0) {
+          ::kill(-::getpgrp(), SIGTERM);
+        } else {
+          ::kill(::getpid(), SIGTERM);
+        }
+        return;
+      }
+    }
+  });
+  auto finish = [&](int code) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+    }
+    cv.notify_all();
+    heartbeat.join();
+    return code;
+  };
+
+  struct sigaction sa {};
+  sa.sa_handler = forward_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGINT, &sa, nullptr);
+
+  // 3. Held: wait for the release.
+  while (hold && !g_signal && !stopped_by_daemon) {
+    auto r = client.post("wait-release", json::object(), 40s);
+    if (!r || r->status == 204 || r->status >= 500) {
+      if (!r) std::this_thread::sleep_for(200ms);
+      continue;
+    }
+    if (r->status != 200) {
+      log_line("wait-release failed: " + std::to_string(r->status) + " " + r->body);
+      return finish(3);
+    }
+    const json rel = json::parse(r->body, nullptr, false);
+    for (const auto& [name, content] : rel.value("files", std::map<std::string, std::string>{})) {
+      if (!write_file_atomically(name, content)) log_line("cannot write " + name);
+    }
+    for (const auto& [k, v] : rel.value("env", std::map<std::string, std::string>{})) env[k] = v;
+    break;
+  }
+  if (g_signal || stopped_by_daemon) return finish(128 + (g_signal ? g_signal : SIGTERM));
+
+  // 4. Limits, then the script.
+  log_line(apply_limits(o.worker_id, o.cpu, o.memory_gb, ::getpid()));
+  if (port) port->release();
+  const auto command = script_command(o);
+  const pid_t child = spawn_script(command, env);
+  int exit_code = 127;
+  if (child > 0) {
+    g_child_pid = child;
+    if (g_signal) ::kill(child, g_signal);
+    int status = 0;
+    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+    exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    g_child_pid = 0;
+  }
+  // 6. Report the exit.
+  if (!stopped_by_daemon) {
+    auto r = client.post_retrying("exit", {{"exit_code", exit_code}}, 60s);
+    if (!r) log_line("could not report the exit code to the daemon");
+  }
+  finish(exit_code);
+  if (stopped_by_daemon) ::kill(-::getpgrp(), SIGKILL);  // leftovers of the script's tree, and us
+  return exit_code;
+}
+
+}  // namespace muster::workers::agent

@@ -1,0 +1,49 @@
+// Agent: what muster-agent does inside a worker. The daemon-side half of
+// the protocol is service/agent_routes.h; the steps, as run() performs them:
+//  1. find the local IP that routes to MUSTER_MASTER_IP; reserve a port on
+//     it when MUSTER_RESERVE_PORT=1;
+//  2. register {ip_address, port} (retrying while the daemon is unreachable);
+//     a 404/409 means the worker is gone or finished: exit without running;
+//  3. if the reply says hold: long-poll wait-release until the daemon hands
+//     over env and files; write the files into the working dir atomically
+//     (tmp + rename) and add the env;
+//  4. apply cpu/memory limits where possible (limits.h) and start the script
+//     by kernel, in the agent's process group, output to the agent's stdout
+//     (the worker's log), MUSTER_IP_ADDRESS set;
+//  5. heartbeat every MUSTER_HEARTBEAT_S on a second thread; a 404/409 reply
+//     (stopped, lost) ends the script's whole process group;
+//  6. when the script ends, report exit {exit_code} (128+signal when killed)
+//     and exit with the same code. SIGTERM/SIGINT are forwarded to the script.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "muster/workers/agent/http_client.h"
+
+namespace muster::workers::agent {
+
+struct AgentOptions {
+  std::string url;          // MUSTER_URL
+  std::string worker_id;    // MUSTER_WORKER_ID
+  std::string token;        // MUSTER_AGENT_TOKEN
+  std::string master_ip;    // MUSTER_MASTER_IP (default: the URL's host)
+  bool reserve_port = false;                   // MUSTER_RESERVE_PORT=1
+  std::chrono::milliseconds heartbeat{2000};   // MUSTER_HEARTBEAT_S
+  double cpu = 0;        // MUSTER_CPU
+  double memory_gb = 0;  // MUSTER_MEMORY_GB
+  std::string kernel = "python3";  // --kernel
+  std::string script;              // --script (absolute)
+  std::string code;                // --code
+  std::vector<std::string> args;   // after --
+};
+
+// The script's command line for `options` (kernel rules in api/openapi.yaml).
+std::vector<std::string> script_command(const AgentOptions& options);
+
+// Runs steps 1-6; returns the agent's exit code.
+int run_agent(const AgentOptions& options);
+
+}  // namespace muster::workers::agent

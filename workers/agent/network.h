@@ -1,0 +1,33 @@
+// The agent's view of the network: which local address routes to the
+// daemon (that is the worker's ip_address), and a reserved TCP port on it.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace muster::workers::agent {
+
+// The local IPv4 address the kernel would use to reach `master_ip`
+// (UDP connect + getsockname: no packet is sent).
+std::optional<std::string> route_ip_to(const std::string& master_ip, int port);
+
+// A TCP port bound on `ip` and held until release() or destruction, so no
+// other process takes it before the script binds it (SO_REUSEADDR is set on
+// the holding socket; close it right before the script starts).
+class ReservedPort {
+ public:
+  static std::optional<ReservedPort> reserve(const std::string& ip);
+  ReservedPort(ReservedPort&& other) noexcept : fd_(other.fd_), port_(other.port_) { other.fd_ = -1; }
+  ReservedPort& operator=(ReservedPort&&) = delete;
+  ReservedPort(const ReservedPort&) = delete;
+  ~ReservedPort() { release(); }
+  int port() const { return port_; }
+  void release();
+
+ private:
+  ReservedPort(int fd, int port) : fd_(fd), port_(port) {}
+  int fd_;
+  int port_;
+};
+
+}  // namespace muster::workers::agent

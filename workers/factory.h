@@ -1,0 +1,31 @@
+// create_backend: the one place a backend is chosen by name (musterd
+// --backend). musterd creates the backend BEFORE its HTTP listener starts,
+// so a backend that must set up networking (a container bridge) has done it
+// by the time workers can call in; the agents' MUSTER_URL is built from
+// backend->master_address() and the listen port.
+//
+// Adding a backend (container/, ssh/): one `if (options.name == ...)` case in
+// factory.cc, reading its settings from `options.options`, which musterd
+// fills from repeatable `--backend-opt key=value` flags.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "muster/api/status.h"
+#include "muster/workers/backend.h"
+
+namespace muster::workers {
+
+struct BackendOptions {
+  std::string name = "local";
+  std::filesystem::path state_dir;                // the daemon's --state-dir
+  std::map<std::string, std::string> options;     // --backend-opt key=value
+};
+
+// invalid_argument (field "backend") for an unknown name or a bad option.
+api::Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options);
+
+}  // namespace muster::workers

@@ -1,0 +1,59 @@
+// LocalBackend: every worker is a process tree on this machine.
+//
+// - launch(): posix_spawn of the agent in a new session (so its own process
+//   group, pgid == pid), cwd = LaunchSpec::working_dir, stdin /dev/null,
+//   stdout+stderr appended to LaunchSpec::log_path, environment = the
+//   daemon's environment plus LaunchSpec::env. All-or-nothing.
+// - stop(): SIGTERM to the group, SIGKILL after the grace period; returns
+//   once the group is gone (or, at worst, 2 s after SIGKILL).
+// - poll(): reaps with waitpid(WNOHANG); 128+signal when killed.
+// - Agents outlive the daemon by default so that a restarted daemon adopts
+//   them (they keep heartbeating); --backend-opt stop_on_shutdown=1 ends them
+//   at shutdown instead. Workers of an earlier daemon are unknown here: poll()
+//   says kUnknown and stop() is a no-op (their agents learn of the stop from
+//   the heartbeat reply).
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "muster/workers/backend.h"
+
+namespace muster::workers::local {
+
+struct LocalBackendOptions {
+  bool stop_on_shutdown = false;
+};
+
+class LocalBackend final : public Backend {
+ public:
+  explicit LocalBackend(LocalBackendOptions options = {}) : options_(options) {}
+  ~LocalBackend() override = default;
+
+  std::string name() const override { return "local"; }
+  std::string master_address() const override { return "127.0.0.1"; }
+  api::Status launch(const std::vector<LaunchSpec>& specs) override;
+  api::Status stop(const std::string& worker_id, std::chrono::milliseconds grace) override;
+  ProcessStatus poll(const std::string& worker_id) override;
+  void shutdown() override;
+
+ private:
+  struct Child {
+    pid_t pid = -1;  // also the process group id
+    std::optional<int> exit_code;  // set once reaped
+  };
+  api::Result<pid_t> spawn(const LaunchSpec& spec);
+  // waitpid(WNOHANG) on the leader; call with mu_ held.
+  void reap_locked(Child& child);
+  bool group_alive(const std::string& worker_id);
+
+  LocalBackendOptions options_;
+  std::mutex mu_;
+  std::map<std::string, Child> children_;
+};
+
+}  // namespace muster::workers::local
