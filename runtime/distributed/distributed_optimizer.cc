@@ -1,0 +1,294 @@
+#include "muster/runtime/distributed/distributed_optimizer.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <string>
+#include <utility>
+
+#include "muster/runtime/distributed/broadcast.h"
+#include "muster/runtime/distributed/comm_thread.h"
+#include "muster/runtime/distributed/reduction_pipeline.h"
+#include "muster/runtime/distributed/registration_check.h"
+#include "muster/runtime/distributed/timeline.h"
+#include "muster/runtime/error.h"
+
+namespace muster::runtime::distributed {
+namespace {
+
+std::size_t resolve_threshold(std::size_t configured) {
+  if (configured != 0) return configured;
+  const char* env = std::getenv("MUSTER_FUSION_THRESHOLD_MB");
+  if (env == nullptr || *env == '\0') return kDefaultFusionThresholdBytes;
+  char* end = nullptr;
+  const double mb = std::strtod(env, &end);
+  if (end == env || *end != '\0' || !(mb > 0)) {
+    throw InvalidArgument(std::string("MUSTER_FUSION_THRESHOLD_MB must be a positive number of megabytes, got '") +
+                          env + "'");
+  }
+  const double bytes = mb * 1024.0 * 1024.0;
+  return bytes < 1.0 ? 1 : static_cast<std::size_t>(bytes);
+}
+
+DistributedOptions resolve(DistributedOptions o) {
+  o.fusion_threshold_bytes = resolve_threshold(o.fusion_threshold_bytes);
+  if (o.timeline_path.empty()) {
+    const char* env = std::getenv("MUSTER_TIMELINE");
+    if (env != nullptr) o.timeline_path = env;
+  }
+  return o;
+}
+
+}  // namespace
+
+const char* compression_name(Compression c) {
+  switch (c) {
+    case Compression::kNone: return "none";
+    case Compression::kFp16: return "fp16";
+  }
+  return "unknown";
+}
+
+struct DistributedOptimizer::Impl {
+  std::shared_ptr<Collectives> coll;
+  std::vector<GradientRef> grads;
+  std::vector<float*> values;
+  std::shared_ptr<Timeline> timeline;
+  ReductionPipeline::Clock::time_point epoch = ReductionPipeline::Clock::now();
+  std::shared_ptr<ReductionPipeline> pipeline;  // created by start()
+  CommThread thread{"DistributedOptimizer"};
+  bool started = false;
+  bool step_in_flight = false;
+  int64_t step = 0;
+  int64_t step_start_us = 0;
+  std::shared_future<void> step_done;
+  // Set when wait() gave up on a stuck thread: every later call rethrows it.
+  std::exception_ptr broken;
+
+  void check_usable() const {
+    if (broken) std::rethrow_exception(broken);
+  }
+
+  // Waits for a job, rethrowing its error. Guards against a communication
+  // thread that stops making progress even though the collectives promise a
+  // watchdog: no bucket finished for 2 x timeout + 30 s -> TimeoutError.
+  void wait(const std::shared_future<void>& done) {
+    const auto limit = 2 * coll->timeout() + std::chrono::seconds(30);
+    int64_t seen = pipeline ? pipeline->progress() : 0;
+    for (;;) {
+      if (done.wait_for(limit) == std::future_status::ready) break;
+      const int64_t now = pipeline ? pipeline->progress() : 0;
+      if (now == seen) {
+        broken = std::make_exception_ptr(TimeoutError("DistributedOptimizer: the communication thread made no progress for " +
+                               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(limit).count()) +
+                               " s; a peer is probably stuck (check the other ranks' logs)",
+                           -1));
+        if (pipeline) pipeline->stop();
+        std::rethrow_exception(broken);
+      }
+      seen = now;
+    }
+    done.get();
+  }
+};
+
+DistributedOptimizer::DistributedOptimizer(comm::Communicator& comm, std::unique_ptr<optim::Optimizer> optimizer,
+                                           const DistributedOptions& options)
+    : DistributedOptimizer(wrap_communicator(comm), std::move(optimizer), options) {}
+
+DistributedOptimizer::DistributedOptimizer(std::unique_ptr<Collectives> collectives,
+                                           std::unique_ptr<optim::Optimizer> optimizer,
+                                           const DistributedOptions& options)
+    : options_(resolve(options)), optimizer_(std::move(optimizer)), impl_(std::make_unique<Impl>()) {
+  if (!optimizer_) throw InvalidArgument("DistributedOptimizer needs an optimizer to wrap");
+  if (!collectives) throw InvalidArgument("DistributedOptimizer needs collectives");
+  impl_->coll = std::move(collectives);
+  if (!options_.timeline_path.empty() && impl_->coll->rank() == 0) {
+    try {
+      impl_->timeline = std::make_shared<Timeline>(options_.timeline_path, 0);
+      impl_->timeline->name_process("muster rank 0: DistributedOptimizer");
+      impl_->timeline->name_row(0, "steps (user thread)");
+    } catch (const Error& e) {
+      std::fprintf(stderr, "muster: no timeline: %s\n", e.what());
+    }
+  }
+}
+
+DistributedOptimizer::~DistributedOptimizer() {
+  if (impl_->pipeline) impl_->pipeline->stop();
+  impl_->thread.shutdown(impl_->coll->timeout() + std::chrono::seconds(5));
+  if (impl_->timeline) impl_->timeline->close();
+}
+
+int DistributedOptimizer::add_parameter(const std::string& name, float* value, float* grad, std::size_t size) {
+  if (impl_->started) {
+    throw InvalidArgument("add_parameter('" + name +
+                          "') after the first step or broadcast: register every parameter first");
+  }
+  if (size > 0 && (value == nullptr || grad == nullptr)) {
+    throw InvalidArgument("add_parameter('" + name + "'): null value or gradient buffer");
+  }
+  impl_->grads.push_back({name, grad, size});
+  impl_->values.push_back(value);
+  return static_cast<int>(impl_->grads.size() - 1);
+}
+
+// First use: fixes the bucket plan and queues the registration check, which
+// therefore runs before any bucket or broadcast on every rank.
+static void start(DistributedOptimizer::Impl& impl, const DistributedOptions& options) {
+  if (impl.started) return;
+  impl.started = true;
+  std::vector<std::size_t> sizes;
+  for (const auto& g : impl.grads) sizes.push_back(g.size);
+  const auto plans = plan_buckets(sizes, options.fusion_threshold_bytes);
+  PipelineOptions po;
+  po.fp16 = options.compression == Compression::kFp16;
+  po.algorithm = options.algorithm;
+  po.reverse_order = options.reverse_bucket_order;
+  impl.pipeline = std::make_shared<ReductionPipeline>(impl.coll, impl.grads, plans, po, impl.timeline, impl.epoch);
+  if (impl.timeline) {
+    for (std::size_t b = 0; b < plans.size(); ++b) {
+      const auto& bucket = impl.pipeline->bucket(b);
+      char label[160];
+      std::snprintf(label, sizeof label, "bucket %zu: %zu tensors, %.2f MB%s", b, plans[b].count,
+                    static_cast<double>(bucket.wire_bytes()) / (1 << 20), bucket.in_place() ? ", in place" : "");
+      impl.timeline->name_row(static_cast<int>(b) + 1, label);
+    }
+  }
+  const int compression = static_cast<int>(options.compression);
+  const std::size_t threshold = options.fusion_threshold_bytes;
+  impl.thread.submit([coll = impl.coll, grads = impl.grads, threshold, compression, plans] {
+    check_registration(*coll, grads, threshold, compression, plans);
+  });
+}
+
+static void begin_step(DistributedOptimizer::Impl& impl) {
+  impl.pipeline->begin_step();
+  impl.step_in_flight = true;
+  impl.step_start_us = impl.pipeline->now_us();
+  const int64_t step = impl.step;
+  impl.step_done = impl.thread.submit([pipeline = impl.pipeline, step] { pipeline->run_step(step); });
+}
+
+void DistributedOptimizer::grad_ready(int index) {
+  impl_->check_usable();
+  start(*impl_, options_);
+  if (index < 0) throw InvalidArgument("grad_ready(" + std::to_string(index) + "): negative index");
+  if (!impl_->step_in_flight) begin_step(*impl_);
+  impl_->pipeline->mark_ready(static_cast<std::size_t>(index));
+}
+
+void DistributedOptimizer::synchronize() {
+  impl_->check_usable();
+  start(*impl_, options_);
+  if (!impl_->step_in_flight) begin_step(*impl_);
+  impl_->pipeline->mark_all_ready();
+  const int64_t step = impl_->step;
+  impl_->step_in_flight = false;
+  ++impl_->step;
+  impl_->wait(impl_->step_done);
+  if (impl_->timeline) {
+    const int64_t end = impl_->pipeline->now_us();
+    impl_->timeline->complete({"step " + std::to_string(step), "step", 0, impl_->step_start_us,
+                               end - impl_->step_start_us, {{"step", step}}});
+  }
+}
+
+void DistributedOptimizer::step() {
+  synchronize();
+  std::vector<optim::ParamRef> params;
+  params.reserve(impl_->grads.size());
+  for (std::size_t i = 0; i < impl_->grads.size(); ++i) {
+    params.push_back({impl_->values[i], impl_->grads[i].data, impl_->grads[i].size});
+  }
+  optimizer_->step(params);
+}
+
+static void check_root(int root, int size) {
+  if (root < 0 || root >= size) {
+    throw InvalidArgument("broadcast root " + std::to_string(root) + " is not a rank (world size " +
+                          std::to_string(size) + ")");
+  }
+}
+
+void DistributedOptimizer::broadcast_parameters(int root) {
+  impl_->check_usable();
+  check_root(root, size());
+  if (impl_->step_in_flight) synchronize();
+  start(*impl_, options_);
+  std::vector<GradientRef> values;
+  for (std::size_t i = 0; i < impl_->grads.size(); ++i) {
+    values.push_back({impl_->grads[i].name, impl_->values[i], impl_->grads[i].size});
+  }
+  const std::size_t chunk = options_.fusion_threshold_bytes;
+  impl_->wait(impl_->thread.submit([coll = impl_->coll, values, root, chunk] {
+    broadcast_buffers(*coll, values, root, chunk);
+  }));
+}
+
+void DistributedOptimizer::broadcast_optimizer_state(int root) {
+  impl_->check_usable();
+  check_root(root, size());
+  if (impl_->step_in_flight) synchronize();
+  start(*impl_, options_);
+  if (optimizer_->state().empty()) {
+    std::vector<std::size_t> sizes;
+    for (const auto& g : impl_->grads) sizes.push_back(g.size);
+    optimizer_->init(sizes);
+  }
+  std::vector<GradientRef> buffers;
+  int64_t shape[2] = {0, 0};  // state buffer count, total elements
+  for (const auto& s : optimizer_->state()) {
+    buffers.push_back({s.name, s.data, s.size});
+    ++shape[0];
+    shape[1] += static_cast<int64_t>(s.size);
+  }
+  const std::size_t chunk = options_.fusion_threshold_bytes;
+  optim::Optimizer* opt = optimizer_.get();
+  impl_->wait(impl_->thread.submit([coll = impl_->coll, buffers, root, chunk, opt, shape] {
+    // The state layouts must agree before their bytes are exchanged.
+    int64_t lo[2] = {shape[0], shape[1]}, hi[2] = {shape[0], shape[1]};
+    coll->allreduce(lo, 2, DataType::kInt64, comm::ReduceOp::kMin);
+    coll->allreduce(hi, 2, DataType::kInt64, comm::ReduceOp::kMax);
+    if (lo[0] != hi[0] || lo[1] != hi[1]) {
+      throw MismatchError("broadcast_optimizer_state: ranks hold different optimizer state (" +
+                          std::to_string(shape[0]) + " buffers, " + std::to_string(shape[1]) +
+                          " floats here); wrap the same optimizer type on every rank");
+    }
+    broadcast_buffers(*coll, buffers, root, chunk);
+    double scalars[2] = {static_cast<double>(opt->iterations()), static_cast<double>(opt->learning_rate())};
+    coll->broadcast(scalars, 2, DataType::kFloat64, root);
+    opt->set_iterations(static_cast<int64_t>(scalars[0]));
+    opt->set_learning_rate(static_cast<float>(scalars[1]));
+  }));
+}
+
+double DistributedOptimizer::metric_average(double value) {
+  impl_->check_usable();
+  if (impl_->step_in_flight) synchronize();
+  auto v = std::make_shared<double>(value);
+  impl_->wait(impl_->thread.submit([coll = impl_->coll, v] {
+    coll->allreduce(v.get(), 1, DataType::kFloat64, comm::ReduceOp::kAverage);
+  }));
+  return *v;
+}
+
+float DistributedOptimizer::metric_average(float value) {
+  return static_cast<float>(metric_average(static_cast<double>(value)));
+}
+
+int DistributedOptimizer::rank() const { return impl_->coll->rank(); }
+int DistributedOptimizer::size() const { return impl_->coll->size(); }
+
+std::size_t DistributedOptimizer::bucket_count() const {
+  return impl_->pipeline ? impl_->pipeline->bucket_count() : 0;
+}
+
+void broadcast_parameters(comm::Communicator& comm, const std::vector<optim::ParamRef>& params, int root) {
+  auto coll = wrap_communicator(comm);
+  std::vector<GradientRef> values;
+  for (const auto& p : params) values.push_back({"", p.value, p.size});
+  broadcast_buffers(*coll, values, root, kDefaultFusionThresholdBytes);
+}
+
+}  // namespace muster::runtime::distributed

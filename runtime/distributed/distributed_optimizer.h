@@ -1,0 +1,159 @@
+// DistributedOptimizer: Horovod-style data-parallel training over the
+// collectives of runtime/comm/.
+//
+// It wraps an optim::Optimizer. Every rank registers its parameters (value
+// and gradient buffers, float32) in the same fixed order once; after each
+// backward pass the gradients are averaged over all ranks and the wrapped
+// optimizer applies them, so every rank keeps identical parameters.
+//
+// Data flow of one step
+//   1. The user marks gradients ready (grad_ready(i)) as backprop finishes
+//      them; gradients never marked are marked by synchronize().
+//   2. Gradients are fused into buckets of consecutive registered tensors up
+//      to fusion_threshold_bytes (fusion_bucket.h). A bucket whose gradients
+//      are all ready is handed to the background communication thread.
+//   3. That thread takes buckets in a fixed order (the last bucket first, as
+//      backprop fills them), packs each into its fusion buffer (converting to
+//      float16 with Compression::kFp16), starts its allreduce (average) and
+//      unpacks the previous one while it runs. A bucket whose float32
+//      gradients lie back to back in memory is reduced in place, without
+//      packing (allocate all gradients in one array to get this).
+//   4. synchronize() waits for every bucket and rethrows the first error;
+//      step() = synchronize() + the wrapped optimizer's step.
+//
+// No negotiation: before the first bucket, the ranks allgather a summary of
+// their registration (tensor count, sizes hash, threshold, compression) and
+// every rank throws MismatchError naming the first rank that differs and how
+// (count, or the first differing size) instead of deadlocking.
+//
+// Failures: a dead or stalled peer makes the Communicator throw CommError /
+// TimeoutError (naming the rank) on the background thread; synchronize(),
+// step() and every later call rethrow it with the bucket and step added. The
+// destructor never blocks longer than the communicator's timeout plus a few
+// seconds, even with a collective stuck.
+//
+// Timeline: with timeline_path (or $MUSTER_TIMELINE) set, rank 0 writes a
+// Chrome-trace JSON of each bucket's phases (queued, pack, allreduce,
+// unpack), one row per bucket; open it in chrome://tracing or Perfetto.
+//
+// Threads: all methods are called by one user thread. The communication
+// thread is private; the gradient buffers belong to the user and must not be
+// written between grad_ready(i) and the end of synchronize().
+//
+// Usage (Horovod's five steps):
+//   namespace rt = muster::runtime;
+//   // 1. Initialise: one communicator per process (size 1 without mpirun).
+//   auto comm = rt::comm::Communicator::create();
+//   // 2. (GPU pinning by comm->local_rank(): not needed on CPU.)
+//   // 3. Scale the learning rate by the number of ranks.
+//   rt::optim::AdamOptions adam_options;
+//   adam_options.learning_rate = 1e-3f * comm->size();
+//   auto adam = rt::optim::make_adam(adam_options);
+//   // 4. Wrap the optimizer; register parameters in the same order on every rank.
+//   rt::distributed::DistributedOptions o;
+//   o.compression = rt::distributed::Compression::kFp16;   // optional
+//   rt::distributed::DistributedOptimizer opt(*comm, std::move(adam), o);
+//   for (auto& layer : model.layers)
+//     opt.add_parameter(layer.name, layer.w.data(), layer.dw.data(), layer.w.size());
+//   // 5. Start every rank from rank 0's parameters (and optimizer state).
+//   opt.broadcast_parameters(0);
+//   opt.broadcast_optimizer_state(0);
+//   for (int step = 0; step < steps; ++step) {
+//     float loss = model.forward_backward(batch_of_this_rank, [&](int i) { opt.grad_ready(i); });
+//     opt.step();                                  // averaged gradients applied
+//     double avg = opt.metric_average(loss);       // same value on every rank
+//     if (comm->rank() == 0) log(step, avg);
+//   }
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "muster/runtime/comm/communicator.h"
+#include "muster/runtime/distributed/collectives.h"
+#include "muster/runtime/optim/optimizer.h"
+
+namespace muster::runtime::distributed {
+
+// Wire format of the gradient allreduce (Horovod's hvd.Compression).
+enum class Compression { kNone, kFp16 };
+
+const char* compression_name(Compression c);
+
+inline constexpr std::size_t kDefaultFusionThresholdBytes = 64u << 20;
+
+struct DistributedOptions {
+  // Bytes of float32 gradients fused into one allreduce. 0: the environment
+  // variable MUSTER_FUSION_THRESHOLD_MB, else 64 MB. 1 puts every tensor in a
+  // bucket of its own.
+  std::size_t fusion_threshold_bytes = 0;
+  Compression compression = Compression::kNone;
+  // Chrome-trace output written by rank 0. Empty: $MUSTER_TIMELINE, else none.
+  std::string timeline_path;
+  // Algorithm for the bucket allreduces (kAuto: by size, see communicator.h).
+  comm::Algorithm algorithm = comm::Algorithm::kAuto;
+  // Buckets are reduced last-first (backprop order, true) or first-first.
+  bool reverse_bucket_order = true;
+};
+
+class DistributedOptimizer {
+ public:
+  // `comm` must outlive this object.
+  DistributedOptimizer(comm::Communicator& comm, std::unique_ptr<optim::Optimizer> optimizer,
+                       const DistributedOptions& options = {});
+  // For tests: any Collectives implementation (collectives.h).
+  DistributedOptimizer(std::unique_ptr<Collectives> collectives, std::unique_ptr<optim::Optimizer> optimizer,
+                       const DistributedOptions& options = {});
+  ~DistributedOptimizer();
+  DistributedOptimizer(const DistributedOptimizer&) = delete;
+  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
+
+  // Registers one parameter and its gradient (both `size` floats, owned by
+  // the caller). Returns its index for grad_ready(). Only before the first
+  // grad_ready()/synchronize()/step()/broadcast.
+  int add_parameter(const std::string& name, float* value, float* grad, std::size_t size);
+
+  // Gradient `index` holds this rank's local gradient for the current step.
+  // Its bucket is reduced in the background once all its gradients are ready.
+  void grad_ready(int index);
+
+  // Waits until every gradient holds the average over all ranks (marking any
+  // not yet marked ready). Throws MismatchError, CommError, TimeoutError.
+  void synchronize();
+
+  // synchronize(), then one step of the wrapped optimizer.
+  void step();
+
+  // Copies root's registered parameter values to every rank.
+  void broadcast_parameters(int root = 0);
+  // Initialises the optimizer's state if needed and copies root's state
+  // buffers and iteration count to every rank.
+  void broadcast_optimizer_state(int root = 0);
+
+  // The average of `value` over all ranks (losses, accuracies).
+  double metric_average(double value);
+  float metric_average(float value);
+
+  int rank() const;
+  int size() const;
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  // Number of fusion buckets (valid after the first step started).
+  std::size_t bucket_count() const;
+  // Fusion threshold and compression in force (after environment defaults).
+  const DistributedOptions& options() const { return options_; }
+
+  struct Impl;
+
+ private:
+  DistributedOptions options_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Copies root's buffers to every rank, fused into few broadcasts (for
+// parameters not registered with a DistributedOptimizer).
+void broadcast_parameters(comm::Communicator& comm, const std::vector<optim::ParamRef>& params, int root);
+
+}  // namespace muster::runtime::distributed

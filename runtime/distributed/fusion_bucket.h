@@ -1,0 +1,69 @@
+// Fusion buckets: many small gradients reduced as one buffer.
+//
+// plan_buckets() cuts the registered gradients, in registration order, into
+// runs of consecutive tensors holding at most `threshold_bytes` of float32
+// (a tensor larger than the threshold gets a bucket of its own). Every rank
+// computes the same plan from the same registration, so no negotiation is
+// needed.
+//
+// A FusionBucket owns the wire buffer of one run: pack() copies (or converts
+// to float16) the gradients into it, the allreduce works on wire_data(),
+// unpack() copies the result back. When the run's float32 gradients already
+// lie back to back in memory and no compression is asked, the bucket is
+// "in place": wire_data() points at the gradients themselves and pack() /
+// unpack() do nothing (zero copy).
+//
+// Not thread-safe; DistributedOptimizer's communication thread uses it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "muster/runtime/dtype.h"
+
+namespace muster::runtime::distributed {
+
+// One registered gradient: a view of the caller's float32 memory.
+struct GradientRef {
+  std::string name;
+  float* data = nullptr;
+  std::size_t size = 0;
+};
+
+struct BucketPlan {
+  std::size_t first = 0;     // index of its first tensor
+  std::size_t count = 0;     // number of tensors
+  std::size_t elements = 0;  // sum of their sizes
+};
+
+std::vector<BucketPlan> plan_buckets(const std::vector<std::size_t>& sizes, std::size_t threshold_bytes);
+
+class FusionBucket {
+ public:
+  // `grads` is the whole registration; the bucket covers plan's run of it.
+  // fp16: the wire format is float16 (Horovod's Compression.fp16).
+  FusionBucket(const BucketPlan& plan, const std::vector<GradientRef>& grads, bool fp16);
+
+  const BucketPlan& plan() const { return plan_; }
+  bool in_place() const { return in_place_; }
+  DataType wire_dtype() const { return fp16_ ? DataType::kFloat16 : DataType::kFloat32; }
+  std::size_t wire_count() const { return plan_.elements; }
+  std::size_t wire_bytes() const { return plan_.elements * dtype_size(wire_dtype()); }
+  void* wire_data();
+
+  // Gradients -> wire buffer, and back. No-ops when in_place().
+  void pack();
+  void unpack();
+
+ private:
+  BucketPlan plan_;
+  std::vector<GradientRef> grads_;  // this bucket's run
+  bool fp16_;
+  bool in_place_;
+  std::vector<float> f32_;
+  std::vector<uint16_t> f16_;
+};
+
+}  // namespace muster::runtime::distributed

@@ -1,0 +1,126 @@
+// Bucket planning and packing (runtime/distributed/fusion_bucket.h).
+#include "muster/runtime/distributed/fusion_bucket.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "muster/runtime/error.h"
+
+namespace muster::runtime::distributed {
+namespace {
+
+std::vector<std::size_t> firsts(const std::vector<BucketPlan>& plans) {
+  std::vector<std::size_t> out;
+  for (const auto& p : plans) out.push_back(p.first);
+  return out;
+}
+
+TEST(PlanBuckets, FillsUpToThresholdInRegistrationOrder) {
+  // 100 bytes threshold = 25 floats: {10,10,5} {1,20,4} {30} {2}.
+  const auto plans = plan_buckets({10, 10, 5, 1, 20, 4, 30, 2}, 100);
+  EXPECT_EQ(firsts(plans), (std::vector<std::size_t>{0, 3, 6, 7}));
+  ASSERT_EQ(plans.size(), 4u);
+  EXPECT_EQ(plans[0].count, 3u);
+  EXPECT_EQ(plans[0].elements, 25u);
+  EXPECT_EQ(plans[1].elements, 25u);
+  EXPECT_EQ(plans[2].elements, 30u);  // larger than the threshold: alone
+  EXPECT_EQ(plans[3].count, 1u);
+}
+
+TEST(PlanBuckets, NeverExceedsThresholdUnlessOneTensorDoes) {
+  const std::vector<std::size_t> sizes = {3, 7, 1, 64, 2, 2, 2, 9, 0, 5, 100, 1};
+  for (std::size_t threshold : {1u, 4u, 16u, 40u, 100u, 1000u}) {
+    const auto plans = plan_buckets(sizes, threshold);
+    std::size_t next = 0, total = 0;
+    for (const auto& p : plans) {
+      EXPECT_EQ(p.first, next) << "buckets must be consecutive runs";
+      EXPECT_GT(p.count, 0u);
+      std::size_t e = 0;
+      for (std::size_t i = p.first; i < p.first + p.count; ++i) e += sizes[i];
+      EXPECT_EQ(e, p.elements);
+      if (p.count > 1) {
+        EXPECT_LE(e * 4, threshold) << "threshold " << threshold;
+      }
+      next = p.first + p.count;
+      total += e;
+    }
+    EXPECT_EQ(next, sizes.size());
+    EXPECT_EQ(total, std::accumulate(sizes.begin(), sizes.end(), std::size_t{0}));
+  }
+}
+
+TEST(PlanBuckets, EdgeCases) {
+  EXPECT_TRUE(plan_buckets({}, 64).empty());
+  EXPECT_EQ(plan_buckets({5, 5, 5}, 1).size(), 3u);          // one tensor per bucket
+  EXPECT_EQ(plan_buckets({5, 5, 5}, 1 << 20).size(), 1u);    // all fused
+  EXPECT_THROW(plan_buckets({1}, 0), InvalidArgument);
+}
+
+struct Tensors {
+  std::vector<std::vector<float>> storage;
+  std::vector<GradientRef> refs;
+  explicit Tensors(const std::vector<std::size_t>& sizes) {
+    for (std::size_t t = 0; t < sizes.size(); ++t) {
+      storage.emplace_back(sizes[t] + 3);
+      for (std::size_t i = 0; i < sizes[t]; ++i) storage[t][i] = static_cast<float>(t) + 0.001f * i;
+    }
+    for (std::size_t t = 0; t < sizes.size(); ++t) refs.push_back({"t" + std::to_string(t), storage[t].data(), sizes[t]});
+  }
+};
+
+TEST(FusionBucket, PackUnpackRoundTripsFloat32) {
+  Tensors ts({4, 0, 7, 1});
+  const auto plans = plan_buckets({4, 0, 7, 1}, 1 << 20);
+  ASSERT_EQ(plans.size(), 1u);
+  FusionBucket b(plans[0], ts.refs, false);
+  EXPECT_FALSE(b.in_place());
+  EXPECT_EQ(b.wire_count(), 12u);
+  EXPECT_EQ(b.wire_bytes(), 48u);
+  b.pack();
+  const float* wire = static_cast<const float*>(b.wire_data());
+  EXPECT_FLOAT_EQ(wire[0], 0.0f);
+  EXPECT_FLOAT_EQ(wire[4], 2.0f);     // tensor 1 is empty, tensor 2 follows tensor 0
+  EXPECT_FLOAT_EQ(wire[11], 3.0f);
+  // Pretend the allreduce doubled everything.
+  for (std::size_t i = 0; i < b.wire_count(); ++i) static_cast<float*>(b.wire_data())[i] *= 2;
+  b.unpack();
+  EXPECT_FLOAT_EQ(ts.storage[2][6], 2 * (2.0f + 0.006f));
+  EXPECT_FLOAT_EQ(ts.storage[0][3], 2 * 0.003f);
+  EXPECT_FLOAT_EQ(ts.storage[0][4], 0.0f) << "unpack must not write past a tensor";
+}
+
+TEST(FusionBucket, AdjacentGradientsAreReducedInPlace) {
+  std::vector<float> arena(20, 1.0f);
+  std::vector<GradientRef> refs = {{"a", arena.data(), 5}, {"b", arena.data() + 5, 0}, {"c", arena.data() + 5, 15}};
+  FusionBucket b(plan_buckets({5, 0, 15}, 1 << 20)[0], refs, false);
+  EXPECT_TRUE(b.in_place());
+  EXPECT_EQ(b.wire_data(), arena.data());
+  EXPECT_EQ(b.wire_count(), 20u);
+  // A gap breaks adjacency; fp16 always needs its own buffer.
+  refs[2].data = arena.data() + 6;
+  refs[2].size = 14;
+  EXPECT_FALSE(FusionBucket(plan_buckets({5, 0, 14}, 1 << 20)[0], refs, false).in_place());
+  refs[2] = {"c", arena.data() + 5, 15};
+  EXPECT_FALSE(FusionBucket(plan_buckets({5, 0, 15}, 1 << 20)[0], refs, true).in_place());
+}
+
+TEST(FusionBucket, Fp16RoundTripWithinHalfPrecision) {
+  Tensors ts({1000, 333});
+  for (std::size_t i = 0; i < 1000; ++i) ts.storage[0][i] = std::sin(0.37f * i) * std::pow(10.0f, (i % 7) - 3.0f);
+  const std::vector<float> before = ts.storage[0];
+  FusionBucket b(plan_buckets({1000, 333}, 1 << 20)[0], ts.refs, true);
+  EXPECT_EQ(b.wire_dtype(), DataType::kFloat16);
+  EXPECT_EQ(b.wire_bytes(), 2u * 1333);
+  b.pack();
+  b.unpack();
+  for (std::size_t i = 0; i < 1000; ++i) {
+    // float16 keeps 11 significant bits: relative error <= 2^-11 for normals.
+    const float tol = std::max(std::abs(before[i]) * 4.9e-4f, 6e-8f);
+    EXPECT_NEAR(ts.storage[0][i], before[i], tol) << i;
+  }
+}
+
+}  // namespace
+}  // namespace muster::runtime::distributed

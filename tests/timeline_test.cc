@@ -1,0 +1,98 @@
+// Chrome-trace timeline writer (runtime/distributed/timeline.h).
+#include "muster/runtime/distributed/timeline.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "muster/runtime/error.h"
+
+namespace muster::runtime::distributed {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TimelineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/muster_timeline_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  nlohmann::json parse(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return nlohmann::json::parse(ss.str());  // throws if not valid JSON
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(TimelineTest, EmptyTraceIsValidJson) {
+  const std::string path = (dir_ / "t.json").string();
+  { Timeline t(path, 0); }
+  const auto j = parse(path);
+  ASSERT_TRUE(j.contains("traceEvents"));
+  EXPECT_TRUE(j["traceEvents"].is_array());
+  EXPECT_TRUE(j["traceEvents"].empty());
+}
+
+TEST_F(TimelineTest, ValidAfterEveryEventWithoutClose) {
+  const std::string path = (dir_ / "t.json").string();
+  Timeline t(path, 3);
+  t.name_process("rank 3");
+  t.name_row(1, "bucket 0");
+  for (int i = 0; i < 5; ++i) {
+    t.complete({"allreduce", "bucket", 1, 100 + i * 10, 7, {{"step", i}, {"bytes", 4096}}});
+    // Read back while the writer is still open, as after a crash.
+    const auto j = parse(path);
+    const auto& ev = j["traceEvents"];
+    ASSERT_EQ(ev.size(), 3u + static_cast<std::size_t>(i) + 1) << "after event " << i;
+    const auto& last = ev.back();
+    EXPECT_EQ(last["ph"], "X");
+    EXPECT_EQ(last["name"], "allreduce");
+    EXPECT_EQ(last["cat"], "bucket");
+    EXPECT_EQ(last["pid"], 3);
+    EXPECT_EQ(last["tid"], 1);
+    EXPECT_EQ(last["ts"], 100 + i * 10);
+    EXPECT_EQ(last["dur"], 7);
+    EXPECT_EQ(last["args"]["step"], i);
+    EXPECT_EQ(last["args"]["bytes"], 4096);
+  }
+  const auto j = parse(path);
+  EXPECT_EQ(j["traceEvents"][0]["ph"], "M");
+  EXPECT_EQ(j["traceEvents"][0]["name"], "process_name");
+  EXPECT_EQ(j["traceEvents"][0]["args"]["name"], "rank 3");
+  EXPECT_EQ(j["traceEvents"][1]["name"], "thread_name");
+  EXPECT_EQ(j["traceEvents"][1]["tid"], 1);
+}
+
+TEST_F(TimelineTest, EventsAfterCloseAreDropped) {
+  const std::string path = (dir_ / "t.json").string();
+  Timeline t(path, 0);
+  t.complete({"pack", "bucket", 1, 0, 1, {}});
+  t.close();
+  t.complete({"pack", "bucket", 1, 5, 1, {}});
+  EXPECT_EQ(parse(path)["traceEvents"].size(), 1u);
+}
+
+TEST_F(TimelineTest, UnwritablePathThrowsNamingIt) {
+  try {
+    Timeline t((dir_ / "no/such/dir/t.json").string(), 0);
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no/such/dir"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace muster::runtime::distributed
