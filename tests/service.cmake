@@ -1,0 +1,8 @@
+# musterd (issue 2): unit tests of validation, registry, auth and the HTTP
+# layer (no process is started), and integration tests of a real musterd
+# with the local backend.
+if(TARGET muster_service)
+  muster_gtest(validation_test SOURCES validation_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
+  muster_gtest(registry_test SOURCES registry_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
+  muster_gtest(auth_test SOURCES auth_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
+endif()
