@@ -76,6 +76,7 @@ std::string sshd_config_text(const SshKeys& keys, const std::string& listen_addr
   c += "UseDNS no\n";
   c += "PermitUserEnvironment no\n";
   c += "X11Forwarding no\n";
+  c += "Subsystem sftp internal-sftp\n";
   c += "LogLevel ERROR\n";
   return c;
 }

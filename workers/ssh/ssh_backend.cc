@@ -1,0 +1,401 @@
+#include "muster/workers/ssh/ssh_backend.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
+namespace muster::workers::ssh {
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+struct SshBackend::RemoteWorker {
+  std::string id;
+  size_t host_index = 0;
+  Host host;
+  fs::path log_path;
+  long pgid = 0;
+  std::unique_ptr<RemoteSession> session;
+  std::unique_ptr<RemoteProcess> process;
+  std::string pending_output;  // read before the reader thread started
+  std::thread reader;
+  std::atomic<bool> quit{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  ProcessStatus status{ProcessState::kRunning, std::nullopt};
+};
+
+namespace {
+
+bool on_off(const std::string& key, const std::string& value, bool& out, api::Status& error) {
+  if (value == "on" || value == "true" || value == "1") out = true;
+  else if (value == "off" || value == "false" || value == "0") out = false;
+  else error = api::invalid_argument("--backend-opt " + key + "='" + value + "': use on or off", key);
+  return error.is_ok();
+}
+
+bool positive_ms(const std::string& key, const std::string& value, std::chrono::milliseconds& out,
+                 api::Status& error) {
+  long v = 0;
+  try {
+    size_t used = 0;
+    v = std::stol(value, &used);
+    if (used != value.size()) v = 0;
+  } catch (...) {
+    v = 0;
+  }
+  if (v <= 0) error = api::invalid_argument("--backend-opt " + key + "='" + value + "': not a positive number", key);
+  else out = std::chrono::milliseconds(v);
+  return error.is_ok();
+}
+
+std::string url_with_host(const std::string& url, const std::string& host) {
+  auto scheme = url.find("://");
+  if (scheme == std::string::npos) return url;
+  size_t start = scheme + 3;
+  size_t end = url.find_first_of(":/", start);
+  if (end == std::string::npos) end = url.size();
+  return url.substr(0, start) + host + url.substr(end);
+}
+
+void append_to(const fs::path& log, const std::string& text) {
+  if (text.empty() || log.empty()) return;
+  std::ofstream out(log, std::ios::app | std::ios::binary);
+  out << text;
+}
+
+}  // namespace
+
+std::string local_address_towards(const std::string& address) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(address.c_str(), "9", &hints, &res) != 0 || res == nullptr) return "";
+  std::string out;
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {  // UDP connect: no packet is sent
+    sockaddr_in local{};
+    socklen_t len = sizeof local;
+    char buf[INET_ADDRSTRLEN] = {0};
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+        inet_ntop(AF_INET, &local.sin_addr, buf, sizeof buf) != nullptr)
+      out = buf;
+  }
+  if (fd >= 0) ::close(fd);
+  freeaddrinfo(res);
+  return out;
+}
+
+api::Result<SshOptions> SshOptions::from_map(const std::map<std::string, std::string>& opts) {
+  SshOptions o;
+  api::Status error;
+  for (const auto& [key, value] : opts) {
+    if (key == "inventory") o.inventory = value;
+    else if (key == "known_hosts") o.known_hosts = value;
+    else if (key == "accept_new") on_off(key, value, o.accept_new, error);
+    else if (key == "agent_path") o.agent_path = value;
+    else if (key == "copy_agent") on_off(key, value, o.copy_agent, error);
+    else if (key == "master") o.master_address = value;
+    else if (key == "connect_timeout_ms") positive_ms(key, value, o.connect_timeout, error);
+    else if (key == "dead_after_ms") positive_ms(key, value, o.dead_after, error);
+    else
+      error = api::invalid_argument("unknown ssh backend option '" + key +
+                                        "' (known: inventory, known_hosts, accept_new, agent_path, copy_agent, "
+                                        "master, connect_timeout_ms, dead_after_ms)",
+                                    key);
+    if (!error.is_ok()) return error;
+  }
+  if (o.inventory.empty())
+    return api::invalid_argument("the ssh backend needs --backend-opt inventory=FILE (one host a line: "
+                                 "ADDRESS port=22 user=U identity=KEY slots=N)",
+                                 "inventory");
+  return o;
+}
+
+ConnectOptions SshOptions::connect_options() const {
+  ConnectOptions c;
+  c.known_hosts = known_hosts;
+  c.accept_new = accept_new;
+  c.timeout = connect_timeout;
+  c.dead_after = dead_after;
+  return c;
+}
+
+api::Result<std::unique_ptr<SshBackend>> SshBackend::create(SshOptions options, std::unique_ptr<Connector> connector) {
+  if (options.hosts.empty()) {
+    auto hosts = load_inventory(options.inventory);
+    if (!hosts) return hosts.status();
+    options.hosts = std::move(hosts.value());
+  }
+  if (options.known_hosts.empty()) {
+    const char* home = std::getenv("HOME");
+    options.known_hosts = fs::path(home ? home : "/root") / ".ssh" / "known_hosts";
+  }
+  if (options.master_address.empty()) {
+    options.master_address = local_address_towards(options.hosts.front().address);
+    if (options.master_address.empty())
+      return api::unavailable("no local address routes to " + options.hosts.front().address +
+                              "; set --backend-opt master=IP (the address the hosts reach musterd at)");
+  }
+  return std::unique_ptr<SshBackend>(new SshBackend(std::move(options), std::move(connector)));
+}
+
+SshBackend::SshBackend(SshOptions options, std::unique_ptr<Connector> connector)
+    : options_(std::move(options)), connector_(std::move(connector)), load_(options_.hosts.size(), 0) {}
+
+SshBackend::~SshBackend() { shutdown(); }
+
+std::string SshBackend::remote_command(const LaunchSpec& spec, const std::string& agent_path,
+                                       const std::map<std::string, std::string>& env) {
+  std::string cmd = "echo muster-pgid $$; ";
+  if (!spec.working_dir.empty())
+    cmd += "cd " + shell_quote(spec.working_dir.string()) + " || { echo \"muster: no directory " +
+           spec.working_dir.string() + " on $(hostname)\" >&2; exit 126; }; ";
+  cmd += "exec 2>&1; exec env";
+  for (const auto& [k, v] : env) cmd += " " + shell_quote(k + "=" + v);
+  cmd += " " + shell_quote(agent_path);
+  for (size_t i = 1; i < spec.agent_argv.size(); ++i) cmd += " " + shell_quote(spec.agent_argv[i]);
+  return cmd;
+}
+
+api::Status SshBackend::ensure_agent(RemoteSession& session, const Host& host, const std::string& local_agent,
+                                     const std::string& remote_agent) {
+  auto test = session.run("test -x " + shell_quote(remote_agent));
+  if (!test) return test.status();
+  if (test->exit_code == 0) return api::Status::ok();
+  if (!options_.copy_agent)
+    return api::unavailable("muster-agent is not at " + remote_agent + " on " + host.label() +
+                            "; install it there or set --backend-opt copy_agent=on");
+  std::string dir = fs::path(remote_agent).parent_path().string();
+  if (!dir.empty()) {
+    auto mk = session.run("mkdir -p " + shell_quote(dir));
+    if (!mk) return mk.status();
+    if (mk->exit_code != 0)
+      return api::unavailable("cannot create " + dir + " on " + host.label() + ": " + mk->err + mk->out);
+  }
+  return session.upload(local_agent, remote_agent, 0755);
+}
+
+api::Result<std::unique_ptr<SshBackend::RemoteWorker>> SshBackend::start_one(const LaunchSpec& spec,
+                                                                             size_t host_index) {
+  const Host& host = options_.hosts[host_index];
+  if (spec.agent_argv.empty()) return api::invalid_argument("empty agent command line");
+  auto session = connector_->connect(host);
+  if (!session) return session.status();
+  std::string remote_agent = options_.agent_path.empty() ? spec.agent_argv[0] : options_.agent_path;
+  bool checked;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    checked = agent_checked_.count(host_index) > 0;
+  }
+  if (!checked) {
+    if (auto s = ensure_agent(*session.value(), host, spec.agent_argv[0], remote_agent); !s) return s;
+    std::lock_guard<std::mutex> lock(mu_);
+    agent_checked_.insert(host_index);
+  }
+  std::map<std::string, std::string> env = spec.env;
+  if (auto it = env.find("MUSTER_URL"); it != env.end()) it->second = url_with_host(it->second, master_address());
+  env["MUSTER_MASTER_IP"] = master_address();
+
+  auto process = session.value()->start(remote_command(spec, remote_agent, env));
+  if (!process) return process.status();
+  auto w = std::make_unique<RemoteWorker>();
+  w->id = spec.worker_id;
+  w->host_index = host_index;
+  w->host = host;
+  w->log_path = spec.log_path;
+  // The first line is the process group; everything after it is the agent's.
+  std::string buf;
+  auto deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
+  // (A process that ends at once still reports kEnded again to the reader.)
+  for (;;) {
+    ReadEvent ev = process.value()->read(buf, 100ms);
+    auto nl = buf.find('\n');
+    if (nl != std::string::npos) {
+      std::string line = buf.substr(0, nl);
+      if (line.rfind("muster-pgid ", 0) != 0)
+        return api::internal_error("unexpected first line from " + host.label() + ": " + line);
+      w->pgid = std::atol(line.c_str() + 12);
+      w->pending_output = buf.substr(nl + 1);
+      break;
+    }
+    if (ev.state == ReadState::kEnded || ev.state == ReadState::kLost)
+      return api::unavailable("the agent on " + host.label() + " did not start: " +
+                              (ev.state == ReadState::kLost ? ev.message : "exit " + std::to_string(ev.exit_code)) +
+                              (buf.empty() ? "" : ": " + buf));
+    if (std::chrono::steady_clock::now() > deadline)
+      return api::Status(api::ErrorCode::kDeadlineExceeded, "the agent on " + host.label() +
+                         " did not start within " + std::to_string(options_.connect_timeout.count()) + " ms");
+  }
+  if (w->pgid <= 1) return api::internal_error("bad process group from " + host.label());
+  w->session = std::move(session.value());
+  w->process = std::move(process.value());
+  return w;
+}
+
+void SshBackend::reader_loop(RemoteWorker* w) {
+  append_to(w->log_path, w->pending_output);
+  w->pending_output.clear();
+  while (!w->quit.load()) {
+    std::string chunk;
+    ReadEvent ev = w->process->read(chunk, 200ms);
+    append_to(w->log_path, chunk);
+    if (ev.state == ReadState::kEnded || ev.state == ReadState::kLost) {
+      if (ev.state == ReadState::kLost)
+        append_to(w->log_path, "\n[muster] lost the connection to " + w->host.label() + ": " + ev.message + "\n");
+      std::lock_guard<std::mutex> lock(w->mu);
+      w->status = ev.state == ReadState::kEnded ? ProcessStatus{ProcessState::kExited, ev.exit_code}
+                                                : ProcessStatus{ProcessState::kLost, std::nullopt};
+      w->cv.notify_all();
+      return;
+    }
+  }
+}
+
+api::Status SshBackend::launch(const std::vector<LaunchSpec>& specs) {
+  std::vector<size_t> placement;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) return api::unavailable("the ssh backend is shut down");
+    std::vector<int> load = load_;
+    for (const auto& spec : specs) {
+      if (workers_.count(spec.worker_id)) return api::conflict("worker " + spec.worker_id + " is already running");
+      size_t best = options_.hosts.size();
+      for (size_t i = 0; i < options_.hosts.size(); ++i) {
+        if (load[i] >= options_.hosts[i].slots) continue;
+        if (best == options_.hosts.size() || load[i] * options_.hosts[best].slots < load[best] * options_.hosts[i].slots)
+          best = i;
+      }
+      if (best == options_.hosts.size())
+        return api::unavailable("no free slot for worker " + spec.worker_id + ": every host in the inventory is full");
+      ++load[best];
+      placement.push_back(best);
+    }
+    load_ = load;  // reserve the slots while connecting
+  }
+  std::vector<std::unique_ptr<RemoteWorker>> started;
+  api::Status failure;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    auto w = start_one(specs[i], placement[i]);
+    if (!w) {
+      failure = api::Status(w.status().code(), "worker " + specs[i].worker_id + " on " +
+                                                   options_.hosts[placement[i]].label() + ": " +
+                                                   w.status().message());
+      break;
+    }
+    started.push_back(std::move(w.value()));
+  }
+  if (!failure.is_ok()) {
+    for (auto& w : started) end_worker(*w, 0ms);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t idx : placement) --load_[idx];
+    return failure;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& w : started) {
+    RemoteWorker* raw = w.get();
+    raw->reader = std::thread([this, raw] { reader_loop(raw); });
+    finished_.erase(raw->id);
+    workers_[raw->id] = std::move(w);
+  }
+  return api::Status::ok();
+}
+
+// Signals the process group over a second session, waits for the reader to see
+// the end, then releases the session.
+void SshBackend::end_worker(RemoteWorker& w, std::chrono::milliseconds grace) {
+  auto running = [&] {
+    std::lock_guard<std::mutex> lock(w.mu);
+    return w.status.state == ProcessState::kRunning;
+  };
+  auto signal = [&](const char* sig) {
+    auto s = connector_->connect(w.host);
+    if (!s) return false;
+    auto r = s.value()->run(std::string("kill -") + sig + " -- -" + std::to_string(w.pgid) + " 2>/dev/null");
+    return r.is_ok();
+  };
+  if (w.pgid > 1 && running() && signal("TERM")) {
+    bool reader_running = w.reader.joinable();
+    auto wait_end = [&](std::chrono::milliseconds limit) {
+      if (reader_running) {
+        std::unique_lock<std::mutex> lock(w.mu);
+        w.cv.wait_for(lock, limit, [&] { return w.status.state != ProcessState::kRunning; });
+      } else {
+        // No reader yet (a failed launch): drain here.
+        auto until = std::chrono::steady_clock::now() + limit;
+        std::string sink;
+        while (std::chrono::steady_clock::now() < until) {
+          ReadEvent ev = w.process->read(sink, 50ms);
+          if (ev.state == ReadState::kEnded || ev.state == ReadState::kLost) {
+            std::lock_guard<std::mutex> lock(w.mu);
+            w.status = {ev.state == ReadState::kEnded ? ProcessState::kExited : ProcessState::kLost,
+                        ev.state == ReadState::kEnded ? std::optional<int>(ev.exit_code) : std::nullopt};
+            break;
+          }
+        }
+      }
+    };
+    wait_end(std::max(grace, 50ms));
+    if (running() && signal("KILL")) wait_end(3000ms);
+  }
+  w.quit = true;
+  if (w.reader.joinable()) w.reader.join();
+  w.process.reset();
+  w.session.reset();
+}
+
+api::Status SshBackend::stop(const std::string& worker_id, std::chrono::milliseconds grace) {
+  std::unique_ptr<RemoteWorker> w;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = workers_.find(worker_id);
+    if (it == workers_.end()) return api::Status::ok();
+    w = std::move(it->second);
+    workers_.erase(it);
+  }
+  end_worker(*w, grace);
+  ProcessStatus final_status;
+  {
+    std::lock_guard<std::mutex> lock(w->mu);
+    final_status = w->status;
+  }
+  if (final_status.state == ProcessState::kRunning) final_status = {ProcessState::kLost, std::nullopt};
+  std::lock_guard<std::mutex> lock(mu_);
+  --load_[w->host_index];
+  finished_[worker_id] = final_status;
+  return api::Status::ok();
+}
+
+ProcessStatus SshBackend::poll(const std::string& worker_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) {
+    auto f = finished_.find(worker_id);
+    return f == finished_.end() ? ProcessStatus{} : f->second;
+  }
+  std::lock_guard<std::mutex> wlock(it->second->mu);
+  return it->second->status;
+}
+
+const Host* SshBackend::host_of(const std::string& worker_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(worker_id);
+  return it == workers_.end() ? nullptr : &options_.hosts[it->second->host_index];
+}
+
+void SshBackend::shutdown() {
+  std::map<std::string, std::unique_ptr<RemoteWorker>> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    all.swap(workers_);
+  }
+  for (auto& [id, w] : all) end_worker(*w, 1000ms);
+}
+
+}  // namespace muster::workers::ssh
