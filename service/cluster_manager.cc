@@ -168,7 +168,7 @@ api::Result<Cluster> ClusterManager::create(const ClusterRequest& request) {
     } while (clusters_.count(e.cluster.id));
     e.seq = next_seq_++;
   }
-  const std::string& id = e.cluster.id;
+  const std::string id = e.cluster.id;
   e.dir = options_.state_dir / "clusters" / id;
 
   // The rank command of mpi mode is the worker script itself.

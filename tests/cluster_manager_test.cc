@@ -1,0 +1,408 @@
+// ClusterManager driven step by step: a real WorkerRegistry over a fake
+// backend, a FakeClock and a fake launcher, so nothing forks or sleeps.
+// Agents are played by calling the registry's agent_* methods.
+#include "muster/service/cluster_manager.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "muster/clusterspec/tf_config.h"
+
+namespace muster::service {
+namespace {
+
+namespace fs = std::filesystem;
+using api::WorkerStatus;
+
+class FakeBackend final : public workers::Backend {
+ public:
+  std::string name() const override { return "fake"; }
+  std::string master_address() const override { return "127.0.0.1"; }
+  api::Status launch(const std::vector<workers::LaunchSpec>& specs) override {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& s : specs) launched.push_back(s);
+    return api::Status::ok();
+  }
+  api::Status stop(const std::string& id, std::chrono::milliseconds) override {
+    std::lock_guard<std::mutex> lock(mu);
+    stopped.insert(id);
+    return api::Status::ok();
+  }
+  workers::ProcessStatus poll(const std::string&) override { return {workers::ProcessState::kRunning, {}}; }
+  void shutdown() override {}
+
+  std::mutex mu;
+  std::vector<workers::LaunchSpec> launched;
+  std::set<std::string> stopped;
+};
+
+struct FakeProcess final : LauncherProcess {
+  std::optional<int>* exit_code;
+  bool* terminated;
+  std::optional<int> poll() override { return *exit_code; }
+  void terminate(std::chrono::milliseconds) override {
+    *terminated = true;
+    if (!*exit_code) *exit_code = 143;
+  }
+};
+
+struct FakeLauncher final : Launcher {
+  std::vector<LauncherSpec> started;
+  std::optional<int> exit_code;
+  bool terminated = false;
+  api::Result<std::unique_ptr<LauncherProcess>> start(const LauncherSpec& spec) override {
+    started.push_back(spec);
+    auto p = std::make_unique<FakeProcess>();
+    p->exit_code = &exit_code;
+    p->terminated = &terminated;
+    return std::unique_ptr<LauncherProcess>(std::move(p));
+  }
+};
+
+class ClusterManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("muster_cm_" + std::to_string(::getpid()) + "_" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_ / "project");
+    fs::create_directories(root_ / "state");
+    std::ofstream(root_ / "project" / "train.py") << "print('hi')\n";
+    project_ = fs::canonical(root_ / "project");
+    RegistryOptions ro;
+    ro.state_dir = root_ / "state";
+    ro.project_dir = project_;
+    ro.agent_path = "/bin/true";
+    ro.agent_url = "http://127.0.0.1:1";
+    ro.master_ip = "127.0.0.1";
+    ro.async_stops = false;
+    registry_ = std::make_unique<WorkerRegistry>(ro, backend_, nullptr, clock_);
+    auto store = ClusterStore::open(":memory:");
+    ASSERT_TRUE(store.is_ok());
+    store_ = std::move(store).value();
+    make_manager();
+  }
+
+  void TearDown() override {
+    manager_.reset();
+    registry_.reset();
+    fs::remove_all(root_);
+  }
+
+  void make_manager() {
+    manager_.reset();
+    auto launcher = std::make_unique<FakeLauncher>();
+    launcher_ = launcher.get();
+    ClusterManagerOptions o;
+    o.state_dir = root_ / "state";
+    o.validation = {16, project_};
+    o.ps_program = root_ / "no-such-muster-ps";
+    o.start_thread = false;
+    manager_ = std::make_unique<ClusterManager>(o, *registry_, store_.get(), clock_, std::move(launcher));
+  }
+
+  Cluster create(ClusterRequest r) {
+    auto c = manager_->create(r);
+    EXPECT_TRUE(c.is_ok()) << c.status().message();
+    return c.is_ok() ? c.value() : Cluster{};
+  }
+
+  Cluster now(const std::string& id) {
+    manager_->step();
+    return manager_->get(id).value();
+  }
+
+  api::Worker worker(const std::string& id) { return registry_->get(id).value(); }
+
+  // Registers every task as its agent would, each with its own port.
+  void register_all(const Cluster& c, bool with_port) {
+    int port = 40000;
+    for (const auto& t : c.tasks) {
+      auto held = registry_->agent_register(t.worker_id, "127.0.0.1", with_port ? std::optional<int>(port++) : std::nullopt);
+      ASSERT_TRUE(held.is_ok()) << held.status().message();
+    }
+  }
+
+  std::optional<Release> release_of(const std::string& worker_id) {
+    std::optional<Release> got;
+    auto s = registry_->agent_wait_release(worker_id, [&](std::optional<Release> r) { got = std::move(r); });
+    EXPECT_TRUE(s.is_ok()) << s.message();
+    return got;
+  }
+
+  static ClusterRequest ps_request(int n_ps, int n_workers) {
+    ClusterRequest r;
+    r.mode = ClusterMode::kPs;
+    r.n_ps = n_ps;
+    r.n_workers = n_workers;
+    r.worker_script = "train.py";
+    r.timeout_seconds = 30;
+    return r;
+  }
+
+  static ClusterRequest mpi_request(int n_workers, int slots) {
+    ClusterRequest r;
+    r.mode = ClusterMode::kMpi;
+    r.n_workers = n_workers;
+    r.slots = slots;
+    r.worker_script = "train.py";
+    r.args = {"--epochs", "1"};
+    r.env = {{"MY_VAR", "x"}};
+    return r;
+  }
+
+  fs::path root_, project_;
+  FakeClock clock_;
+  FakeBackend backend_;
+  std::unique_ptr<WorkerRegistry> registry_;
+  std::unique_ptr<ClusterStore> store_;
+  std::unique_ptr<ClusterManager> manager_;
+  FakeLauncher* launcher_ = nullptr;
+};
+
+TEST_F(ClusterManagerTest, PsRendezvousReleasesEveryTaskWithItsOwnTfConfig) {
+  auto c = create(ps_request(1, 2));
+  ASSERT_EQ(c.tasks.size(), 3u);
+  EXPECT_EQ(c.status, ClusterStatus::kStarting);
+  EXPECT_EQ(c.workers_json().dump(),
+            nlohmann::json({{"ps", {c.tasks[0].worker_id}}, {"worker", {c.tasks[1].worker_id, c.tasks[2].worker_id}}})
+                .dump());
+  // Every task was launched held, reserving a port, tagged with the cluster.
+  ASSERT_EQ(backend_.launched.size(), 3u);
+  for (const auto& spec : backend_.launched) {
+    EXPECT_EQ(spec.env.at("MUSTER_RESERVE_PORT"), "1");
+    EXPECT_EQ(spec.env.at("MUSTER_CLUSTER_ID"), c.id);
+  }
+  EXPECT_EQ(worker(c.tasks[1].worker_id).cluster_id.value_or(""), c.id);
+  EXPECT_EQ(now(c.id).status, ClusterStatus::kStarting);
+
+  register_all(c, true);
+  auto running = now(c.id);
+  ASSERT_EQ(running.status, ClusterStatus::kRunning) << running.reason;
+  EXPECT_EQ(running.cluster_spec.dump(), R"({"ps":["127.0.0.1:40000"],"worker":["127.0.0.1:40001","127.0.0.1:40002"]})");
+
+  std::set<std::string> seen;
+  for (const auto& t : c.tasks) {
+    auto release = release_of(t.worker_id);
+    ASSERT_TRUE(release.has_value()) << t.worker_id;
+    auto config = clusterspec::TfConfig::parse(release->env.at("TF_CONFIG"));
+    EXPECT_EQ(config.task_type, t.type);
+    EXPECT_EQ(config.task_index, t.index);
+    EXPECT_EQ(config.cluster.to_json(), running.cluster_spec);
+    EXPECT_EQ(clusterspec::TfConfig::parse(release->files.at("cluster.json")).dump(), config.dump());
+    seen.insert(t.type + std::to_string(t.index));
+  }
+  EXPECT_EQ(seen, (std::set<std::string>{"ps0", "worker0", "worker1"}));
+
+  // Workers end well -> the PS is stopped and the cluster succeeded.
+  ASSERT_TRUE(registry_->agent_exit(c.tasks[1].worker_id, 0).is_ok());
+  EXPECT_EQ(now(c.id).status, ClusterStatus::kRunning);
+  ASSERT_TRUE(registry_->agent_exit(c.tasks[2].worker_id, 0).is_ok());
+  auto done = now(c.id);
+  EXPECT_EQ(done.status, ClusterStatus::kSucceeded) << done.reason;
+  EXPECT_EQ(worker(c.tasks[0].worker_id).status, WorkerStatus::kStopped);
+  EXPECT_TRUE(done.finished_at.has_value());
+}
+
+TEST_F(ClusterManagerTest, CrashingWorkerFailsTheClusterAndStopsTheRest) {
+  auto c = create(ps_request(1, 2));
+  register_all(c, true);
+  ASSERT_EQ(now(c.id).status, ClusterStatus::kRunning);
+  ASSERT_TRUE(registry_->agent_exit(c.tasks[2].worker_id, 3).is_ok());
+  auto failed = now(c.id);
+  EXPECT_EQ(failed.status, ClusterStatus::kFailed);
+  EXPECT_EQ(failed.reason, "worker 1 (id " + c.tasks[2].worker_id + ") failed with exit code 3");
+  EXPECT_EQ(worker(c.tasks[0].worker_id).status, WorkerStatus::kStopped);
+  EXPECT_EQ(worker(c.tasks[1].worker_id).status, WorkerStatus::kStopped);
+  // Terminal: later events change nothing.
+  EXPECT_EQ(now(c.id).reason, failed.reason);
+}
+
+TEST_F(ClusterManagerTest, TaskDyingBeforeRendezvousFailsTheCluster) {
+  auto c = create(ps_request(2, 1));
+  ASSERT_TRUE(registry_->agent_register(c.tasks[0].worker_id, "127.0.0.1", 5000).is_ok());
+  ASSERT_TRUE(registry_->agent_exit(c.tasks[1].worker_id, 1).is_ok());
+  auto failed = now(c.id);
+  EXPECT_EQ(failed.status, ClusterStatus::kFailed);
+  EXPECT_EQ(failed.reason, "ps 1 (id " + c.tasks[1].worker_id + ") failed with exit code 1");
+  EXPECT_TRUE(failed.cluster_spec.is_null());
+  EXPECT_EQ(worker(c.tasks[0].worker_id).status, WorkerStatus::kStopped);
+}
+
+TEST_F(ClusterManagerTest, RendezvousTimeoutNamesTheMissingTask) {
+  auto c = create(ps_request(1, 2));
+  ASSERT_TRUE(registry_->agent_register(c.tasks[0].worker_id, "127.0.0.1", 5000).is_ok());
+  ASSERT_TRUE(registry_->agent_register(c.tasks[1].worker_id, "127.0.0.1", 5001).is_ok());
+  clock_.advance(std::chrono::seconds(29));
+  EXPECT_EQ(now(c.id).status, ClusterStatus::kStarting);
+  clock_.advance(std::chrono::seconds(2));
+  auto failed = now(c.id);
+  EXPECT_EQ(failed.status, ClusterStatus::kFailed);
+  EXPECT_EQ(failed.reason,
+            "worker 1 (id " + c.tasks[2].worker_id + ") did not register within 30 s (timeout_seconds)");
+  for (const auto& t : c.tasks) EXPECT_TRUE(api::is_terminal(worker(t.worker_id).status));
+}
+
+TEST_F(ClusterManagerTest, PsTasksWithoutScriptWaitToBeStopped) {
+  auto r = ps_request(1, 1);
+  r.worker_script = "";
+  auto c = create(r);
+  for (const auto& spec : backend_.launched) {
+    auto code = std::find(spec.agent_argv.begin(), spec.agent_argv.end(), "--code");
+    ASSERT_NE(code, spec.agent_argv.end());
+    EXPECT_NE((code + 1)->find("time.sleep"), std::string::npos);
+  }
+  register_all(c, true);
+  EXPECT_EQ(now(c.id).status, ClusterStatus::kRunning);
+  auto stopped = manager_->stop(c.id);
+  ASSERT_TRUE(stopped.is_ok());
+  EXPECT_EQ(stopped->status, ClusterStatus::kStopped);
+  EXPECT_EQ(stopped->reason, "stopped by request");
+  for (const auto& t : c.tasks) EXPECT_EQ(worker(t.worker_id).status, WorkerStatus::kStopped);
+  // Stopping again returns the cluster unchanged.
+  EXPECT_EQ(manager_->stop(c.id)->status, ClusterStatus::kStopped);
+}
+
+TEST_F(ClusterManagerTest, PsProgramIsUsedWhenItExists) {
+  const fs::path ps = root_ / "muster-ps";
+  std::ofstream(ps) << "#!/bin/sh\n";
+  fs::permissions(ps, fs::perms::owner_all);
+  manager_.reset();
+  auto launcher = std::make_unique<FakeLauncher>();
+  ClusterManagerOptions o;
+  o.state_dir = root_ / "state";
+  o.validation = {16, project_};
+  o.ps_program = ps;
+  o.start_thread = false;
+  manager_ = std::make_unique<ClusterManager>(o, *registry_, store_.get(), clock_, std::move(launcher));
+  create(ps_request(1, 1));
+  ASSERT_EQ(backend_.launched.size(), 2u);
+  const auto& argv = backend_.launched[0].agent_argv;
+  auto script = std::find(argv.begin(), argv.end(), "--script");
+  ASSERT_NE(script, argv.end());
+  EXPECT_EQ(*(script + 1), ps.string());
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "executable"), argv.end());
+}
+
+TEST_F(ClusterManagerTest, BadScriptLaunchesNothing) {
+  auto r = ps_request(1, 2);
+  r.worker_script = "../etc/passwd";
+  auto c = manager_->create(r);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_EQ(c.status().field(), "worker_script");
+  r = ps_request(1, 2);
+  r.ps_script = "missing.py";
+  c = manager_->create(r);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_EQ(c.status().field(), "ps_script");
+  EXPECT_TRUE(backend_.launched.empty());
+  EXPECT_TRUE(manager_->list().empty());
+}
+
+TEST_F(ClusterManagerTest, MpiBuildsLinesAndRunsTheLauncher) {
+  auto c = create(mpi_request(2, 2));
+  ASSERT_EQ(c.tasks.size(), 2u);
+  EXPECT_EQ(backend_.launched[0].env.count("MUSTER_RESERVE_PORT"), 0u);
+  register_all(c, false);
+  auto running = now(c.id);
+  ASSERT_EQ(running.status, ClusterStatus::kRunning) << running.reason;
+  // The local backend: one host, all slots on it.
+  EXPECT_EQ(running.hostfile, "127.0.0.1 slots=4\n");
+  const std::string script = (project_ / "train.py").string();
+  EXPECT_EQ(running.horovodrun_argv,
+            (std::vector<std::string>{"horovodrun", "-np", "4", "-H", "127.0.0.1:4", "-p", "2222", "python3", "-u",
+                                      script, "--epochs", "1"}));
+  ASSERT_EQ(launcher_->started.size(), 1u);
+  const auto& argv = launcher_->started[0].argv;
+  EXPECT_EQ(argv, running.mpirun_argv);
+  EXPECT_EQ(argv[0], "mpirun");
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "MY_VAR"), argv.end());
+  EXPECT_EQ(launcher_->started[0].env.at("MY_VAR"), "x");
+  std::ifstream hostfile(root_ / "state" / "clusters" / c.id / "hostfile");
+  std::string line;
+  std::getline(hostfile, line);
+  EXPECT_EQ(line, "127.0.0.1 slots=4");
+
+  EXPECT_EQ(now(c.id).status, ClusterStatus::kRunning);
+  launcher_->exit_code = 0;
+  auto done = now(c.id);
+  EXPECT_EQ(done.status, ClusterStatus::kSucceeded) << done.reason;
+  EXPECT_EQ(done.launcher_exit_code.value_or(-1), 0);
+  for (const auto& t : c.tasks) EXPECT_EQ(worker(t.worker_id).status, WorkerStatus::kStopped);
+}
+
+TEST_F(ClusterManagerTest, MpiLauncherFailureFailsTheCluster) {
+  auto c = create(mpi_request(2, 1));
+  register_all(c, false);
+  ASSERT_EQ(now(c.id).status, ClusterStatus::kRunning);
+  launcher_->exit_code = 1;
+  auto failed = now(c.id);
+  EXPECT_EQ(failed.status, ClusterStatus::kFailed);
+  EXPECT_EQ(failed.reason.rfind("mpirun exited with code 1", 0), 0u) << failed.reason;
+}
+
+TEST_F(ClusterManagerTest, MpiWorkerLostAbortsTheLauncher) {
+  auto c = create(mpi_request(2, 1));
+  register_all(c, false);
+  ASSERT_EQ(now(c.id).status, ClusterStatus::kRunning);
+  ASSERT_TRUE(registry_->agent_exit(c.tasks[0].worker_id, 137).is_ok());
+  auto failed = now(c.id);
+  EXPECT_EQ(failed.status, ClusterStatus::kFailed);
+  EXPECT_EQ(failed.reason,
+            "worker 0 (id " + c.tasks[0].worker_id + ") failed with exit code 137; mpirun was aborted");
+  EXPECT_TRUE(launcher_->terminated);
+  EXPECT_EQ(worker(c.tasks[1].worker_id).status, WorkerStatus::kStopped);
+}
+
+TEST_F(ClusterManagerTest, MpiWithoutLaunchOnlyBuildsTheLines) {
+  auto r = mpi_request(2, 1);
+  r.launch = false;
+  r.network_interface = "eth0";
+  auto c = create(r);
+  ASSERT_TRUE(registry_->agent_register(c.tasks[0].worker_id, "10.0.0.5", std::nullopt).is_ok());
+  ASSERT_TRUE(registry_->agent_register(c.tasks[1].worker_id, "10.0.0.6", std::nullopt).is_ok());
+  auto running = now(c.id);
+  ASSERT_EQ(running.status, ClusterStatus::kRunning);
+  EXPECT_TRUE(launcher_->started.empty());
+  EXPECT_EQ(running.hostfile, "10.0.0.5 slots=1\n10.0.0.6 slots=1\n");
+  auto json = running.to_json();
+  EXPECT_EQ(json["horovodrun_command"],
+            "horovodrun -np 2 -H 10.0.0.5:1,10.0.0.6:1 -p 2222 --network-interface eth0 python3 -u " +
+                (project_ / "train.py").string() + " --epochs 1");
+  EXPECT_NE(json["mpirun_command"].get<std::string>().find("-mca btl_tcp_if_include eth0 -x NCCL_SOCKET_IFNAME=eth0"),
+            std::string::npos);
+}
+
+TEST_F(ClusterManagerTest, RestartFailsClustersThatHadNotEnded) {
+  auto done = create(ps_request(0, 1));
+  register_all(done, true);
+  ASSERT_EQ(now(done.id).status, ClusterStatus::kRunning);
+  ASSERT_TRUE(registry_->agent_exit(done.tasks[0].worker_id, 0).is_ok());
+  ASSERT_EQ(now(done.id).status, ClusterStatus::kSucceeded);
+  auto open = create(ps_request(1, 1));
+
+  make_manager();  // a new daemon over the same store
+  ASSERT_TRUE(manager_->restore().is_ok());
+  auto list = manager_->list();
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].id, done.id);
+  EXPECT_EQ(list[0].status, ClusterStatus::kSucceeded);
+  EXPECT_EQ(list[1].id, open.id);
+  EXPECT_EQ(list[1].status, ClusterStatus::kFailed);
+  EXPECT_EQ(list[1].reason, "the daemon restarted while the cluster was starting; its tasks were stopped");
+  EXPECT_EQ(list[1].tasks.size(), 2u);
+  for (const auto& t : open.tasks) EXPECT_EQ(worker(t.worker_id).status, WorkerStatus::kStopped);
+}
+
+TEST_F(ClusterManagerTest, UnknownClusterIsNotFound) {
+  EXPECT_EQ(manager_->get("c-nope").status().code(), api::ErrorCode::kNotFound);
+  EXPECT_EQ(manager_->stop("c-nope").status().code(), api::ErrorCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace muster::service

@@ -1,0 +1,111 @@
+// parse_cluster_request: a table of bad bodies, each naming its field; and
+// the cluster object's JSON.
+#include "muster/service/cluster_types.h"
+
+#include <gtest/gtest.h>
+
+namespace muster::service {
+namespace {
+
+using nlohmann::json;
+
+struct BadCase {
+  const char* body;
+  const char* field;
+  const char* message_part;
+};
+
+TEST(ClusterRequestTest, Defaults) {
+  auto r = parse_cluster_request(json::parse(R"({"n_workers": 2})"), 64);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->mode, ClusterMode::kPs);
+  EXPECT_EQ(r->n_ps, 0);
+  EXPECT_EQ(r->ssh_port, 2222);
+  EXPECT_EQ(r->slots, 1);
+  EXPECT_TRUE(r->launch);
+  EXPECT_EQ(r->timeout_seconds, 60);
+}
+
+TEST(ClusterRequestTest, FullMpiRequest) {
+  auto r = parse_cluster_request(json::parse(R"({"mode":"mpi","n_workers":2,"cpu":0.5,"memory":2,"nvidia_gpu":0,
+      "worker_script":"train.py","args":["--x","1"],"env":{"A_1":"v"},"slots":2,"ssh_port":2200,
+      "network_interface":"eth0","timeout_seconds":0,"launch":false})"),
+                                 64);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->mode, ClusterMode::kMpi);
+  EXPECT_EQ(r->slots, 2);
+  EXPECT_EQ(r->ssh_port, 2200);
+  EXPECT_EQ(r->env.at("A_1"), "v");
+  EXPECT_FALSE(r->launch);
+  EXPECT_EQ(r->timeout_seconds, 0);
+  auto back = cluster_request_from_json(r->to_json());
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ(back->to_json(), r->to_json());
+}
+
+TEST(ClusterRequestTest, BadBodiesNameTheField) {
+  const BadCase cases[] = {
+      {R"([])", "", "must be a JSON object"},
+      {R"({})", "n_workers", "is required"},
+      {R"({"n_workers": 0})", "n_workers", "1..8"},
+      {R"({"n_workers": 9})", "n_workers", "1..8"},
+      {R"({"n_workers": "2"})", "n_workers", "must be an integer"},
+      {R"({"n_workers": 1.5})", "n_workers", "must be an integer"},
+      {R"({"n_workers": 5, "n_ps": 4})", "n_workers", "more than the 8 workers"},
+      {R"({"n_workers": 1, "n_ps": -1})", "n_ps", "0..8"},
+      {R"({"n_workers": 1, "mode": "allreduce"})", "mode", "\"ps\" or \"mpi\""},
+      {R"({"n_workers": 1, "mode": "mpi"})", "worker_script", "required in mpi mode"},
+      {R"({"n_workers": 1, "mode": "mpi", "worker_script": "t.py", "n_ps": 1})", "n_ps", "ps mode only"},
+      {R"({"n_workers": 1, "mode": "mpi", "worker_script": "t.py", "ps_script": "p.py"})", "ps_script", "ps mode only"},
+      {R"({"n_workers": 1, "launch": false})", "launch", "mpi mode only"},
+      {R"({"n_workers": 1, "cpu": 0})", "cpu", "greater than 0"},
+      {R"({"n_workers": 1, "memory": -1})", "memory", "greater than 0"},
+      {R"({"n_workers": 1, "cpu": "1"})", "cpu", "must be a number"},
+      {R"({"n_workers": 1, "nvidia_gpu": -1})", "nvidia_gpu", "0..64"},
+      {R"({"n_workers": 1, "worker_script": 3})", "worker_script", "must be a string"},
+      {R"({"n_workers": 1, "worker_script": "a\u0000b"})", "worker_script", "NUL"},
+      {R"({"n_workers": 1, "args": "x"})", "args", "list of strings"},
+      {R"({"n_workers": 1, "args": [1]})", "args", "list of strings"},
+      {R"({"n_workers": 1, "env": []})", "env", "object"},
+      {R"({"n_workers": 1, "env": {"A B": "x"}})", "env", "must match"},
+      {R"j({"n_workers": 1, "env": {"$(id)": "x"}})j", "env", "must match"},
+      {R"({"n_workers": 1, "env": {"A": 1}})", "env", "must be a string"},
+      {R"({"n_workers": 1, "slots": 0})", "slots", "1..1024"},
+      {R"({"n_workers": 1, "ssh_port": 70000})", "ssh_port", "1..65535"},
+      {R"({"n_workers": 1, "network_interface": "eth0; id"})", "network_interface", "not an interface name"},
+      {R"({"n_workers": 1, "timeout_seconds": -1})", "timeout_seconds", ">= 0"},
+      {R"({"n_workers": 1, "launch": "yes"})", "launch", "true or false"},
+      {R"({"n_workers": 1, "n_wokers": 2})", "n_wokers", "unknown field"},
+  };
+  for (const auto& c : cases) {
+    auto r = parse_cluster_request(json::parse(c.body), 8);
+    ASSERT_FALSE(r.is_ok()) << c.body;
+    EXPECT_EQ(r.status().code(), api::ErrorCode::kInvalidArgument) << c.body;
+    EXPECT_EQ(r.status().field(), c.field) << c.body;
+    EXPECT_NE(r.status().message().find(c.message_part), std::string::npos) << c.body << " -> " << r.status().message();
+  }
+}
+
+TEST(ClusterObjectTest, JsonHasTheApiFields) {
+  Cluster c;
+  c.id = "c-1";
+  c.request.mode = ClusterMode::kMpi;
+  c.status = ClusterStatus::kRunning;
+  c.tasks = {{"worker", 0, "w0"}, {"worker", 1, "w1"}};
+  c.horovodrun_argv = {"horovodrun", "-np", "2", "-H", "h:2", "python3", "a b.py"};
+  auto j = c.to_json();
+  for (const char* key : {"id", "mode", "status", "workers", "cluster_spec", "horovodrun_command", "mpirun_command",
+                          "hostfile", "reason"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j["status"], "running");
+  EXPECT_EQ(j["mode"], "mpi");
+  EXPECT_EQ(j["workers"], json::parse(R"({"worker":["w0","w1"]})"));
+  EXPECT_EQ(j["horovodrun_command"], "horovodrun -np 2 -H h:2 python3 'a b.py'");
+  auto back = Cluster::from_record(c.to_record());
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->to_json(), j);
+}
+
+}  // namespace
+}  // namespace muster::service
