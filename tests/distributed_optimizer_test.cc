@@ -320,6 +320,26 @@ TEST(DistributedOptimizer, DestructorDoesNotWaitForGradientsNeverMarked) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
 }
 
+TEST(DistributedOptimizer, OwnedGradientsAreContiguousAndAveraged) {
+  FakeWorld world(2);
+  std::vector<std::vector<float>> got(2);
+  expect_no_errors(run_ranks(world, [&](int rank, std::unique_ptr<Collectives> coll) {
+    std::vector<float> w(10), user_grad(3, 5.0f);
+    DistributedOptimizer opt(std::move(coll), optim::make_sgd({}));
+    opt.add_parameter("a", w.data(), nullptr, 4);
+    opt.add_parameter("b", w.data() + 4, user_grad.data(), 3);
+    opt.add_parameter("c", w.data() + 7, nullptr, 3);
+    EXPECT_EQ(opt.gradient(1), user_grad.data());
+    EXPECT_EQ(opt.gradient(2), opt.gradient(0) + 4) << "owned gradients share one array";
+    for (int i : {0, 2})
+      for (int k = 0; k < (i == 0 ? 4 : 3); ++k) opt.gradient(i)[k] = static_cast<float>(rank * 10 + k);
+    opt.synchronize();
+    for (int i : {0, 1, 2}) got[static_cast<std::size_t>(rank)].insert(got[static_cast<std::size_t>(rank)].end(), opt.gradient(i), opt.gradient(i) + (i == 0 ? 4 : 3));
+  }));
+  EXPECT_EQ(got[0], (std::vector<float>{5, 6, 7, 8, 5, 5, 5, 5, 6, 7}));
+  EXPECT_EQ(got[1], got[0]);
+}
+
 TEST(DistributedOptimizer, MisuseIsReported) {
   FakeWorld world(1);
   std::vector<float> w(4), g(4);

@@ -53,6 +53,8 @@ struct DistributedOptimizer::Impl {
   std::shared_ptr<Collectives> coll;
   std::vector<GradientRef> grads;
   std::vector<float*> values;
+  std::vector<bool> owned;     // gradient lives in `arena` (add_parameter got nullptr)
+  std::vector<float> arena;    // owned gradients, back to back in registration order
   std::shared_ptr<Timeline> timeline;
   ReductionPipeline::Clock::time_point epoch = ReductionPipeline::Clock::now();
   std::shared_ptr<ReductionPipeline> pipeline;  // created by start()
@@ -125,9 +127,8 @@ int DistributedOptimizer::add_parameter(const std::string& name, float* value, f
     throw InvalidArgument("add_parameter('" + name +
                           "') after the first step or broadcast: register every parameter first");
   }
-  if (size > 0 && (value == nullptr || grad == nullptr)) {
-    throw InvalidArgument("add_parameter('" + name + "'): null value or gradient buffer");
-  }
+  if (size > 0 && value == nullptr) throw InvalidArgument("add_parameter('" + name + "'): null value buffer");
+  impl_->owned.push_back(grad == nullptr);
   impl_->grads.push_back({name, grad, size});
   impl_->values.push_back(value);
   return static_cast<int>(impl_->grads.size() - 1);
@@ -138,6 +139,17 @@ int DistributedOptimizer::add_parameter(const std::string& name, float* value, f
 static void start(DistributedOptimizer::Impl& impl, const DistributedOptions& options) {
   if (impl.started) return;
   impl.started = true;
+  std::size_t owned_total = 0;
+  for (std::size_t i = 0; i < impl.grads.size(); ++i) {
+    if (impl.owned[i]) owned_total += impl.grads[i].size;
+  }
+  impl.arena.assign(owned_total, 0.0f);
+  std::size_t offset = 0;
+  for (std::size_t i = 0; i < impl.grads.size(); ++i) {
+    if (!impl.owned[i]) continue;
+    impl.grads[i].data = impl.arena.data() + offset;
+    offset += impl.grads[i].size;
+  }
   std::vector<std::size_t> sizes;
   for (const auto& g : impl.grads) sizes.push_back(g.size);
   const auto plans = plan_buckets(sizes, options.fusion_threshold_bytes);
@@ -168,6 +180,15 @@ static void begin_step(DistributedOptimizer::Impl& impl) {
   impl.step_start_us = impl.pipeline->now_us();
   const int64_t step = impl.step;
   impl.step_done = impl.thread.submit([pipeline = impl.pipeline, step] { pipeline->run_step(step); });
+}
+
+float* DistributedOptimizer::gradient(int index) {
+  if (index < 0 || static_cast<std::size_t>(index) >= impl_->grads.size()) {
+    throw InvalidArgument("gradient(" + std::to_string(index) + "): only " + std::to_string(impl_->grads.size()) +
+                          " parameters are registered");
+  }
+  start(*impl_, options_);
+  return impl_->grads[static_cast<std::size_t>(index)].data;
 }
 
 void DistributedOptimizer::grad_ready(int index) {

@@ -17,7 +17,8 @@
 //      float16 with Compression::kFp16), starts its allreduce (average) and
 //      unpacks the previous one while it runs. A bucket whose float32
 //      gradients lie back to back in memory is reduced in place, without
-//      packing (allocate all gradients in one array to get this).
+//      packing: let the optimizer own the gradients (add_parameter with a
+//      null gradient, then gradient(i)) or allocate them in one array.
 //   4. synchronize() waits for every bucket and rethrows the first error;
 //      step() = synchronize() + the wrapped optimizer's step.
 //
@@ -112,8 +113,15 @@ class DistributedOptimizer {
 
   // Registers one parameter and its gradient (both `size` floats, owned by
   // the caller). Returns its index for grad_ready(). Only before the first
-  // grad_ready()/synchronize()/step()/broadcast.
+  // gradient()/grad_ready()/synchronize()/step()/broadcast.
+  // grad == nullptr: the optimizer owns the gradient, in one array with the
+  // other owned gradients, so buckets reduce it in place with no copy
+  // (PyTorch DDP's gradient_as_bucket_view); get it with gradient().
   int add_parameter(const std::string& name, float* value, float* grad, std::size_t size);
+
+  // The gradient buffer of parameter `index` (the caller's, or the one the
+  // optimizer allocated). The first call closes registration.
+  float* gradient(int index);
 
   // Gradient `index` holds this rank's local gradient for the current step.
   // Its bucket is reduced in the background once all its gradients are ready.

@@ -1,7 +1,6 @@
 #include "muster/runtime/distributed/reduction_pipeline.h"
 
 #include <algorithm>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -127,8 +126,10 @@ void ReductionPipeline::finish(InFlight& f, int64_t step) {
 
 void ReductionPipeline::run_step(int64_t step) {
   const std::size_t n = buckets_.size();
-  std::optional<InFlight> prev;
+  std::unique_ptr<InFlight> prev;  // the bucket on the wire
+  std::unique_ptr<InFlight> next;  // the one just started, while prev finishes
   std::size_t current = 0;
+  bool stopped = false;
   try {
     for (std::size_t k = 0; k < n; ++k) {
       const std::size_t b = options_.reverse_order ? n - 1 - k : k;
@@ -157,7 +158,10 @@ void ReductionPipeline::run_step(int64_t step) {
       }
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (stop_) break;
+        if (stop_) {
+          stopped = true;
+          break;
+        }
       }
       // 2. Pack.
       auto& bucket = *buckets_[b];
@@ -165,12 +169,12 @@ void ReductionPipeline::run_step(int64_t step) {
       record("queued", b, ready_at, pack_start, step);
       bucket.pack();
       // 3. Start its allreduce.
-      InFlight f;
-      f.bucket = b;
-      f.start_us = now_us();
-      record("pack", b, pack_start, f.start_us, step);
+      next = std::make_unique<InFlight>();
+      next->bucket = b;
+      next->start_us = now_us();
+      record("pack", b, pack_start, next->start_us, step);
       if (bucket.wire_count() > 0) {
-        f.op = coll_->allreduce_async(bucket.wire_data(), bucket.wire_count(), bucket.wire_dtype(),
+        next->op = coll_->allreduce_async(bucket.wire_data(), bucket.wire_count(), bucket.wire_dtype(),
                                       comm::ReduceOp::kAverage, options_.algorithm);
       }
       // 4. Finish the previous bucket while this one is on the wire.
@@ -178,19 +182,20 @@ void ReductionPipeline::run_step(int64_t step) {
         current = prev->bucket;
         finish(*prev, step);
       }
-      prev = std::move(f);
+      prev = std::move(next);
       current = b;
     }
-    if (prev) {
+    if (prev && !stopped) {
       current = prev->bucket;
       finish(*prev, step);
       prev.reset();
     }
   } catch (...) {
     // Never leave a collective writing into memory we are about to give back.
-    if (prev && prev->op) {
+    for (auto* f : {prev.get(), next.get()}) {
+      if (f == nullptr || !f->op) continue;
       try {
-        prev->op->wait();
+        f->op->wait();
       } catch (...) {
       }
     }
@@ -198,7 +203,7 @@ void ReductionPipeline::run_step(int64_t step) {
     os << "DistributedOptimizer step " << step << ", fusion bucket " << current << " of " << n << ": ";
     rethrow_with_context(os.str());
   }
-  if (prev && prev->op) prev->op->wait();  // stopped early: let the op land first
+  if (prev && prev->op) prev->op->wait();  // stopped: let the op land, unpack nothing
 }
 
 }  // namespace muster::runtime::distributed
