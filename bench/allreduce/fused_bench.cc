@@ -1,0 +1,168 @@
+// Fused-gradient benchmark: a ResNet-50-shaped gradient set (161 float32
+// tensors, 25,557,032 parameters, torchvision's layout: 53 convolution
+// kernels without bias, 53 batch-norm gamma/beta pairs, the fc weight and
+// bias) averaged across the ranks of one `mpirun -np 2` three ways:
+//   (a) DistributedOptimizer with the default 64 MB fusion threshold:
+//       gradients marked ready in reverse registration order (as backprop
+//       produces them) and synchronize() (the optimizer update itself is left
+//       out, as in (b) and (c)); measured with gradients owned by the
+//       optimizer (zero-copy buckets) as step_s and with separately allocated
+//       user buffers (packed into fusion buffers) as step_copy_s;
+//   (b) one muster allreduce (average) of all the bytes in a single buffer;
+//   (c) one MPI_Allreduce per tensor (161 calls).
+// Medians over repetitions; rank 0 writes the figures as JSON (argv[1],
+// default bench/out/allreduce_fused.json).
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "muster/runtime/comm/communicator.h"
+#include "muster/runtime/distributed/distributed_optimizer.h"
+
+namespace rt = muster::runtime;
+
+namespace {
+
+struct Tensor {
+  std::string name;
+  std::size_t size;
+};
+
+// torchvision resnet50: stem, 4 stages of bottlenecks [3, 4, 6, 3], fc.
+std::vector<Tensor> resnet50_gradients() {
+  std::vector<Tensor> t;
+  auto conv = [&](const std::string& name, std::size_t out, std::size_t in, std::size_t k) {
+    t.push_back({name + ".weight", out * in * k * k});
+  };
+  auto bn = [&](const std::string& name, std::size_t c) {
+    t.push_back({name + ".gamma", c});
+    t.push_back({name + ".beta", c});
+  };
+  conv("conv1", 64, 3, 7);
+  bn("bn1", 64);
+  const std::size_t blocks[4] = {3, 4, 6, 3};
+  std::size_t in = 64;
+  for (int stage = 0; stage < 4; ++stage) {
+    const std::size_t width = 64u << stage, out = width * 4;
+    for (std::size_t b = 0; b < blocks[stage]; ++b) {
+      const std::string p = "layer" + std::to_string(stage + 1) + "." + std::to_string(b);
+      conv(p + ".conv1", width, in, 1);
+      bn(p + ".bn1", width);
+      conv(p + ".conv2", width, width, 3);
+      bn(p + ".bn2", width);
+      conv(p + ".conv3", out, width, 1);
+      bn(p + ".bn3", out);
+      if (b == 0) {
+        conv(p + ".downsample.0", out, in, 1);
+        bn(p + ".downsample.1", out);
+      }
+      in = out;
+    }
+  }
+  t.push_back({"fc.weight", 1000 * 2048});
+  t.push_back({"fc.bias", 1000});
+  return t;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+template <typename F>
+double time_median(rt::comm::Communicator& comm, int reps, F&& body) {
+  std::vector<double> times;
+  body();  // warm-up
+  for (int i = 0; i < reps; ++i) {
+    comm.barrier();
+    const auto start = std::chrono::steady_clock::now();
+    body();
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // The slowest rank defines the step.
+    comm.allreduce(&s, 1, rt::DataType::kFloat64, {rt::comm::ReduceOp::kMax});
+    times.push_back(s);
+  }
+  return median(times);
+}
+
+// (a): the optimizer, with gradients at `grads[i]`, marked ready backwards.
+double time_optimizer(rt::comm::Communicator& comm, const std::vector<Tensor>& tensors, bool owned, int reps) {
+  std::vector<std::vector<float>> values(tensors.size()), user_grads;
+  rt::distributed::DistributedOptimizer opt(comm, rt::optim::make_sgd({}));
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    values[i].assign(tensors[i].size, 0.0f);
+    float* grad = nullptr;
+    if (!owned) {
+      user_grads.emplace_back(tensors[i].size, 1.0f);
+      grad = user_grads.back().data();
+    }
+    opt.add_parameter(tensors[i].name, values[i].data(), grad, tensors[i].size);
+  }
+  if (owned) {
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      float* g = opt.gradient(static_cast<int>(i));
+      std::fill(g, g + tensors[i].size, 1.0f);
+    }
+  }
+  const int n = static_cast<int>(tensors.size());
+  return time_median(comm, reps, [&] {
+    for (int i = n - 1; i >= 0; --i) opt.grad_ready(i);
+    opt.synchronize();
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string out_path = argc > 1 ? argv[1] : "bench/out/allreduce_fused.json";
+  const int reps = argc > 2 ? std::stoi(argv[2]) : 9;
+  auto comm = rt::comm::Communicator::create();
+  const auto tensors = resnet50_gradients();
+  std::size_t total = 0;
+  for (const auto& t : tensors) total += t.size;
+
+  const double step_s = time_optimizer(*comm, tensors, /*owned=*/true, reps);
+  const double step_copy_s = time_optimizer(*comm, tensors, /*owned=*/false, reps);
+
+  std::vector<float> single(total, 1.0f);
+  const double single_s = time_median(*comm, reps, [&] {
+    comm->allreduce(single.data(), total, rt::DataType::kFloat32, {rt::comm::ReduceOp::kAverage});
+  });
+
+  std::vector<std::vector<float>> per(tensors.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) per[i].assign(tensors[i].size, 1.0f);
+  const double per_tensor_s = time_median(*comm, reps, [&] {
+    for (auto& p : per) {
+      MPI_Allreduce(MPI_IN_PLACE, p.data(), static_cast<int>(p.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    }
+  });
+
+  if (comm->rank() == 0) {
+    nlohmann::json j = {
+        {"ranks", comm->size()},
+        {"tensors", tensors.size()},
+        {"parameters", total},
+        {"bytes", total * sizeof(float)},
+        {"repetitions", reps},
+        {"step_s", step_s},
+        {"step_copy_s", step_copy_s},
+        {"single_buffer_s", single_s},
+        {"per_tensor_s", per_tensor_s},
+        {"ratio_vs_single_buffer", step_s / single_s},
+        {"ratio_copy_vs_single_buffer", step_copy_s / single_s},
+        {"speedup_vs_per_tensor", per_tensor_s / step_s},
+    };
+    std::ofstream(out_path) << j.dump(2) << "\n";
+    std::printf("%s\n", j.dump(2).c_str());
+  }
+  return 0;
+}
