@@ -23,3 +23,12 @@ muster_gtest(comm_half_test SOURCES comm_half_test.cc DEPS muster_comm LABEL uni
 muster_gtest(comm_reduce_test SOURCES comm_reduce_test.cc DEPS muster_comm LABEL unit)
 muster_gtest(comm_ring_test SOURCES comm_ring_test.cc DEPS muster_comm LABEL unit)
 muster_gtest(comm_single_process_test SOURCES comm_single_process_test.cc DEPS muster_comm LABEL unit)
+
+add_executable(comm_fault_worker comm_fault_worker.cc)
+muster_target_defaults(comm_fault_worker)
+target_link_libraries(comm_fault_worker PRIVATE muster_comm)
+# Drives mpirun itself (a rank killed or stalled mid-run), so it is a plain
+# gtest that needs the worker built; label mpi like the other mpirun suites.
+muster_gtest(comm_fault_test SOURCES comm_fault_test.cc LABEL mpi TIMEOUT 180
+  ENV "MUSTER_MPIEXEC=${MPIEXEC_EXECUTABLE}")
+add_dependencies(comm_fault_test comm_fault_worker)

@@ -27,6 +27,9 @@ class PeerMonitor {
   virtual void heartbeat() = 0;
   // Throws CommError naming a monitored peer that has exited.
   virtual void check_alive(const std::string& what) = 0;
+  // This rank's op failed blaming `rank` (-1 unknown): tells the peers, so
+  // a survivor that exits after a failure is not taken for the culprit.
+  virtual void record_failure(int rank) = 0;
   // The world rank most likely holding up op `seq` and why, or -1.
   virtual int blame(uint64_t seq, std::chrono::milliseconds timeout, std::string* why) = 0;
 };

@@ -159,9 +159,10 @@ Handle WorldCommunicator::submit(std::string what, Op op) {
                                                                  std::to_string(rank_));
     try {
       op(watchdog);
-    } catch (const CommError&) {
+    } catch (const CommError& e) {
       broken_ = std::current_exception();
       mpi::mark_failed();
+      if (monitor_) monitor_->record_failure(e.rank());
       throw;
     }
   });

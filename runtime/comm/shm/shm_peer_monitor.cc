@@ -48,19 +48,44 @@ void ShmPeerMonitor::heartbeat() {
   segment_->peer(local_rank_)->heartbeat_ms.store(monotonic_ms(), std::memory_order_relaxed);
 }
 
+void ShmPeerMonitor::record_failure(int rank) {
+  segment_->peer(local_rank_)->blamed.store(rank >= 0 ? rank + 2 : 1);
+}
+
 void ShmPeerMonitor::check_alive(const std::string& what) {
+  // Among exited peers prefer one that did not fail first (the cause, not a
+  // survivor that gave up), then the one furthest behind.
+  int chosen = -1;
+  bool chosen_failed = true;
+  uint64_t chosen_seq = 0;
   for (int i = 0; i < segment_->local_size(); ++i) {
     if (i == local_rank_) continue;
     const PeerEntry* p = segment_->peer(i);
-    const int64_t pid = p->pid.load();
-    if (process_exited(pid)) {
-      const int rank = static_cast<int>(p->world_rank.load());
-      throw CommError(what + ": rank " + std::to_string(rank) + " (pid " + std::to_string(pid) +
-                          ", this host) has exited; it did not finish op #" +
-                          std::to_string(p->op_seq.load() + 1) + ". Check that rank's log.",
-                      rank);
+    if (!process_exited(p->pid.load())) continue;
+    const bool failed = p->blamed.load() != 0;
+    const uint64_t seq = p->op_seq.load();
+    if (chosen < 0 || (chosen_failed && !failed) || (failed == chosen_failed && seq < chosen_seq)) {
+      chosen = i;
+      chosen_failed = failed;
+      chosen_seq = seq;
     }
   }
+  if (chosen < 0) return;
+  const PeerEntry* p = segment_->peer(chosen);
+  const int rank = static_cast<int>(p->world_rank.load());
+  const std::string pid = std::to_string(p->pid.load());
+  if (chosen_failed) {
+    const int64_t blamed = p->blamed.load() - 2;  // see PeerEntry::blamed
+    if (blamed >= 0) {
+      throw CommError(what + ": rank " + std::to_string(blamed) + " failed (reported by rank " + std::to_string(rank) +
+                          ", pid " + pid + ", which exited after its collective failed). Check rank " +
+                          std::to_string(blamed) + "'s log.",
+                      static_cast<int>(blamed));
+    }
+  }
+  throw CommError(what + ": rank " + std::to_string(rank) + " (pid " + pid + ", this host) has exited; its last op was #" +
+                      std::to_string(p->op_seq.load()) + ". Check that rank's log.",
+                  rank);
 }
 
 int ShmPeerMonitor::blame(uint64_t seq, std::chrono::milliseconds timeout, std::string* why) {

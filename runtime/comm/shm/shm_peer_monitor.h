@@ -19,6 +19,7 @@ class ShmPeerMonitor : public PeerMonitor {
   void begin_op(uint64_t seq) override;
   void heartbeat() override;
   void check_alive(const std::string& what) override;
+  void record_failure(int rank) override;
   int blame(uint64_t seq, std::chrono::milliseconds timeout, std::string* why) override;
 
  private:

@@ -1,0 +1,60 @@
+// Fault-injection worker for comm_fault_test (run under mpirun by that test).
+//
+//   comm_fault_worker stall|kill ring|mpi
+//
+// Every rank allreduces a 1 MB float32 buffer in a loop. At iteration 3 the
+// last rank misbehaves: `stall` sleeps MUSTER_COMM_TIMEOUT_MS + 4 s without
+// communicating (then exits 0), `kill` raises SIGKILL on itself. The other ranks must throw; each
+// prints one line
+//   COMM-FAULT rank <me> blamed <rank> after <ms> ms: <message>
+// and exits 3 without MPI_Finalize. A survivor that finishes the loop prints
+// NO-FAULT and exits 0, which the test counts as a failure.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "muster/runtime/comm/communicator.h"
+
+using namespace muster::runtime;
+using namespace muster::runtime::comm;
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s stall|kill ring|mpi\n", argv[0]);
+    return 2;
+  }
+  const bool kill_mode = std::strcmp(argv[1], "kill") == 0;
+  const Algorithm algorithm = std::strcmp(argv[2], "mpi") == 0 ? Algorithm::kMpi : Algorithm::kRing;
+  auto comm = Communicator::create();
+  const int victim = comm->size() - 1;
+  std::vector<float> buf(1 << 18, 1.0f);
+  auto fault_start = std::chrono::steady_clock::now();
+  try {
+    for (int it = 0; it < 10; ++it) {
+      if (it == 3) {
+        fault_start = std::chrono::steady_clock::now();
+        if (comm->rank() == victim) {
+          if (kill_mode) raise(SIGKILL);
+          std::this_thread::sleep_for(comm->options().timeout + std::chrono::seconds(4));
+          std::fflush(stdout);
+          _exit(0);
+        }
+      }
+      comm->allreduce(buf.data(), buf.size(), DataType::kFloat32, {ReduceOp::kAverage, algorithm});
+    }
+  } catch (const CommError& e) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - fault_start);
+    std::fprintf(stderr, "COMM-FAULT rank %d blamed %d after %lld ms: %s\n", comm->rank(), e.rank(),
+                 static_cast<long long>(ms.count()), e.what());
+    std::fflush(stderr);
+    _exit(3);
+  }
+  std::fprintf(stderr, "NO-FAULT rank %d\n", comm->rank());
+  return 0;
+}
