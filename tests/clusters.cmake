@@ -7,3 +7,15 @@ if(TARGET muster_clusters)
     LABEL unit
     TIMEOUT 120)
 endif()
+
+# A tiny MPI program (allreduce of rank+1) that the mpi-mode test launches.
+muster_executable(muster_mpi_hello SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi_hello.cc DEPS MPI::MPI_C)
+set_target_properties(muster_mpi_hello PROPERTIES OUTPUT_NAME muster-mpi-hello)
+target_compile_definitions(muster_mpi_hello PRIVATE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)  # C API only
+
+if(TARGET musterd AND TARGET muster_clusters)
+  muster_python_test(cluster_integration_test
+    SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cluster_integration_test.py
+    LABEL integration
+    TIMEOUT 300)
+endif()
