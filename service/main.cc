@@ -22,6 +22,7 @@
 
 #include "muster/service/agent_routes.h"
 #include "muster/service/auth.h"
+#include "muster/service/cluster_routes.h"
 #include "muster/service/clock.h"
 #include "muster/service/http_server.h"
 #include "muster/service/registry.h"
@@ -147,16 +148,23 @@ int main(int argc, char** argv) {
   ropts.stop_grace = seconds(stop_grace);
   // The agent URL is fixed below, once the port is final.
   std::unique_ptr<service::WorkerRegistry> registry;
+  auto cluster_store = service::ClusterStore::open((state / "musterd.db").string());
+  if (!cluster_store) return fail("state database", cluster_store.status());
+  std::unique_ptr<service::ClusterManager> clusters;  // watches the registry: destroyed before it
   service::Router router;
   std::unique_ptr<service::Authenticator> auth;
   std::unique_ptr<service::HttpServer> server;
   for (int attempt = 0;; ++attempt) {
     ropts.agent_url = "http://" + ropts.master_ip + ":" + std::to_string(http.port);
+    clusters.reset();
     registry = std::make_unique<service::WorkerRegistry>(ropts, *backend.value(), store.value().get(), clock);
     if (auto s = registry->restore(); !s) return fail("restoring state", s);
     router = service::Router();
     service::register_worker_routes(router, *registry, {max_workers, project});
     service::register_agent_routes(router, *registry);
+    clusters = service::start_clusters(router, *registry, cluster_store.value().get(), clock, state, project,
+                                       max_workers, agent_path);
+    if (auto s = clusters->restore(); !s) return fail("restoring clusters", s);
     auth = std::make_unique<service::Authenticator>(
         token.value(), [r = registry.get()](const std::string& t) { return r->worker_for_agent_token(t); });
     server = std::make_unique<service::HttpServer>(http, router, *auth);
@@ -165,6 +173,7 @@ int main(int argc, char** argv) {
     if (s) break;
     if (!any_port || attempt >= 5) return fail("listen", s);
     server.reset();
+    clusters.reset();
     registry.reset();
     auto port = service::pick_free_port(http.host);
     if (!port) return fail("--listen", port.status());
@@ -188,6 +197,7 @@ int main(int argc, char** argv) {
     registry->tick();
   }
   server->stop();
+  clusters.reset();  // ends cluster launchers (mpirun) before the backend goes
   backend.value()->shutdown();
   fs::remove(state / "musterd.json", ec);
   return 0;
