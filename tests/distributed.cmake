@@ -13,3 +13,13 @@ if(TARGET muster_distributed)
   muster_mpi_test(distributed_mpi_np2 NP 2 TARGET distributed_mpi_test TIMEOUT 120)
   muster_mpi_test(distributed_mpi_np3 NP 3 TARGET distributed_mpi_test TIMEOUT 120)
 endif()
+
+if(TARGET muster_distributed)
+  # A rank killed or stalled mid-step: the test drives mpirun itself.
+  add_executable(distributed_fault_worker distributed_fault_worker.cc)
+  muster_target_defaults(distributed_fault_worker)
+  target_link_libraries(distributed_fault_worker PRIVATE muster_distributed)
+  muster_gtest(distributed_fault_test SOURCES distributed_fault_test.cc LABEL mpi TIMEOUT 180
+    ENV "MUSTER_MPIEXEC=${MPIEXEC_EXECUTABLE}")
+  add_dependencies(distributed_fault_test distributed_fault_worker)
+endif()
