@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -94,9 +95,10 @@ class SdkCppTest : public ::testing::Test {
       ASSERT_EQ(waitpid(pid_, &status, WNOHANG), 0) << "musterd exited:\n" << read_file(log);
       auto info = nlohmann::json::parse(read_file(root_ / "state/musterd.json"), nullptr, false);
       std::string token = read_file(root_ / "state/token");
+      while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
       if (info.is_object() && info.contains("url") && !token.empty()) {
         try {
-          Client probe(ClientOptions{info["url"].get<std::string>(), "", 5});
+          Client probe(ClientOptions{info["url"].get<std::string>(), token, 5});
           probe.list_workers();
           url_ = probe.url();
           return;
