@@ -519,6 +519,11 @@ void WorkerRegistry::unsubscribe(int handle) {
   listeners_.erase(handle);
 }
 
+size_t WorkerRegistry::pending_awaits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waiters_.size();
+}
+
 void WorkerRegistry::tick() {
   Effects fx;
   {

@@ -131,6 +131,9 @@ class WorkerRegistry {
 
   void tick();
 
+  // Awaits waiting right now (tests, diagnostics).
+  size_t pending_awaits() const;
+
  private:
   struct Record;
   struct Waiter;
