@@ -30,7 +30,7 @@ struct PsCluster {
   bool is_chief() const { return worker_index() == 0; }
   int num_workers() const { return static_cast<int>(workers.size()); }
 
-  // Parses TF_CONFIG (muster::clusterspec rules); throws InvalidArgument
+  // Parses TF_CONFIG with muster::clusterspec::TfConfig (TensorFlow's rules); throws InvalidArgument
   // naming what is wrong.
   static PsCluster from_tf_config(const std::string& json);
   static PsCluster from_env();

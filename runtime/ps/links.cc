@@ -79,9 +79,9 @@ struct Links::Impl {
       if (h.op == Op::kError) {
         if (h.length > (1u << 16)) return fail(l.index, name(l.index) + " sent an oversize error frame during " + what);
         l.message.assign(h.length, '\0');
-        return asio::async_read(*l.sock, asio::buffer(l.message), [this, &l, what](boost::system::error_code ec2, std::size_t) {
+        const bool timeout = h.aux == kErrorTimeout;
+        return asio::async_read(*l.sock, asio::buffer(l.message), [this, &l, what, timeout](boost::system::error_code ec2, std::size_t) {
           if (ec2) return io_failed(l, ec2, what);
-          bool timeout = l.message.find("timed out") != std::string::npos;
           fail(l.index, name(l.index) + " failed " + what + ": " + l.message, timeout);
         });
       }

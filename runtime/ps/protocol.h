@@ -9,7 +9,7 @@
 //   6      1    op        Op below
 //   7      1    dtype     runtime::DataType (float32 = 1; 0 when no tensor)
 //   8      4    slice     variable-slice id (placement order), or worker index (kHello, kDone)
-//   12     4    aux       reserved, 0
+//   12     4    aux       0; in kError: kErrorTimeout when the PS gave up waiting
 //   16     8    step      global/local step (signed)
 //   24     8    length    payload bytes that follow the header
 //
@@ -63,6 +63,8 @@ enum class Op : uint8_t {
   kDone = 6,
   kError = 7,   // PS -> worker
 };
+
+inline constexpr uint32_t kErrorTimeout = 1;
 
 const char* op_name(Op op);
 bool op_valid(uint8_t raw);

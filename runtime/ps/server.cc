@@ -58,6 +58,7 @@ class PsServer::Impl {
   void accept();
   void watchdog();
   std::string name() const { return "ps task " + std::to_string(opt_.task_index); }
+  bool stopping() const { return stopping_; }
 
   // Returns an empty string when accepted, else why the connection must close.
   std::string hello(Connection& c, const HelloPayload& h);
@@ -91,6 +92,9 @@ class PsServer::Impl {
   std::string failure_;
   bool failure_is_timeout_ = false;
 
+  std::atomic<bool> stopping_{false};
+  unsigned short port_ = 0;
+  std::map<int, int> live_;  // open connections per worker index
   std::atomic<uint64_t> pushes_accepted_{0}, stale_dropped_{0}, steps_applied_{0}, bad_frames_{0};
   std::atomic<uint64_t> bytes_in_{0}, bytes_out_{0};
 };
@@ -130,11 +134,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // Sends kError and closes; any thread.
-  void send_error(const std::string& message) {
-    asio::post(sock_.get_executor(), [self = shared_from_this(), message] {
+  void send_error(const std::string& message, bool timeout = false) {
+    asio::post(sock_.get_executor(), [self = shared_from_this(), message, timeout] {
       self->err_ = message;
       FrameHeader h;
       h.op = Op::kError;
+      h.aux = timeout ? kErrorTimeout : 0;
       h.length = message.size();
       encode_header(h, self->out_.data());
       std::array<asio::const_buffer, 2> bufs{asio::buffer(self->out_), asio::buffer(self->err_)};
@@ -171,7 +176,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (partial > 0 && partial < kHeaderSize && std::string(during) == "reading a frame header") {
       return bad_frame("truncated frame header (" + std::to_string(partial) + " of " + std::to_string(kHeaderSize) + " bytes)");
     }
-    if (ec != asio::error::eof && ec != asio::error::operation_aborted) {
+    if (ec != asio::error::eof && ec != asio::error::operation_aborted && ec != asio::error::bad_descriptor &&
+        !s_.stopping()) {
       spdlog::info("{}: connection from {} (worker {}) lost while {}: {}", s_.name(), peer_, worker_, during, ec.message());
     }
     lost();
@@ -213,6 +219,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return bad_frame("oversize frame: " + std::to_string(h_.length) + " bytes > limit " + std::to_string(s_.opt_.max_frame_bytes));
     }
     if (worker_ < 0 && h_.op != Op::kHello) return bad_frame(std::string("first frame must be hello, got ") + op_name(h_.op));
+    if (worker_ >= 0 && h_.op == Op::kHello) return bad_frame("a second hello on the same connection");
     switch (h_.op) {
       case Op::kHello:
         if (h_.length != kHelloSize) return bad_frame("hello length " + std::to_string(h_.length) + " != " + std::to_string(kHelloSize));
@@ -309,13 +316,14 @@ PsServer::Impl::Impl(const ServerOptions& o) : opt_(o), acceptor_(io_), watchdog
     throw CommError(name() + ": cannot listen on " + o.host + ":" + std::to_string(o.port) + ": " + ec.message());
   }
   acceptor_.listen(asio::socket_base::max_listen_connections);
+  port_ = acceptor_.local_endpoint().port();
 }
 
 void PsServer::Impl::accept() {
   acceptor_.async_accept(asio::make_strand(io_), [this](boost::system::error_code ec, tcp::socket sock) {
     if (ec) {
-      if (ec != asio::error::operation_aborted) spdlog::warn("{}: accept failed: {}", name(), ec.message());
-      if (!acceptor_.is_open()) return;
+      if (!acceptor_.is_open() || stopping()) return;
+      spdlog::warn("{}: accept failed: {}", name(), ec.message());
       return accept();
     }
     boost::system::error_code ignore;
@@ -358,6 +366,7 @@ std::string PsServer::Impl::hello(Connection& c, const HelloPayload& h) {
            "learning rate) different from the first worker's; start every worker with the same options";
   }
   c.worker_ = static_cast<int>(h.worker_index);
+  ++live_[c.worker_];
   lost_.erase(c.worker_);
   return "";
 }
@@ -466,7 +475,7 @@ void PsServer::Impl::pull(const std::shared_ptr<Connection>& c, uint32_t id, int
   Slice* s = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!failure_.empty()) return c->send_error(failure_);
+    if (!failure_.empty()) return c->send_error(failure_, failure_is_timeout_);
     auto it = slices_.find(id);
     if (it == slices_.end()) {
       orphan_pulls_.push_back({c, min_step, id, Clock::now()});
@@ -491,9 +500,9 @@ void PsServer::Impl::worker_done(int worker) {
 }
 
 void PsServer::Impl::connection_lost(int worker, bool done) {
-  if (worker < 0 || done) return;
+  if (worker < 0) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (done_.count(worker)) return;
+  if (--live_[worker] > 0 || done || done_.count(worker) || stopping_) return;
   spdlog::warn("{}: lost worker {} before it was done", name(), worker);
   lost_.insert(worker);
   check_finished_locked();
@@ -504,7 +513,7 @@ void PsServer::Impl::check_finished_locked() {
   std::size_t accounted = done_.size();
   for (int w : lost_) accounted += done_.count(w) ? 0 : 1;
   if (accounted >= options_.total_num_replicas) {
-    if (!lost_.empty()) spdlog::warn("{}: finishing with {} worker(s) lost", name(), lost_.size());
+    if (accounted > done_.size()) spdlog::warn("{}: finishing with {} worker(s) lost", name(), accounted - done_.size());
     finished_ = true;
     cv_.notify_all();
   }
@@ -528,7 +537,7 @@ void PsServer::Impl::fail(const std::string& reason, bool timeout) {
     cv_.notify_all();
   }
   spdlog::error("{}", reason);
-  for (auto& c : to_tell) c->send_error(reason);
+  for (auto& c : to_tell) c->send_error(reason, timeout);
 }
 
 // Every tick: a step that has waited for its missing gradients, or a pull
@@ -593,6 +602,7 @@ void PsServer::Impl::stop() {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) return;
     stopped_ = true;
+    stopping_ = true;
     if (!finished_) {
       finished_ = true;
       failure_ = name() + ": stopped";
@@ -628,7 +638,7 @@ PsServer::PsServer(const ServerOptions& options) : impl_(std::make_unique<Impl>(
 
 PsServer::~PsServer() { stop(); }
 
-unsigned short PsServer::port() const { return impl_->acceptor_.local_endpoint().port(); }
+unsigned short PsServer::port() const { return impl_->port_; }
 
 void PsServer::start() {
   impl_->accept();
