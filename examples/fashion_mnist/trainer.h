@@ -1,0 +1,36 @@
+// The training loop shared by every mode.
+//
+//   1. Load the training and test sets (IDX, --data-dir), build the model
+//      and initialise it from --seed (the same on every process).
+//   2. mode.start(): agree on the parameters, resume from a checkpoint.
+//   3. Each epoch: the DistributedSampler gives this process its share of a
+//      fresh shuffle; for each batch, forward + backward, then mode.apply()
+//      with the learning rate of this step: the base rate scaled by the
+//      number of workers, reached by a linear warm-up (Goyal et al.).
+//   4. The chief prints progress (epoch, step, loss averaged over workers,
+//      images/s of the whole job) and checkpoints at each epoch's end.
+//   5. Test accuracy on the test set, shared between processes where the
+//      mode allows, printed by the chief as `final test_accuracy=...`.
+#pragma once
+
+#include <cstdint>
+
+#include "muster/examples/fashion_mnist/mode.h"
+#include "muster/examples/fashion_mnist/options.h"
+
+namespace muster::examples::fashion_mnist {
+
+struct TrainResult {
+  double test_accuracy = -1.0;  // -1 when not evaluated
+  double final_loss = 0.0;      // mean over the last logging window
+  double images_per_sec = 0.0;  // whole job, training steps only
+  int64_t steps = 0;            // steps done by this process (including resumed)
+};
+
+TrainResult train(const TrainOptions& options, Mode& mode);
+
+// Learning rate at `step`: from `base` up to `base * workers` over
+// `warmup_steps` (constant `base` for one worker).
+float learning_rate(float base, int workers, int warmup_steps, int64_t step);
+
+}  // namespace muster::examples::fashion_mnist
