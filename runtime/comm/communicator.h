@@ -66,7 +66,9 @@ struct CommOptions {
   // point-to-point (kMpi). MUSTER_COMM_RING_TRANSPORT=shm|mpi overrides it.
   // Ranks on different hosts always use MPI point-to-point.
   RingTransport ring_transport = RingTransport::kAuto;
-  // Ring pipelining: bytes per segment, and segments in flight per link.
+  // Ring pipelining: bytes per segment, and segments in flight per link
+  // (MUSTER_COMM_SEGMENT_BYTES, MUSTER_COMM_SEGMENTS_IN_FLIGHT override;
+  // MUSTER_COMM_RING_THRESHOLD_BYTES overrides ring_threshold_bytes).
   std::size_t segment_bytes = 256 * 1024;
   std::size_t segments_in_flight = 8;
 };

@@ -41,6 +41,15 @@ CommOptions apply_env(CommOptions o) {
       throw InvalidArgument("MUSTER_COMM_RING_TRANSPORT=" + t + ": expected shm, mpi or auto");
     }
   }
+  if (const char* v = std::getenv("MUSTER_COMM_SEGMENT_BYTES"); v && *v) {
+    o.segment_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_SEGMENT_BYTES", 0));
+  }
+  if (const char* v = std::getenv("MUSTER_COMM_SEGMENTS_IN_FLIGHT"); v && *v) {
+    o.segments_in_flight = static_cast<std::size_t>(env_int("MUSTER_COMM_SEGMENTS_IN_FLIGHT", 0));
+  }
+  if (const char* v = std::getenv("MUSTER_COMM_RING_THRESHOLD_BYTES"); v && *v) {
+    o.ring_threshold_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_RING_THRESHOLD_BYTES", 0));
+  }
   if (o.timeout.count() <= 0) throw InvalidArgument("CommOptions.timeout must be positive");
   if (o.segment_bytes < 64) throw InvalidArgument("CommOptions.segment_bytes must be at least 64");
   if (o.segments_in_flight == 0) throw InvalidArgument("CommOptions.segments_in_flight must be at least 1");

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Merges the allreduce benchmarks' figures into bench/out/allreduce.json and
+writes bench/out/allreduce.md.
+
+  report.py OUT_DIR
+reads OUT_DIR/allreduce_bandwidth.json (bandwidth_bench.cc) and, if present,
+OUT_DIR/allreduce_fused.json (fused_bench.cc, put under the key "fused").
+"""
+import json
+import os
+import sys
+
+TARGET_RING_RATIO = 1.5      # ring algbw at 64 MB vs MPI_Allreduce, same run
+TARGET_FUSED_RATIO = 1.15    # DistributedOptimizer step vs one single-buffer allreduce
+TARGET_FUSED_SPEEDUP = 2.0   # vs one MPI_Allreduce per tensor
+
+
+def human(n):
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:g} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def main(out_dir):
+    with open(os.path.join(out_dir, "allreduce_bandwidth.json")) as f:
+        bw = json.load(f)
+    result = {
+        "sizes": [
+            {k: row[k] for k in ("size_bytes", "ring_algbw_gbs", "mpi_algbw_gbs", "ratio_vs_mpi")}
+            for row in bw["sizes"]
+        ],
+        "memcpy_gbs": bw["memcpy_gbs"],
+        "ranks": bw.get("ranks", 2),
+    }
+    fused_path = os.path.join(out_dir, "allreduce_fused.json")
+    if os.path.exists(fused_path):
+        with open(fused_path) as f:
+            result["fused"] = json.load(f)
+    with open(os.path.join(out_dir, "allreduce.json"), "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+
+    lines = ["## Allreduce (bench/allreduce)", ""]
+    lines.append(
+        f"{result['ranks']} ranks on this host in one `mpirun`, float32 sum. algbw = bytes / time, "
+        "median over repetitions; muster's ring (shared-memory links) and Open MPI's `MPI_Allreduce` "
+        "(vader + tcp) interleaved rep by rep in the same run."
+    )
+    lines.append("")
+    lines.append("| size | ring GB/s | MPI_Allreduce GB/s | ring / MPI |")
+    lines.append("|---:|---:|---:|---:|")
+    at64 = None
+    for row in result["sizes"]:
+        lines.append(
+            f"| {human(row['size_bytes'])} | {row['ring_algbw_gbs']:.3f} | {row['mpi_algbw_gbs']:.3f} "
+            f"| {row['ratio_vs_mpi']:.2f}x |"
+        )
+        if row["size_bytes"] == 64 << 20:
+            at64 = row
+    lines.append("")
+    lines.append(f"memcpy reference (64 MB, both ranks copying at once): **{result['memcpy_gbs']:.2f} GB/s**.")
+    lines.append("")
+    if at64:
+        ok = at64["ratio_vs_mpi"] >= TARGET_RING_RATIO
+        lines.append(
+            f"Target: ring at 64 MB >= {TARGET_RING_RATIO}x MPI_Allreduce. Measured "
+            f"**{at64['ratio_vs_mpi']:.2f}x** ({at64['ring_algbw_gbs']:.3f} vs {at64['mpi_algbw_gbs']:.3f} GB/s): "
+            f"{'met' if ok else 'NOT met'}."
+        )
+        lines.append("")
+    fused = result.get("fused")
+    if fused:
+        lines.append(
+            f"### DistributedOptimizer, ResNet-50 gradient set ({fused.get('tensors', '?')} tensors, "
+            f"{fused.get('parameters', 0) / 1e6:.1f} M float32)"
+        )
+        lines.append("")
+        lines.append("| step (fusion buckets, background thread) | one allreduce of all bytes | one MPI_Allreduce per tensor |")
+        lines.append("|---:|---:|---:|")
+        lines.append(f"| {fused['step_s'] * 1e3:.1f} ms | {fused['single_buffer_s'] * 1e3:.1f} ms | {fused['per_tensor_s'] * 1e3:.1f} ms |")
+        lines.append("")
+        r, s = fused["ratio_vs_single_buffer"], fused["speedup_vs_per_tensor"]
+        lines.append(
+            f"Targets: step within {TARGET_FUSED_RATIO}x of the single buffer (measured **{r:.2f}x**: "
+            f"{'met' if r <= TARGET_FUSED_RATIO else 'NOT met'}) and at least {TARGET_FUSED_SPEEDUP}x faster than "
+            f"per-tensor (measured **{s:.2f}x**: {'met' if s >= TARGET_FUSED_SPEEDUP else 'NOT met'})."
+        )
+        lines.append("")
+    with open(os.path.join(out_dir, "allreduce.md"), "w") as f:
+        f.write("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "out"))
