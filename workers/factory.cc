@@ -1,6 +1,8 @@
 #include "muster/workers/factory.h"
 
 #include "muster/workers/local/local_backend.h"
+#include "muster/workers/container/container_backend.h"
+#include "muster/workers/ssh/ssh_backend.h"
 
 namespace muster::workers {
 
@@ -16,7 +18,22 @@ api::Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& optio
     }
     return std::unique_ptr<Backend>(std::make_unique<local::LocalBackend>(local));
   }
-  return api::invalid_argument("unknown backend '" + options.name + "' (known: local)", "backend");
+  if (options.name == "container") {
+    auto copts = container::ContainerOptions::from_map(options.state_dir, options.options);
+    if (!copts) return copts.status();
+    auto b = container::ContainerBackend::create(copts.value(), container::make_system_executor());
+    if (!b) return b.status();
+    return std::unique_ptr<Backend>(std::move(b.value()));
+  }
+  if (options.name == "ssh") {
+    auto sopts = ssh::SshOptions::from_map(options.options);
+    if (!sopts) return sopts.status();
+    auto connector = ssh::make_libssh2_connector(sopts.value().connect_options());
+    auto b = ssh::SshBackend::create(std::move(sopts.value()), std::move(connector));
+    if (!b) return b.status();
+    return std::unique_ptr<Backend>(std::move(b.value()));
+  }
+  return api::invalid_argument("unknown backend '" + options.name + "' (known: local, container, ssh)", "backend");
 }
 
 }  // namespace muster::workers
