@@ -113,6 +113,10 @@ api::Result<SshOptions> SshOptions::from_map(const std::map<std::string, std::st
     return api::invalid_argument("the ssh backend needs --backend-opt inventory=FILE (one host a line: "
                                  "ADDRESS port=22 user=U identity=KEY slots=N)",
                                  "inventory");
+  if (o.known_hosts.empty()) {
+    const char* home = std::getenv("HOME");
+    o.known_hosts = fs::path(home ? home : "/root") / ".ssh" / "known_hosts";
+  }
   return o;
 }
 
