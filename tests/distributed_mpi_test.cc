@@ -80,6 +80,7 @@ TEST(DistributedMpi, TwoHundredSmallTensorsInSeveralBuckets) {
   for (std::size_t t = 0; t < 200; ++t) sizes.push_back(1 + (t * 5) % 11);
   DistributedOptions o;
   o.fusion_threshold_bytes = 512;
+  o.segment_bytes = 48;
   train_and_compare(sizes, false, o, 3, 5);
 }
 

@@ -123,6 +123,7 @@ TEST(DistributedOptimizer, FusesTwoHundredSmallTensorsIntoSeveralBuckets) {
   c.ranks = 2;
   c.steps = 3;
   c.options.fusion_threshold_bytes = 256;  // 64 floats per bucket
+  c.options.segment_bytes = 40;            // 10 floats per allreduce, cutting tensors
   std::size_t buckets = 0;
   const auto finals = train_distributed(c, &buckets);
   EXPECT_GT(buckets, 10u);
@@ -136,6 +137,7 @@ TEST(DistributedOptimizer, InPlaceBucketsGiveTheSameResult) {
   c.arena = true;
   c.options.fusion_threshold_bytes = 100;
   c.options.reverse_bucket_order = false;
+  c.options.segment_bytes = 0;
   expect_matches_reference(train_distributed(c), train_reference(c.sizes, c.ranks, c.steps, 0.05f), 1e-5f);
 }
 
@@ -151,6 +153,7 @@ TEST(DistributedOptimizer, Fp16CompressionStaysWithinHalfPrecision) {
     DistributedOptions o;
     o.compression = Compression::kFp16;
     o.fusion_threshold_bytes = 4096;
+    o.segment_bytes = 1000;
     DistributedOptimizer opt(std::move(coll), optim::make_sgd({}), o);
     opt.add_parameter("w", w.data(), g.data(), n);
     opt.synchronize();

@@ -91,6 +91,29 @@ TEST(FusionBucket, PackUnpackRoundTripsFloat32) {
   EXPECT_FLOAT_EQ(ts.storage[0][4], 0.0f) << "unpack must not write past a tensor";
 }
 
+TEST(FusionBucket, SegmentsCutAcrossTensors) {
+  const std::vector<std::size_t> sizes = {3, 0, 5, 2};
+  Tensors ts(sizes);
+  FusionBucket b(plan_buckets(sizes, 1 << 20)[0], ts.refs, false);
+  ASSERT_EQ(b.wire_count(), 10u);
+  // Pack in uneven segments, double on the wire, unpack in other segments.
+  for (std::size_t begin : {0u, 4u, 7u}) b.pack(begin, std::min<std::size_t>(begin + (begin == 0 ? 4 : 3), 10));
+  float* wire = static_cast<float*>(b.wire_data());
+  EXPECT_FLOAT_EQ(wire[2], 0.002f);
+  EXPECT_FLOAT_EQ(wire[3], 2.0f);      // tensor 2 starts after tensor 0
+  EXPECT_FLOAT_EQ(wire[8], 3.0f);
+  EXPECT_EQ(static_cast<float*>(b.wire_at(8)), wire + 8);
+  for (std::size_t i = 0; i < 10; ++i) wire[i] *= 2;
+  b.unpack(0, 2);
+  b.unpack(2, 9);
+  EXPECT_FLOAT_EQ(ts.storage[3][1], 3.001f) << "outside the unpacked range";
+  b.unpack(9, 10);
+  EXPECT_FLOAT_EQ(ts.storage[0][2], 0.004f);
+  EXPECT_FLOAT_EQ(ts.storage[2][4], 2 * 2.004f);
+  EXPECT_FLOAT_EQ(ts.storage[3][1], 2 * 3.001f);
+  EXPECT_FLOAT_EQ(ts.storage[2][5], 0.0f) << "unpack must not write past a tensor";
+}
+
 TEST(FusionBucket, AdjacentGradientsAreReducedInPlace) {
   std::vector<float> arena(20, 1.0f);
   std::vector<GradientRef> refs = {{"a", arena.data(), 5}, {"b", arena.data() + 5, 0}, {"c", arena.data() + 5, 15}};

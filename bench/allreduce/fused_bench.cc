@@ -10,8 +10,9 @@
 //       user buffers (packed into fusion buffers) as step_copy_s;
 //   (b) one muster allreduce (average) of all the bytes in a single buffer;
 //   (c) one MPI_Allreduce per tensor (161 calls).
-// Medians over repetitions; rank 0 writes the figures as JSON (argv[1],
-// default bench/out/allreduce_fused.json).
+// The variants run interleaved in each repetition (a shared machine's load
+// hits them alike); medians over repetitions; rank 0 writes the figures as
+// JSON:  allreduce_fused_bench [out.json (bench/out/allreduce_fused.json)] [reps (9)]
 #include <mpi.h>
 
 #include <algorithm>
@@ -78,73 +79,88 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// Seconds of one run of `body` on the slowest rank.
 template <typename F>
-double time_median(rt::comm::Communicator& comm, int reps, F&& body) {
-  std::vector<double> times;
-  body();  // warm-up
-  for (int i = 0; i < reps; ++i) {
-    comm.barrier();
-    const auto start = std::chrono::steady_clock::now();
-    body();
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    // The slowest rank defines the step.
-    comm.allreduce(&s, 1, rt::DataType::kFloat64, {rt::comm::ReduceOp::kMax});
-    times.push_back(s);
-  }
-  return median(times);
+double time_once(rt::comm::Communicator& comm, F&& body) {
+  comm.barrier();
+  const auto start = std::chrono::steady_clock::now();
+  body();
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  comm.allreduce(&s, 1, rt::DataType::kFloat64, {rt::comm::ReduceOp::kMax});
+  return s;
 }
 
-// (a): the optimizer, with gradients at `grads[i]`, marked ready backwards.
-double time_optimizer(rt::comm::Communicator& comm, const std::vector<Tensor>& tensors, bool owned, int reps) {
-  std::vector<std::vector<float>> values(tensors.size()), user_grads;
-  rt::distributed::DistributedOptimizer opt(comm, rt::optim::make_sgd({}));
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    values[i].assign(tensors[i].size, 0.0f);
-    float* grad = nullptr;
-    if (!owned) {
-      user_grads.emplace_back(tensors[i].size, 1.0f);
-      grad = user_grads.back().data();
-    }
-    opt.add_parameter(tensors[i].name, values[i].data(), grad, tensors[i].size);
-  }
-  if (owned) {
+// The optimizer with ResNet-50's gradients, either owned by it (one array,
+// zero-copy buckets) or in the caller's separate buffers (packed).
+struct OptimizerCase {
+  std::vector<std::vector<float>> values, user_grads;
+  std::unique_ptr<rt::distributed::DistributedOptimizer> opt;
+
+  OptimizerCase(rt::comm::Communicator& comm, const std::vector<Tensor>& tensors, bool owned) {
+    opt = std::make_unique<rt::distributed::DistributedOptimizer>(comm, rt::optim::make_sgd({}));
+    values.resize(tensors.size());
     for (std::size_t i = 0; i < tensors.size(); ++i) {
-      float* g = opt.gradient(static_cast<int>(i));
+      values[i].assign(tensors[i].size, 0.0f);
+      float* grad = nullptr;
+      if (!owned) {
+        user_grads.emplace_back(tensors[i].size, 1.0f);
+        grad = user_grads.back().data();
+      }
+      opt->add_parameter(tensors[i].name, values[i].data(), grad, tensors[i].size);
+    }
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      float* g = opt->gradient(static_cast<int>(i));
       std::fill(g, g + tensors[i].size, 1.0f);
     }
   }
-  const int n = static_cast<int>(tensors.size());
-  return time_median(comm, reps, [&] {
-    for (int i = n - 1; i >= 0; --i) opt.grad_ready(i);
-    opt.synchronize();
-  });
-}
+
+  // (a): gradients marked ready backwards, as backprop produces them.
+  void step() {
+    for (int i = static_cast<int>(values.size()) - 1; i >= 0; --i) opt->grad_ready(i);
+    opt->synchronize();
+  }
+};
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string out_path = argc > 1 ? argv[1] : "bench/out/allreduce_fused.json";
   const int reps = argc > 2 ? std::stoi(argv[2]) : 9;
+  // MPI_Allreduce per tensor is an order of magnitude slower: fewer runs.
+  const int per_tensor_reps = std::max(3, reps / 3);
   auto comm = rt::comm::Communicator::create();
   const auto tensors = resnet50_gradients();
   std::size_t total = 0;
   for (const auto& t : tensors) total += t.size;
 
-  const double step_s = time_optimizer(*comm, tensors, /*owned=*/true, reps);
-  const double step_copy_s = time_optimizer(*comm, tensors, /*owned=*/false, reps);
-
+  OptimizerCase owned(*comm, tensors, true), copied(*comm, tensors, false);
   std::vector<float> single(total, 1.0f);
-  const double single_s = time_median(*comm, reps, [&] {
-    comm->allreduce(single.data(), total, rt::DataType::kFloat32, {rt::comm::ReduceOp::kAverage});
-  });
-
   std::vector<std::vector<float>> per(tensors.size());
   for (std::size_t i = 0; i < tensors.size(); ++i) per[i].assign(tensors[i].size, 1.0f);
-  const double per_tensor_s = time_median(*comm, reps, [&] {
+
+  auto run_single = [&] {
+    comm->allreduce(single.data(), total, rt::DataType::kFloat32, {rt::comm::ReduceOp::kAverage});
+  };
+  auto run_per_tensor = [&] {
     for (auto& p : per) {
       MPI_Allreduce(MPI_IN_PLACE, p.data(), static_cast<int>(p.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     }
-  });
+  };
+  // Warm-up, then the variants interleaved in every repetition so that load
+  // changes on a shared machine hit them alike.
+  owned.step();
+  copied.step();
+  run_single();
+  run_per_tensor();
+  std::vector<double> t_owned, t_copied, t_single, t_per;
+  for (int r = 0; r < reps; ++r) {
+    t_owned.push_back(time_once(*comm, [&] { owned.step(); }));
+    t_single.push_back(time_once(*comm, run_single));
+    t_copied.push_back(time_once(*comm, [&] { copied.step(); }));
+    if (r < per_tensor_reps) t_per.push_back(time_once(*comm, run_per_tensor));
+  }
+  const double step_s = median(t_owned), step_copy_s = median(t_copied);
+  const double single_s = median(t_single), per_tensor_s = median(t_per);
 
   if (comm->rank() == 0) {
     nlohmann::json j = {
@@ -153,6 +169,7 @@ int main(int argc, char** argv) {
         {"parameters", total},
         {"bytes", total * sizeof(float)},
         {"repetitions", reps},
+        {"per_tensor_repetitions", per_tensor_reps},
         {"step_s", step_s},
         {"step_copy_s", step_copy_s},
         {"single_buffer_s", single_s},

@@ -157,6 +157,7 @@ static void start(DistributedOptimizer::Impl& impl, const DistributedOptions& op
   po.fp16 = options.compression == Compression::kFp16;
   po.algorithm = options.algorithm;
   po.reverse_order = options.reverse_bucket_order;
+  po.segment_bytes = options.segment_bytes;
   impl.pipeline = std::make_shared<ReductionPipeline>(impl.coll, impl.grads, plans, po, impl.timeline, impl.epoch);
   if (impl.timeline) {
     for (std::size_t b = 0; b < plans.size(); ++b) {
@@ -167,10 +168,12 @@ static void start(DistributedOptimizer::Impl& impl, const DistributedOptions& op
       impl.timeline->name_row(static_cast<int>(b) + 1, label);
     }
   }
-  const int compression = static_cast<int>(options.compression);
-  const std::size_t threshold = options.fusion_threshold_bytes;
-  impl.thread.submit([coll = impl.coll, grads = impl.grads, threshold, compression, plans] {
-    check_registration(*coll, grads, threshold, compression, plans);
+  ReductionSettings settings;
+  settings.threshold_bytes = options.fusion_threshold_bytes;
+  settings.compression = static_cast<int>(options.compression);
+  settings.segment_bytes = options.segment_bytes;
+  impl.thread.submit([coll = impl.coll, grads = impl.grads, settings, plans] {
+    check_registration(*coll, grads, settings, plans);
   });
 }
 

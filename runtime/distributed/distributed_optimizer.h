@@ -14,8 +14,9 @@
 //      are all ready is handed to the background communication thread.
 //   3. That thread takes buckets in a fixed order (the last bucket first, as
 //      backprop fills them), packs each into its fusion buffer (converting to
-//      float16 with Compression::kFp16), starts its allreduce (average) and
-//      unpacks the previous one while it runs. A bucket whose float32
+//      float16 with Compression::kFp16) and allreduces it (average) in
+//      segments of segment_bytes, packing the next segment and unpacking
+//      finished ones while a segment is on the wire. A bucket whose float32
 //      gradients lie back to back in memory is reduced in place, without
 //      packing: let the optimizer own the gradients (add_parameter with a
 //      null gradient, then gradient(i)) or allocate them in one array.
@@ -97,6 +98,10 @@ struct DistributedOptions {
   comm::Algorithm algorithm = comm::Algorithm::kAuto;
   // Buckets are reduced last-first (backprop order, true) or first-first.
   bool reverse_bucket_order = true;
+  // A bucket goes on the wire in allreduces of at most this many bytes of
+  // gradients, so packing and unpacking overlap the transfer (0: one
+  // allreduce per bucket). Must be equal on every rank.
+  std::size_t segment_bytes = 8u << 20;
 };
 
 class DistributedOptimizer {

@@ -1,5 +1,6 @@
 #include "muster/runtime/distributed/fusion_bucket.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "muster/runtime/comm/half.h"
@@ -30,6 +31,12 @@ FusionBucket::FusionBucket(const BucketPlan& plan, const std::vector<GradientRef
   MUSTER_CHECK_LE(plan.first + plan.count, grads.size(), "bucket plan runs past the registered gradients");
   grads_.assign(grads.begin() + static_cast<std::ptrdiff_t>(plan.first),
                 grads.begin() + static_cast<std::ptrdiff_t>(plan.first + plan.count));
+  std::size_t offset = 0;
+  for (const auto& g : grads_) {
+    offsets_.push_back(offset);
+    offset += g.size;
+  }
+  MUSTER_CHECK_EQ(offset, plan.elements, "bucket plan and gradient sizes disagree");
   if (!fp16_) {
     // In place when the non-empty gradients are adjacent in registration order.
     const float* expect = nullptr;
@@ -59,26 +66,34 @@ void* FusionBucket::wire_data() {
   return fp16_ ? static_cast<void*>(f16_.data()) : static_cast<void*>(f32_.data());
 }
 
-void FusionBucket::pack() {
-  if (in_place_) return;
-  std::size_t off = 0;
-  for (const auto& g : grads_) {
-    if (g.size == 0) continue;
-    if (fp16_) comm::float_to_half(g.data, f16_.data() + off, g.size);
-    else std::memcpy(f32_.data() + off, g.data, g.size * sizeof(float));
-    off += g.size;
+// Calls f(gradient, first element in it, wire offset, count) for every
+// piece of [begin, end) of the wire.
+template <typename F>
+void FusionBucket::for_range(std::size_t begin, std::size_t end, F&& f) {
+  MUSTER_CHECK_LE(end, plan_.elements, "bucket range past its end");
+  for (std::size_t t = 0; t < grads_.size(); ++t) {
+    const std::size_t lo = offsets_[t], hi = lo + grads_[t].size;
+    if (hi <= begin || grads_[t].size == 0) continue;
+    if (lo >= end) break;
+    const std::size_t from = std::max(lo, begin), to = std::min(hi, end);
+    f(grads_[t], from - lo, from, to - from);
   }
 }
 
-void FusionBucket::unpack() {
+void FusionBucket::pack(std::size_t begin, std::size_t end) {
   if (in_place_) return;
-  std::size_t off = 0;
-  for (const auto& g : grads_) {
-    if (g.size == 0) continue;
-    if (fp16_) comm::half_to_float(f16_.data() + off, g.data, g.size);
-    else std::memcpy(g.data, f32_.data() + off, g.size * sizeof(float));
-    off += g.size;
-  }
+  for_range(begin, end, [&](const GradientRef& g, std::size_t at, std::size_t wire, std::size_t n) {
+    if (fp16_) comm::float_to_half(g.data + at, f16_.data() + wire, n);
+    else std::memcpy(f32_.data() + wire, g.data + at, n * sizeof(float));
+  });
+}
+
+void FusionBucket::unpack(std::size_t begin, std::size_t end) {
+  if (in_place_) return;
+  for_range(begin, end, [&](const GradientRef& g, std::size_t at, std::size_t wire, std::size_t n) {
+    if (fp16_) comm::half_to_float(f16_.data() + wire, g.data + at, n);
+    else std::memcpy(g.data + at, f32_.data() + wire, n * sizeof(float));
+  });
 }
 
 }  // namespace muster::runtime::distributed

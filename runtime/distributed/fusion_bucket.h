@@ -52,14 +52,25 @@ class FusionBucket {
   std::size_t wire_count() const { return plan_.elements; }
   std::size_t wire_bytes() const { return plan_.elements * dtype_size(wire_dtype()); }
   void* wire_data();
+  // The wire buffer from element `element` on.
+  void* wire_at(std::size_t element) {
+    return static_cast<char*>(wire_data()) + element * dtype_size(wire_dtype());
+  }
 
   // Gradients -> wire buffer, and back. No-ops when in_place().
-  void pack();
-  void unpack();
+  void pack() { pack(0, plan_.elements); }
+  void unpack() { unpack(0, plan_.elements); }
+  // The same for wire elements [begin, end) only (a segment of the bucket).
+  void pack(std::size_t begin, std::size_t end);
+  void unpack(std::size_t begin, std::size_t end);
 
  private:
   BucketPlan plan_;
+  template <typename F>
+  void for_range(std::size_t begin, std::size_t end, F&& f);
+
   std::vector<GradientRef> grads_;  // this bucket's run
+  std::vector<std::size_t> offsets_;  // wire offset of each of grads_
   bool fp16_;
   bool in_place_;
   std::vector<float> f32_;

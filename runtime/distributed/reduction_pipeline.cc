@@ -29,10 +29,15 @@ namespace {
 
 }  // namespace
 
-struct ReductionPipeline::InFlight {
+struct ReductionPipeline::Segment {
   std::size_t bucket = 0;
+  std::size_t begin = 0, end = 0;  // wire elements
+  bool last = false;               // the bucket's last segment
   std::unique_ptr<PendingOp> op;
-  int64_t start_us = 0;
+};
+
+struct ReductionPipeline::BucketTimes {
+  int64_t ready = 0, pack_start = 0, submitted = 0, first_unpack = -1;
 };
 
 ReductionPipeline::ReductionPipeline(std::shared_ptr<Collectives> coll, const std::vector<GradientRef>& grads,
@@ -114,88 +119,91 @@ void ReductionPipeline::record(const char* phase, std::size_t b, int64_t start_u
                         {"bytes", static_cast<int64_t>(bucket.wire_bytes())}}});
 }
 
-void ReductionPipeline::finish(InFlight& f, int64_t step) {
-  if (f.op) f.op->wait();
-  const int64_t comm_end = now_us();
-  record("allreduce", f.bucket, f.start_us, comm_end, step);
-  buckets_[f.bucket]->unpack();
-  record("unpack", f.bucket, comm_end, now_us(), step);
-  std::lock_guard<std::mutex> lock(mu_);
-  ++progress_;
+void ReductionPipeline::drain(std::deque<Segment>& inflight, std::vector<BucketTimes>& times, bool block,
+                              int64_t step) {
+  while (!inflight.empty()) {
+    Segment& seg = inflight.front();
+    if (!block && seg.op && !seg.op->done()) return;
+    if (seg.op) seg.op->wait();
+    const std::size_t b = seg.bucket;
+    const int64_t done_at = now_us();
+    if (times[b].first_unpack < 0) times[b].first_unpack = done_at;
+    buckets_[b]->unpack(seg.begin, seg.end);
+    if (seg.last) {
+      const int64_t end = now_us();
+      record("queued", b, times[b].ready, times[b].pack_start, step);
+      record("pack", b, times[b].pack_start, times[b].submitted, step);
+      record("allreduce", b, times[b].submitted, std::max(done_at, times[b].submitted), step);
+      record("unpack", b, std::max(done_at, times[b].submitted), end, step);
+      std::lock_guard<std::mutex> lock(mu_);
+      ++progress_;
+    }
+    inflight.pop_front();
+  }
 }
 
 void ReductionPipeline::run_step(int64_t step) {
   const std::size_t n = buckets_.size();
-  std::unique_ptr<InFlight> prev;  // the bucket on the wire
-  std::unique_ptr<InFlight> next;  // the one just started, while prev finishes
+  std::deque<Segment> inflight;  // started, not yet unpacked; completes in order
+  std::vector<BucketTimes> times(n);
   std::size_t current = 0;
   bool stopped = false;
+  const std::size_t segment_elements =
+      options_.segment_bytes == 0 ? 0 : std::max<std::size_t>(options_.segment_bytes / sizeof(float), 1);
   try {
-    for (std::size_t k = 0; k < n; ++k) {
+    for (std::size_t k = 0; k < n && !stopped; ++k) {
       const std::size_t b = options_.reverse_order ? n - 1 - k : k;
       current = b;
-      // 1. Wait for the bucket; finish the previous one as soon as it is done.
-      int64_t ready_at = 0;
+      // 1. Wait for the bucket, unpacking finished segments meanwhile.
       for (;;) {
         std::unique_lock<std::mutex> lock(mu_);
-        if (stop_) break;
-        if (ready_us_[b] >= 0) {
-          ready_at = ready_us_[b];
-          break;
-        }
-        if (prev) {
-          cv_.wait_for(lock, std::chrono::milliseconds(1));
-          lock.unlock();
-          if (!prev->op || prev->op->done()) {
-            current = prev->bucket;
-            finish(*prev, step);
-            prev.reset();
-            current = b;
-          }
-        } else {
-          cv_.wait(lock);
-        }
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
         if (stop_) {
           stopped = true;
           break;
         }
+        if (ready_us_[b] >= 0) {
+          times[b].ready = ready_us_[b];
+          break;
+        }
+        if (inflight.empty()) {
+          cv_.wait(lock);
+        } else {
+          cv_.wait_for(lock, std::chrono::milliseconds(1));
+          lock.unlock();
+          drain(inflight, times, false, step);
+        }
       }
-      // 2. Pack.
+      if (stopped) break;
+      // 2. Pack and start it segment by segment.
       auto& bucket = *buckets_[b];
-      const int64_t pack_start = now_us();
-      record("queued", b, ready_at, pack_start, step);
-      bucket.pack();
-      // 3. Start its allreduce.
-      next = std::make_unique<InFlight>();
-      next->bucket = b;
-      next->start_us = now_us();
-      record("pack", b, pack_start, next->start_us, step);
-      if (bucket.wire_count() > 0) {
-        next->op = coll_->allreduce_async(bucket.wire_data(), bucket.wire_count(), bucket.wire_dtype(),
-                                      comm::ReduceOp::kAverage, options_.algorithm);
+      times[b].pack_start = now_us();
+      const std::size_t total = bucket.wire_count();
+      const std::size_t seg = segment_elements == 0 ? std::max<std::size_t>(total, 1) : segment_elements;
+      for (std::size_t begin = 0; begin < total || (total == 0 && begin == 0); begin += seg) {
+        Segment s;
+        s.bucket = b;
+        s.begin = begin;
+        s.end = std::min(total, begin + seg);
+        s.last = s.end >= total;
+        bucket.pack(s.begin, s.end);
+        if (s.end > s.begin) {
+          s.op = coll_->allreduce_async(bucket.wire_at(s.begin), s.end - s.begin, bucket.wire_dtype(),
+                                        comm::ReduceOp::kAverage, options_.algorithm);
+        }
+        if (s.last) times[b].submitted = now_us();
+        inflight.push_back(std::move(s));
+        // 3. Unpack whatever has come back.
+        drain(inflight, times, false, step);
+        if (total == 0) break;
       }
-      // 4. Finish the previous bucket while this one is on the wire.
-      if (prev) {
-        current = prev->bucket;
-        finish(*prev, step);
-      }
-      prev = std::move(next);
-      current = b;
     }
-    if (prev && !stopped) {
-      current = prev->bucket;
-      finish(*prev, step);
-      prev.reset();
-    }
+    if (!stopped) drain(inflight, times, true, step);
   } catch (...) {
     // Never leave a collective writing into memory we are about to give back.
-    for (auto* f : {prev.get(), next.get()}) {
-      if (f == nullptr || !f->op) continue;
+    for (auto& s : inflight) {
+      if (!s.op) continue;
       try {
-        f->op->wait();
+        s.op->wait();
       } catch (...) {
       }
     }
@@ -203,7 +211,10 @@ void ReductionPipeline::run_step(int64_t step) {
     os << "DistributedOptimizer step " << step << ", fusion bucket " << current << " of " << n << ": ";
     rethrow_with_context(os.str());
   }
-  if (prev && prev->op) prev->op->wait();  // stopped: let the op land, unpack nothing
+  // Stopped (shutdown): let the ops land, unpack nothing.
+  for (auto& s : inflight) {
+    if (s.op) s.op->wait();
+  }
 }
 
 }  // namespace muster::runtime::distributed

@@ -3,15 +3,22 @@
 // The user thread marks gradients ready (mark_ready); the communication
 // thread runs run_step(), which for each bucket in the fixed order
 // (last-first by default, as backprop fills them):
-//   1. waits until all the bucket's gradients are marked ready ("queued"
-//      in the timeline is the time from ready to picked up),
-//   2. packs it into its fusion buffer ("pack"),
-//   3. starts its allreduce (average) ("allreduce" lasts until it is seen done),
-//   4. meanwhile finishes the previous bucket: waits for its allreduce and
-//      unpacks it into the gradients ("unpack"),
-// and finally finishes the last bucket. At most two buckets are in flight.
-// The fixed order is what makes ranks issue the same collectives in the same
-// order whatever order their gradients become ready in.
+//   1. waits until all the bucket's gradients are marked ready,
+//   2. cuts the bucket into segments of at most segment_bytes and, segment
+//      by segment, packs it into the fusion buffer and starts its allreduce
+//      (average), so packing segment k+1 overlaps segment k on the wire,
+//   3. after each start, and while waiting for the next bucket, unpacks
+//      every segment whose allreduce is done (the collectives complete in
+//      submission order, so it keeps a FIFO of segments in flight),
+// and finally waits for and unpacks what is left. The fixed bucket order is
+// what makes ranks issue the same collectives in the same order whatever
+// order their gradients become ready in.
+//
+// Timeline rows (one per bucket) show four consecutive phases: "queued"
+// (ready until packing starts), "pack" (until its last segment was started),
+// "allreduce" (until its last segment was seen done) and "unpack" (until its
+// last segment was unpacked); a phase ends when the bucket's last segment
+// leaves it, earlier segments run ahead.
 //
 // Errors from the collectives leave run_step() as the same exception type
 // (TimeoutError, CommError keep the rank) with the bucket and step added.
@@ -20,6 +27,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -34,6 +42,8 @@ struct PipelineOptions {
   bool fp16 = false;
   comm::Algorithm algorithm = comm::Algorithm::kAuto;
   bool reverse_order = true;
+  // Largest single allreduce, in float32 bytes of gradients (0: whole bucket).
+  std::size_t segment_bytes = 8u << 20;
 };
 
 class ReductionPipeline {
@@ -66,8 +76,11 @@ class ReductionPipeline {
   int64_t now_us() const;
 
  private:
-  struct InFlight;
-  void finish(InFlight& f, int64_t step);
+  struct Segment;
+  struct BucketTimes;
+  // Unpacks finished segments from the front of `inflight`; with `block`,
+  // waits for all of them.
+  void drain(std::deque<Segment>& inflight, std::vector<BucketTimes>& times, bool block, int64_t step);
   void record(const char* phase, std::size_t b, int64_t start_us, int64_t end_us, int64_t step);
 
   std::shared_ptr<Collectives> coll_;

@@ -32,8 +32,8 @@ bool same(const RegistrationSummary& a, const RegistrationSummary& b) {
 
 }  // namespace
 
-RegistrationSummary summarize(const std::vector<GradientRef>& grads, std::size_t threshold_bytes,
-                              int compression, std::size_t buckets) {
+RegistrationSummary summarize(const std::vector<GradientRef>& grads, const ReductionSettings& settings,
+                              std::size_t buckets) {
   RegistrationSummary s;
   s.count = static_cast<int64_t>(grads.size());
   uint64_t sizes = kFnvBasis, names = kFnvBasis;
@@ -46,9 +46,10 @@ RegistrationSummary summarize(const std::vector<GradientRef>& grads, std::size_t
   }
   s.sizes_hash = static_cast<int64_t>(sizes);
   s.names_hash = static_cast<int64_t>(names);
-  s.threshold_bytes = static_cast<int64_t>(threshold_bytes);
-  s.compression = compression;
+  s.threshold_bytes = static_cast<int64_t>(settings.threshold_bytes);
+  s.compression = settings.compression;
   s.buckets = static_cast<int64_t>(buckets);
+  s.segment_bytes = static_cast<int64_t>(settings.segment_bytes);
   return s;
 }
 
@@ -87,14 +88,19 @@ std::string describe_mismatch(int base_rank, const RegistrationSummary& base, co
     os << "compression differs (" << other.compression << " vs " << base.compression << ")";
     return os.str();
   }
+  if (base.segment_bytes != other.segment_bytes) {
+    os << "segment size " << other.segment_bytes << " bytes on rank " << other_rank << " vs " << base.segment_bytes
+       << " on rank " << base_rank;
+    return os.str();
+  }
   os << "registration summaries differ (sizes or bucket plan)";
   return os.str();
 }
 
-void check_registration(Collectives& coll, const std::vector<GradientRef>& grads, std::size_t threshold_bytes,
-                        int compression, const std::vector<BucketPlan>& plans) {
+void check_registration(Collectives& coll, const std::vector<GradientRef>& grads, const ReductionSettings& settings,
+                        const std::vector<BucketPlan>& plans) {
   // a) one fixed-size summary per rank.
-  const RegistrationSummary mine = summarize(grads, threshold_bytes, compression, plans.size());
+  const RegistrationSummary mine = summarize(grads, settings, plans.size());
   const int n = coll.size();
   std::vector<RegistrationSummary> all(static_cast<std::size_t>(n));
   coll.allgather(&mine, kSummaryWords, DataType::kInt64, all.data());

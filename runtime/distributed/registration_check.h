@@ -7,7 +7,7 @@
 // a mismatch:
 //   a) allgather a fixed-size summary per rank: tensor count, total
 //      elements, a hash of the sizes, a hash of the names, the fusion
-//      threshold, the compression and the bucket count;
+//      threshold, the compression, the bucket count and the segment size;
 //   b) if any rank's summary differs from rank 0's (every rank sees the same
 //      table, so every rank takes the same branch), allgatherv every rank's
 //      sizes and name hashes, find the first differing rank and tensor, and
@@ -34,10 +34,18 @@ struct RegistrationSummary {
   int64_t threshold_bytes = 0;
   int64_t compression = 0;
   int64_t buckets = 0;
+  int64_t segment_bytes = 0;
 };
 
-RegistrationSummary summarize(const std::vector<GradientRef>& grads, std::size_t threshold_bytes,
-                              int compression, std::size_t buckets);
+// What besides the gradients every rank must agree on.
+struct ReductionSettings {
+  std::size_t threshold_bytes = 0;
+  int compression = 0;
+  std::size_t segment_bytes = 0;
+};
+
+RegistrationSummary summarize(const std::vector<GradientRef>& grads, const ReductionSettings& settings,
+                              std::size_t buckets);
 
 // Explains how `other` (rank `other_rank`) differs from `mine` (rank
 // `my_rank`), using the full size/name-hash lists when given; empty when equal.
@@ -47,7 +55,7 @@ std::string describe_mismatch(int base_rank, const RegistrationSummary& base, co
                               const std::vector<int64_t>& other_names);
 
 // Collective; throws MismatchError on every rank when registrations differ.
-void check_registration(Collectives& coll, const std::vector<GradientRef>& grads, std::size_t threshold_bytes,
-                        int compression, const std::vector<BucketPlan>& plans);
+void check_registration(Collectives& coll, const std::vector<GradientRef>& grads, const ReductionSettings& settings,
+                        const std::vector<BucketPlan>& plans);
 
 }  // namespace muster::runtime::distributed
