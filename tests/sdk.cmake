@@ -6,6 +6,8 @@ muster_python_test(sdk_python_unit SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/sdk_python
 if(TARGET musterd)
   muster_python_test(sdk_python_integration SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/sdk_python_integration_test.py
     LABEL integration TIMEOUT 240)
+  muster_python_test(sdk_python_cluster SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/sdk_python_cluster_test.py
+    LABEL integration TIMEOUT 240)
   muster_gtest(sdk_cpp_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/sdk_cpp_test.cc DEPS muster_sdk
     LABEL integration TIMEOUT 240)
 endif()

@@ -75,6 +75,14 @@ class SdkCppTest : public ::testing::Test {
                "print('hello from', os.environ['MUSTER_WORKER_ID'], flush=True)\n"
                "time.sleep(float(os.environ.get('SLEEP', '0.5')))\n");
     write_file(root_ / "project/crash.py", "print('about to crash', flush=True)\nraise SystemExit(3)\n");
+    write_file(root_ / "project/show_tf_config.py", "import os\nprint('TF_CONFIG=' + os.environ['TF_CONFIG'])\n");
+    write_file(root_ / "project/ps.py", "import time\ntime.sleep(600)\n");
+    write_file(root_ / "project/crash_worker_1.py",
+               "import json, os, sys, time\n"
+               "if json.loads(os.environ['TF_CONFIG'])['task']['index'] == 1:\n"
+               "    print('worker 1 gives up', flush=True)\n"
+               "    sys.exit(3)\n"
+               "time.sleep(600)\n");
 
     const std::string project = (root_ / "project").string(), state = (root_ / "state").string();
     const std::string log = (root_ / "musterd.log").string();
@@ -250,6 +258,71 @@ TEST_F(SdkCppTest, ErrorsCarryCodeMessageAndField) {
     EXPECT_EQ(e.code(), "unauthenticated");
     EXPECT_EQ(e.http_status(), 401);
   }
+}
+
+TEST_F(SdkCppTest, RunClusterGivesTheSpecAndSessionAddress) {
+  Client c = client();
+  ClusterOptions opts;
+  opts.n_workers = 2;
+  opts.n_ps = 1;
+  opts.cpu = 0.5;
+  opts.memory = 1;
+  opts.worker_script = "show_tf_config.py";
+  opts.ps_script = "ps.py";
+  RunClusterResult r = c.run_cluster(opts, /*completion_timeout_seconds=*/120);
+  EXPECT_EQ(r.cluster.status, "succeeded");
+  ASSERT_TRUE(r.cluster_spec.is_object()) << r.cluster.raw.dump();
+  ASSERT_EQ(r.cluster_spec["worker"].size(), 2u);
+  ASSERT_EQ(r.cluster_spec["ps"].size(), 1u);
+  EXPECT_EQ(r.session_addr, "grpc://" + r.cluster_spec["worker"][0].get<std::string>());
+  ASSERT_EQ(r.cluster.workers["worker"].size(), 2u);
+  // Worker 1 saw its own task and the same cluster.
+  const std::string log = c.worker_logs(r.cluster.workers["worker"][1]);
+  auto line = log.find("TF_CONFIG=");
+  ASSERT_NE(line, std::string::npos) << log;
+  auto tf = nlohmann::json::parse(log.substr(line + 10, log.find('\n', line) - line - 10));
+  EXPECT_EQ(tf["task"]["type"], "worker");
+  EXPECT_EQ(tf["task"]["index"], 1);
+  EXPECT_EQ(tf["cluster"], r.cluster_spec);
+}
+
+TEST_F(SdkCppTest, FailingTaskThrowsClusterFailedNamingIt) {
+  Client c = client();
+  ClusterOptions opts;
+  opts.n_workers = 2;
+  opts.n_ps = 1;
+  opts.cpu = 0.5;
+  opts.memory = 1;
+  opts.worker_script = "crash_worker_1.py";
+  opts.ps_script = "ps.py";
+  try {
+    c.run_cluster(opts, 120);
+    FAIL() << "the cluster did not fail";
+  } catch (const ClusterFailed& e) {
+    EXPECT_EQ(e.task(), "worker:1");
+    EXPECT_EQ(e.code(), "cluster_failed");
+    EXPECT_NE(e.message().find("exit code 3"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("worker 1 gives up"), std::string::npos) << e.message();
+    EXPECT_EQ(c.get_cluster(e.cluster_id()).status, "failed");
+  }
+}
+
+TEST_F(SdkCppTest, HorovodrunBuildsTheLinesAndStops) {
+  Client c = client();
+  ClusterOptions base;
+  base.cpu = 0.5;
+  base.memory = 1;
+  base.launch = false;
+  Cluster cl = c.horovodrun(2, "work.py", 1, base);
+  EXPECT_EQ(cl.mode, "mpi");
+  EXPECT_EQ(cl.horovodrun_command.rfind("horovodrun -np 2 -H ", 0), 0u) << cl.horovodrun_command;
+  EXPECT_EQ(cl.mpirun_command.rfind("mpirun ", 0), 0u) << cl.mpirun_command;
+  EXPECT_EQ(cl.workers["worker"].size(), 2u);
+  c.stop_cluster(cl.id);
+  EXPECT_EQ(c.await_cluster(cl.id, 30).status, "stopped");
+  bool listed = false;
+  for (const Cluster& x : c.list_clusters()) listed |= x.id == cl.id;
+  EXPECT_TRUE(listed);
 }
 
 TEST(SdkCppUnit, ErrorFromResponseParsesTheDaemonsForm) {

@@ -1,0 +1,152 @@
+"""Python SDK cluster calls against a real musterd (local backend): label integration.
+
+run_cluster (ps mode) with and without a worker script, a failing task named
+in ClusterFailed, and horovodrun (mpi mode) both building the lines only and
+running its mpirun line.
+"""
+import json
+import os
+import textwrap
+import time
+
+import pytest
+
+import muster
+from sdk_daemon import Daemon
+
+SCRIPTS = {
+    # Every task prints the TF_CONFIG it was released with, on one line.
+    "show_tf_config.py": """
+        import os
+        print("TF_CONFIG=" + os.environ["TF_CONFIG"], flush=True)
+    """,
+    "ps.py": """
+        import os, time
+        print("TF_CONFIG=" + os.environ["TF_CONFIG"], flush=True)
+        time.sleep(600)
+    """,
+    "crash_worker_1.py": """
+        import json, os, sys, time
+        task = json.loads(os.environ["TF_CONFIG"])["task"]
+        if task["index"] == 1:
+            print("worker 1 gives up", flush=True)
+            sys.exit(3)
+        time.sleep(600)
+    """,
+    "hello_rank.py": """
+        import os
+        print("rank", os.environ.get("OMPI_COMM_WORLD_RANK"), "of", os.environ.get("OMPI_COMM_WORLD_SIZE"), flush=True)
+    """,
+}
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    project = tmp_path_factory.mktemp("project")
+    for name, body in SCRIPTS.items():
+        (project / name).write_text(textwrap.dedent(body))
+    d = Daemon(project, tmp_path_factory.mktemp("state"))
+    d.start()
+    saved = {k: os.environ.get(k) for k in ("MUSTER_URL", "MUSTER_TOKEN", "MUSTER_STATE_DIR")}
+    os.environ.pop("MUSTER_URL", None)
+    os.environ.pop("MUSTER_TOKEN", None)
+    os.environ["MUSTER_STATE_DIR"] = d.state_dir
+    try:
+        yield d
+    finally:
+        try:
+            for c in muster.list_clusters():
+                if c["status"] not in ("succeeded", "failed", "stopped"):
+                    muster.stop_cluster(c)
+        except muster.MusterError:
+            pass
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        d.stop()
+
+
+def newest_cluster():
+    return max(muster.list_clusters(), key=lambda c: (c.get("created_at") or "", c["id"]))
+
+
+def tf_config_of(worker_id):
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        for line in muster.worker_logs(worker_id).splitlines():
+            if line.startswith("TF_CONFIG="):
+                return json.loads(line[len("TF_CONFIG="):])
+        time.sleep(0.1)
+    raise AssertionError("no TF_CONFIG in %s's log: %r" % (worker_id, muster.worker_logs(worker_id)))
+
+
+def test_run_cluster_with_script_gives_every_task_its_own_tf_config(daemon):
+    spec, session_addr = muster.run_cluster(n_workers=2, n_ps=1, cpu=0.5, memory=1, worker_script="show_tf_config.py",
+                                            ps_script="ps.py", timeout_seconds=60)
+    assert len(spec["ps"]) == 1 and len(spec["worker"]) == 2
+    addrs = spec["ps"] + spec["worker"]
+    assert len(set(addrs)) == 3 and all(a.rsplit(":", 1)[1].isdigit() for a in addrs)
+    assert session_addr == "grpc://" + spec["worker"][0]
+
+    cluster = newest_cluster()
+    assert cluster["status"] == "succeeded" and cluster["mode"] == "ps"
+    seen = set()
+    for task_type, ids in cluster["workers"].items():
+        for index, wid in enumerate(ids):
+            cfg = tf_config_of(wid)
+            assert cfg["cluster"] == spec
+            assert cfg["task"] == {"type": task_type, "index": index}
+            seen.add((task_type, index))
+    assert seen == {("ps", 0), ("worker", 0), ("worker", 1)}
+    # The PS task is stopped once every worker task has ended.
+    ps = muster.get_worker(cluster["workers"]["ps"][0])
+    assert ps["status"] not in ("running", "starting", "scheduling")
+
+
+def test_a_failing_task_fails_the_cluster_and_is_named(daemon):
+    with pytest.raises(muster.ClusterFailed) as err:
+        muster.run_cluster(n_workers=2, n_ps=1, cpu=0.5, memory=1, worker_script="crash_worker_1.py",
+                           ps_script="ps.py", timeout_seconds=60, completion_timeout_seconds=120)
+    e = err.value
+    assert e.task == "worker:1", e
+    assert "exit code 3" in e.message and "worker 1 gives up" in e.message
+    assert e.cluster["status"] == "failed"
+    # Nobody is left waiting: every task of the cluster has ended.
+    deadline = time.monotonic() + 20
+    ids = [w for ids in e.cluster["workers"].values() for w in ids]
+    while time.monotonic() < deadline:
+        statuses = [muster.get_worker(w)["status"] for w in ids]
+        if all(s in ("succeeded", "failed", "stopped", "timedout", "lost") for s in statuses):
+            break
+        time.sleep(0.2)
+    assert all(s in ("succeeded", "failed", "stopped", "timedout", "lost") for s in statuses), statuses
+
+
+def test_run_cluster_without_script_returns_once_up(daemon):
+    spec, session_addr = muster.run_cluster(n_workers=2, n_ps=1, cpu=0.5, memory=1, ps_script="ps.py",
+                                            timeout_seconds=60)
+    assert len(spec["worker"]) == 2 and len(spec["ps"]) == 1 and session_addr.startswith("grpc://")
+    cluster = newest_cluster()
+    assert cluster["status"] == "running"
+    stopped = muster.stop_cluster(cluster)
+    assert muster.await_cluster(stopped, timeout_seconds=30)["status"] == "stopped"
+
+
+def test_horovodrun_builds_the_lines_from_the_workers(daemon):
+    c = muster.horovodrun(2, "hello_rank.py", slots=1, launch=False, cpu=0.5, memory=1)
+    try:
+        assert c["mode"] == "mpi" and len(c["workers"]["worker"]) == 2
+        hv = c["horovodrun_command"]
+        assert hv.startswith("horovodrun -np 2 -H ") and "hello_rank.py" in hv, hv
+        assert c["mpirun_command"].startswith("mpirun ") and "-np 2" in c["mpirun_command"]
+        assert c["hostfile"].strip()
+    finally:
+        muster.stop_cluster(c)
+
+
+def test_horovodrun_launch_runs_mpirun_to_success(daemon):
+    c = muster.horovodrun(2, "hello_rank.py", slots=1, cpu=0.5, memory=1, launch=True, wait_for_completion=True,
+                          completion_timeout_seconds=120)
+    assert c["status"] == "succeeded", c
