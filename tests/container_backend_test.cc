@@ -99,6 +99,8 @@ class ContainerBackendTest : public ::testing::Test {
     options_.state_dir = state_;
     options_.bridge = "mtest0";
     options_.instance_id = "ab12";
+    options_.reap_interval = std::chrono::milliseconds(0);  // tests drive poll() themselves
+    options_.export_mpi_ssh = false;
   }
   void TearDown() override { fs::remove_all(state_); }
 
@@ -140,6 +142,8 @@ TEST_F(ContainerBackendTest, CreatesBridgeAndKeys) {
   EXPECT_TRUE(issued("/usr/sbin/ip link add mtest0 type bridge"));
   EXPECT_TRUE(issued("/usr/sbin/ip addr add 10.213.0.1/24 dev mtest0"));
   EXPECT_TRUE(fs::exists(state_ / "container" / "ssh" / "authorized_keys"));
+  EXPECT_NE(b->mpi_rsh_agent().find("UserKnownHostsFile=" + (state_ / "container" / "ssh" / "known_hosts").string()),
+            std::string::npos);
   auto opts = join(b->ssh_options());
   EXPECT_NE(opts.find("-p 2222"), std::string::npos);
   EXPECT_NE(opts.find("StrictHostKeyChecking=yes"), std::string::npos);

@@ -39,6 +39,7 @@ class ContainerIntegrationTest : public ::testing::Test {
     options_.prefix = "mci";
     options_.instance_id = "t" + std::to_string(tag);
     subnet_prefix_ = "10.214." + std::to_string(tag) + ".";
+    options_.reap_interval = 0ms;  // the tests poll; ReaperRemoves... turns it on
   }
 
   void TearDown() override {
@@ -170,6 +171,18 @@ TEST_F(ContainerIntegrationTest, AgentExitIsReportedAndTornDown) {
   EXPECT_EQ(st.state, ProcessState::kExited);
   EXPECT_EQ(st.exit_code, 3);
   EXPECT_FALSE(fs::exists("/run/netns/" + ns));
+}
+
+TEST_F(ContainerIntegrationTest, ReaperRemovesAnExitedContainerUnasked) {
+  options_.reap_interval = 100ms;
+  start();
+  ASSERT_TRUE(backend_);
+  ASSERT_TRUE(backend_->launch({sleeper("w-r", "exit 0")}).is_ok());
+  std::string ns = backend_->netns_of("w-r");
+  ASSERT_FALSE(ns.empty());
+  for (int i = 0; i < 200 && fs::exists("/run/netns/" + ns); ++i) std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(fs::exists("/run/netns/" + ns)) << "no poll() was called; the reaper tore it down";
+  EXPECT_EQ(backend_->poll("w-r").state, ProcessState::kExited);
 }
 
 TEST_F(ContainerIntegrationTest, CutLinkIsLost) {

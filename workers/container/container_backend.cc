@@ -158,6 +158,11 @@ api::Result<std::unique_ptr<ContainerBackend>> ContainerBackend::create(const Co
   if (!keys) return keys.status();
   b->keys_ = keys.value();
   if (auto s = b->start_bridge(); !s) return s;
+  if (options.export_mpi_ssh) ::setenv("OMPI_MCA_plm_rsh_agent", b->mpi_rsh_agent().c_str(), 1);
+  if (options.reap_interval.count() > 0) {
+    ContainerBackend* self = b.get();
+    b->reaper_ = std::thread([self] { self->reap_loop(); });
+  }
   return b;
 }
 
@@ -387,6 +392,26 @@ ProcessStatus ContainerBackend::poll(const std::string& worker_id) {
   return {ProcessState::kExited, code};
 }
 
+std::string ContainerBackend::mpi_rsh_agent() const {
+  // The port comes from plm_rsh_args ("-p 2222"); Open MPI splits this on spaces.
+  return "ssh -i " + keys_.client_key.string() + " -l root -o IdentitiesOnly=yes -o BatchMode=yes" +
+         " -o StrictHostKeyChecking=yes -o UserKnownHostsFile=" + keys_.known_hosts.string() +
+         " -o GlobalKnownHostsFile=/dev/null";
+}
+
+void ContainerBackend::reap_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!shut_down_) {
+    reap_cv_.wait_for(lock, options_.reap_interval);
+    if (shut_down_) break;
+    std::vector<std::string> ids;
+    for (const auto& [id, c] : containers_) ids.push_back(id);
+    lock.unlock();
+    for (const auto& id : ids) (void)poll(id);
+    lock.lock();
+  }
+}
+
 void ContainerBackend::shutdown() {
   std::map<std::string, std::unique_ptr<Container>> all;
   {
@@ -396,6 +421,8 @@ void ContainerBackend::shutdown() {
     all.swap(containers_);
     used_indices_.clear();
   }
+  reap_cv_.notify_all();
+  if (reaper_.joinable()) reaper_.join();
   for (auto& [id, c] : all) teardown(*c, std::chrono::milliseconds(500));
   all.clear();
   bridge_.reset();

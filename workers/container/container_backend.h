@@ -18,13 +18,21 @@
 //   when poll() sees it.
 // - poll() answers kLost when the container's link lost carrier (its end was
 //   set down), so heartbeats are not the only signal.
+// - A reaper thread (every reap_interval; 0 = none) polls the containers so
+//   that one whose agent exited is torn down even if nobody asks.
+// - With export_mpi_ssh, create() exports OMPI_MCA_plm_rsh_agent (ssh with
+//   the generated key and strict known_hosts) into the daemon's environment,
+//   before any thread starts, so the mpirun that clusters run reaches the
+//   containers' sshd; plm_rsh_args "-p 2222" comes from the cluster request.
 // - Thread-safe; launch() builds containers outside the lock.
 #pragma once
 
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <condition_variable>
 #include <mutex>
+#include <thread>
 #include <set>
 #include <string>
 #include <vector>
@@ -47,6 +55,8 @@ struct ContainerOptions {
   int ssh_port = kContainerSshPort;
   bool start_sshd = true;
   std::chrono::milliseconds sshd_ready_timeout{5000};
+  std::chrono::milliseconds reap_interval{500};
+  bool export_mpi_ssh = true;
 
   // From --backend-opt key=value: bridge, subnet, prefix, ssh_port, sshd (on/off).
   static api::Result<ContainerOptions> from_map(const std::filesystem::path& state_dir,
@@ -65,6 +75,9 @@ class ContainerBackend final : public Backend {
   api::Status stop(const std::string& worker_id, std::chrono::milliseconds grace) override;
   ProcessStatus poll(const std::string& worker_id) override;
   void shutdown() override;
+
+  // The ssh(1) command line mpirun should use as its rsh agent.
+  std::string mpi_rsh_agent() const;
 
   // What mpirun/ssh need to reach the containers: ssh(1) options (port, key,
   // strict known_hosts) and the key material's paths.
@@ -88,6 +101,7 @@ class ContainerBackend final : public Backend {
   api::Result<std::unique_ptr<Container>> build(const LaunchSpec& spec, uint32_t index);
   void teardown(Container& c, std::chrono::milliseconds grace);
   void refresh_known_hosts();
+  void reap_loop();
   std::map<std::string, std::string> agent_env(const LaunchSpec& spec) const;
 
   ContainerOptions options_;
@@ -103,6 +117,8 @@ class ContainerBackend final : public Backend {
   std::set<uint32_t> used_indices_;
   std::map<std::string, int> finished_;  // worker id -> exit code, after teardown
   bool shut_down_ = false;
+  std::condition_variable reap_cv_;
+  std::thread reaper_;
 };
 
 // True when /proc/<pid>/net/tcp text shows a socket listening on `port`.
