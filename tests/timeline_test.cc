@@ -39,7 +39,7 @@ class TimelineTest : public ::testing::Test {
 
 TEST_F(TimelineTest, EmptyTraceIsValidJson) {
   const std::string path = (dir_ / "t.json").string();
-  { Timeline t(path, 0); }
+  { Timeline t(path); }
   const auto j = parse(path);
   ASSERT_TRUE(j.contains("traceEvents"));
   EXPECT_TRUE(j["traceEvents"].is_array());
@@ -48,11 +48,11 @@ TEST_F(TimelineTest, EmptyTraceIsValidJson) {
 
 TEST_F(TimelineTest, ValidAfterEveryEventWithoutClose) {
   const std::string path = (dir_ / "t.json").string();
-  Timeline t(path, 3);
-  t.name_process("rank 3");
-  t.name_row(1, "bucket 0");
+  Timeline t(path);
+  t.name_process(3, "rank 3");
+  t.name_row(3, 1, "bucket 0");
   for (int i = 0; i < 5; ++i) {
-    t.complete({"allreduce", "bucket", 1, 100 + i * 10, 7, {{"step", i}, {"bytes", 4096}}});
+    t.complete({"allreduce", "bucket", 3, 1, 100 + i * 10, 7, {{"step", i}, {"bytes", 4096}}});
     // Read back while the writer is still open, as after a crash.
     const auto j = parse(path);
     const auto& ev = j["traceEvents"];
@@ -78,16 +78,32 @@ TEST_F(TimelineTest, ValidAfterEveryEventWithoutClose) {
 
 TEST_F(TimelineTest, EventsAfterCloseAreDropped) {
   const std::string path = (dir_ / "t.json").string();
-  Timeline t(path, 0);
-  t.complete({"pack", "bucket", 1, 0, 1, {}});
+  Timeline t(path);
+  t.complete({"pack", "bucket", 0, 1, 0, 1, {}});
   t.close();
-  t.complete({"pack", "bucket", 1, 5, 1, {}});
+  t.complete({"pack", "bucket", 0, 1, 5, 1, {}});
   EXPECT_EQ(parse(path)["traceEvents"].size(), 1u);
+}
+
+TEST_F(TimelineTest, OpenSharesOneWriterPerPath) {
+  const std::string path = (dir_ / "t.json").string();
+  auto a = Timeline::open(path);
+  auto b = Timeline::open(path);
+  EXPECT_EQ(a, b) << "a second optimizer must not truncate the first one's trace";
+  EXPECT_EQ(a->next_pid(), 0);
+  EXPECT_EQ(b->next_pid(), 1);
+  a->complete({"pack", "bucket", 0, 1, 0, 1, {}});
+  b->complete({"pack", "bucket", 1, 1, 0, 1, {}});
+  EXPECT_EQ(parse(path)["traceEvents"].size(), 2u);
+  a.reset();
+  b.reset();
+  auto c = Timeline::open(path);  // all released: a new trace
+  EXPECT_EQ(parse(path)["traceEvents"].size(), 0u);
 }
 
 TEST_F(TimelineTest, UnwritablePathThrowsNamingIt) {
   try {
-    Timeline t((dir_ / "no/such/dir/t.json").string(), 0);
+    Timeline t((dir_ / "no/such/dir/t.json").string());
     FAIL() << "expected an Error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no/such/dir"), std::string::npos) << e.what();

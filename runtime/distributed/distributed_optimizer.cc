@@ -39,6 +39,12 @@ DistributedOptions resolve(DistributedOptions o) {
   return o;
 }
 
+// One time base for every optimizer of the process (they may share a timeline).
+ReductionPipeline::Clock::time_point process_epoch() {
+  static const auto epoch = ReductionPipeline::Clock::now();
+  return epoch;
+}
+
 }  // namespace
 
 const char* compression_name(Compression c) {
@@ -55,8 +61,9 @@ struct DistributedOptimizer::Impl {
   std::vector<float*> values;
   std::vector<bool> owned;     // gradient lives in `arena` (add_parameter got nullptr)
   std::vector<float> arena;    // owned gradients, back to back in registration order
-  std::shared_ptr<Timeline> timeline;
-  ReductionPipeline::Clock::time_point epoch = ReductionPipeline::Clock::now();
+  std::shared_ptr<Timeline> timeline;  // shared with other optimizers on the same path
+  int timeline_pid = 0;
+  ReductionPipeline::Clock::time_point epoch = process_epoch();
   std::shared_ptr<ReductionPipeline> pipeline;  // created by start()
   CommThread thread{"DistributedOptimizer"};
   bool started = false;
@@ -107,9 +114,11 @@ DistributedOptimizer::DistributedOptimizer(std::unique_ptr<Collectives> collecti
   impl_->coll = std::move(collectives);
   if (!options_.timeline_path.empty() && impl_->coll->rank() == 0) {
     try {
-      impl_->timeline = std::make_shared<Timeline>(options_.timeline_path, 0);
-      impl_->timeline->name_process("muster rank 0: DistributedOptimizer");
-      impl_->timeline->name_row(0, "steps (user thread)");
+      impl_->timeline = Timeline::open(options_.timeline_path);
+      impl_->timeline_pid = impl_->timeline->next_pid();
+      impl_->timeline->name_process(impl_->timeline_pid,
+                                    "muster rank 0: DistributedOptimizer #" + std::to_string(impl_->timeline_pid));
+      impl_->timeline->name_row(impl_->timeline_pid, 0, "steps (user thread)");
     } catch (const Error& e) {
       std::fprintf(stderr, "muster: no timeline: %s\n", e.what());
     }
@@ -119,7 +128,7 @@ DistributedOptimizer::DistributedOptimizer(std::unique_ptr<Collectives> collecti
 DistributedOptimizer::~DistributedOptimizer() {
   if (impl_->pipeline) impl_->pipeline->stop();
   impl_->thread.shutdown(impl_->coll->timeout() + std::chrono::seconds(5));
-  if (impl_->timeline) impl_->timeline->close();
+  impl_->timeline.reset();  // the last optimizer on a path closes its file
 }
 
 int DistributedOptimizer::add_parameter(const std::string& name, float* value, float* grad, std::size_t size) {
@@ -158,14 +167,15 @@ static void start(DistributedOptimizer::Impl& impl, const DistributedOptions& op
   po.algorithm = options.algorithm;
   po.reverse_order = options.reverse_bucket_order;
   po.segment_bytes = options.segment_bytes;
-  impl.pipeline = std::make_shared<ReductionPipeline>(impl.coll, impl.grads, plans, po, impl.timeline, impl.epoch);
+  impl.pipeline = std::make_shared<ReductionPipeline>(impl.coll, impl.grads, plans, po, impl.timeline,
+                                                      impl.timeline_pid, impl.epoch);
   if (impl.timeline) {
     for (std::size_t b = 0; b < plans.size(); ++b) {
       const auto& bucket = impl.pipeline->bucket(b);
       char label[160];
       std::snprintf(label, sizeof label, "bucket %zu: %zu tensors, %.2f MB%s", b, plans[b].count,
                     static_cast<double>(bucket.wire_bytes()) / (1 << 20), bucket.in_place() ? ", in place" : "");
-      impl.timeline->name_row(static_cast<int>(b) + 1, label);
+      impl.timeline->name_row(impl.timeline_pid, static_cast<int>(b) + 1, label);
     }
   }
   ReductionSettings settings;
@@ -213,7 +223,7 @@ void DistributedOptimizer::synchronize() {
   impl_->wait(impl_->step_done);
   if (impl_->timeline) {
     const int64_t end = impl_->pipeline->now_us();
-    impl_->timeline->complete({"step " + std::to_string(step), "step", 0, impl_->step_start_us,
+    impl_->timeline->complete({"step " + std::to_string(step), "step", impl_->timeline_pid, 0, impl_->step_start_us,
                                end - impl_->step_start_us, {{"step", step}}});
   }
 }

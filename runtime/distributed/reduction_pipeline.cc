@@ -42,8 +42,13 @@ struct ReductionPipeline::BucketTimes {
 
 ReductionPipeline::ReductionPipeline(std::shared_ptr<Collectives> coll, const std::vector<GradientRef>& grads,
                                      const std::vector<BucketPlan>& plans, const PipelineOptions& options,
-                                     std::shared_ptr<Timeline> timeline, Clock::time_point epoch)
-    : coll_(std::move(coll)), options_(options), timeline_(std::move(timeline)), epoch_(epoch) {
+                                     std::shared_ptr<Timeline> timeline, int timeline_pid,
+                                     Clock::time_point epoch)
+    : coll_(std::move(coll)),
+      options_(options),
+      timeline_(std::move(timeline)),
+      timeline_pid_(timeline_pid),
+      epoch_(epoch) {
   bucket_of_.resize(grads.size());
   for (std::size_t b = 0; b < plans.size(); ++b) {
     buckets_.push_back(std::make_unique<FusionBucket>(plans[b], grads, options.fp16));
@@ -112,7 +117,7 @@ int64_t ReductionPipeline::progress() const {
 void ReductionPipeline::record(const char* phase, std::size_t b, int64_t start_us, int64_t end_us, int64_t step) {
   if (!timeline_) return;
   const auto& bucket = *buckets_[b];
-  timeline_->complete({phase, "bucket", static_cast<int>(b) + 1, start_us, std::max<int64_t>(end_us - start_us, 0),
+  timeline_->complete({phase, "bucket", timeline_pid_, static_cast<int>(b) + 1, start_us, std::max<int64_t>(end_us - start_us, 0),
                        {{"step", step},
                         {"bucket", static_cast<int64_t>(b)},
                         {"tensors", static_cast<int64_t>(bucket.plan().count)},

@@ -50,10 +50,11 @@ class ReductionPipeline {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // `timeline` may be null. Timestamps are microseconds since `epoch`.
+  // `timeline` may be null; events go to its process `timeline_pid`.
+  // Timestamps are microseconds since `epoch`.
   ReductionPipeline(std::shared_ptr<Collectives> coll, const std::vector<GradientRef>& grads,
                     const std::vector<BucketPlan>& plans, const PipelineOptions& options,
-                    std::shared_ptr<Timeline> timeline, Clock::time_point epoch);
+                    std::shared_ptr<Timeline> timeline, int timeline_pid, Clock::time_point epoch);
 
   std::size_t bucket_count() const { return buckets_.size(); }
   const FusionBucket& bucket(std::size_t b) const { return *buckets_[b]; }
@@ -86,6 +87,7 @@ class ReductionPipeline {
   std::shared_ptr<Collectives> coll_;
   PipelineOptions options_;
   std::shared_ptr<Timeline> timeline_;
+  int timeline_pid_;
   Clock::time_point epoch_;
   std::vector<std::unique_ptr<FusionBucket>> buckets_;
   std::vector<std::size_t> bucket_of_;  // gradient index -> bucket

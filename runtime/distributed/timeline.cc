@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -30,7 +31,22 @@ void write_all_at(int fd, const std::string& bytes, int64_t offset, const std::s
 
 }  // namespace
 
-Timeline::Timeline(const std::string& path, int pid) : path_(path), pid_(pid) {
+std::shared_ptr<Timeline> Timeline::open(const std::string& path) {
+  static std::mutex mu;
+  static std::map<std::string, std::weak_ptr<Timeline>> open_files;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto existing = open_files[path].lock()) return existing;
+  auto t = std::make_shared<Timeline>(path);
+  open_files[path] = t;
+  return t;
+}
+
+int Timeline::next_pid() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return next_pid_++;
+}
+
+Timeline::Timeline(const std::string& path) : path_(path) {
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) {
     throw Error("timeline: cannot create " + path + " (MUSTER_TIMELINE): " + std::strerror(errno));
@@ -60,17 +76,17 @@ void Timeline::append(const std::string& json_object) {
   first_ = false;
 }
 
-void Timeline::name_process(const std::string& name) {
-  nlohmann::json e = {{"name", "process_name"}, {"ph", "M"}, {"pid", pid_}, {"tid", 0},
+void Timeline::name_process(int pid, const std::string& name) {
+  nlohmann::json e = {{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0},
                       {"args", {{"name", name}}}};
   append(e.dump());
 }
 
-void Timeline::name_row(int row, const std::string& name) {
-  nlohmann::json e = {{"name", "thread_name"}, {"ph", "M"}, {"pid", pid_}, {"tid", row},
+void Timeline::name_row(int pid, int row, const std::string& name) {
+  nlohmann::json e = {{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", row},
                       {"args", {{"name", name}}}};
   append(e.dump());
-  nlohmann::json order = {{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", pid_}, {"tid", row},
+  nlohmann::json order = {{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", row},
                           {"args", {{"sort_index", row}}}};
   append(order.dump());
 }
@@ -79,7 +95,7 @@ void Timeline::complete(const TimelineEvent& event) {
   nlohmann::json args = nlohmann::json::object();
   for (const auto& [k, v] : event.args) args[k] = v;
   nlohmann::json e = {{"name", event.name}, {"cat", event.category}, {"ph", "X"},
-                      {"pid", pid_},        {"tid", event.row},      {"ts", event.start_us},
+                      {"pid", event.pid},   {"tid", event.row},      {"ts", event.start_us},
                       {"dur", event.duration_us}, {"args", args}};
   append(e.dump());
 }

@@ -6,18 +6,20 @@
 // written again behind it. A crash (even SIGKILL between events) leaves a
 // loadable trace of everything recorded so far.
 //
-// Events are complete events (ph "X": ts and dur in microseconds) on
-// pid = the rank and tid = a row (the optimizer uses row 0 for steps and
-// row b+1 for bucket b); name_row() labels a row with a metadata event.
+// Events are complete events (ph "X": ts and dur in microseconds) on a
+// "process" pid (each DistributedOptimizer of the process gets its own) and
+// a row tid (the optimizer uses row 0 for steps and row b+1 for bucket b);
+// name_process() and name_row() label them with metadata events.
 //
-//   Timeline t("/tmp/trace.json", /*pid=*/0);
-//   t.name_row(1, "bucket 0 (12 tensors, 4.0 MB)");
-//   t.complete({"allreduce", "bucket", 1, start_us, dur_us, {{"step", 3}}});
+//   auto t = Timeline::open("/tmp/trace.json");
+//   t->name_row(/*pid=*/0, /*row=*/1, "bucket 0 (12 tensors, 4.0 MB)");
+//   t->complete({"allreduce", "bucket", 0, 1, start_us, dur_us, {{"step", 3}}});
 //
 // Thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -28,6 +30,7 @@ namespace muster::runtime::distributed {
 struct TimelineEvent {
   std::string name;
   std::string category;
+  int pid = 0;
   int row = 0;
   int64_t start_us = 0;
   int64_t duration_us = 0;
@@ -37,14 +40,19 @@ struct TimelineEvent {
 class Timeline {
  public:
   // Creates (truncates) `path`; throws Error when it cannot.
-  Timeline(const std::string& path, int pid);
+  explicit Timeline(const std::string& path);
+  // The writer already open on `path` in this process (so two optimizers
+  // share one trace instead of truncating each other's), else a new one.
+  static std::shared_ptr<Timeline> open(const std::string& path);
+  // A pid not yet handed out by this writer.
+  int next_pid();
   ~Timeline();
   Timeline(const Timeline&) = delete;
   Timeline& operator=(const Timeline&) = delete;
 
   const std::string& path() const { return path_; }
-  void name_process(const std::string& name);
-  void name_row(int row, const std::string& name);
+  void name_process(int pid, const std::string& name);
+  void name_row(int pid, int row, const std::string& name);
   void complete(const TimelineEvent& event);
   // Stops writing (the file is already complete); later events are dropped.
   void close();
@@ -54,7 +62,7 @@ class Timeline {
 
   std::mutex mu_;
   std::string path_;
-  int pid_;
+  int next_pid_ = 0;
   int fd_ = -1;
   int64_t tail_ = 0;  // offset of the closing "]}"
   bool first_ = true;
