@@ -36,6 +36,7 @@ void ring_step(char* data, std::size_t esize, const Chunking& chunks, int send_c
   }
   std::size_t sent = 0, received = 0;  // elements
   for (;;) {
+    watchdog.prepare();
     bool moved = false;
     if (sent < send_len) {
       const std::size_t n = std::min(seg_elems, send_len - sent);

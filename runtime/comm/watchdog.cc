@@ -34,13 +34,15 @@ void Watchdog::idle(int waiting_on) {
     return;
   }
   // Back off: spin briefly, then yield (another rank may be waiting for this
-  // core), then sleep in growing steps up to 200 us.
+  // core), then sleep: on the doorbell if there is one, else in growing steps.
   if (idle_rounds_ < 64) {
     _mm_pause();
     return;
   }
-  if (idle_rounds_ < 2000) {
+  if (idle_rounds_ < (sleeper_ ? 128u : 2000u)) {
     sched_yield();
+  } else if (sleeper_) {
+    sleeper_->sleep(std::chrono::milliseconds(2));
   } else {
     const long ns = idle_rounds_ < 4000 ? 20000 : 200000;
     timespec ts{0, ns};

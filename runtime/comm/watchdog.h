@@ -34,12 +34,32 @@ class PeerMonitor {
   virtual int blame(uint64_t seq, std::chrono::milliseconds timeout, std::string* why) = 0;
 };
 
+// How a waiting rank sleeps once spinning and yielding have not helped.
+// The shm transport sleeps on a futex "doorbell" its peers ring whenever they
+// publish or free a slot, so a waiting rank costs no CPU and wakes at once;
+// without one (MPI links) the Watchdog sleeps in short steps.
+class Sleeper {
+ public:
+  virtual ~Sleeper() = default;
+  // Called before the caller re-checks its links: remembers the doorbell, so
+  // a ring between the check and sleep() is not lost.
+  virtual void prepare() = 0;
+  // Sleeps until rung (or `max` passes).
+  virtual void sleep(std::chrono::microseconds max) = 0;
+};
+
 class Watchdog {
  public:
   // `what` names the op in messages ("allreduce #12 (ring, 4096 float32)");
   // `monitor` may be null.
   Watchdog(std::chrono::milliseconds timeout, PeerMonitor* monitor, uint64_t seq, std::string what);
 
+  // Use `sleeper` (may be null) for the long waits of this op.
+  void set_sleeper(Sleeper* sleeper) { sleeper_ = sleeper; }
+  // At the top of each poll round, before checking the links.
+  void prepare() {
+    if (sleeper_) sleeper_->prepare();
+  }
   void progressed();
   // `waiting_on` is the world rank the caller waits for, or -1 (a collective).
   void idle(int waiting_on);
@@ -51,6 +71,7 @@ class Watchdog {
   using Clock = std::chrono::steady_clock;
   std::chrono::milliseconds timeout_;
   PeerMonitor* monitor_;
+  Sleeper* sleeper_ = nullptr;
   uint64_t seq_;
   std::string what_;
   Clock::time_point last_progress_;

@@ -85,6 +85,7 @@ WorldCommunicator::~WorldCommunicator() {
   progress_.reset();  // drain and join before tearing down what ops use
   send_link_.reset();
   recv_link_.reset();
+  sleeper_.reset();
   monitor_.reset();
   segment_.reset();
   if (with_mpi_ && !broken_) {
@@ -132,14 +133,18 @@ void WorldCommunicator::init_links() {
   MPI_Comm_size(local_comm_, &host_size);
   if (host_size > 1) {
     segment_ = shm::ShmSegment::create_shared(local_comm_, options_.segments_in_flight, options_.segment_bytes);
-    if (segment_) monitor_ = std::make_unique<shm::ShmPeerMonitor>(segment_.get(), shm_local_rank_, rank_);
+    if (segment_) {
+      monitor_ = std::make_unique<shm::ShmPeerMonitor>(segment_.get(), shm_local_rank_, rank_);
+      sleeper_ = std::make_unique<shm::DoorbellSleeper>(segment_->peer(shm_local_rank_));
+    }
   }
   if (size_ == 1) return;
   const int right = (rank_ + 1) % size_;
   const int left = (rank_ + size_ - 1) % size_;
   const bool use_shm = segment_ && options_.ring_transport != RingTransport::kMpi;
   if (use_shm && host_of_[static_cast<std::size_t>(right)] == host_of_[static_cast<std::size_t>(rank_)]) {
-    send_link_ = std::make_unique<shm::ShmSendLink>(segment_.get(), shm_local_rank_, right);
+    send_link_ = std::make_unique<shm::ShmSendLink>(segment_.get(), shm_local_rank_, right,
+                                                    local_of_[static_cast<std::size_t>(right)]);
   } else {
     send_link_ = std::make_unique<mpi::MpiSendLink>(comm_, right, options_.segments_in_flight);
   }
@@ -148,6 +153,7 @@ void WorldCommunicator::init_links() {
   } else {
     recv_link_ = std::make_unique<mpi::MpiRecvLink>(comm_, left, options_.segment_bytes, options_.segments_in_flight);
   }
+  ring_all_shm_ = sleeper_ && ring_transport_name() == "shm";
 }
 
 std::string WorldCommunicator::ring_transport_name() const {
@@ -219,6 +225,8 @@ void WorldCommunicator::allreduce_mpi(void* data, std::size_t count, DataType dt
 
 void WorldCommunicator::allreduce_ring(void* data, std::size_t count, DataType dtype, ReduceOp op,
                                        Watchdog& watchdog) {
+  // Both links in shared memory: sleep on this rank's doorbell when idle.
+  if (ring_all_shm_) watchdog.set_sleeper(sleeper_.get());
   RingContext ctx;
   ctx.rank = rank_;
   ctx.size = size_;

@@ -21,6 +21,7 @@
 #include "muster/runtime/comm/communicator.h"
 #include "muster/runtime/comm/link.h"
 #include "muster/runtime/comm/progress_thread.h"
+#include "muster/runtime/comm/shm/shm_link.h"
 #include "muster/runtime/comm/shm/shm_peer_monitor.h"
 #include "muster/runtime/comm/shm/shm_segment.h"
 #include "muster/runtime/comm/watchdog.h"
@@ -72,8 +73,10 @@ class WorldCommunicator : public Communicator {
   int shm_local_rank_ = 0;     // this rank in local_comm_ (indexes the segment)
   std::unique_ptr<shm::ShmSegment> segment_;
   std::unique_ptr<shm::ShmPeerMonitor> monitor_;
+  std::unique_ptr<shm::DoorbellSleeper> sleeper_;
   std::unique_ptr<SendLink> send_link_;
   std::unique_ptr<RecvLink> recv_link_;
+  bool ring_all_shm_ = false;  // both ring links in shm: sleep on the doorbell
   uint64_t seq_ = 0;                   // progress thread only
   std::exception_ptr broken_;          // progress thread only
   std::unique_ptr<ProgressThread> progress_;  // last: stopped first

@@ -1,16 +1,42 @@
 #include "muster/runtime/comm/shm/shm_link.h"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <cstring>
 
 #include "muster/runtime/error.h"
 
 namespace muster::runtime::comm::shm {
 
-ShmSendLink::ShmSendLink(ShmSegment* segment, int local_rank, int peer)
+void ring_doorbell(PeerEntry* entry) {
+  entry->doorbell.fetch_add(1);
+  if (entry->sleeping.load()) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&entry->doorbell), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+  }
+}
+
+void DoorbellSleeper::prepare() { seen_ = own_->doorbell.load(); }
+
+void DoorbellSleeper::sleep(std::chrono::microseconds max) {
+  // Dekker-style with ring_doorbell: announce, then re-read the bell; a
+  // ringer either sees `sleeping` and wakes us, or bumped the bell first.
+  own_->sleeping.store(1);
+  if (own_->doorbell.load() == seen_) {
+    timespec ts{static_cast<time_t>(max.count() / 1000000), static_cast<long>(max.count() % 1000000) * 1000};
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&own_->doorbell), FUTEX_WAIT, seen_, &ts, nullptr, 0);
+  }
+  own_->sleeping.store(0);
+}
+
+ShmSendLink::ShmSendLink(ShmSegment* segment, int local_rank, int peer, int peer_local_rank)
     : segment_(segment),
       local_rank_(local_rank),
       peer_(peer),
       channel_(segment->channel(local_rank)),
+      consumer_(segment->peer(peer_local_rank)),
       head_(channel_->head.load(std::memory_order_relaxed)) {}
 
 bool ShmSendLink::try_send(const void* src, std::size_t bytes) {
@@ -20,6 +46,7 @@ bool ShmSendLink::try_send(const void* src, std::size_t bytes) {
   std::memcpy(segment_->slot(local_rank_, head_ % segment_->slots()), src, bytes);
   ++head_;
   channel_->head.store(head_, std::memory_order_release);
+  ring_doorbell(consumer_);
   return true;
 }
 
@@ -28,6 +55,7 @@ ShmRecvLink::ShmRecvLink(ShmSegment* segment, int peer_local_rank, int peer)
       peer_local_rank_(peer_local_rank),
       peer_(peer),
       channel_(segment->channel(peer_local_rank)),
+      producer_(segment->peer(peer_local_rank)),
       tail_(channel_->tail.load(std::memory_order_relaxed)) {}
 
 const void* ShmRecvLink::try_recv() {
@@ -38,6 +66,7 @@ const void* ShmRecvLink::try_recv() {
 void ShmRecvLink::release() {
   ++tail_;
   channel_->tail.store(tail_, std::memory_order_release);
+  ring_doorbell(producer_);
 }
 
 }  // namespace muster::runtime::comm::shm

@@ -7,18 +7,36 @@
 // shared memory and read once out of it; no locks, no system calls.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
 #include "muster/runtime/comm/link.h"
 #include "muster/runtime/comm/shm/shm_segment.h"
+#include "muster/runtime/comm/watchdog.h"
 
 namespace muster::runtime::comm::shm {
 
+// Bumps `entry`'s doorbell and wakes its rank if it sleeps on it.
+void ring_doorbell(PeerEntry* entry);
+
+// Sleeps on this rank's own doorbell (see PeerEntry).
+class DoorbellSleeper : public Sleeper {
+ public:
+  explicit DoorbellSleeper(PeerEntry* own) : own_(own) {}
+  void prepare() override;
+  void sleep(std::chrono::microseconds max) override;
+
+ private:
+  PeerEntry* own_;
+  uint32_t seen_ = 0;
+};
+
 class ShmSendLink : public SendLink {
  public:
-  // Writes channel `local_rank` (this rank's own) towards world rank `peer`.
-  ShmSendLink(ShmSegment* segment, int local_rank, int peer);
+  // Writes channel `local_rank` (this rank's own) towards world rank `peer`,
+  // whose local rank is `peer_local_rank`.
+  ShmSendLink(ShmSegment* segment, int local_rank, int peer, int peer_local_rank);
   bool try_send(const void* src, std::size_t bytes) override;
   bool flushed() override { return true; }  // data is copied out on send
   int peer() const override { return peer_; }
@@ -28,6 +46,7 @@ class ShmSendLink : public SendLink {
   int local_rank_;
   int peer_;
   ChannelHeader* channel_;
+  PeerEntry* consumer_;
   uint64_t head_;
 };
 
@@ -45,6 +64,7 @@ class ShmRecvLink : public RecvLink {
   int peer_local_rank_;
   int peer_;
   ChannelHeader* channel_;
+  PeerEntry* producer_;
   uint64_t tail_;
 };
 

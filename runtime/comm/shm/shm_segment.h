@@ -33,7 +33,11 @@ struct alignas(64) PeerEntry {
   std::atomic<int64_t> world_rank;
   std::atomic<uint64_t> op_seq;
   std::atomic<int64_t> heartbeat_ms;  // CLOCK_MONOTONIC, shared by the host
-  std::atomic<int64_t> blamed;        // 0 healthy; 1 failed, culprit unknown; r + 2 failed blaming rank r
+  std::atomic<int64_t> blamed;
+  // Futex word peers bump (and wake, if `sleeping`) when they publish into or
+  // free a slot of a channel this rank uses.
+  std::atomic<uint32_t> doorbell;
+  std::atomic<uint32_t> sleeping;        // 0 healthy; 1 failed, culprit unknown; r + 2 failed blaming rank r
 };
 
 struct ChannelHeader {
