@@ -32,3 +32,11 @@ target_link_libraries(comm_fault_worker PRIVATE muster_comm)
 muster_gtest(comm_fault_test SOURCES comm_fault_test.cc LABEL mpi TIMEOUT 180
   ENV "MUSTER_MPIEXEC=${MPIEXEC_EXECUTABLE}")
 add_dependencies(comm_fault_test comm_fault_worker)
+
+# NCCL (device buffers): only where CUDA and NCCL were found; the test skips
+# itself (ctest shows "Skipped") on hosts without one GPU per rank.
+if(MUSTER_WITH_NCCL)
+  muster_comm_mpi_program(comm_nccl_test comm_nccl_test.cc)
+  muster_mpi_test(comm_nccl_np2 NP 2 TARGET comm_nccl_test TIMEOUT 120)
+  set_tests_properties(comm_nccl_np2 PROPERTIES SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+endif()
