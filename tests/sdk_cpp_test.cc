@@ -121,7 +121,7 @@ class SdkCppTest : public ::testing::Test {
   static void TearDownTestSuite() {
     if (pid_ > 0) {
       try {
-        if (!url_.empty()) client().stop_workers();
+        if (!url_.empty()) client().stop_all_workers();
       } catch (const MusterError&) {
       }
       kill(-pid_, SIGTERM);
@@ -200,6 +200,8 @@ TEST_F(SdkCppTest, LaunchAwaitRunningThenCompletionThenStop) {
   opts.env = {{"SLEEP", "600"}};
   std::vector<Worker> sleeper = c.launch_workers(opts);
   ASSERT_TRUE(c.await_workers(ids_of(sleeper), AwaitOptions{false, 60}).failures.empty());
+  EXPECT_TRUE(c.stop_workers({}).empty());  // an empty list is not "every worker"
+  EXPECT_EQ(c.get_worker(sleeper[0].id).status, "running");
   std::vector<Worker> stopped = c.stop_workers(ids_of(sleeper));
   ASSERT_EQ(stopped.size(), 1u);
   EXPECT_EQ(c.get_worker(sleeper[0].id).status, "stopped");

@@ -199,6 +199,9 @@ def test_stop_accepts_varargs_dicts_a_list_or_nothing(stub):
     assert stub.requests[-1]["body"] == {"ids": ["c", "d"]}
     muster.stop_workers()
     assert stub.requests[-1]["body"] == {"ids": []}
+    count = len(stub.requests)
+    assert muster.stop_workers([]) == [] and muster.stop_workers(*[[]]) == []  # an empty list is not "all"
+    assert len(stub.requests) == count
 
 
 def test_get_list_and_logs(stub):

@@ -120,7 +120,13 @@ AwaitResult Client::await_workers(const std::vector<std::string>& ids, const Awa
 }
 
 std::vector<Worker> Client::stop_workers(const std::vector<std::string>& ids) {
+  if (ids.empty()) return {};
   json body{{"ids", ids}};
+  return workers_of(send_json("POST", "/api/v1/workers/stop", &body, request_timeout_seconds_));
+}
+
+std::vector<Worker> Client::stop_all_workers() {
+  json body{{"ids", json::array()}};
   return workers_of(send_json("POST", "/api/v1/workers/stop", &body, request_timeout_seconds_));
 }
 

@@ -52,9 +52,11 @@ class Client {
   // Waits in the daemon; see AwaitOptions. Example:
   //   auto r = client.await_workers(ids_of(ws), {/*wait_for_completion=*/false, 60});
   AwaitResult await_workers(const std::vector<std::string>& ids, const AwaitOptions& opts = {});
-  // Stops these workers (their process trees); an empty list stops all. Example:
-  //   client.stop_workers(ids_of(ws));
-  std::vector<Worker> stop_workers(const std::vector<std::string>& ids = {});
+  // Stops these workers (their process trees); an empty list stops nothing
+  // (no request is sent). Example: client.stop_workers(ids_of(ws));
+  std::vector<Worker> stop_workers(const std::vector<std::string>& ids);
+  // Stops every worker of this daemon. Example: client.stop_all_workers();
+  std::vector<Worker> stop_all_workers();
   // Every worker the daemon knows. Example: for (auto& w : client.list_workers()) ...
   std::vector<Worker> list_workers();
   // One worker. Example: client.get_worker(ws[0].id).status

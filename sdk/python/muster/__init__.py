@@ -73,7 +73,8 @@ def await_workers(ids, wait_for_completion=True, timeout_seconds=60):
 def stop_workers(*worker_id):
     """Stops workers (ids or dicts) and their whole process trees; no argument stops all.
 
-    Returns the stopped workers' dicts.
+    Returns the stopped workers' dicts. An explicitly empty list
+    (stop_workers([])) stops nothing.
 
     Example::
 

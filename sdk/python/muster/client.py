@@ -95,7 +95,9 @@ class Client:
     def stop_workers(self, *worker_id):
         """Stops the given workers (ids or dicts), or every worker if none given.
 
-        Returns the stopped workers' dicts.
+        Returns the stopped workers' dicts. An explicitly empty list
+        (stop_workers([])) stops nothing: only a call with no argument at
+        all means "every worker".
 
         Example::
 
@@ -103,8 +105,10 @@ class Client:
             client.stop_workers(*workers)       # a list from launch_workers
             client.stop_workers()               # all of this daemon's workers
         """
-        answer = self._http.request("POST", "/api/v1/workers/stop", {"ids": many_ids(list(worker_id))},
-                                    timeout=self.timeout_seconds)
+        ids = many_ids(list(worker_id))
+        if worker_id and not ids:
+            return []
+        answer = self._http.request("POST", "/api/v1/workers/stop", {"ids": ids}, timeout=self.timeout_seconds)
         if isinstance(answer, dict):
             return answer.get("workers", [])
         return answer or []
