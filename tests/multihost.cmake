@@ -7,3 +7,5 @@ muster_gtest(container_integration_test SOURCES container_integration_test.cc
 muster_gtest(ssh_backend_integration_test SOURCES ssh_backend_integration_test.cc
   DEPS muster_workers_ssh muster_workers_container LABEL integration TIMEOUT 120)
 muster_gtest(ssh_backend_test SOURCES ssh_backend_test.cc DEPS muster_workers_ssh LABEL unit)
+muster_gtest(preflight_integration_test SOURCES preflight_integration_test.cc
+  DEPS muster_workers_ssh muster_workers_container LABEL integration TIMEOUT 120)

@@ -1,6 +1,7 @@
 #include "muster/workers/ssh/preflight.h"
 
 #include <algorithm>
+#include <future>
 #include <set>
 #include <sstream>
 
@@ -24,10 +25,13 @@ std::string prefix_from_tool_path(const std::string& path) {
   return up == 0 ? "/" : bin.substr(0, up);
 }
 
-std::string probe_command(const std::vector<std::string>& names) {
+std::string probe_command(const std::vector<std::string>& names, const std::vector<std::string>& peers) {
   std::string cmd = "echo \"PATH=$PATH\"";
   for (const auto& n : names)
     cmd += "; printf '%s=' " + shell_quote(n) + "; command -v " + shell_quote(n) + " || echo";
+  for (const auto& p : peers)
+    cmd += "; printf '%s=' " + shell_quote("route:" + p) + "; ip -o route get " + shell_quote(p) +
+           " 2>&1 | head -n 1 || echo";
   return cmd;
 }
 
@@ -55,57 +59,67 @@ std::string PreflightReport::summary() const {
   return s;
 }
 
+namespace {
+
+// Steps 1-3 for one host, over one session and one command.
+HostReport check_host(Connector& connector, const PreflightOptions& options, size_t i,
+                      const std::vector<std::string>& names) {
+  const Host& host = options.hosts[i];
+  HostReport r;
+  r.host = host;
+  auto session = connector.connect(host);
+  if (!session) {
+    r.problems.push_back("unreachable over SSH: " + session.status().message());
+    return r;
+  }
+  std::vector<std::string> peers;
+  for (size_t j = 0; j < options.hosts.size(); ++j)
+    if (j != i && options.hosts[j].address != host.address) peers.push_back(options.hosts[j].address);
+  if (peers.empty() && !options.master_address.empty()) peers.push_back(options.master_address);
+  auto probe = session.value()->run(probe_command(names, peers));
+  if (!probe) {
+    r.problems.push_back(probe.status().message());
+    return r;
+  }
+  auto found = parse_probe(probe->out);
+  r.remote_path = found["PATH"];
+  for (const auto& n : names) {
+    const std::string& path = found[n];
+    if (path.empty())
+      r.problems.push_back(n + " not found on the non-interactive PATH (" + r.remote_path +
+                           "); install it or put its directory on PATH in the shell's non-interactive startup "
+                           "file (e.g. ~/.bashrc before its interactive-only guard)");
+    else
+      r.found[n] = path;
+  }
+  for (const auto& peer : peers) {
+    const std::string& route = found["route:" + peer];
+    std::string dev = parse_route_dev(route);
+    if (dev.empty()) {
+      r.problems.push_back("no route to " + peer + " (`ip -o route get " + peer + "`: " + route + ")");
+      continue;
+    }
+    if (r.interface.empty()) r.interface = dev;
+    else if (r.interface != dev)
+      r.problems.push_back("peers are reached over different interfaces (" + r.interface + ", " + dev +
+                           "); MPI needs one: check the routes");
+  }
+  r.ok = r.problems.empty();
+  return r;
+}
+
+}  // namespace
+
 PreflightReport run_preflight(Connector& connector, const PreflightOptions& options) {
   PreflightReport report;
   std::vector<std::string> names = options.tools;
   if (!options.program.empty()) names.push_back(options.program);
-  for (size_t i = 0; i < options.hosts.size(); ++i) {
-    const Host& host = options.hosts[i];
-    HostReport r;
-    r.host = host;
-    auto session = connector.connect(host);
-    if (!session) {
-      r.problems.push_back("unreachable over SSH: " + session.status().message());
-      report.hosts.push_back(std::move(r));
-      continue;
-    }
-    auto probe = session.value()->run(probe_command(names));
-    if (!probe) {
-      r.problems.push_back(probe.status().message());
-      report.hosts.push_back(std::move(r));
-      continue;
-    }
-    auto found = parse_probe(probe->out);
-    r.remote_path = found["PATH"];
-    for (const auto& n : names) {
-      const std::string& path = found[n];
-      if (path.empty())
-        r.problems.push_back(n + " not found on the non-interactive PATH (" + r.remote_path +
-                             "); install it or put its directory on PATH in the shell's non-interactive startup "
-                             "file (e.g. ~/.bashrc before its interactive-only guard)");
-      else
-        r.found[n] = path;
-    }
-    std::vector<std::string> peers;
-    for (size_t j = 0; j < options.hosts.size(); ++j)
-      if (j != i) peers.push_back(options.hosts[j].address);
-    if (peers.empty() && !options.master_address.empty()) peers.push_back(options.master_address);
-    for (const auto& peer : peers) {
-      auto route = session.value()->run("ip -o route get " + shell_quote(peer));
-      std::string dev = route ? parse_route_dev(route->out) : "";
-      if (dev.empty()) {
-        r.problems.push_back("no route to " + peer + " (`ip -o route get " + peer + "`: " +
-                             (route ? route->err + route->out : route.status().message()) + ")");
-        continue;
-      }
-      if (r.interface.empty()) r.interface = dev;
-      else if (r.interface != dev)
-        r.problems.push_back("peers are reached over different interfaces (" + r.interface + ", " + dev +
-                             "); MPI needs one: check the routes");
-    }
-    r.ok = r.problems.empty();
-    report.hosts.push_back(std::move(r));
-  }
+  // Hosts are checked in parallel (one session each), reported in order.
+  std::vector<std::future<HostReport>> pending;
+  for (size_t i = 0; i < options.hosts.size(); ++i)
+    pending.push_back(std::async(std::launch::async,
+                                 [&, i] { return check_host(connector, options, i, names); }));
+  for (auto& f : pending) report.hosts.push_back(f.get());
   report.ok = !report.hosts.empty();
   std::set<std::string> prefixes;
   std::vector<std::string> ifaces;

@@ -3,7 +3,7 @@
 // found` because the non-interactive PATH differs, MPI picking the wrong
 // network interface) are reported per host before anything starts.
 //
-// For each host, over one SSH session:
+// For each host (in parallel), over one SSH session and one command:
 //   1. connect and authenticate (keys only, known_hosts as configured);
 //   2. `command -v` for mpirun, orted and the worker program, in the
 //      non-interactive shell mpirun's own ssh will get, with its PATH;
@@ -61,10 +61,10 @@ PreflightReport run_preflight(Connector& connector, const PreflightOptions& opti
 std::string parse_route_dev(const std::string& ip_route_get_output);
 // ".../openmpi/bin/orted" -> ".../openmpi"; "/usr/bin/orted" -> "/usr".
 std::string prefix_from_tool_path(const std::string& path);
-// The output of the probe script: lines "name=path" (path empty when missing)
-// and "PATH=...".
+// The output of the probe script: lines "name=path" (path empty when missing),
+// "route:PEER=<first line of ip -o route get PEER>" and "PATH=...".
 std::map<std::string, std::string> parse_probe(const std::string& output);
-// The probe script itself for `names`.
-std::string probe_command(const std::vector<std::string>& names);
+// The probe script itself: one command per host for all of steps 2 and 3.
+std::string probe_command(const std::vector<std::string>& names, const std::vector<std::string>& peers);
 
 }  // namespace muster::workers::ssh
