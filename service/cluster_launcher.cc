@@ -4,6 +4,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <set>
 #include <thread>
 
 #include <boost/process.hpp>
@@ -13,6 +17,61 @@ namespace muster::service {
 namespace {
 
 namespace bp = boost::process;
+
+// A process as /proc shows it; the start time tells a pid apart from a later
+// process that reuses it.
+struct ProcId {
+  pid_t pid = 0;
+  unsigned long long start = 0;
+  bool operator<(const ProcId& o) const { return pid < o.pid || (pid == o.pid && start < o.start); }
+};
+
+// pid -> (ppid, start time) of every process, from /proc/<pid>/stat.
+std::map<pid_t, std::pair<pid_t, unsigned long long>> process_table() {
+  std::map<pid_t, std::pair<pid_t, unsigned long long>> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto close = text.rfind(')');
+    if (close == std::string::npos) continue;
+    // After "pid (comm) ": state ppid pgrp session tty tpgid flags minflt
+    // cminflt majflt cmajflt utime stime cutime cstime priority nice
+    // num_threads itrealvalue starttime ...
+    std::istringstream rest(text.substr(close + 2));
+    std::string state;
+    long long fields[19] = {};
+    rest >> state;
+    for (auto& f : fields) rest >> f;
+    out[static_cast<pid_t>(std::stoll(name))] = {static_cast<pid_t>(fields[0]),
+                                                 static_cast<unsigned long long>(fields[18])};
+  }
+  return out;
+}
+
+// Every live descendant of `root` (children that left the process group
+// included, e.g. MPI ranks started with setsid).
+std::set<ProcId> descendants(pid_t root) {
+  const auto table = process_table();
+  std::set<ProcId> out;
+  std::vector<pid_t> frontier = {root};
+  while (!frontier.empty()) {
+    const pid_t parent = frontier.back();
+    frontier.pop_back();
+    for (const auto& [pid, info] : table) {
+      if (info.first == parent && out.insert({pid, info.second}).second) frontier.push_back(pid);
+    }
+  }
+  return out;
+}
+
+void signal_if_same(const ProcId& p, int sig) {
+  const auto table = process_table();
+  auto it = table.find(p.pid);
+  if (it != table.end() && it->second.second == p.start) ::kill(p.pid, sig);
+}
 
 class ProcessLauncherProcess final : public LauncherProcess {
  public:
@@ -28,17 +87,26 @@ class ProcessLauncherProcess final : public LauncherProcess {
     return exit_code_;
   }
 
+  // SIGTERM to the group and every descendant (mpirun forwards it to its
+  // job), SIGKILL to whatever is left after `grace`.
   void terminate(std::chrono::milliseconds grace) override {
     if (terminated_) return;
     terminated_ = true;
+    std::set<ProcId> tree;
+    if (!poll()) tree = descendants(pgid_);
     // The group may outlive its leader (ranks still exiting): signal it even
-    // when mpirun itself has ended.
+    // when the leader itself has ended.
     ::killpg(pgid_, SIGTERM);
+    for (const auto& p : tree) signal_if_same(p, SIGTERM);
     const auto deadline = std::chrono::steady_clock::now() + grace;
     while (!poll() && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+    if (!poll()) {
+      for (const auto& p : descendants(pgid_)) tree.insert(p);
+    }
     ::killpg(pgid_, SIGKILL);
+    for (const auto& p : tree) signal_if_same(p, SIGKILL);
     std::error_code ec;
     if (child_.valid() && !exit_code_) {
       child_.wait(ec);

@@ -320,24 +320,22 @@ void ClusterManager::finish(const std::string& id, ClusterStatus status, const s
   std::unique_ptr<LauncherProcess> launcher;
   std::vector<std::string> ids;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     auto it = clusters_.find(id);
     if (it == clusters_.end() || is_terminal(it->second.cluster.status)) return;
+    if (it->second.ending) {
+      ended_cv_.wait(lock, [&] { return is_terminal(clusters_[id].cluster.status); });
+      return;
+    }
     Entry& e = it->second;
-    e.cluster.status = status;
-    e.cluster.reason = reason;
-    e.cluster.finished_at = format_time(clock_.now());
+    e.ending = true;
     launcher = std::move(e.launcher);
     for (const auto& t : e.cluster.tasks) ids.push_back(t.worker_id);
-    persist_locked(e);
   }
+  std::optional<int> launcher_code;
   if (launcher) {
     launcher->terminate(options_.launcher_grace);
-    auto code = launcher->poll();
-    std::lock_guard<std::mutex> lock(mu_);
-    auto& c = clusters_[id].cluster;
-    if (!c.launcher_exit_code) c.launcher_exit_code = code;
-    persist_locked(clusters_[id]);
+    launcher_code = launcher->poll();
   }
   // Only tasks that are still alive; an empty list would mean "every worker".
   std::vector<std::string> alive;
@@ -346,6 +344,16 @@ void ClusterManager::finish(const std::string& id, ClusterStatus status, const s
     if (w && !api::is_terminal(w->status)) alive.push_back(wid);
   }
   if (!alive.empty()) (void)registry_.stop(alive);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Entry& e = clusters_[id];
+    e.cluster.status = status;
+    e.cluster.reason = reason;
+    e.cluster.finished_at = format_time(clock_.now());
+    if (!e.cluster.launcher_exit_code) e.cluster.launcher_exit_code = launcher_code;
+    persist_locked(e);
+  }
+  ended_cv_.notify_all();
 }
 
 void ClusterManager::step() {
@@ -353,7 +361,7 @@ void ClusterManager::step() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [id, e] : clusters_) {
-      if (e.launched && !is_terminal(e.cluster.status)) active.push_back(id);
+      if (e.launched && !e.ending && !is_terminal(e.cluster.status)) active.push_back(id);
     }
   }
   for (const auto& id : active) evaluate(id);
@@ -366,7 +374,7 @@ void ClusterManager::evaluate(const std::string& id) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = clusters_.find(id);
-    if (it == clusters_.end() || is_terminal(it->second.cluster.status)) return;
+    if (it == clusters_.end() || it->second.ending || is_terminal(it->second.cluster.status)) return;
     c = it->second.cluster;
     deadline = it->second.deadline;
     has_launcher = it->second.launcher != nullptr;
@@ -456,7 +464,7 @@ api::Status ClusterManager::rendezvous_ps(const std::string& id, const std::vect
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto& e = clusters_[id];
-    if (is_terminal(e.cluster.status)) return api::Status::ok();
+    if (e.ending || is_terminal(e.cluster.status)) return api::Status::ok();
     e.cluster.cluster_spec = spec.to_json();
     e.cluster.status = ClusterStatus::kRunning;
     persist_locked(e);
@@ -534,7 +542,7 @@ api::Status ClusterManager::rendezvous_mpi(const std::string& id, const std::vec
   e.cluster.horovodrun_argv = horovodrun;
   e.cluster.mpirun_argv = mpirun;
   e.cluster.hostfile = hostfile;
-  if (is_terminal(e.cluster.status)) {
+  if (e.ending || is_terminal(e.cluster.status)) {
     // Stopped while we were starting mpirun: end it here.
     if (process) process->terminate(options_.launcher_grace);
     persist_locked(e);

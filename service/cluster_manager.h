@@ -100,14 +100,16 @@ class ClusterManager {
     Cluster cluster;
     uint64_t seq = 0;
     bool launched = false;        // tasks are known
+    bool ending = false;          // finish() is stopping the tasks; status follows
     TimePoint deadline = TimePoint::max();
     std::unique_ptr<LauncherProcess> launcher;
     std::filesystem::path dir;    // <state_dir>/clusters/<id>
   };
 
   void evaluate(const std::string& id);
-  // Sets a terminal status once (first caller wins), then stops the launcher
-  // and every task that has not ended.
+  // Ends the cluster once (first caller wins): stops the launcher and every
+  // task that has not ended, then sets the terminal status, so a cluster
+  // seen as ended has nothing left running. A second caller waits for that.
   void finish(const std::string& id, ClusterStatus status, const std::string& reason);
   api::Status rendezvous_ps(const std::string& id, const std::vector<api::Worker>& workers);
   api::Status rendezvous_mpi(const std::string& id, const std::vector<api::Worker>& workers);
@@ -121,6 +123,7 @@ class ClusterManager {
   std::unique_ptr<Launcher> launcher_;
 
   mutable std::mutex mu_;
+  std::condition_variable ended_cv_;  // an `ending` cluster reached its status
   std::map<std::string, Entry> clusters_;
   uint64_t next_seq_ = 1;
 

@@ -38,8 +38,14 @@ mode = sys.argv[1] if len(sys.argv) > 1 else "exit"
 if mode == "serve" or (mode == "crash-1" and os.environ["MUSTER_TASK_INDEX"] != "1"):
     while True:
         time.sleep(1)
+# End only once every task wrote its record, so the tasks stopped at the end
+# (the PS; the others when one crashes) have had their turn too.
+deadline = time.time() + 60
+while time.time() < deadline:
+    if len([n for n in os.listdir(out) if n.endswith(".json")]) >= int(os.environ["EXPECT_TASKS"]):
+        break
+    time.sleep(0.05)
 if mode == "crash-1":
-    time.sleep(0.5)
     sys.exit(3)
 '''
 
@@ -128,7 +134,7 @@ def test_ps_mode_every_task_gets_its_own_tf_config(env):
     status, c = api.call("POST", "/api/v1/clusters", {
         "mode": "ps", "n_ps": 1, "n_workers": 2, "cpu": 0.5, "memory": 0.5,
         "worker_script": "tasks.py", "args": ["exit"], "ps_script": "ps_task.py",
-        "env": {"OUT_DIR": env["out"]}, "timeout_seconds": 60})
+        "env": {"OUT_DIR": env["out"], "EXPECT_TASKS": "3"}, "timeout_seconds": 60})
     assert status == 201, c
     assert c["status"] == "starting"
     assert len(c["workers"]["ps"]) == 1 and len(c["workers"]["worker"]) == 2
@@ -173,7 +179,7 @@ def test_crashing_worker_fails_the_cluster_and_stops_the_rest(env):
     status, c = api.call("POST", "/api/v1/clusters", {
         "mode": "ps", "n_ps": 1, "n_workers": 2, "cpu": 0.5, "memory": 0.5,
         "worker_script": "tasks.py", "args": ["crash-1"], "ps_script": "ps_task.py",
-        "env": {"OUT_DIR": env["out"]}, "timeout_seconds": 60})
+        "env": {"OUT_DIR": env["out"], "EXPECT_TASKS": "3"}, "timeout_seconds": 60})
     assert status == 201, c
     done = api.wait_cluster(c["id"])
     crashed = c["workers"]["worker"][1]
@@ -184,12 +190,12 @@ def test_crashing_worker_fails_the_cluster_and_stops_the_rest(env):
     for wid in others:
         assert api.worker(wid)["status"] == "stopped"
     seen = records(env["out"], 3)
+    assert set(seen) == set(others + [crashed])
     deadline = time.monotonic() + 10
-    while any(pid_alive(seen[w]["pid"]) for w in others if w in seen) and time.monotonic() < deadline:
+    while any(pid_alive(seen[w]["pid"]) for w in others) and time.monotonic() < deadline:
         time.sleep(0.1)
     for wid in others:
-        if wid in seen:
-            assert not pid_alive(seen[wid]["pid"]), wid
+        assert not pid_alive(seen[wid]["pid"]), wid
 
 
 def test_mpi_mode_runs_a_real_mpirun_across_two_slots(env):
@@ -210,6 +216,47 @@ def test_mpi_mode_runs_a_real_mpirun_across_two_slots(env):
         assert "mpi_hello rank %d of 2 allreduce sum 3 expected 3" % rank in log, log
     for wid in c["workers"]["worker"]:
         assert api.worker(wid)["status"] == "stopped"
+
+
+RANK_SLEEPER = r'''#!/bin/bash
+echo $$ > "$OUT_DIR/rank.$OMPI_COMM_WORLD_RANK.pid"
+exec sleep 120
+'''
+
+
+def test_mpi_worker_lost_aborts_mpirun(env):
+    api = env["api"]
+    with open(os.path.join(env["project"], "sleeper.sh"), "w") as f:
+        f.write(RANK_SLEEPER)
+    status, c = api.call("POST", "/api/v1/clusters", {
+        "mode": "mpi", "n_workers": 2, "cpu": 0.5, "memory": 0.5, "worker_script": "sleeper.sh",
+        "env": {"OUT_DIR": env["out"]}, "launch": True, "timeout_seconds": 60})
+    assert status == 201, c
+    # Both ranks started under mpirun.
+    deadline = time.monotonic() + 60
+    pids = []
+    while time.monotonic() < deadline:
+        names = [n for n in os.listdir(env["out"]) if n.endswith(".pid")]
+        if len(names) == 2:
+            try:
+                pids = [int(open(os.path.join(env["out"], n)).read()) for n in names]
+                break
+            except ValueError:
+                pass
+        time.sleep(0.1)
+    assert len(pids) == 2, api.call("GET", "/api/v1/clusters/" + c["id"])
+    lost = c["workers"]["worker"][0]
+    status, _ = api.call("POST", "/api/v1/workers/stop", {"ids": [lost]})
+    assert status == 200
+    done = api.wait_cluster(c["id"])
+    assert done["status"] == "failed", done
+    assert done["reason"].startswith("worker 0 (id %s) was stopped" % lost), done["reason"]
+    assert done["reason"].endswith("; mpirun was aborted"), done["reason"]
+    assert api.worker(c["workers"]["worker"][1])["status"] == "stopped"
+    deadline = time.monotonic() + 10
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(pid_alive(p) for p in pids), "ranks outlived the aborted mpirun"
 
 
 def test_bad_requests_launch_nothing(env):

@@ -19,3 +19,8 @@ if(TARGET musterd AND TARGET muster_clusters)
     LABEL integration
     TIMEOUT 300)
 endif()
+
+# The real launcher forks processes: integration label.
+if(TARGET muster_clusters)
+  muster_gtest(cluster_launcher_test SOURCES cluster_launcher_test.cc DEPS muster_clusters LABEL integration TIMEOUT 120)
+endif()

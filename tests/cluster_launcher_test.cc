@@ -1,0 +1,126 @@
+// The real launcher (Boost.Process, own process group): exit codes, logs,
+// and terminate() ending the whole tree, including children that put
+// themselves in other process groups the way mpirun's ranks can.
+#include "muster/service/cluster_launcher.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace muster::service {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+bool alive(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  if (text.empty()) return false;
+  auto close = text.rfind(')');
+  return close != std::string::npos && text.size() > close + 2 && text[close + 2] != 'Z';
+}
+
+class LauncherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("muster_launcher_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    for (pid_t pid : pids_) ::kill(pid, SIGKILL);  // in case a check failed
+    fs::remove_all(dir_);
+  }
+  std::optional<int> wait_exit(LauncherProcess& p, std::chrono::seconds limit) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (auto code = p.poll()) return code;
+      std::this_thread::sleep_for(20ms);
+    }
+    return std::nullopt;
+  }
+  std::vector<pid_t> read_pids(const fs::path& file, size_t n) {
+    auto deadline = std::chrono::steady_clock::now() + 20s;
+    std::vector<pid_t> out;
+    while (std::chrono::steady_clock::now() < deadline) {
+      out.clear();
+      std::ifstream in(file);
+      pid_t pid;
+      while (in >> pid) out.push_back(pid);
+      if (out.size() >= n) break;
+      std::this_thread::sleep_for(20ms);
+    }
+    pids_.insert(pids_.end(), out.begin(), out.end());
+    return out;
+  }
+  fs::path dir_;
+  std::vector<pid_t> pids_;
+};
+
+TEST_F(LauncherTest, ReportsExitCodeAndWritesTheLog) {
+  auto launcher = make_process_launcher();
+  LauncherSpec spec;
+  spec.argv = {"bash", "-c", "echo out-$GREETING; echo err >&2; exit 7"};
+  spec.env = {{"GREETING", "hi"}};
+  spec.working_dir = dir_;
+  spec.log_path = dir_ / "logs" / "launcher.log";
+  auto p = launcher->start(spec);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(wait_exit(*p.value(), 20s).value_or(-1), 7);
+  std::ifstream log(spec.log_path);
+  std::stringstream text;
+  text << log.rdbuf();
+  EXPECT_NE(text.str().find("out-hi"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("err"), std::string::npos) << text.str();
+}
+
+TEST_F(LauncherTest, MissingProgramIsAnError) {
+  auto launcher = make_process_launcher();
+  LauncherSpec spec;
+  spec.argv = {"muster-no-such-program-xyz"};
+  spec.working_dir = dir_;
+  spec.log_path = dir_ / "l.log";
+  auto p = launcher->start(spec);
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_NE(p.status().message().find("not on the daemon's PATH"), std::string::npos);
+}
+
+TEST_F(LauncherTest, TerminateEndsTheWholeTreeEvenOtherProcessGroups) {
+  auto launcher = make_process_launcher();
+  LauncherSpec spec;
+  // Two children: one in the launcher's group, one that moves to its own
+  // group (setsid), as an MPI daemon's ranks may; the launcher ignores TERM.
+  const fs::path pids = dir_ / "pids";
+  spec.argv = {"bash", "-c",
+               "trap '' TERM; sleep 300 & echo $! >> " + pids.string() + "; setsid sleep 300 & echo $! >> " +
+                   pids.string() + "; wait"};
+  spec.working_dir = dir_;
+  spec.log_path = dir_ / "l.log";
+  auto p = launcher->start(spec);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  auto children = read_pids(pids, 2);
+  ASSERT_EQ(children.size(), 2u);
+  for (pid_t c : children) EXPECT_TRUE(alive(c)) << c;
+  EXPECT_FALSE(p.value()->poll().has_value());
+  auto start = std::chrono::steady_clock::now();
+  p.value()->terminate(500ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  EXPECT_EQ(p.value()->poll().value_or(-1), 128 + SIGKILL);
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while ((alive(children[0]) || alive(children[1])) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_FALSE(alive(children[0]));
+  EXPECT_FALSE(alive(children[1]));
+}
+
+}  // namespace
+}  // namespace muster::service
