@@ -260,7 +260,7 @@ TEST(DistributedOptimizer, DifferentCountIsAMismatchOnEveryRank) {
 }
 
 TEST(DistributedOptimizer, CommErrorReachesSynchronizeWithTheRank) {
-  FakeWorld world(2, std::chrono::seconds(1));
+  FakeWorld world(2, std::chrono::seconds(3));
   world.fail_rank(1, 3);  // registration check (3 collectives) passes, then rank 1's link breaks
   std::vector<std::string> messages(2);
   const auto errors = run_ranks(world, [&](int rank, std::unique_ptr<Collectives> coll) {
@@ -283,7 +283,7 @@ TEST(DistributedOptimizer, CommErrorReachesSynchronizeWithTheRank) {
 }
 
 TEST(DistributedOptimizer, StalledPeerIsATimeoutNamingIt) {
-  FakeWorld world(2, std::chrono::milliseconds(300));
+  FakeWorld world(2, std::chrono::milliseconds(1500));  // generous: a loaded machine
   std::atomic<bool> rank0_done{false};
   int blamed = -2;
   const auto start = std::chrono::steady_clock::now();
@@ -307,7 +307,7 @@ TEST(DistributedOptimizer, StalledPeerIsATimeoutNamingIt) {
   });
   expect_no_errors(errors);
   EXPECT_EQ(blamed, 1);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
 }
 
 TEST(DistributedOptimizer, DestructorDoesNotWaitForGradientsNeverMarked) {

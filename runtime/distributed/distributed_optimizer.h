@@ -40,7 +40,11 @@
 //
 // Threads: all methods are called by one user thread. The communication
 // thread is private; the gradient buffers belong to the user and must not be
-// written between grad_ready(i) and the end of synchronize().
+// written between grad_ready(i) and the end of synchronize(). Issue your own
+// collectives on the same Communicator only while no step is in flight
+// (before the first grad_ready() of a step or after synchronize()/step()
+// returned), or they would interleave with the bucket allreduces in an order
+// that differs between ranks; metric_average() is always safe.
 //
 // Usage (Horovod's five steps):
 //   namespace rt = muster::runtime;
