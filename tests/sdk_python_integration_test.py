@@ -169,3 +169,35 @@ def test_bad_requests_raise_with_code_and_field(daemon):
     with pytest.raises(muster.MusterError) as err:
         muster.Client(daemon.url, "wrong-token").list_workers()
     assert err.value.code == "unauthenticated" and err.value.http_status == 401
+
+
+def test_many_concurrent_awaits_do_not_block_other_calls(daemon):
+    import threading
+    w, = muster.launch_workers(1, cpu=0.5, memory=1, script="forever.py")
+    assert muster.await_workers([w], wait_for_completion=False, timeout_seconds=60)["failures"] == []
+    client = muster.Client()  # one Client shared by every thread
+    results, finished_at = [], []
+
+    def wait():
+        results.append(client.await_workers([w], wait_for_completion=True, timeout_seconds=30))
+        finished_at.append(time.monotonic())
+
+    threads = [threading.Thread(target=wait) for _ in range(16)]
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(0.3)
+        listed = client.list_workers()  # answered while 16 awaits are parked in the daemon
+        answered_at = time.monotonic()
+        assert any(x["id"] == w["id"] for x in listed)
+        assert finished_at == [], "an await returned before the worker ended"
+        muster.stop_workers(w)  # ends the worker: every parked await must wake up
+        for t in threads:
+            t.join(30)
+        assert len(results) == 16
+        assert all(r["workers"] == [] and r["failures"][0]["status"] == "stopped" for r in results)
+        assert min(finished_at) > answered_at
+    finally:
+        muster.stop_workers(w)
+        for t in threads:
+            t.join(30)
