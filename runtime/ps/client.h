@@ -57,7 +57,7 @@ struct ClientOptions {
   std::string checkpoint_dir;     // chief: "" for no checkpoints
   int checkpoint_every = 0;       // chief: steps between checkpoints (0: only in done())
   int timeout_ms = default_timeout_ms();
-  int socket_buffer_bytes = kSocketBufferBytes;
+  int socket_buffer_bytes = default_socket_buffer_bytes();
   PlacementOptions placement;
 };
 

@@ -118,8 +118,10 @@ struct Links::Impl {
         io.run_for(deadline - Clock::now());
         if (!cec) {
           sock->set_option(tcp::no_delay(true), ec);
-          sock->set_option(asio::socket_base::send_buffer_size(sockbuf), ec);
-          sock->set_option(asio::socket_base::receive_buffer_size(sockbuf), ec);
+          if (sockbuf > 0) {
+            sock->set_option(asio::socket_base::send_buffer_size(sockbuf), ec);
+            sock->set_option(asio::socket_base::receive_buffer_size(sockbuf), ec);
+          }
           l.sock = std::move(sock);
           return;
         }

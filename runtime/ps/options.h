@@ -17,7 +17,15 @@ inline int default_timeout_ms() {
   return 120000;
 }
 
-// SO_SNDBUF / SO_RCVBUF on every PS connection.
-inline constexpr int kSocketBufferBytes = 4 << 20;
+// SO_SNDBUF / SO_RCVBUF on every PS connection: MUSTER_PS_SOCKET_BUFFER_BYTES,
+// else 4 MiB; 0 leaves the sizes to the kernel's autotuning.
+inline int default_socket_buffer_bytes() {
+  const char* s = std::getenv("MUSTER_PS_SOCKET_BUFFER_BYTES");
+  if (s != nullptr && *s != '\0') {
+    long v = std::strtol(s, nullptr, 10);
+    if (v >= 0) return static_cast<int>(v);
+  }
+  return 4 << 20;
+}
 
 }  // namespace muster::runtime::ps

@@ -328,8 +328,10 @@ void PsServer::Impl::accept() {
     }
     boost::system::error_code ignore;
     sock.set_option(tcp::no_delay(true), ignore);
-    sock.set_option(asio::socket_base::send_buffer_size(opt_.socket_buffer_bytes), ignore);
-    sock.set_option(asio::socket_base::receive_buffer_size(opt_.socket_buffer_bytes), ignore);
+    if (opt_.socket_buffer_bytes > 0) {
+      sock.set_option(asio::socket_base::send_buffer_size(opt_.socket_buffer_bytes), ignore);
+      sock.set_option(asio::socket_base::receive_buffer_size(opt_.socket_buffer_bytes), ignore);
+    }
     auto c = std::make_shared<Connection>(*this, std::move(sock));
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -432,20 +434,22 @@ std::string PsServer::Impl::push(Slice& s, int64_t step, std::vector<float>& gra
         return "push for step " + std::to_string(step) + " of slice " + std::to_string(s.id) + " ahead of its global step " +
                std::to_string(s.step) + " (a worker must pull before it pushes)";
       }
+      const int r = static_cast<int>(options_.replicas_to_aggregate);
       if (s.count == 0) {
         std::swap(s.accum, grad);
         s.first_push = Clock::now();
       } else {
         float* a = s.accum.data();
         const float* g = grad.data();
-        for (std::size_t i = 0; i < s.size; ++i) a[i] += g[i];
+        if (s.count + 1 < r) {
+          for (std::size_t i = 0; i < s.size; ++i) a[i] += g[i];
+        } else {  // the last one: add and average in one pass
+          const float scale = 1.0f / static_cast<float>(r);
+          for (std::size_t i = 0; i < s.size; ++i) a[i] = (a[i] + g[i]) * scale;
+        }
       }
       ++s.count;
-      apply = s.count == static_cast<int>(options_.replicas_to_aggregate);
-      if (apply && s.count > 1) {
-        const float scale = 1.0f / static_cast<float>(s.count);
-        for (auto& v : s.accum) v *= scale;
-      }
+      apply = s.count == r;
     }
     ++pushes_accepted_;
     if (apply) {

@@ -29,10 +29,10 @@ struct ServerOptions {
   std::string host = "0.0.0.0";
   unsigned short port = 0;  // 0: an ephemeral port, see PsServer::port()
   int task_index = 0;       // for messages: "ps task 0"
-  int threads = 2;
+  int threads = 4;
   int timeout_ms = default_timeout_ms();
   uint64_t max_frame_bytes = uint64_t{1} << 30;
-  int socket_buffer_bytes = kSocketBufferBytes;
+  int socket_buffer_bytes = default_socket_buffer_bytes();
 };
 
 struct ServerStats {

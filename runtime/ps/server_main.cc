@@ -5,6 +5,7 @@
 //
 //   TF_CONFIG='{"cluster":{"ps":["127.0.0.1:4000"],"worker":["127.0.0.1:4100"]},
 //               "task":{"type":"ps","index":0}}' muster-ps
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <thread>
@@ -22,7 +23,9 @@ int main(int argc, char** argv) {
   std::string tf_config;
   std::string host = "0.0.0.0";
   int port = -1;
-  int threads = static_cast<int>(std::min(4u, std::max(2u, std::thread::hardware_concurrency())));
+  // More io threads than connections still pays: the thread completing a
+  // step answers every waiting pull while the others keep reading.
+  int threads = static_cast<int>(std::min(8u, std::max(4u, std::thread::hardware_concurrency())));
   int timeout_ms = ps::default_timeout_ms();
   app.add_option("--tf-config", tf_config, "TF_CONFIG JSON (default: the TF_CONFIG environment variable)");
   app.add_option("--host", host, "address to listen on (default 0.0.0.0)");
