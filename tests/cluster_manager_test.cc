@@ -7,11 +7,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <set>
 
 #include <gtest/gtest.h>
 
 #include "muster/clusterspec/tf_config.h"
+#include "muster/service/cluster_routes.h"
 
 namespace muster::service {
 namespace {
@@ -397,6 +399,69 @@ TEST_F(ClusterManagerTest, RestartFailsClustersThatHadNotEnded) {
   EXPECT_EQ(list[1].reason, "the daemon restarted while the cluster was starting; its tasks were stopped");
   EXPECT_EQ(list[1].tasks.size(), 2u);
   for (const auto& t : open.tasks) EXPECT_EQ(worker(t.worker_id).status, WorkerStatus::kStopped);
+}
+
+// "METHOD /path" of every route documented in api/openapi.yaml (line scan:
+// paths are two-space keys starting with '/', methods four-space keys).
+std::set<std::string> documented_routes() {
+  std::ifstream in(std::string(std::getenv("MUSTER_SOURCE_DIR")) + "/api/openapi.yaml");
+  std::set<std::string> out;
+  std::string line, path;
+  const std::regex path_re("^  (/[^:]*):\\s*$"), method_re("^    (get|post|put|delete|patch):\\s*$");
+  std::smatch m;
+  while (std::getline(in, line)) {
+    if (std::regex_match(line, m, path_re)) {
+      path = m[1];
+    } else if (std::regex_match(line, m, method_re) && !path.empty()) {
+      std::string method = m[1];
+      for (auto& c : method) c = static_cast<char>(std::toupper(c));
+      out.insert(method + " " + path);
+    }
+  }
+  return out;
+}
+
+TEST_F(ClusterManagerTest, EveryClusterRouteIsInOpenApi) {
+  Router router;
+  register_cluster_routes(router, *manager_, 16);
+  const auto documented = documented_routes();
+  ASSERT_EQ(router.routes().size(), 4u);
+  for (const auto& r : router.routes()) {
+    EXPECT_TRUE(documented.count(r.method + " " + r.pattern)) << r.method << " " << r.pattern << " is not documented";
+  }
+}
+
+TEST_F(ClusterManagerTest, RoutesAnswerWithTheClusterObject) {
+  Router router;
+  register_cluster_routes(router, *manager_, 16);
+  auto call = [&](const std::string& method, const std::string& path, nlohmann::json body) {
+    auto match = router.match(method, path);
+    EXPECT_TRUE(match.is_ok()) << method << " " << path;
+    Request req;
+    req.method = method;
+    req.path = path;
+    req.params = match->params;
+    req.body = std::move(body);
+    Response out;
+    match->route->handler(req, [&](Response r) { out = std::move(r); });
+    return out;
+  };
+  auto created = call("POST", "/api/v1/clusters", {{"n_workers", 2}, {"n_ps", 1}, {"worker_script", "train.py"}});
+  ASSERT_EQ(created.http_status, 201) << created.body;
+  auto c = nlohmann::json::parse(created.body);
+  EXPECT_EQ(c["status"], "starting");
+  EXPECT_EQ(c["workers"]["worker"].size(), 2u);
+  auto got = call("GET", "/api/v1/clusters/" + c["id"].get<std::string>(), nullptr);
+  EXPECT_EQ(got.http_status, 200);
+  auto listed = nlohmann::json::parse(call("GET", "/api/v1/clusters", nullptr).body);
+  EXPECT_EQ(listed["clusters"].size(), 1u);
+  auto stopped = call("POST", "/api/v1/clusters/" + c["id"].get<std::string>() + "/stop", nullptr);
+  EXPECT_EQ(stopped.http_status, 200);
+  EXPECT_EQ(nlohmann::json::parse(stopped.body)["status"], "stopped");
+  auto bad = call("POST", "/api/v1/clusters", {{"n_workers", 99}});
+  EXPECT_EQ(bad.http_status, 400);
+  EXPECT_EQ(nlohmann::json::parse(bad.body)["error"]["field"], "n_workers");
+  EXPECT_EQ(call("GET", "/api/v1/clusters/c-none", nullptr).http_status, 404);
 }
 
 TEST_F(ClusterManagerTest, UnknownClusterIsNotFound) {
