@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <vector>
 
@@ -15,11 +16,16 @@ namespace muster::examples::fashion_mnist {
 namespace data = runtime::data;
 using Clock = std::chrono::steady_clock;
 
-float learning_rate(float base, int workers, int warmup_steps, int64_t step) {
+float learning_rate(float base, int workers, int warmup_steps, int64_t step, int64_t total_steps) {
   const float target = base * static_cast<float>(workers);
-  if (workers <= 1 || warmup_steps <= 0 || step >= warmup_steps) return target;
-  const float t = static_cast<float>(step + 1) / static_cast<float>(warmup_steps);
-  return base + (target - base) * t;
+  if (workers > 1 && warmup_steps > 0 && step < warmup_steps) {
+    const float t = static_cast<float>(step + 1) / static_cast<float>(warmup_steps);
+    return base + (target - base) * t;
+  }
+  if (total_steps <= 0) return target;
+  // Cosine decay over the whole run (SGDR without restarts), to 5% at the end.
+  const double progress = std::min(1.0, static_cast<double>(step) / static_cast<double>(total_steps));
+  return target * static_cast<float>(0.05 + 0.95 * 0.5 * (1.0 + std::cos(3.14159265358979 * progress)));
 }
 
 namespace {
@@ -53,7 +59,9 @@ TrainResult train(const TrainOptions& o, Mode& mode) {
 
   data::DistributedSampler sampler({train_set.count, mode.rank(), mode.size(), o.seed, true});
   const int64_t steps_per_epoch = sampler.batches(o.batch_size);
-  int64_t total_steps = steps_per_epoch * o.epochs;
+  // The schedule spans the epochs asked for, even when --max-steps stops early.
+  const int64_t schedule_steps = steps_per_epoch * o.epochs;
+  int64_t total_steps = schedule_steps;
   if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
   const float base_lr = o.lr > 0.0f ? o.lr : default_lr(o.optimizer);
 
@@ -84,7 +92,7 @@ TrainResult train(const TrainOptions& o, Mode& mode) {
       const int n = static_cast<int>(std::min<int64_t>(o.batch_size, sampler.per_rank() - first));
       train_set.gather(mine.data() + first, n, images.data(), labels.data());
       const float loss = model->forward_backward(images.data(), labels.data(), n);
-      mode.apply(*model, step, learning_rate(base_lr, mode.size(), o.warmup_steps, step));
+      mode.apply(*model, step, learning_rate(base_lr, mode.size(), o.warmup_steps, step, schedule_steps));
       ++step;
       window_loss += loss;
       ++window_steps;
@@ -101,7 +109,7 @@ TrainResult train(const TrainOptions& o, Mode& mode) {
         if (mode.is_chief()) {
           std::printf("epoch %lld step %lld loss %.4f lr %.4g images/s %.0f\n", static_cast<long long>(epoch + 1),
                       static_cast<long long>(step), mean_loss,
-                      learning_rate(base_lr, mode.size(), o.warmup_steps, step - 1), job_images / seconds);
+                      learning_rate(base_lr, mode.size(), o.warmup_steps, step - 1, schedule_steps), job_images / seconds);
           std::fflush(stdout);
         }
         window_loss = 0.0;

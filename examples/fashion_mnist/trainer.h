@@ -6,7 +6,8 @@
 //   3. Each epoch: the DistributedSampler gives this process its share of a
 //      fresh shuffle; for each batch, forward + backward, then mode.apply()
 //      with the learning rate of this step: the base rate scaled by the
-//      number of workers, reached by a linear warm-up (Goyal et al.).
+//      number of workers, reached by a linear warm-up (Goyal et al.), then
+//      decayed along a cosine.
 //   4. The chief prints progress (epoch, step, loss averaged over workers,
 //      images/s of the whole job) and checkpoints at each epoch's end.
 //   5. Test accuracy on the test set, shared between processes where the
@@ -29,8 +30,9 @@ struct TrainResult {
 
 TrainResult train(const TrainOptions& options, Mode& mode);
 
-// Learning rate at `step`: from `base` up to `base * workers` over
-// `warmup_steps` (constant `base` for one worker).
-float learning_rate(float base, int workers, int warmup_steps, int64_t step);
+// Learning rate at `step` of `total_steps`: from `base` up to
+// `base * workers` over `warmup_steps` (no warm-up for one worker), then a
+// cosine decay to 5% of that at the end.
+float learning_rate(float base, int workers, int warmup_steps, int64_t step, int64_t total_steps);
 
 }  // namespace muster::examples::fashion_mnist

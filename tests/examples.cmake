@@ -1,0 +1,15 @@
+# examples/fashion_mnist end to end (tests/fashion_mnist_test.py), one ctest
+# entry per mode: single process (integration), 2 ranks under mpirun (mpi),
+# 1 muster-ps + 2 workers (integration). Each needs the program built.
+if(TARGET fashion_mnist)
+  muster_python_test(fashion_mnist_single_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/fashion_mnist_test.py
+    LABEL integration TIMEOUT 240 ENV "PYTEST_ADDOPTS=-k test_single;OMP_NUM_THREADS=1")
+  if(TARGET muster_distributed)
+    muster_python_test(fashion_mnist_mpi_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/fashion_mnist_test.py
+      LABEL mpi TIMEOUT 300 ENV "PYTEST_ADDOPTS=-k test_mpi;OMP_NUM_THREADS=1")
+  endif()
+  if(TARGET muster_ps_server)
+    muster_python_test(fashion_mnist_ps_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/fashion_mnist_test.py
+      LABEL integration TIMEOUT 300 ENV "PYTEST_ADDOPTS=-k test_ps;OMP_NUM_THREADS=1")
+  endif()
+endif()
