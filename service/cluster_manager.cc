@@ -1,5 +1,6 @@
 #include "muster/service/cluster_manager.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include "muster/clusterspec/launch_line.h"

@@ -1,5 +1,6 @@
 #include "muster/service/cluster_types.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
