@@ -15,14 +15,29 @@ import muster
 from sdk_daemon import Daemon
 
 SCRIPTS = {
-    # Every task prints the TF_CONFIG it was released with, on one line.
+    # Every task writes the TF_CONFIG it was released with to $OUT_DIR/<type>-<index>.json.
+    # Worker tasks end only once the PS has written its file: the daemon stops
+    # the PS when the workers end, which could otherwise be before it started.
     "show_tf_config.py": """
-        import os
-        print("TF_CONFIG=" + os.environ["TF_CONFIG"], flush=True)
+        import json, os, time
+        cfg = os.environ["TF_CONFIG"]
+        task = json.loads(cfg)["task"]
+        path = os.path.join(os.environ["OUT_DIR"], "%s-%d.json" % (task["type"], task["index"]))
+        with open(path + ".tmp", "w") as f:
+            f.write(cfg)
+        os.rename(path + ".tmp", path)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join(os.environ["OUT_DIR"], "ps-0.json")) and time.monotonic() < deadline:
+            time.sleep(0.05)
     """,
     "ps.py": """
-        import os, time
-        print("TF_CONFIG=" + os.environ["TF_CONFIG"], flush=True)
+        import json, os, time
+        cfg = os.environ["TF_CONFIG"]
+        if os.environ.get("OUT_DIR"):
+            path = os.path.join(os.environ["OUT_DIR"], "ps-%d.json" % json.loads(cfg)["task"]["index"])
+            with open(path + ".tmp", "w") as f:
+                f.write(cfg)
+            os.rename(path + ".tmp", path)
         time.sleep(600)
     """,
     "crash_worker_1.py": """
@@ -72,19 +87,9 @@ def newest_cluster():
     return max(muster.list_clusters(), key=lambda c: (c.get("created_at") or "", c["id"]))
 
 
-def tf_config_of(worker_id):
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        for line in muster.worker_logs(worker_id).splitlines():
-            if line.startswith("TF_CONFIG="):
-                return json.loads(line[len("TF_CONFIG="):])
-        time.sleep(0.1)
-    raise AssertionError("no TF_CONFIG in %s's log: %r" % (worker_id, muster.worker_logs(worker_id)))
-
-
-def test_run_cluster_with_script_gives_every_task_its_own_tf_config(daemon):
+def test_run_cluster_with_script_gives_every_task_its_own_tf_config(daemon, tmp_path):
     spec, session_addr = muster.run_cluster(n_workers=2, n_ps=1, cpu=0.5, memory=1, worker_script="show_tf_config.py",
-                                            ps_script="ps.py", timeout_seconds=60)
+                                            ps_script="ps.py", timeout_seconds=60, env={"OUT_DIR": str(tmp_path)})
     assert len(spec["ps"]) == 1 and len(spec["worker"]) == 2
     addrs = spec["ps"] + spec["worker"]
     assert len(set(addrs)) == 3 and all(a.rsplit(":", 1)[1].isdigit() for a in addrs)
@@ -92,17 +97,21 @@ def test_run_cluster_with_script_gives_every_task_its_own_tf_config(daemon):
 
     cluster = newest_cluster()
     assert cluster["status"] == "succeeded" and cluster["mode"] == "ps"
-    seen = set()
-    for task_type, ids in cluster["workers"].items():
-        for index, wid in enumerate(ids):
-            cfg = tf_config_of(wid)
-            assert cfg["cluster"] == spec
-            assert cfg["task"] == {"type": task_type, "index": index}
-            seen.add((task_type, index))
-    assert seen == {("ps", 0), ("worker", 0), ("worker", 1)}
+    assert {t: len(ids) for t, ids in cluster["workers"].items()} == {"ps": 1, "worker": 2}
+    assert sorted(os.listdir(tmp_path)) == ["ps-0.json", "worker-0.json", "worker-1.json"]
+    for name in os.listdir(tmp_path):
+        task_type, index = name[:-len(".json")].split("-")
+        cfg = json.loads((tmp_path / name).read_text())
+        assert cfg["cluster"] == spec, name
+        assert cfg["task"] == {"type": task_type, "index": int(index)}, name
     # The PS task is stopped once every worker task has ended.
-    ps = muster.get_worker(cluster["workers"]["ps"][0])
-    assert ps["status"] not in ("running", "starting", "scheduling")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        ps = muster.get_worker(cluster["workers"]["ps"][0])
+        if ps["status"] not in ("running", "starting", "scheduling"):
+            break
+        time.sleep(0.1)
+    assert ps["status"] not in ("running", "starting", "scheduling"), ps
 
 
 def test_a_failing_task_fails_the_cluster_and_is_named(daemon):
