@@ -9,6 +9,7 @@ cluster into a ClusterFailed exception that names the failing task.
 A cluster has no server-side await call, so await_cluster polls
 GET /api/v1/clusters/{id} with a growing interval (20 ms up to 250 ms).
 """
+import shlex
 import time
 
 from .errors import ClusterFailed, MusterError
@@ -116,13 +117,19 @@ def session_address(cluster_spec):
     return None
 
 
+def _args(args):
+    if args is None:
+        return None
+    return shlex.split(args) if isinstance(args, str) else [str(a) for a in args]
+
+
 def run_cluster(client, n_workers, n_ps, cpu, memory, nvidia_gpu=0, worker_script=None,
                 timeout_seconds=60, mode="ps", ps_script=None, env=None, args=None,
                 completion_timeout_seconds=0, **extra):
     cluster = client.create_cluster(
         mode=mode, n_workers=n_workers, n_ps=n_ps if mode == "ps" else None, cpu=cpu, memory=memory,
         nvidia_gpu=nvidia_gpu, worker_script=worker_script, ps_script=ps_script, env=env,
-        args=list(args) if args is not None else None, timeout_seconds=timeout_seconds, **extra)
+        args=_args(args), timeout_seconds=timeout_seconds, **extra)
     cluster = await_cluster(client, cluster["id"], timeout_seconds, wait_for_completion=False)
     if cluster.get("status") in ("failed", "stopped"):
         _raise_failed(client, cluster)
@@ -139,7 +146,7 @@ def horovodrun(client, n, script, slots=1, cpu=1, memory=1, nvidia_gpu=0, args=N
                wait_for_completion=False, completion_timeout_seconds=0):
     cluster = client.create_cluster(
         mode="mpi", n_workers=n, slots=slots, cpu=cpu, memory=memory, nvidia_gpu=nvidia_gpu,
-        worker_script=script, args=list(args) if args is not None else None, env=env,
+        worker_script=script, args=_args(args), env=env,
         ssh_port=ssh_port, network_interface=network_interface, launch=launch,
         timeout_seconds=timeout_seconds)
     cluster = await_cluster(client, cluster["id"], timeout_seconds, wait_for_completion=False)
