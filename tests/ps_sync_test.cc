@@ -218,7 +218,13 @@ TEST(PsAsync, EveryPushIsAppliedAtOnce) {
   expect_servers_finish(ps);
 }
 
-TEST(PsCheckpoint, RestartResumesFromTheLastCheckpoint) {
+class PsCheckpoint : public ::testing::TestWithParam<const char*> {};
+
+// Kill at step 12 with checkpoints every 5 steps, restart: the run ends
+// exactly where an uninterrupted one does, optimizer state (momentum, Adam
+// moments and iteration count) included.
+TEST_P(PsCheckpoint, RestartResumesFromTheLastCheckpoint) {
+  const std::string optimizer = GetParam();
   auto dir = boost::filesystem::temp_directory_path() / boost::filesystem::unique_path("muster-ps-ckpt-%%%%%%");
   struct Cleanup {
     boost::filesystem::path p;
@@ -227,6 +233,7 @@ TEST(PsCheckpoint, RestartResumesFromTheLastCheckpoint) {
   ClientOptions opt = small_slices({});
   opt.checkpoint_dir = dir.string();
   opt.checkpoint_every = 5;
+  opt.optimizer = optimizer;
   opt.learning_rate = 0.05f;
   const int64_t steps = 20;
   {
@@ -239,11 +246,14 @@ TEST(PsCheckpoint, RestartResumesFromTheLastCheckpoint) {
   auto newest = newest_checkpoint(dir.string());
   ASSERT_TRUE(newest.has_value());
   EXPECT_EQ(load_checkpoint(*newest).step, 10);
+  // w and b, each followed by the optimizer's slots: momentum 1, Adam 2.
+  const std::size_t slots = optimizer == "sgd" ? 0 : optimizer == "momentum" ? 1 : 2;
+  EXPECT_EQ(load_checkpoint(*newest).names.size(), 2 * (1 + slots));
   EXPECT_NE(newest->find("ckpt-000000000010.bin"), std::string::npos) << *newest;
   // Second run: fresh PS tasks; the chief resumes from step 10.
   LocalPs ps(2);
   auto results = train(ps, 2, opt, steps, 4);
-  Model expected = reference("sgd", 0.05f, steps, 8);
+  Model expected = reference(optimizer, 0.05f, steps, 8);
   for (int i = 0; i < 2; ++i) {
     ASSERT_EQ(results[i].error, "");
     EXPECT_EQ(results[i].start_step, 10) << "worker " << i;
@@ -257,6 +267,8 @@ TEST(PsCheckpoint, RestartResumesFromTheLastCheckpoint) {
   }
   expect_servers_finish(ps);
 }
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, PsCheckpoint, ::testing::Values("sgd", "momentum", "adam"));
 
 }  // namespace
 }  // namespace muster::runtime::ps::testing

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "muster/runtime/error.h"
+#include "muster/runtime/optim/optimizer.h"
 #include "muster/runtime/ps/checkpoint.h"
 #include "muster/runtime/ps/links.h"
 
@@ -59,26 +60,18 @@ int64_t SyncReplicasClient::initialize_or_wait() {
 
   const std::size_t n_ps = cluster_.ps.size();
   std::vector<std::vector<Outgoing>> out(n_ps);
+  LoadedCheckpoint ckpt;                           // keeps the optimizer state alive until sent
+  std::vector<std::vector<const float*>> slots;    // per variable: its optimizer state buffers
   if (is_chief()) {
     int64_t start = 0;
     if (!options_.checkpoint_dir.empty()) {
       if (auto path = newest_checkpoint(options_.checkpoint_dir)) {
-        LoadedCheckpoint c = load_checkpoint(*path);
-        if (c.names.size() != variables_.size()) {
-          throw DataError("checkpoint " + *path + " has " + std::to_string(c.names.size()) + " variables, the model " +
-                          std::to_string(variables_.size()));
-        }
-        for (std::size_t i = 0; i < variables_.size(); ++i) {
-          if (c.names[i] != variables_[i].name || c.values[i].size() != variables_[i].size) {
-            throw DataError("checkpoint " + *path + ": variable " + std::to_string(i) + " is '" + c.names[i] + "' (" +
-                            std::to_string(c.values[i].size()) + " elements), the model has '" + variables_[i].name +
-                            "' (" + std::to_string(variables_[i].size) + ")");
-          }
-          std::copy(c.values[i].begin(), c.values[i].end(), variables_[i].value);
-        }
-        start = c.step;
-        last_saved_step_ = c.step;
-        spdlog::info("chief: resuming from {} (global step {})", *path, c.step);
+        ckpt = load_checkpoint(*path);
+        slots = restore(ckpt);
+        start = ckpt.step;
+        last_saved_step_ = ckpt.step;
+        spdlog::info("chief: resuming from {} (global step {}{})", *path, ckpt.step,
+                     slots.empty() ? "" : ", with the optimizer's state");
       }
     }
     for (const auto& s : placement_.slices) {
@@ -89,6 +82,12 @@ int64_t SyncReplicasClient::initialize_or_wait() {
       o.header.step = start;
       o.header.length = s.size * sizeof(float);
       o.data = variables_[s.variable].value + s.offset;
+      if (!slots.empty() && !slots[s.variable].empty()) {
+        o.header.aux = static_cast<uint32_t>(slots[s.variable].size());
+        o.header.length *= 1 + slots[s.variable].size();
+        o.more.emplace_back(o.data, s.size * sizeof(float));
+        for (const float* slot : slots[s.variable]) o.more.emplace_back(slot + s.offset, s.size * sizeof(float));
+      }
       out[s.ps].push_back(o);
     }
   }
@@ -196,11 +195,87 @@ void SyncReplicasClient::maybe_checkpoint() {
   if (global_step_ % options_.checkpoint_every == 0 && global_step_ != last_saved_step_) save_checkpoint();
 }
 
+std::size_t SyncReplicasClient::optimizer_slots() const {
+  auto probe = optim::make_optimizer(options_.optimizer, options_.learning_rate);
+  probe->init({1});
+  return probe->state().size();
+}
+
+// Checkpoint entries are each variable followed by its optimizer state
+// buffers, named "<variable>/slot<k>" (TensorFlow's slot variables).
+std::vector<std::vector<const float*>> SyncReplicasClient::restore(const LoadedCheckpoint& c) {
+  const std::size_t n_slots = optimizer_slots();
+  std::vector<std::vector<const float*>> slots(variables_.size());
+  std::size_t k = 0;
+  bool any_slots = false;
+  for (std::size_t i = 0; i < variables_.size(); ++i, ++k) {
+    if (k >= c.names.size() || c.names[k] != variables_[i].name || c.values[k].size() != variables_[i].size) {
+      throw DataError("checkpoint " + c.path + " does not match the model at variable '" + variables_[i].name + "' (" +
+                      std::to_string(variables_[i].size) + " elements)" +
+                      (k < c.names.size() ? ": found '" + c.names[k] + "' (" + std::to_string(c.values[k].size()) + ")" : ""));
+    }
+    std::copy(c.values[k].begin(), c.values[k].end(), variables_[i].value);
+    for (std::size_t j = 0; k + 1 < c.names.size() && c.names[k + 1] == variables_[i].name + "/slot" + std::to_string(j); ++j) {
+      ++k;
+      if (c.values[k].size() != variables_[i].size) throw DataError("checkpoint " + c.path + ": bad size of " + c.names[k]);
+      slots[i].push_back(c.values[k].data());
+    }
+    if (!slots[i].empty()) any_slots = true;
+    if (!slots[i].empty() && slots[i].size() != n_slots) {
+      throw DataError("checkpoint " + c.path + " holds " + std::to_string(slots[i].size()) + " optimizer state buffers for '" +
+                      variables_[i].name + "'; optimizer " + options_.optimizer + " uses " + std::to_string(n_slots));
+    }
+  }
+  if (k != c.names.size()) throw DataError("checkpoint " + c.path + " has variables the model does not have");
+  if (!any_slots) slots.clear();
+  return slots;
+}
+
 std::string SyncReplicasClient::save_checkpoint() {
   if (options_.checkpoint_dir.empty()) throw InvalidArgument("ps client: no checkpoint_dir set");
+  const std::size_t n_slots = optimizer_slots();
+  std::vector<std::vector<float>> data(variables_.size() * (1 + n_slots));  // variable i: [i*(1+n)] values, then slots
+  for (std::size_t i = 0; i < variables_.size(); ++i) {
+    for (std::size_t j = 0; j <= n_slots; ++j) data[i * (1 + n_slots) + j].resize(variables_[i].size);
+  }
+  int64_t step = global_step_;
+  if (n_slots > 0) {  // the optimizer's state lives on the PS tasks: fetch it with the values
+    std::vector<std::vector<Outgoing>> out(cluster_.ps.size());
+    std::vector<std::vector<Expected>> in(cluster_.ps.size());
+    std::vector<std::vector<float>> per_slice(placement_.slices.size());
+    for (const auto& s : placement_.slices) {
+      Outgoing o;
+      o.header.op = Op::kPullState;
+      o.header.slice = s.id;
+      out[s.ps].push_back(o);
+      per_slice[s.id].resize(s.size * (1 + n_slots));
+      Expected e;
+      e.slice = s.id;
+      e.dst = per_slice[s.id].data();
+      e.count = per_slice[s.id].size();
+      e.op = Op::kState;
+      in[s.ps].push_back(e);
+    }
+    links_->exchange(out, in, "checkpoint (pull of values and optimizer state)");
+    for (const auto& v : in) {
+      for (const auto& e : v) step = std::min(step, e.step);
+    }
+    for (const auto& s : placement_.slices) {
+      for (std::size_t j = 0; j <= n_slots; ++j) {
+        const float* src = per_slice[s.id].data() + j * s.size;
+        std::copy(src, src + s.size, data[s.variable * (1 + n_slots) + j].data() + s.offset);
+      }
+    }
+  }
   std::vector<CheckpointEntry> entries;
-  for (const auto& v : variables_) entries.push_back({v.name, v.value, v.size});
-  std::string path = ps::save_checkpoint(options_.checkpoint_dir, global_step_, entries);
+  for (std::size_t i = 0; i < variables_.size(); ++i) {
+    const auto& v = variables_[i];
+    entries.push_back({v.name, n_slots > 0 ? data[i * (1 + n_slots)].data() : v.value, v.size});
+    for (std::size_t j = 1; j <= n_slots; ++j) {
+      entries.push_back({v.name + "/slot" + std::to_string(j - 1), data[i * (1 + n_slots) + j].data(), v.size});
+    }
+  }
+  std::string path = ps::save_checkpoint(options_.checkpoint_dir, step, entries);
   last_saved_step_ = global_step_;
   ++stats_.checkpoints_written;
   stats_.last_checkpoint = path;

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "muster/runtime/ps/checkpoint.h"
 #include "muster/runtime/ps/cluster.h"
 #include "muster/runtime/ps/options.h"
 #include "muster/runtime/ps/placement.h"
@@ -91,7 +92,8 @@ class SyncReplicasClient {
   // (async mode: pull whatever is current). The chief checkpoints every
   // checkpoint_every steps. Returns the new global step.
   int64_t step(const std::vector<const float*>& grads);
-  // The chief writes a checkpoint of the current values now.
+  // The chief writes a checkpoint now: the values and the optimizer's state
+  // (TensorFlow's slot variables, fetched from the PS tasks). Returns its path.
   std::string save_checkpoint();
   // Tells every PS this worker has finished (the chief checkpoints first).
   void done();
@@ -106,6 +108,8 @@ class SyncReplicasClient {
 
  private:
   void maybe_checkpoint();
+  std::size_t optimizer_slots() const;
+  std::vector<std::vector<const float*>> restore(const LoadedCheckpoint& c);
 
   PsCluster cluster_;
   ClientOptions options_;

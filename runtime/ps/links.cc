@@ -86,7 +86,7 @@ struct Links::Impl {
         });
       }
       Expected& e = (*l.in)[l.next];
-      if (h.op != Op::kParams || h.slice != e.slice || h.length != e.count * sizeof(float)) {
+      if (h.op != e.op || h.slice != e.slice || h.length != e.count * sizeof(float)) {
         return fail(l.index, name(l.index) + " answered " + what + " with " + op_name(h.op) + " of slice " +
                                  std::to_string(h.slice) + " (" + std::to_string(h.length) + " bytes), expected slice " +
                                  std::to_string(e.slice) + " (" + std::to_string(e.count * 4) + " bytes)");
@@ -196,7 +196,11 @@ void Links::exchange(const std::vector<std::vector<Outgoing>>& out, std::vector<
     for (std::size_t k = 0; k < frames.size(); ++k) {
       encode_header(frames[k].header, l.headers[k].data());
       l.out.push_back(asio::buffer(l.headers[k]));
-      if (frames[k].header.length > 0) l.out.push_back(asio::buffer(frames[k].data, frames[k].header.length));
+      if (frames[k].more.empty()) {
+        if (frames[k].header.length > 0) l.out.push_back(asio::buffer(frames[k].data, frames[k].header.length));
+      } else {
+        for (const auto& [p, n] : frames[k].more) l.out.push_back(asio::buffer(p, n));
+      }
     }
     l.in = &in[l.index];
     l.next = 0;

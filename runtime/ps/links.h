@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "muster/runtime/ps/protocol.h"
@@ -21,6 +22,7 @@ namespace muster::runtime::ps {
 struct Outgoing {
   FrameHeader header;
   const void* data = nullptr;  // header.length bytes, or nullptr
+  std::vector<std::pair<const void*, std::size_t>> more;  // if set: the payload in parts instead of `data`
 };
 
 struct Expected {
@@ -28,6 +30,7 @@ struct Expected {
   float* dst = nullptr;
   std::size_t count = 0;
   int64_t step = 0;  // filled in: the global step the PS answered with
+  Op op = Op::kParams;
 };
 
 class Links {

@@ -26,11 +26,13 @@ const char* op_name(Op op) {
     case Op::kParams: return "params";
     case Op::kDone: return "done";
     case Op::kError: return "error";
+    case Op::kPullState: return "pull_state";
+    case Op::kState: return "state";
   }
   return "unknown";
 }
 
-bool op_valid(uint8_t raw) { return raw >= 1 && raw <= 7; }
+bool op_valid(uint8_t raw) { return raw >= 1 && raw <= 9; }
 
 void encode_header(const FrameHeader& h, unsigned char* out) {
   put<uint32_t>(out + 0, h.magic);

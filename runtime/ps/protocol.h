@@ -9,7 +9,8 @@
 //   6      1    op        Op below
 //   7      1    dtype     runtime::DataType (float32 = 1; 0 when no tensor)
 //   8      4    slice     variable-slice id (placement order), or worker index (kHello, kDone)
-//   12     4    aux       0; in kError: kErrorTimeout when the PS gave up waiting
+//   12     4    aux       kError: kErrorTimeout when the PS gave up waiting;
+//                        kInit/kState: optimizer state buffers in the payload; else 0
 //   16     8    step      global/local step (signed)
 //   24     8    length    payload bytes that follow the header
 //
@@ -19,8 +20,10 @@
 //      worker index and the SyncReplicas options). The first hello fixes the
 //      options of the PS; a hello with different options closes the connection.
 //   b) The chief sends kInit per slice it owns on that PS (payload = initial
-//      values, step = starting global step, from a checkpoint or 0). The
-//      first init of a slice wins; later inits of it are ignored.
+//      values, step = starting global step, from a checkpoint or 0; when
+//      resuming, aux = the optimizer's state buffers per slice and the
+//      payload is the values followed by those buffers). The first init of
+//      a slice wins; later inits of it are ignored.
 //   c) Every worker sends kPull(slice, step = s) and gets kParams(slice,
 //      step = global step, payload = values) once the slice exists and its
 //      global step is >= s. Pull(0) therefore waits for the chief's init.
@@ -31,9 +34,12 @@
 //      applies the optimizer, advances the slice's global step and answers
 //      the pulls waiting for it. Async mode: each push is applied at once.
 //      Workers pipeline: all pushes, then all pulls, in one gather write.
-//   e) kDone(slice = worker index) when the worker has finished; the PS exits
+//   e) To checkpoint, the chief sends kPullState(slice) and gets
+//      kState(slice, step = global step, aux = state buffers, payload =
+//      values then the optimizer's state buffers), taken at one instant.
+//   f) kDone(slice = worker index) when the worker has finished; the PS exits
 //      once every worker is done.
-//   f) Whenever the PS cannot serve a request (timeout waiting for missing
+//   g) Whenever the PS cannot serve a request (timeout waiting for missing
 //      workers, shutdown) it answers with kError (payload = UTF-8 message)
 //      and closes. A malformed frame (bad magic/version/op/dtype, a length
 //      that does not fit the op or the slice, oversize, truncated) closes
@@ -62,6 +68,8 @@ enum class Op : uint8_t {
   kParams = 5,  // PS -> worker, answer to kPull
   kDone = 6,
   kError = 7,   // PS -> worker
+  kPullState = 8,
+  kState = 9,   // PS -> worker, answer to kPullState
 };
 
 inline constexpr uint32_t kErrorTimeout = 1;

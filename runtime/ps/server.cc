@@ -2,6 +2,7 @@
 // SyncReplicas rules for one slice are in Impl::push() below.
 #include "muster/runtime/ps/server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -62,7 +63,8 @@ class PsServer::Impl {
 
   // Returns an empty string when accepted, else why the connection must close.
   std::string hello(Connection& c, const HelloPayload& h);
-  std::string init(uint32_t slice, int64_t step, std::shared_ptr<std::vector<float>> values);
+  std::string init(uint32_t slice, int64_t step, uint32_t state_buffers, std::shared_ptr<std::vector<float>> values);
+  void pull_state(const std::shared_ptr<Connection>& c, uint32_t slice);
   std::string push(Slice& s, int64_t step, std::vector<float>& grad);
   void pull(const std::shared_ptr<Connection>& c, uint32_t slice, int64_t min_step);
   void worker_done(int worker);
@@ -112,13 +114,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void start() { read_header(); }
 
-  // Answers a pull; any thread.
-  void send_params(uint32_t slice, int64_t step, std::shared_ptr<std::vector<float>> values) {
-    asio::post(sock_.get_executor(), [self = shared_from_this(), slice, step, values = std::move(values)]() mutable {
+  // Answers a pull (kParams) or a state pull (kState); any thread.
+  void send_params(uint32_t slice, int64_t step, std::shared_ptr<std::vector<float>> values, Op op = Op::kParams,
+                   uint32_t aux = 0) {
+    asio::post(sock_.get_executor(), [self = shared_from_this(), slice, step, values = std::move(values), op, aux]() mutable {
       FrameHeader h;
-      h.op = Op::kParams;
+      h.op = op;
       h.dtype = static_cast<uint8_t>(DataType::kFloat32);
       h.slice = slice;
+      h.aux = aux;
       h.step = step;
       h.length = values->size() * sizeof(float);
       encode_header(h, self->out_.data());
@@ -211,7 +215,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
                        std::to_string(kProtocolVersion) + ")");
     }
     const uint8_t raw_op = static_cast<uint8_t>(h_.op);
-    if (!op_valid(raw_op) || h_.op == Op::kParams || h_.op == Op::kError) {
+    if (!op_valid(raw_op) || h_.op == Op::kParams || h_.op == Op::kError || h_.op == Op::kState) {
       return bad_frame("unknown op " + std::to_string(raw_op));
     }
     if (h_.dtype != 0 && !dtype_valid(h_.dtype)) return bad_frame("unknown dtype " + std::to_string(h_.dtype));
@@ -231,14 +235,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
         });
       case Op::kInit: {
         if (h_.dtype != static_cast<uint8_t>(DataType::kFloat32)) return bad_frame("init: unsupported dtype " + std::to_string(h_.dtype));
-        if (h_.length == 0 || h_.length % 4 != 0) return bad_frame("init: length " + std::to_string(h_.length) + " is not a positive multiple of 4");
-        if (Slice* s = s_.find_slice(h_.slice); s != nullptr && s->size * 4 != h_.length) {
+        const uint64_t parts = 1 + static_cast<uint64_t>(h_.aux);  // values + optimizer state buffers
+        if (h_.aux > 8) return bad_frame("init: " + std::to_string(h_.aux) + " optimizer state buffers (at most 8)");
+        if (h_.length == 0 || h_.length % (4 * parts) != 0) {
+          return bad_frame("init: length " + std::to_string(h_.length) + " is not a positive multiple of " + std::to_string(4 * parts));
+        }
+        if (Slice* s = s_.find_slice(h_.slice); s != nullptr && s->size * 4 * parts != h_.length) {
           return bad_frame("init: length " + std::to_string(h_.length) + " does not match slice " + std::to_string(h_.slice) +
-                           " (" + std::to_string(s->size * 4) + " bytes)");
+                           " (" + std::to_string(s->size * 4 * parts) + " bytes)");
         }
         init_ = std::make_shared<std::vector<float>>(h_.length / 4);
         return read_payload(asio::buffer(*init_), [this] {
-          std::string why = s_.init(h_.slice, h_.step, std::move(init_));
+          std::string why = s_.init(h_.slice, h_.step, h_.aux, std::move(init_));
           if (!why.empty()) return reject(why);
           read_header();
         });
@@ -262,6 +270,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
         if (h_.length != 0) return bad_frame("pull with a payload of " + std::to_string(h_.length) + " bytes");
         s_.bytes_in_ += kHeaderSize;
         return s_.pull(shared_from_this(), h_.slice, h_.step);  // send_params() resumes reading
+      case Op::kPullState:
+        if (h_.length != 0) return bad_frame("pull_state with a payload of " + std::to_string(h_.length) + " bytes");
+        s_.bytes_in_ += kHeaderSize;
+        return s_.pull_state(shared_from_this(), h_.slice);
       case Op::kDone:
         if (h_.length != 0) return bad_frame("done with a payload of " + std::to_string(h_.length) + " bytes");
         done_ = true;
@@ -379,19 +391,30 @@ Slice* PsServer::Impl::find_slice(uint32_t id) {
   return it == slices_.end() ? nullptr : it->second.get();
 }
 
-std::string PsServer::Impl::init(uint32_t id, int64_t step, std::shared_ptr<std::vector<float>> values) {
+std::string PsServer::Impl::init(uint32_t id, int64_t step, uint32_t state_buffers, std::shared_ptr<std::vector<float>> values) {
   std::vector<PendingPull> ready;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (slices_.count(id)) return "";  // the first init wins
     auto s = std::make_unique<Slice>();
     s->id = id;
-    s->size = values->size();
-    s->values = std::move(values);
+    s->size = values->size() / (1 + state_buffers);
     s->step = step;
     s->opt = optim::make_optimizer(options_.optimizer, options_.learning_rate);
     s->opt->init({s->size});
-    s->opt->set_iterations(step);
+    s->opt->set_iterations(step);  // one optimizer update per global step
+    if (state_buffers > 0) {  // resuming: the optimizer's state follows the values
+      auto state = s->opt->state();
+      if (state.size() != state_buffers) {
+        return "init of slice " + std::to_string(id) + " carries " + std::to_string(state_buffers) + " state buffers, optimizer " +
+               options_.optimizer + " has " + std::to_string(state.size());
+      }
+      for (std::size_t k = 0; k < state.size(); ++k) {
+        std::copy_n(values->data() + (k + 1) * s->size, s->size, state[k].data);
+      }
+      values->resize(s->size);
+    }
+    s->values = std::move(values);
     for (auto it = orphan_pulls_.begin(); it != orphan_pulls_.end();) {
       if (it->slice != id) {
         ++it;
@@ -493,6 +516,22 @@ void PsServer::Impl::pull(const std::shared_ptr<Connection>& c, uint32_t id, int
   } else {
     s->pending.push_back({c, min_step, id, Clock::now()});
   }
+}
+
+// Values and optimizer state of one slice, copied at one instant.
+void PsServer::Impl::pull_state(const std::shared_ptr<Connection>& c, uint32_t id) {
+  Slice* s = find_slice(id);
+  if (s == nullptr) return c->send_error(name() + ": pull_state of slice " + std::to_string(id) + ", which was never initialised");
+  std::lock_guard<std::mutex> lock(s->mu);
+  auto state = s->opt->state();
+  auto out = std::make_shared<std::vector<float>>();
+  out->reserve(s->size * (1 + state.size()));
+  out->insert(out->end(), s->values->begin(), s->values->end());
+  for (const auto& st : state) {
+    if (st.size != s->size) return c->send_error(name() + ": optimizer state of slice " + std::to_string(id) + " has an unexpected size");
+    out->insert(out->end(), st.data, st.data + st.size);
+  }
+  c->send_params(id, s->step, std::move(out), Op::kState, static_cast<uint32_t>(state.size()));
 }
 
 void PsServer::Impl::worker_done(int worker) {
