@@ -34,6 +34,11 @@ def main(out_dir):
         "memcpy_gbs": bw["memcpy_gbs"],
         "ranks": bw.get("ranks", 2),
     }
+    load_path = os.path.join(out_dir, "allreduce_load.txt")
+    if os.path.exists(load_path):
+        with open(load_path) as f:
+            loads = [float(x) for x in f.read().split()]
+        result["load_average"] = {"before": loads[0], "after": loads[-1], "cores": os.cpu_count()}
     fused_path = os.path.join(out_dir, "allreduce_fused.json")
     if os.path.exists(fused_path):
         with open(fused_path) as f:
@@ -48,6 +53,16 @@ def main(out_dir):
         "median over repetitions; muster's ring (shared-memory links) and Open MPI's `MPI_Allreduce` "
         "(vader + tcp) interleaved rep by rep in the same run."
     )
+    if "load_average" in result:
+        la = result["load_average"]
+        lines.append("")
+        lines.append(
+            f"The host was shared while this ran: 1-minute load average {la['before']:.1f} before and "
+            f"{la['after']:.1f} after, on {la['cores']} cores. Load slows both algorithms (MPI's busy-polling "
+            "transport more than the ring, whose waiting ranks sleep on a futex), so compare the ratios "
+            "measured side by side rather than absolute figures (issue 4 quotes about 0.6 GB/s for "
+            "MPI_Allreduce at 64 MB on this host when quiet)."
+        )
     lines.append("")
     lines.append("| size | ring GB/s | MPI_Allreduce GB/s | ring / MPI |")
     lines.append("|---:|---:|---:|---:|")

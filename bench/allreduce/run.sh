@@ -24,6 +24,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe -mca btl self,vader,tcp
         -mca btl_vader_single_copy_mechanism none -np 2)
 
+# The machine is shared: record its load next to the figures.
+cut -d' ' -f1 /proc/loadavg > "$OUT/allreduce_load.txt"
 echo "bench/allreduce: ring vs MPI_Allreduce, 4 KB .. 256 MB, 2 ranks"
 "${MPIRUN[@]}" "$BW" "$OUT/allreduce_bandwidth.json"
 
@@ -35,5 +37,7 @@ else
   echo "bench/allreduce: $FUSED not built; the 'fused' figures are left out" >&2
 fi
 
+cut -d' ' -f1 /proc/loadavg >> "$OUT/allreduce_load.txt"
 /usr/bin/python3 "$ROOT/bench/allreduce/report.py" "$OUT"
+rm -f "$OUT/allreduce_load.txt"
 cat "$OUT/allreduce.md"
