@@ -18,6 +18,7 @@
 #include <iostream>
 
 #include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "muster/service/agent_routes.h"
@@ -84,6 +85,8 @@ int main(int argc, char** argv) {
   app.add_option("--agent-path", agent_path, "the agent program (default: muster-agent beside musterd)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   CLI11_PARSE(app, argc, argv);
+  // stdout carries only the "listening" line; logs go to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("musterd"));
   spdlog::set_level(spdlog::level::from_str(log_level));
 
   // Signals are taken by the main thread only (sigtimedwait below).

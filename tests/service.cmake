@@ -9,3 +9,9 @@ endif()
 if(TARGET muster_service)
   muster_gtest(http_server_test SOURCES http_server_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
 endif()
+if(TARGET musterd)
+  muster_gtest(musterd_integration_test SOURCES musterd_integration_test.cc
+    DEPS cpprestsdk::cpprest OpenSSL::SSL OpenSSL::Crypto nlohmann_json::nlohmann_json
+    LABEL integration TIMEOUT 180)
+  add_dependencies(musterd_integration_test musterd muster_agent)
+endif()

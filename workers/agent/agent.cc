@@ -182,13 +182,17 @@ int run_agent(const AgentOptions& o) {
   std::atomic<bool> stopped_by_daemon{false};
   std::thread heartbeat([&] {
     std::unique_lock<std::mutex> lock(mu);
+    auto last_answer = std::chrono::steady_clock::now();
     while (!cv.wait_for(lock, o.heartbeat, [&] { return done; })) {
       lock.unlock();
       auto r = client.post("heartbeat", json::object(), 5s);
       lock.lock();
-      if (r && (r->status == 404 || r->status == 409)) {
+      if (r && r->status < 500) last_answer = std::chrono::steady_clock::now();
+      const bool orphaned = std::chrono::steady_clock::now() - last_answer > o.orphan_timeout;
+      if ((r && (r->status == 404 || r->status == 409)) || orphaned) {
         stopped_by_daemon = true;
-        log_line("the daemon ended this worker (" + r->body + "); stopping the script");
+        log_line(orphaned ? std::string("the daemon has not answered for too long; stopping the script")
+                          : "the daemon ended this worker (" + r->body + "); stopping the script");
         if (g_child_pid > 0) {
           ::kill(-::getpgrp(), SIGTERM);
         } else {

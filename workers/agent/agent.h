@@ -11,7 +11,8 @@
 //     by kernel, in the agent's process group, output to the agent's stdout
 //     (the worker's log), MUSTER_IP_ADDRESS set;
 //  5. heartbeat every MUSTER_HEARTBEAT_S on a second thread; a 404/409 reply
-//     (stopped, lost) ends the script's whole process group;
+//     (stopped, lost), or no answer for MUSTER_ORPHAN_TIMEOUT_S, ends the
+//     script's whole process group;
 //  6. when the script ends, report exit {exit_code} (128+signal when killed)
 //     and exit with the same code. SIGTERM/SIGINT are forwarded to the script.
 #pragma once
@@ -32,6 +33,9 @@ struct AgentOptions {
   std::string master_ip;    // MUSTER_MASTER_IP (default: the URL's host)
   bool reserve_port = false;                   // MUSTER_RESERVE_PORT=1
   std::chrono::milliseconds heartbeat{2000};   // MUSTER_HEARTBEAT_S
+  // MUSTER_ORPHAN_TIMEOUT_S: with no daemon answering for this long, the
+  // agent ends the script and exits (a daemon restart takes far less).
+  std::chrono::milliseconds orphan_timeout{300'000};
   double cpu = 0;        // MUSTER_CPU
   double memory_gb = 0;  // MUSTER_MEMORY_GB
   std::string kernel = "python3";  // --kernel

@@ -4,7 +4,7 @@
 //   muster-agent --kernel python3 --code 'print(1)'
 // The daemon passes the rest in the environment: MUSTER_URL,
 // MUSTER_WORKER_ID, MUSTER_AGENT_TOKEN, MUSTER_MASTER_IP, MUSTER_HEARTBEAT_S,
-// MUSTER_RESERVE_PORT, MUSTER_CPU, MUSTER_MEMORY_GB.
+// MUSTER_RESERVE_PORT, MUSTER_CPU, MUSTER_MEMORY_GB, MUSTER_ORPHAN_TIMEOUT_S.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
   o.memory_gb = std::atof(env_or("MUSTER_MEMORY_GB", "0").c_str());
   const double hb = std::atof(env_or("MUSTER_HEARTBEAT_S", "2").c_str());
   o.heartbeat = std::chrono::milliseconds(static_cast<long>((hb > 0 ? hb : 2) * 1000));
+  const double orphan = std::atof(env_or("MUSTER_ORPHAN_TIMEOUT_S", "300").c_str());
+  if (orphan > 0) o.orphan_timeout = std::chrono::milliseconds(static_cast<long>(orphan * 1000));
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--" ) {

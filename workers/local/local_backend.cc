@@ -60,12 +60,35 @@ bool group_has_live_members(pid_t pgid) {
 
 }  // namespace
 
+LocalBackend::LocalBackend(LocalBackendOptions options) : options_(options) {
+  reaper_ = std::thread([this] { reaper_loop(); });
+}
+
+LocalBackend::~LocalBackend() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closing_ = true;
+  }
+  reaper_cv_.notify_all();
+  reaper_.join();
+}
+
+void LocalBackend::reaper_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!reaper_cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return closing_; })) {
+    for (auto& [id, child] : children_) reap_locked(child);
+  }
+}
+
 api::Result<pid_t> LocalBackend::spawn(const LaunchSpec& spec) {
   if (spec.agent_argv.empty()) return api::invalid_argument("worker " + spec.worker_id + ": empty agent command");
   SpawnSetup s;
   posix_spawn_file_actions_addopen(&s.actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&s.actions, 1, spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   posix_spawn_file_actions_adddup2(&s.actions, 1, 2);
+  // The daemon's sockets (its listener above all) must not leak into the
+  // agent: an agent outliving a killed daemon would keep its port bound.
+  posix_spawn_file_actions_addclosefrom_np(&s.actions, 3);
   if (!spec.working_dir.empty()) posix_spawn_file_actions_addchdir_np(&s.actions, spec.working_dir.c_str());
   sigset_t none, defaults;
   sigemptyset(&none);

@@ -6,7 +6,8 @@
 //   daemon's environment plus LaunchSpec::env. All-or-nothing.
 // - stop(): SIGTERM to the group, SIGKILL after the grace period; returns
 //   once the group is gone (or, at worst, 2 s after SIGKILL).
-// - poll(): reaps with waitpid(WNOHANG); 128+signal when killed.
+// - poll(): reaps with waitpid(WNOHANG); 128+signal when killed. A reaper
+//   thread also reaps every 200 ms, so finished agents never stay zombies.
 // - Agents outlive the daemon by default so that a restarted daemon adopts
 //   them (they keep heartbeating); --backend-opt stop_on_shutdown=1 ends them
 //   at shutdown instead. Workers of an earlier daemon are unknown here: poll()
@@ -16,8 +17,10 @@
 
 #include <sys/types.h>
 
+#include <condition_variable>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <optional>
 #include <string>
 
@@ -31,8 +34,8 @@ struct LocalBackendOptions {
 
 class LocalBackend final : public Backend {
  public:
-  explicit LocalBackend(LocalBackendOptions options = {}) : options_(options) {}
-  ~LocalBackend() override = default;
+  explicit LocalBackend(LocalBackendOptions options = {});
+  ~LocalBackend() override;
 
   std::string name() const override { return "local"; }
   std::string master_address() const override { return "127.0.0.1"; }
@@ -51,9 +54,14 @@ class LocalBackend final : public Backend {
   void reap_locked(Child& child);
   bool group_alive(const std::string& worker_id);
 
+  void reaper_loop();
+
   LocalBackendOptions options_;
   std::mutex mu_;
   std::map<std::string, Child> children_;
+  std::condition_variable reaper_cv_;
+  bool closing_ = false;
+  std::thread reaper_;
 };
 
 }  // namespace muster::workers::local
