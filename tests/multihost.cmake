@@ -9,3 +9,10 @@ muster_gtest(ssh_backend_integration_test SOURCES ssh_backend_integration_test.c
 muster_gtest(ssh_backend_test SOURCES ssh_backend_test.cc DEPS muster_workers_ssh LABEL unit)
 muster_gtest(preflight_integration_test SOURCES preflight_integration_test.cc
   DEPS muster_workers_ssh muster_workers_container LABEL integration TIMEOUT 120)
+# musterd with the container backend (needs the daemon and the agent).
+if(TARGET musterd)
+  muster_gtest(container_daemon_test SOURCES container_daemon_test.cc
+    DEPS muster_workers_container cpprestsdk::cpprest OpenSSL::SSL OpenSSL::Crypto nlohmann_json::nlohmann_json
+    LABEL integration TIMEOUT 120)
+  add_dependencies(container_daemon_test musterd muster_agent)
+endif()
