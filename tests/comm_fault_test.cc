@@ -164,10 +164,13 @@ TEST_P(CommFaultTest, SurvivorsFailNamingTheRankWithinTheTimeout) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Faults, CommFaultTest,
-                         ::testing::Values(Case{"kill", "ring", 3}, Case{"kill", "mpi", 3}, Case{"stall", "ring", 3},
+                         ::testing::Values(Case{"kill", "ring", 3}, Case{"kill", "mpi", 3},
+                                           Case{"kill", "ring-mpi-links", 4}, Case{"stall", "ring", 3},
                                            Case{"stall", "mpi", 2}),
                          [](const ::testing::TestParamInfo<Case>& info) {
-                           return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_np" +
+                           std::string algorithm = std::get<1>(info.param);
+                           for (char& c : algorithm) c = c == '-' ? '_' : c;
+                           return std::get<0>(info.param) + "_" + algorithm + "_np" +
                                   std::to_string(std::get<2>(info.param));
                          });
 
