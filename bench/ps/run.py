@@ -90,7 +90,9 @@ def main():
     ref = statistics.median([iperf, iperf_after])
     figures = {"iperf3_gbs": round(ref, 3), "iperf3_samples_gbs": [round(iperf, 3), round(iperf_after, 3)],
                "model_params": PARAMS, "model_mb": PARAMS * 4 / 1e6, "runs": runs,
-               "ratio_vs_iperf3": round(runs[0]["aggregate_gbs"] / ref, 3), "target_ratio": 0.7,
+               "ratio_vs_iperf3": round(runs[0]["aggregate_gbs"] / ref, 3),
+               "ratio_vs_best_iperf3_sample": round(runs[0]["aggregate_gbs"] / max(iperf, iperf_after), 3),
+               "target_ratio": 0.7,
                "cpus": os.cpu_count()}
     with open(os.path.join(out_dir, "ps.json"), "w") as f:
         json.dump(figures, f, indent=2)
@@ -104,8 +106,11 @@ def main():
     for r in runs:
         lines.append("| %d | %d | %.3f | %.2f | %.2fx |" % (r["n_ps"], r["n_workers"], r["step_s"], r["aggregate_gbs"],
                                                             r["aggregate_gbs"] / ref))
-    lines += ["", "iperf3 (1 stream, loopback): %.2f GB/s. Ratio 1 PS / iperf3: **%.2f** (target >= 0.7). "
-              "Machine: %d CPUs, shared with other jobs while measured." % (ref, figures["ratio_vs_iperf3"], os.cpu_count()), ""]
+    lines += ["", "iperf3 (1 stream, loopback): %.2f GB/s (samples %.2f before, %.2f after). Ratio 1 PS / iperf3: **%.2f** "
+              "(target >= 0.7); against the faster iperf3 sample alone: %.2f. Machine: %d CPUs, shared with other "
+              "jobs while measured, so both figures move from run to run."
+              % (ref, iperf, iperf_after, figures["ratio_vs_iperf3"], figures["ratio_vs_best_iperf3_sample"],
+                 os.cpu_count()), ""]
     with open(os.path.join(out_dir, "ps.md"), "w") as f:
         f.write("\n".join(lines))
     print(json.dumps(figures, indent=2))
