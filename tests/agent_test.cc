@@ -1,0 +1,90 @@
+// muster-agent's pure parts: how a kernel and script become a command line,
+// URL parsing, the route to the daemon, and port reservation.
+#include "muster/workers/agent/agent.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include <fstream>
+
+#include "muster/workers/agent/http_client.h"
+#include "muster/workers/agent/network.h"
+
+using muster::workers::agent::AgentOptions;
+using muster::workers::agent::script_command;
+using Cmd = std::vector<std::string>;
+
+namespace {
+
+AgentOptions with(std::string kernel, std::string script, std::string code = "") {
+  AgentOptions o;
+  o.kernel = std::move(kernel);
+  o.script = std::move(script);
+  o.code = std::move(code);
+  o.args = {"--epochs", "2"};
+  return o;
+}
+
+TEST(ScriptCommand, ByKernelAndFile) {
+  char tmpl[] = "/tmp/muster-agent-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string exe = dir + "/tool", plain = dir + "/data";
+  std::ofstream(exe) << "#!/bin/sh\n";
+  std::ofstream(plain) << "print(1)\n";
+  ::chmod(exe.c_str(), 0755);
+
+  EXPECT_EQ(script_command(with("python3", "/p/train.py")),
+            (Cmd{"/usr/bin/python3", "-u", "/p/train.py", "--epochs", "2"}));
+  EXPECT_EQ(script_command(with("python3", "/p/job.sh")), (Cmd{"/bin/bash", "/p/job.sh", "--epochs", "2"}));
+  EXPECT_EQ(script_command(with("python3", exe)), (Cmd{exe, "--epochs", "2"}));
+  EXPECT_EQ(script_command(with("python3", plain)), (Cmd{"/usr/bin/python3", "-u", plain, "--epochs", "2"}));
+  EXPECT_EQ(script_command(with("bash", "/p/x.py")), (Cmd{"/bin/bash", "/p/x.py", "--epochs", "2"}));
+  EXPECT_EQ(script_command(with("executable", exe)), (Cmd{exe, "--epochs", "2"}));
+  EXPECT_EQ(script_command(with("python3", "", "print(1)")),
+            (Cmd{"/usr/bin/python3", "-u", "-c", "print(1)", "--epochs", "2"}));
+  EXPECT_EQ(script_command(with("bash", "", "echo $1")),
+            (Cmd{"/bin/bash", "-c", "echo $1", "muster-worker", "--epochs", "2"}));
+  ::unlink(exe.c_str());
+  ::unlink(plain.c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST(HttpUrl, Parses) {
+  auto e = muster::workers::agent::parse_http_url("http://10.1.2.3:7878");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->host, "10.1.2.3");
+  EXPECT_EQ(e->port, 7878);
+  EXPECT_EQ(muster::workers::agent::parse_http_url("http://h/x")->port, 80);
+  EXPECT_FALSE(muster::workers::agent::parse_http_url("https://h:1").has_value());
+  EXPECT_FALSE(muster::workers::agent::parse_http_url("http://:1").has_value());
+  EXPECT_FALSE(muster::workers::agent::parse_http_url("http://h:x").has_value());
+}
+
+TEST(Network, RouteAndReservedPort) {
+  EXPECT_EQ(muster::workers::agent::route_ip_to("127.0.0.1", 7878), "127.0.0.1");
+  EXPECT_FALSE(muster::workers::agent::route_ip_to("not-an-ip", 1).has_value());
+  auto port = muster::workers::agent::ReservedPort::reserve("127.0.0.1");
+  ASSERT_TRUE(port.has_value());
+  EXPECT_GT(port->port(), 0);
+  // While held, nobody else gets it (without SO_REUSEADDR)...
+  auto try_bind = [&](int p) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(p));
+    ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    return ok;
+  };
+  EXPECT_FALSE(try_bind(port->port()));
+  // ...and once released the script can bind it.
+  port->release();
+  EXPECT_TRUE(try_bind(port->port()));
+}
+
+}  // namespace

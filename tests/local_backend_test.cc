@@ -1,0 +1,102 @@
+// LocalBackend with real processes (label integration): output to the log,
+// exit codes by poll, all-or-nothing launch, and stop ending a whole tree.
+#include "muster/workers/local/local_backend.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using muster::workers::LaunchSpec;
+using muster::workers::ProcessState;
+using muster::workers::local::LocalBackend;
+
+namespace {
+
+class LocalBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/muster-local-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+  }
+  void TearDown() override {
+    for (const auto& id : ids_) (void)backend_.stop(id, 0ms);
+    fs::remove_all(dir_);
+  }
+  LaunchSpec spec(const std::string& id, const std::string& shell) {
+    ids_.push_back(id);
+    LaunchSpec s;
+    s.worker_id = id;
+    s.agent_argv = {"/bin/sh", "-c", shell};
+    s.env = {{"GREETING", "hello"}};
+    s.working_dir = dir_;
+    s.log_path = dir_ / (id + ".log");
+    return s;
+  }
+  muster::workers::ProcessStatus wait_exit(const std::string& id) {
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    auto st = backend_.poll(id);
+    while (st.state == ProcessState::kRunning && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(20ms);
+      st = backend_.poll(id);
+    }
+    return st;
+  }
+  std::string read(const fs::path& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+  fs::path dir_;
+  std::vector<std::string> ids_;
+  LocalBackend backend_;
+};
+
+TEST_F(LocalBackendTest, OutputEnvCwdAndExitCodes) {
+  ASSERT_TRUE(backend_.launch({spec("a", "echo $GREETING from $(pwd); echo err >&2; exit 5"),
+                               spec("b", "kill -TERM $$")})
+                  .is_ok());
+  auto a = wait_exit("a");
+  EXPECT_EQ(a.state, ProcessState::kExited);
+  EXPECT_EQ(a.exit_code, 5);
+  EXPECT_EQ(read(dir_ / "a.log"), "hello from " + fs::canonical(dir_).string() + "\nerr\n");
+  EXPECT_EQ(wait_exit("b").exit_code, 128 + SIGTERM);
+  EXPECT_EQ(backend_.poll("never").state, ProcessState::kUnknown);
+  EXPECT_TRUE(backend_.stop("never", 0ms).is_ok());
+}
+
+TEST_F(LocalBackendTest, LaunchIsAllOrNothing) {
+  auto good = spec("good", "echo $$ > good.pid; exec sleep 60");
+  auto bad = spec("bad", "");
+  bad.agent_argv = {"/nonexistent/muster-agent"};
+  auto s = backend_.launch({good, bad});
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("bad"), std::string::npos) << s.message();
+  EXPECT_EQ(backend_.poll("good").state, ProcessState::kExited);
+}
+
+TEST_F(LocalBackendTest, StopKillsTheTreeEvenWhenTermIsIgnored) {
+  // The leader ignores SIGTERM and has a background grandchild.
+  ASSERT_TRUE(backend_.launch({spec("t", "trap '' TERM; sleep 300 & echo $! > grandchild.pid; wait")}).is_ok());
+  const auto pid_file = dir_ / "grandchild.pid";
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (read(pid_file).empty() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  const int grandchild = std::stoi(read(pid_file));
+  ASSERT_EQ(::kill(grandchild, 0), 0);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(backend_.stop("t", 300ms).is_ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_EQ(backend_.poll("t").state, ProcessState::kExited);
+  // Gone (or a zombie waiting for PID 1).
+  std::ifstream stat("/proc/" + std::to_string(grandchild) + "/stat");
+  std::string line;
+  if (std::getline(stat, line)) {
+    EXPECT_EQ(line[line.rfind(')') + 2], 'Z') << line;
+  }
+}
+
+}  // namespace
