@@ -21,6 +21,7 @@ Watchdog::Watchdog(std::chrono::milliseconds timeout, PeerMonitor* monitor, uint
       next_liveness_check_(last_progress_ + kLivenessPeriod) {}
 
 void Watchdog::progressed() {
+  exited_peer_ = nullptr;
   if (idle_rounds_ != 0) {
     idle_rounds_ = 0;
     last_progress_ = Clock::now();
@@ -49,10 +50,17 @@ void Watchdog::idle(int waiting_on) {
     nanosleep(&ts, nullptr);
   }
   const auto now = Clock::now();
+  if (exited_peer_) std::rethrow_exception(exited_peer_);
   if (monitor_ && now >= next_liveness_check_) {
     next_liveness_check_ = now + kLivenessPeriod;
     monitor_->heartbeat();
-    monitor_->check_alive(what_);
+    // A peer that exited may have left what we wait for in shared memory
+    // already: fail only if the caller's next poll of its links finds nothing.
+    try {
+      monitor_->check_alive(what_);
+    } catch (const CommError&) {
+      exited_peer_ = std::current_exception();
+    }
   }
   if (now - last_progress_ >= timeout_) expire(waiting_on);
 }

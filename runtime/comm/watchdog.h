@@ -3,13 +3,15 @@
 // A poll loop (ring step, MPI request test) calls progressed() whenever a
 // peer moved and idle() whenever nothing did. idle() backs off (spin, yield,
 // then short sleeps, so oversubscribed ranks leave the CPU to their peers),
-// asks the PeerMonitor every 50 ms whether a peer has exited, and once no
+// asks the PeerMonitor every 50 ms whether a peer has exited (and fails if
+// the next poll still finds nothing to do), and once no
 // progress has been seen for `timeout` throws TimeoutError naming the peer
 // most likely at fault.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <string>
 
 #include "muster/runtime/error.h"
@@ -77,6 +79,7 @@ class Watchdog {
   Clock::time_point last_progress_;
   Clock::time_point next_liveness_check_;
   uint32_t idle_rounds_ = 0;
+  std::exception_ptr exited_peer_;  // seen exited; thrown unless the next poll progresses
 };
 
 }  // namespace muster::runtime::comm
