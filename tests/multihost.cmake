@@ -16,3 +16,10 @@ if(TARGET musterd)
     LABEL integration TIMEOUT 120)
   add_dependencies(container_daemon_test musterd muster_agent)
 endif()
+# Clusters across containers (mpi and ps modes) through musterd.
+if(TARGET musterd AND TARGET muster_mpi_hello)
+  muster_gtest(container_cluster_test SOURCES container_cluster_test.cc
+    DEPS muster_workers_container cpprestsdk::cpprest OpenSSL::SSL OpenSSL::Crypto nlohmann_json::nlohmann_json
+    LABEL integration TIMEOUT 240)
+  add_dependencies(container_cluster_test musterd muster_agent muster_mpi_hello)
+endif()
