@@ -43,10 +43,13 @@ class FakeWorld {
 
   FakeWorld(int n, std::chrono::milliseconds timeout = std::chrono::seconds(20))
       : n_(n), timeout_(timeout), posted_(static_cast<std::size_t>(n)), calls_(static_cast<std::size_t>(n)),
-        fail_after_(static_cast<std::size_t>(n), -1), done_count_(static_cast<std::size_t>(n), 0) {}
+        fail_after_(static_cast<std::size_t>(n), -1), done_count_(static_cast<std::size_t>(n), 0),
+        posted_identity_(static_cast<std::size_t>(n), 0) {}
 
   int size() const { return n_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  // One identity per rank: every Collectives of rank r is "the same communicator".
+  const void* identity(int r) const { return &posted_identity_[static_cast<std::size_t>(r)]; }
   void fail_rank(int r, int after) { fail_after_[static_cast<std::size_t>(r)] = after; }
   int collectives_done(int r) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -173,6 +176,7 @@ class FakeWorld {
   std::vector<int> done_count_;
   int64_t generation_ = 0;
   std::exception_ptr broken_;
+  std::vector<char> posted_identity_;
 };
 
 class FakeCollectives final : public Collectives {
@@ -181,6 +185,7 @@ class FakeCollectives final : public Collectives {
   int rank() const override { return rank_; }
   int size() const override { return world_.size(); }
   std::chrono::milliseconds timeout() const override { return world_.timeout(); }
+  const void* identity() const override { return world_.identity(rank_); }
 
   class DoneOp final : public PendingOp {
    public:

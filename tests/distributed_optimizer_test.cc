@@ -343,6 +343,40 @@ TEST(DistributedOptimizer, OwnedGradientsAreContiguousAndAveraged) {
   EXPECT_EQ(got[1], got[0]);
 }
 
+// Two optimizers on one communicator (a GAN's generator and discriminator):
+// their collectives must reach the wire in program order on every rank.
+TEST(DistributedOptimizer, TwoOptimizersOnOneCommunicatorStayInStep) {
+  FakeWorld world(3);
+  std::vector<std::vector<float>> got(3);
+  expect_no_errors(run_ranks(world, [&](int rank, std::unique_ptr<Collectives> coll) {
+    std::vector<float> wa(50), ga(50), wb(70), gb(70);
+    DistributedOptions o;
+    o.fusion_threshold_bytes = 64;
+    DistributedOptimizer a(std::move(coll), optim::make_sgd({}), o);
+    DistributedOptimizer b(world.rank(rank), optim::make_sgd({}), o);
+    for (int t = 0; t < 5; ++t) a.add_parameter("a" + std::to_string(t), wa.data() + 10 * t, ga.data() + 10 * t, 10);
+    for (int t = 0; t < 7; ++t) b.add_parameter("b" + std::to_string(t), wb.data() + 10 * t, nullptr, 10);
+    a.gradient(0);  // both registration checks queued back to back
+    b.gradient(0);
+    for (int step = 0; step < 3; ++step) {
+      std::fill(ga.begin(), ga.end(), static_cast<float>(rank));
+      for (int t = 0; t < 7; ++t) std::fill(b.gradient(t), b.gradient(t) + 10, static_cast<float>(2 * rank));
+      a.step();
+      a.grad_ready(0);  // a's next step is in flight now
+      EXPECT_THROW(a.grad_ready(0), InvalidArgument) << "a: marked twice";
+      EXPECT_THROW(b.grad_ready(0), InvalidArgument) << "a has a step in flight";
+      a.synchronize();
+      b.grad_ready(6);
+      EXPECT_THROW(a.grad_ready(0), InvalidArgument) << "b has a step in flight";
+      EXPECT_THROW(a.metric_average(1.0), InvalidArgument) << "b has a step in flight";
+      b.step();
+      EXPECT_DOUBLE_EQ(a.metric_average(static_cast<double>(rank)), 1.0);
+    }
+    got[static_cast<std::size_t>(rank)] = {ga[0], ga[49], b.gradient(0)[0], b.gradient(6)[9]};
+  }));
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(got[static_cast<std::size_t>(r)], (std::vector<float>{1, 1, 2, 2}));
+}
+
 TEST(DistributedOptimizer, MisuseIsReported) {
   FakeWorld world(1);
   std::vector<float> w(4), g(4);

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -97,7 +98,9 @@ struct OptimizerCase {
   std::unique_ptr<rt::distributed::DistributedOptimizer> opt;
 
   OptimizerCase(rt::comm::Communicator& comm, const std::vector<Tensor>& tensors, bool owned) {
-    opt = std::make_unique<rt::distributed::DistributedOptimizer>(comm, rt::optim::make_sgd({}));
+    rt::distributed::DistributedOptions options;  // defaults: 64 MB fusion, 8 MB segments
+    if (const char* seg = std::getenv("FUSED_BENCH_SEGMENT_KB")) options.segment_bytes = std::stoul(seg) * 1024;
+    opt = std::make_unique<rt::distributed::DistributedOptimizer>(comm, rt::optim::make_sgd({}), options);
     values.resize(tensors.size());
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       values[i].assign(tensors[i].size, 0.0f);
@@ -114,6 +117,22 @@ struct OptimizerCase {
     }
   }
 
+  // Every gradient element = v (outside the timed region).
+  void fill(float v) {
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      float* g = opt->gradient(static_cast<int>(i));
+      std::fill(g, g + values[i].size(), v);
+    }
+  }
+  // True when every gradient element equals v.
+  bool all_equal(float v) {
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      const float* g = opt->gradient(static_cast<int>(i));
+      if (!std::all_of(g, g + values[i].size(), [v](float x) { return x == v; })) return false;
+    }
+    return true;
+  }
+
   // (a): gradients marked ready backwards, as backprop produces them.
   void step() {
     for (int i = static_cast<int>(values.size()) - 1; i >= 0; --i) opt->grad_ready(i);
@@ -123,7 +142,18 @@ struct OptimizerCase {
 
 }  // namespace
 
+int run(int argc, char** argv);
+
 int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "allreduce_fused_bench: %s\n", e.what());
+    return 1;
+  }
+}
+
+int run(int argc, char** argv) {
   const std::string out_path = argc > 1 ? argv[1] : "bench/out/allreduce_fused.json";
   const int reps = argc > 2 ? std::stoi(argv[2]) : 9;
   // MPI_Allreduce per tensor is an order of magnitude slower: fewer runs.
@@ -153,11 +183,26 @@ int main(int argc, char** argv) {
   run_single();
   run_per_tensor();
   std::vector<double> t_owned, t_copied, t_single, t_per;
+  // Rank r contributes r + 1 everywhere: the average is (size + 1) / 2.
+  const float mine = static_cast<float>(comm->rank() + 1), expect = (comm->size() + 1) / 2.0f;
+  bool correct = true;
   for (int r = 0; r < reps; ++r) {
+    owned.fill(mine);
     t_owned.push_back(time_once(*comm, [&] { owned.step(); }));
+    correct = correct && owned.all_equal(expect);
+    std::fill(single.begin(), single.end(), mine);
     t_single.push_back(time_once(*comm, run_single));
+    correct = correct && std::all_of(single.begin(), single.end(), [&](float x) { return x == expect; });
+    copied.fill(mine);
     t_copied.push_back(time_once(*comm, [&] { copied.step(); }));
+    correct = correct && copied.all_equal(expect);
     if (r < per_tensor_reps) t_per.push_back(time_once(*comm, run_per_tensor));
+  }
+  int wrong = correct ? 0 : 1;
+  comm->allreduce(&wrong, 1, rt::DataType::kInt32, {rt::comm::ReduceOp::kMax});
+  if (wrong) {
+    std::fprintf(stderr, "allreduce_fused_bench: a result was not the average; figures not written\n");
+    return 1;
   }
   const double step_s = median(t_owned), step_copy_s = median(t_copied);
   const double single_s = median(t_single), per_tensor_s = median(t_per);
@@ -170,6 +215,9 @@ int main(int argc, char** argv) {
         {"bytes", total * sizeof(float)},
         {"repetitions", reps},
         {"per_tensor_repetitions", per_tensor_reps},
+        {"segment_bytes", owned.opt->options().segment_bytes},
+        {"fusion_threshold_bytes", owned.opt->options().fusion_threshold_bytes},
+        {"results_checked", true},
         {"step_s", step_s},
         {"step_copy_s", step_copy_s},
         {"single_buffer_s", single_s},

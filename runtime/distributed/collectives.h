@@ -38,6 +38,10 @@ class Collectives {
   // How long a peer may stay silent before the collectives throw TimeoutError
   // (bounds how long the optimizer's destructor waits for its thread).
   virtual std::chrono::milliseconds timeout() const = 0;
+  // The same for every Collectives over the same communicator: optimizers
+  // sharing one send all their collectives through one thread, in the order
+  // the user thread issued them, which is the same order on every rank.
+  virtual const void* identity() const { return this; }
 
   // In-place reduction of `count` elements; starts it and returns at once.
   virtual std::unique_ptr<PendingOp> allreduce_async(void* data, std::size_t count, DataType dtype,

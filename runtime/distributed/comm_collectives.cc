@@ -23,6 +23,7 @@ class CommCollectives final : public Collectives {
   int rank() const override { return comm_.rank(); }
   int size() const override { return comm_.size(); }
   std::chrono::milliseconds timeout() const override { return comm_.options().timeout; }
+  const void* identity() const override { return &comm_; }
 
   std::unique_ptr<PendingOp> allreduce_async(void* data, std::size_t count, DataType dtype, comm::ReduceOp op,
                                              comm::Algorithm algorithm) override {

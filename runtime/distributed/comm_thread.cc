@@ -3,6 +3,8 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <iterator>
+#include <map>
 #include <mutex>
 #include <utility>
 
@@ -106,6 +108,19 @@ bool CommThread::shutdown(std::chrono::milliseconds grace) {
                name_.c_str(), static_cast<long long>(grace.count()));
   thread_.detach();
   return false;
+}
+
+std::shared_ptr<SharedCommThread> SharedCommThread::acquire(const void* identity) {
+  static std::mutex mu;
+  static std::map<const void*, std::weak_ptr<SharedCommThread>> threads;
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto it = threads.begin(); it != threads.end();) {
+    it = it->second.expired() ? threads.erase(it) : std::next(it);
+  }
+  if (auto existing = threads[identity].lock()) return existing;
+  auto created = std::make_shared<SharedCommThread>();
+  threads[identity] = created;
+  return created;
 }
 
 }  // namespace muster::runtime::distributed

@@ -54,4 +54,15 @@ class CommThread {
   bool shut_down_ = false;
 };
 
+// One CommThread per communicator, shared by every DistributedOptimizer on
+// it, plus which optimizer has a step in flight (the others must wait for it
+// to be synchronized: their jobs would queue behind its step).
+struct SharedCommThread {
+  CommThread thread{"DistributedOptimizer"};
+  const void* step_owner = nullptr;  // user thread only
+
+  // The thread of the communicator `identity`; a new one when none is alive.
+  static std::shared_ptr<SharedCommThread> acquire(const void* identity);
+};
+
 }  // namespace muster::runtime::distributed

@@ -65,7 +65,7 @@ struct DistributedOptimizer::Impl {
   int timeline_pid = 0;
   ReductionPipeline::Clock::time_point epoch = process_epoch();
   std::shared_ptr<ReductionPipeline> pipeline;  // created by start()
-  CommThread thread{"DistributedOptimizer"};
+  std::shared_ptr<SharedCommThread> comm_thread;  // shared by the optimizers of one communicator
   bool started = false;
   bool step_in_flight = false;
   int64_t step = 0;
@@ -76,6 +76,17 @@ struct DistributedOptimizer::Impl {
 
   void check_usable() const {
     if (broken) std::rethrow_exception(broken);
+  }
+
+  // Another optimizer on the same communicator with a step in flight would
+  // have our jobs queue behind its step, which waits for its gradients.
+  void check_no_other_step(const char* call) const {
+    const void* owner = comm_thread->step_owner;
+    if (owner != nullptr && owner != this) {
+      throw InvalidArgument(std::string(call) +
+                            ": another DistributedOptimizer on this communicator has a step in flight; call its "
+                            "synchronize() or step() first");
+    }
   }
 
   // Waits for a job, rethrowing its error. Guards against a communication
@@ -112,6 +123,7 @@ DistributedOptimizer::DistributedOptimizer(std::unique_ptr<Collectives> collecti
   if (!optimizer_) throw InvalidArgument("DistributedOptimizer needs an optimizer to wrap");
   if (!collectives) throw InvalidArgument("DistributedOptimizer needs collectives");
   impl_->coll = std::move(collectives);
+  impl_->comm_thread = SharedCommThread::acquire(impl_->coll->identity());
   if (!options_.timeline_path.empty() && impl_->coll->rank() == 0) {
     try {
       impl_->timeline = Timeline::open(options_.timeline_path);
@@ -127,7 +139,12 @@ DistributedOptimizer::DistributedOptimizer(std::unique_ptr<Collectives> collecti
 
 DistributedOptimizer::~DistributedOptimizer() {
   if (impl_->pipeline) impl_->pipeline->stop();
-  impl_->thread.shutdown(impl_->coll->timeout() + std::chrono::seconds(5));
+  if (impl_->comm_thread->step_owner == impl_.get()) impl_->comm_thread->step_owner = nullptr;
+  // The last optimizer on the communicator stops the thread, waiting at most
+  // a collective's timeout for it.
+  if (impl_->comm_thread.use_count() == 1) {
+    impl_->comm_thread->thread.shutdown(impl_->coll->timeout() + std::chrono::seconds(5));
+  }
   impl_->timeline.reset();  // the last optimizer on a path closes its file
 }
 
@@ -182,17 +199,19 @@ static void start(DistributedOptimizer::Impl& impl, const DistributedOptions& op
   settings.threshold_bytes = options.fusion_threshold_bytes;
   settings.compression = static_cast<int>(options.compression);
   settings.segment_bytes = options.segment_bytes;
-  impl.thread.submit([coll = impl.coll, grads = impl.grads, settings, plans] {
+  impl.comm_thread->thread.submit([coll = impl.coll, grads = impl.grads, settings, plans] {
     check_registration(*coll, grads, settings, plans);
   });
 }
 
 static void begin_step(DistributedOptimizer::Impl& impl) {
+  impl.check_no_other_step("grad_ready/synchronize");
+  impl.comm_thread->step_owner = &impl;
   impl.pipeline->begin_step();
   impl.step_in_flight = true;
   impl.step_start_us = impl.pipeline->now_us();
   const int64_t step = impl.step;
-  impl.step_done = impl.thread.submit([pipeline = impl.pipeline, step] { pipeline->run_step(step); });
+  impl.step_done = impl.comm_thread->thread.submit([pipeline = impl.pipeline, step] { pipeline->run_step(step); });
 }
 
 float* DistributedOptimizer::gradient(int index) {
@@ -220,6 +239,7 @@ void DistributedOptimizer::synchronize() {
   const int64_t step = impl_->step;
   impl_->step_in_flight = false;
   ++impl_->step;
+  impl_->comm_thread->step_owner = nullptr;
   impl_->wait(impl_->step_done);
   if (impl_->timeline) {
     const int64_t end = impl_->pipeline->now_us();
@@ -247,6 +267,7 @@ static void check_root(int root, int size) {
 
 void DistributedOptimizer::broadcast_parameters(int root) {
   impl_->check_usable();
+  impl_->check_no_other_step("broadcast_parameters");
   check_root(root, size());
   if (impl_->step_in_flight) synchronize();
   start(*impl_, options_);
@@ -255,13 +276,14 @@ void DistributedOptimizer::broadcast_parameters(int root) {
     values.push_back({impl_->grads[i].name, impl_->values[i], impl_->grads[i].size});
   }
   const std::size_t chunk = options_.fusion_threshold_bytes;
-  impl_->wait(impl_->thread.submit([coll = impl_->coll, values, root, chunk] {
+  impl_->wait(impl_->comm_thread->thread.submit([coll = impl_->coll, values, root, chunk] {
     broadcast_buffers(*coll, values, root, chunk);
   }));
 }
 
 void DistributedOptimizer::broadcast_optimizer_state(int root) {
   impl_->check_usable();
+  impl_->check_no_other_step("broadcast_optimizer_state");
   check_root(root, size());
   if (impl_->step_in_flight) synchronize();
   start(*impl_, options_);
@@ -279,7 +301,7 @@ void DistributedOptimizer::broadcast_optimizer_state(int root) {
   }
   const std::size_t chunk = options_.fusion_threshold_bytes;
   optim::Optimizer* opt = optimizer_.get();
-  impl_->wait(impl_->thread.submit([coll = impl_->coll, buffers, root, chunk, opt, shape] {
+  impl_->wait(impl_->comm_thread->thread.submit([coll = impl_->coll, buffers, root, chunk, opt, shape] {
     // The state layouts must agree before their bytes are exchanged.
     int64_t lo[2] = {shape[0], shape[1]}, hi[2] = {shape[0], shape[1]};
     coll->allreduce(lo, 2, DataType::kInt64, comm::ReduceOp::kMin);
@@ -299,9 +321,10 @@ void DistributedOptimizer::broadcast_optimizer_state(int root) {
 
 double DistributedOptimizer::metric_average(double value) {
   impl_->check_usable();
+  impl_->check_no_other_step("metric_average");
   if (impl_->step_in_flight) synchronize();
   auto v = std::make_shared<double>(value);
-  impl_->wait(impl_->thread.submit([coll = impl_->coll, v] {
+  impl_->wait(impl_->comm_thread->thread.submit([coll = impl_->coll, v] {
     coll->allreduce(v.get(), 1, DataType::kFloat64, comm::ReduceOp::kAverage);
   }));
   return *v;
