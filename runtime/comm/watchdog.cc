@@ -12,26 +12,28 @@ namespace {
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(50);
 }
 
-Watchdog::Watchdog(std::chrono::milliseconds timeout, PeerMonitor* monitor, uint64_t seq, std::string what)
+Watchdog::Watchdog(std::chrono::milliseconds timeout, PeerMonitor* monitor, uint64_t seq, std::string what,
+                   NowFn now)
     : timeout_(timeout),
+      now_(now),
       monitor_(monitor),
       seq_(seq),
       what_(std::move(what)),
-      last_progress_(Clock::now()),
+      last_progress_(now_()),
       next_liveness_check_(last_progress_ + kLivenessPeriod) {}
 
 void Watchdog::progressed() {
   exited_peer_ = nullptr;
   if (idle_rounds_ != 0) {
     idle_rounds_ = 0;
-    last_progress_ = Clock::now();
+    last_progress_ = now_();
   }
 }
 
 void Watchdog::idle(int waiting_on) {
   ++idle_rounds_;
   if (idle_rounds_ == 1) {
-    last_progress_ = Clock::now();
+    last_progress_ = now_();
     return;
   }
   // Back off: spin briefly, then yield (another rank may be waiting for this
@@ -49,7 +51,7 @@ void Watchdog::idle(int waiting_on) {
     timespec ts{0, ns};
     nanosleep(&ts, nullptr);
   }
-  const auto now = Clock::now();
+  const auto now = now_();
   if (exited_peer_) std::rethrow_exception(exited_peer_);
   if (monitor_ && now >= next_liveness_check_) {
     next_liveness_check_ = now + kLivenessPeriod;

@@ -52,9 +52,14 @@ class Sleeper {
 
 class Watchdog {
  public:
+  using Clock = std::chrono::steady_clock;
+  // The time source (a seam: tests pass a fake one).
+  using NowFn = Clock::time_point (*)();
+
   // `what` names the op in messages ("allreduce #12 (ring, 4096 float32)");
   // `monitor` may be null.
-  Watchdog(std::chrono::milliseconds timeout, PeerMonitor* monitor, uint64_t seq, std::string what);
+  Watchdog(std::chrono::milliseconds timeout, PeerMonitor* monitor, uint64_t seq, std::string what,
+           NowFn now = &Clock::now);
 
   // Use `sleeper` (may be null) for the long waits of this op.
   void set_sleeper(Sleeper* sleeper) { sleeper_ = sleeper; }
@@ -70,8 +75,8 @@ class Watchdog {
  private:
   [[noreturn]] void expire(int waiting_on);
 
-  using Clock = std::chrono::steady_clock;
   std::chrono::milliseconds timeout_;
+  NowFn now_;
   PeerMonitor* monitor_;
   Sleeper* sleeper_ = nullptr;
   uint64_t seq_;
