@@ -14,6 +14,10 @@
 //   a local peer that exits raises CommError naming it; MPI errors are
 //   returned (MPI_ERRORS_RETURN) and thrown as CommError. After a failure the
 //   Communicator is broken: every later op rethrows the first error.
+// - MPI: create() initialises it with MPI_THREAD_MULTIPLE unless the program
+//   already did (then it must have asked for MULTIPLE too if other threads
+//   call MPI while ops run) and finalises it at exit. Each Communicator
+//   works on its own duplicate of MPI_COMM_WORLD.
 // - Without mpirun (no OMPI_COMM_WORLD_* in the environment and MPI not yet
 //   initialised) it is a size-1 world: allreduce/broadcast are no-ops (average
 //   leaves the data unchanged), allgather is a copy, barrier returns.
