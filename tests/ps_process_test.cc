@@ -147,6 +147,25 @@ TEST(PsProcess, AKilledPsTaskIsNamedInTheWorkersError) {
   }
 }
 
+TEST(PsProcess, MusterPsExitsNonZeroWhenAWorkerIsMissingWithoutBackups) {
+  Job job(1, 2, 1000);  // the second worker never starts
+  ClientOptions opt = small_slices({});
+  opt.timeout_ms = 1000;
+  Model m;
+  SyncReplicasClient chief(job.worker_cluster(0), opt);
+  chief.register_variables({{"w", m.w.data(), m.w.size()}, {"b", m.b.data(), m.b.size()}});
+  chief.initialize_or_wait();
+  std::vector<float> dw, db;
+  gradients(m, 0, 0, 4, &dw, &db);
+  try {
+    chief.step({dw.data(), db.data()});
+    FAIL() << "a step completed without the second worker";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("ps task 0"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(job.ps[0]->wait_exit(10000), 1) << "muster-ps must fail, not wait forever";
+}
+
 TEST(PsProcess, MusterPsRejectsATfConfigForAnotherTaskType) {
   Job job(0 + 1, 1, 1000);
   job.ps[0]->kill();

@@ -155,7 +155,7 @@ TEST(PsSync, BackupWorkersDropTheSlowestAndNeverMixSteps) {
 }
 
 TEST(PsSync, BackupWorkersLetTrainingGoOnWhenAWorkerDies) {
-  LocalPs ps(1, /*timeout_ms=*/3000);
+  LocalPs ps(1, /*timeout_ms=*/15000);
   ClientOptions opt = small_slices({});
   opt.replicas_to_aggregate = 2;
   opt.total_num_replicas = 3;
