@@ -62,7 +62,10 @@ struct AllreduceOptions {
 
 struct CommOptions {
   // A peer silent this long -> TimeoutError naming it. The environment
-  // variable MUSTER_COMM_TIMEOUT_MS overrides it.
+  // variable MUSTER_COMM_TIMEOUT_MS overrides it. The ring restarts the
+  // clock at every segment that moves; an MPI collective (kMpi, broadcast,
+  // allgather, barrier) shows no partial progress, so there it bounds the
+  // whole op: keep it well above the slowest legitimate op.
   std::chrono::milliseconds timeout{60000};
   // kAuto: ring at or above this many bytes, MPI below (bench/allreduce).
   std::size_t ring_threshold_bytes = 64 * 1024;
