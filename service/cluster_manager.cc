@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <fstream>
 
+#include <spdlog/spdlog.h>
+
 #include "muster/clusterspec/launch_line.h"
 #include "muster/clusterspec/names.h"
+#include "muster/clusterspec/shell.h"
 #include "muster/clusterspec/spec_error.h"
 #include "muster/clusterspec/tf_config.h"
 #include "muster/service/auth.h"
@@ -355,6 +358,7 @@ void ClusterManager::finish(const std::string& id, ClusterStatus status, const s
     persist_locked(e);
   }
   ended_cv_.notify_all();
+  spdlog::info("cluster {} {}{}{}", id, cluster_status_name(status), reason.empty() ? "" : ": ", reason);
 }
 
 void ClusterManager::step() {
@@ -470,6 +474,7 @@ api::Status ClusterManager::rendezvous_ps(const std::string& id, const std::vect
     e.cluster.status = ClusterStatus::kRunning;
     persist_locked(e);
   }
+  spdlog::info("cluster {} running, releasing every task with ClusterSpec {}", id, spec.dump());
   // Every task gets its own TF_CONFIG; a release that fails (the task ended
   // meanwhile) shows up as that task's end on the next pass.
   for (const auto& t : c.tasks) {
@@ -552,6 +557,7 @@ api::Status ClusterManager::rendezvous_mpi(const std::string& id, const std::vec
   e.launcher = std::move(process);
   e.cluster.status = ClusterStatus::kRunning;
   persist_locked(e);
+  spdlog::info("cluster {} running{}: {}", id, r.launch ? ", launched" : "", clusterspec::join_for_shell(mpirun));
   return api::Status::ok();
 }
 
