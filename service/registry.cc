@@ -86,6 +86,17 @@ void WorkerRegistry::persist(const Record& r) {
               {"reserve_port", r.reserve_port},
               {"release", r.release ? release_to_json(*r.release) : json(nullptr)},
               {"log_path", r.log_path.string()}};
+  if (deferred_) {
+    // A later write of the same worker replaces the earlier one.
+    for (auto& d : *deferred_) {
+      if (d.id == r.worker.id) {
+        d.record = std::move(rec);
+        return;
+      }
+    }
+    deferred_->push_back(StoredRecord{r.worker.id, r.seq, std::move(rec)});
+    return;
+  }
   (void)store_->put({StoredRecord{r.worker.id, r.seq, std::move(rec)}});
 }
 
@@ -219,6 +230,12 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::launch(const LaunchBatch& 
   Effects fx;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    std::vector<StoredRecord> batch_rows;
+    deferred_ = &batch_rows;
+    struct Undefer {
+      std::vector<StoredRecord>*& d;
+      ~Undefer() { d = nullptr; }
+    } undefer{deferred_};
     const TimePoint now = clock_.now();
     for (int i = 0; i < req.n; ++i) {
       const WorkerExtras extras = batch.per_worker.empty() ? WorkerExtras{} : batch.per_worker[i];
@@ -243,6 +260,10 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::launch(const LaunchBatch& 
       std::error_code ec;
       fs::create_directories(dir, ec);
       if (ec) {
+        for (const auto& done : ids) {
+          token_to_id_.erase(records_.at(done).agent_token);
+          records_.erase(done);
+        }
         return api::internal_error("cannot create the worker directory " + dir.string() + ": " + ec.message());
       }
       r.log_path = dir / "output.log";
@@ -283,6 +304,15 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::launch(const LaunchBatch& 
       fx.changed.push_back(placed.worker);
       transition(placed, WorkerStatus::kStarting, "", fx);
       launched.push_back(placed.worker);
+    }
+    if (store_) {
+      if (auto s = store_->put(batch_rows); !s) {
+        for (const auto& id : ids) {
+          token_to_id_.erase(records_.at(id).agent_token);
+          records_.erase(id);
+        }
+        return s;
+      }
     }
   }
   api::Status started = backend_.launch(specs);

@@ -157,6 +157,9 @@ class WorkerRegistry {
   const Clock& clock_;
 
   mutable std::mutex mu_;
+  // While set (under mu_), persist() collects here and the caller writes
+  // the batch in one transaction (a launch of 64 is one commit, not 128).
+  std::vector<StoredRecord>* deferred_ = nullptr;
   std::map<std::string, Record> records_;
   std::unordered_map<std::string, std::string> token_to_id_;
   uint64_t next_seq_ = 1;
