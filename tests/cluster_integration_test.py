@@ -6,7 +6,10 @@
 - a crashing worker fails the cluster with a reason naming it, and the other
   tasks are stopped (their processes are gone).
 - mpi mode with launch=true runs a real mpirun of tests/mpi_hello.cc across
-  2 slots and the cluster succeeds.
+  2 slots and the cluster succeeds; a worker stopped while mpirun runs aborts
+  it (ranks gone) and fails the cluster naming the worker.
+- a restarted daemon still lists its clusters; one that had not ended is
+  failed with the reason and its tasks stopped.
 Each test has its own daemon, project and state dir, removed afterwards.
 """
 import json
@@ -257,6 +260,36 @@ def test_mpi_worker_lost_aborts_mpirun(env):
     while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(pid_alive(p) for p in pids), "ranks outlived the aborted mpirun"
+
+
+def test_daemon_restart_keeps_clusters_and_fails_unfinished_ones(env):
+    api = env["api"]
+    status, c = api.call("POST", "/api/v1/clusters", {
+        "mode": "ps", "n_ps": 1, "n_workers": 1, "cpu": 0.5, "memory": 0.5, "timeout_seconds": 60})
+    assert status == 201, c
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status, running = api.call("GET", "/api/v1/clusters/" + c["id"])
+        if running["status"] != "starting":
+            break
+        time.sleep(0.1)
+    assert running["status"] == "running", running
+    # Restart the daemon on the same state dir (its workers outlive it).
+    daemon = env["daemon"]
+    daemon.proc.terminate()
+    daemon.proc.wait(20)
+    daemon.start()
+    api = Api(daemon)
+    status, after = api.call("GET", "/api/v1/clusters/" + c["id"])
+    assert status == 200, after
+    assert after["status"] == "failed", after
+    assert after["reason"] == "the daemon restarted while the cluster was running; its tasks were stopped"
+    assert after["cluster_spec"] == running["cluster_spec"]
+    assert after["workers"] == c["workers"]
+    for wid in c["workers"]["ps"] + c["workers"]["worker"]:
+        assert api.worker(wid)["status"] == "stopped"
+    status, listed = api.call("GET", "/api/v1/clusters")
+    assert [x["id"] for x in listed["clusters"]] == [c["id"]]
 
 
 def test_bad_requests_launch_nothing(env):
