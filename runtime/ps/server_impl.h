@@ -1,0 +1,106 @@
+// Internal to server.cc (split for size): the state of one PS task.
+// PendingPull and Slice are the SyncReplicas bookkeeping; PsServer::Impl owns
+// the io_context, the acceptor, every slice and the job's options.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include <boost/asio.hpp>
+#include <spdlog/spdlog.h>
+
+#include "muster/runtime/error.h"
+#include "muster/runtime/optim/optimizer.h"
+#include "muster/runtime/ps/protocol.h"
+#include "muster/runtime/ps/server.h"
+
+namespace muster::runtime::ps {
+namespace {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+class Connection;
+
+struct PendingPull {
+  std::shared_ptr<Connection> conn;
+  int64_t min_step = 0;
+  uint32_t slice = 0;
+  Clock::time_point since;
+};
+
+// One variable slice: its values, the accumulator of the current step and
+// the optimizer that updates it. Guarded by `mu`.
+struct Slice {
+  uint32_t id = 0;
+  std::size_t size = 0;
+  std::mutex mu;
+  std::shared_ptr<std::vector<float>> values;  // copied on write while a pull is sending it
+  std::vector<float> accum;
+  int count = 0;        // gradients accumulated for `step`
+  int64_t step = 0;     // the global step the accumulator is stamped with
+  Clock::time_point first_push;
+  std::unique_ptr<optim::Optimizer> opt;
+  std::vector<PendingPull> pending;
+};
+
+class PsServer::Impl {
+ public:
+  explicit Impl(const ServerOptions& o);
+
+  void accept();
+  void watchdog();
+  std::string name() const { return "ps task " + std::to_string(opt_.task_index); }
+  bool stopping() const { return stopping_; }
+
+  // Returns an empty string when accepted, else why the connection must close.
+  std::string hello(Connection& c, const HelloPayload& h);
+  std::string init(uint32_t slice, int64_t step, uint32_t state_buffers, std::shared_ptr<std::vector<float>> values);
+  void pull_state(const std::shared_ptr<Connection>& c, uint32_t slice);
+  std::string push(Slice& s, int64_t step, std::vector<float>& grad);
+  void pull(const std::shared_ptr<Connection>& c, uint32_t slice, int64_t min_step);
+  void worker_done(int worker);
+  void connection_lost(int worker, bool done);
+  Slice* find_slice(uint32_t id);
+  void fail(const std::string& reason, bool timeout);
+  void check_finished_locked();
+  void stop();
+
+  ServerOptions opt_;
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  asio::steady_timer watchdog_timer_;
+  std::vector<std::thread> threads_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool have_options_ = false;
+  HelloPayload options_;
+  std::map<uint32_t, std::unique_ptr<Slice>> slices_;
+  std::vector<PendingPull> orphan_pulls_;  // pulls of slices the chief has not initialised yet
+  std::set<int> done_, lost_;
+  Clock::time_point first_done_;
+  std::vector<std::weak_ptr<Connection>> conns_;
+  bool finished_ = false;
+  bool stopped_ = false;
+  std::string failure_;
+  bool failure_is_timeout_ = false;
+
+  std::atomic<bool> stopping_{false};
+  unsigned short port_ = 0;
+  std::map<int, int> live_;  // open connections per worker index
+  std::atomic<uint64_t> pushes_accepted_{0}, stale_dropped_{0}, steps_applied_{0}, bad_frames_{0};
+  std::atomic<uint64_t> bytes_in_{0}, bytes_out_{0};
+};
+
+}  // namespace muster::runtime::ps
