@@ -23,3 +23,10 @@ if(TARGET musterd AND TARGET muster_mpi_hello)
     LABEL integration TIMEOUT 240)
   add_dependencies(container_cluster_test musterd muster_agent muster_mpi_hello)
 endif()
+# musterd with the SSH backend, the containers standing in for remote hosts.
+if(TARGET musterd AND TARGET muster_mpi_hello)
+  muster_gtest(ssh_daemon_test SOURCES ssh_daemon_test.cc
+    DEPS muster_workers_container cpprestsdk::cpprest OpenSSL::SSL OpenSSL::Crypto nlohmann_json::nlohmann_json
+    LABEL integration TIMEOUT 180)
+  add_dependencies(ssh_daemon_test musterd muster_agent muster_mpi_hello)
+endif()

@@ -172,6 +172,24 @@ TEST(SshOptionsTest, FromMap) {
   EXPECT_FALSE(SshOptions::from_map({}).is_ok()) << "inventory is required";
   EXPECT_EQ(SshOptions::from_map({{"inventory", "/i"}, {"acept_new", "on"}}).status().field(), "acept_new");
   EXPECT_FALSE(SshOptions::from_map({{"inventory", "/i"}, {"accept_new", "maybe"}}).is_ok());
+  EXPECT_TRUE(ok->export_mpi_ssh) << "the daemon exports mpirun's ssh settings by default";
+}
+
+TEST(SshOptionsTest, MpiRshAgentOnlyWhenHostsShareUserAndKey) {
+  FakeWorld world;
+  SshOptions o;
+  o.hosts = {make_host("h1"), make_host("h2")};
+  o.master_address = "10.0.0.1";
+  o.known_hosts = "/kh";
+  auto b = SshBackend::create(o, std::make_unique<FakeConnector>(&world));
+  ASSERT_TRUE(b.is_ok());
+  EXPECT_EQ(b.value()->mpi_rsh_agent(),
+            "ssh -i /k -l root -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes "
+            "-o UserKnownHostsFile=/kh");
+  o.hosts[1].identity_file = "/other";
+  auto c = SshBackend::create(o, std::make_unique<FakeConnector>(&world));
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_EQ(c.value()->mpi_rsh_agent(), "");
 }
 
 TEST(RemoteCommandTest, QuotesEverythingAndReportsTheProcessGroup) {

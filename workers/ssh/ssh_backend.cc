@@ -92,6 +92,7 @@ std::string local_address_towards(const std::string& address) {
 
 api::Result<SshOptions> SshOptions::from_map(const std::map<std::string, std::string>& opts) {
   SshOptions o;
+  o.export_mpi_ssh = true;  // the daemon's case
   api::Status error;
   for (const auto& [key, value] : opts) {
     if (key == "inventory") o.inventory = value;
@@ -102,10 +103,11 @@ api::Result<SshOptions> SshOptions::from_map(const std::map<std::string, std::st
     else if (key == "master") o.master_address = value;
     else if (key == "connect_timeout_ms") positive_ms(key, value, o.connect_timeout, error);
     else if (key == "dead_after_ms") positive_ms(key, value, o.dead_after, error);
+    else if (key == "mpi_ssh") on_off(key, value, o.export_mpi_ssh, error);
     else
       error = api::invalid_argument("unknown ssh backend option '" + key +
                                         "' (known: inventory, known_hosts, accept_new, agent_path, copy_agent, "
-                                        "master, connect_timeout_ms, dead_after_ms)",
+                                        "master, connect_timeout_ms, dead_after_ms, mpi_ssh)",
                                     key);
     if (!error.is_ok()) return error;
   }
@@ -145,7 +147,22 @@ api::Result<std::unique_ptr<SshBackend>> SshBackend::create(SshOptions options, 
       return api::unavailable("no local address routes to " + options.hosts.front().address +
                               "; set --backend-opt master=IP (the address the hosts reach musterd at)");
   }
-  return std::unique_ptr<SshBackend>(new SshBackend(std::move(options), std::move(connector)));
+  std::unique_ptr<SshBackend> b(new SshBackend(std::move(options), std::move(connector)));
+  if (b->options_.export_mpi_ssh) {
+    std::string agent = b->mpi_rsh_agent();
+    if (!agent.empty()) ::setenv("OMPI_MCA_plm_rsh_agent", agent.c_str(), 1);
+  }
+  return b;
+}
+
+std::string SshBackend::mpi_rsh_agent() const {
+  const Host& first = options_.hosts.front();
+  for (const auto& h : options_.hosts)
+    if (h.user != first.user || h.identity_file != first.identity_file) return "";
+  // Open MPI splits this on spaces; the port comes from plm_rsh_args.
+  return "ssh -i " + first.identity_file.string() + " -l " + first.user +
+         " -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=" +
+         (options_.accept_new ? "accept-new" : "yes") + " -o UserKnownHostsFile=" + options_.known_hosts.string();
 }
 
 SshBackend::SshBackend(SshOptions options, std::unique_ptr<Connector> connector)

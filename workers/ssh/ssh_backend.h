@@ -42,9 +42,14 @@ struct SshOptions {
   std::string master_address;          // default: the local address that routes to the first host
   std::chrono::milliseconds connect_timeout{10000};
   std::chrono::milliseconds dead_after{6000};
+  // Export OMPI_MCA_plm_rsh_agent (ssh with the inventory's key and user and
+  // strict checking against known_hosts) so that the daemon's mpirun reaches
+  // the hosts as this backend does; only when all hosts share user and key.
+  bool export_mpi_ssh = false;
 
   // From --backend-opt key=value: inventory, known_hosts, accept_new (on/off),
-  // agent_path, copy_agent (on/off), master, connect_timeout_ms, dead_after_ms.
+  // agent_path, copy_agent (on/off), master, connect_timeout_ms, dead_after_ms,
+  // mpi_ssh (on/off, default on here).
   static api::Result<SshOptions> from_map(const std::map<std::string, std::string>& opts);
   ConnectOptions connect_options() const;
 };
@@ -64,6 +69,9 @@ class SshBackend final : public Backend {
   const std::vector<Host>& hosts() const { return options_.hosts; }
   // The host a running worker was placed on (nullptr if none).
   const Host* host_of(const std::string& worker_id) const;
+  // The ssh(1) command line for mpirun's plm_rsh_agent ("" when the hosts
+  // differ in user or key).
+  std::string mpi_rsh_agent() const;
 
   // The remote command line for one worker (see the data flow above).
   static std::string remote_command(const LaunchSpec& spec, const std::string& agent_path,

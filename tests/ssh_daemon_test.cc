@@ -1,0 +1,142 @@
+// musterd with the SSH backend (root only): three containers of the container
+// backend stand in for remote hosts listed in an inventory file. Workers are
+// started over SSH, register the hosts' own IPs, their logs stream back, stop
+// ends them; an mpi cluster runs its allreduce across the hosts with the
+// inventory's key.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "daemon_process.h"
+#include "muster/workers/container/container_backend.h"
+
+namespace muster::workers::ssh {
+namespace {
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using nlohmann::json;
+using container::ContainerBackend;
+
+class SshDaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root: the remote hosts are network-namespace containers";
+    int tag = static_cast<int>(getpid() % 200);
+    state_ = fs::temp_directory_path() / ("muster-sdt-" + std::to_string(getpid()));
+    fs::remove_all(state_);
+    fs::create_directories(state_);
+    container::ContainerOptions o;
+    o.state_dir = state_;
+    o.bridge = "msdt" + std::to_string(getpid() % 100000);
+    o.subnet = "10.221." + std::to_string(tag) + ".0/24";
+    o.prefix = "msd";
+    o.instance_id = "t" + std::to_string(tag);
+    o.export_mpi_ssh = false;  // the daemon under test must find its own way in
+    auto c = ContainerBackend::create(o, container::make_system_executor());
+    ASSERT_TRUE(c.is_ok()) << c.status().message();
+    containers_ = std::move(c.value());
+    std::vector<LaunchSpec> hosts;
+    for (const char* id : {"host1", "host2", "host3"}) {
+      LaunchSpec s;
+      s.worker_id = id;
+      s.agent_argv = {"/bin/sleep", "600"};
+      hosts.push_back(s);
+    }
+    ASSERT_TRUE(containers_->launch(hosts).is_ok());
+    std::ofstream inv(state_ / "inventory");
+    inv << "# the containers, as if they were remote hosts\n";
+    for (const char* id : {"host1", "host2", "host3"})
+      inv << containers_->address_of(id) << " port=2222 user=root identity="
+          << containers_->ssh_keys().client_key.string() << " slots=1\n";
+    inv.close();
+    daemon_ = std::make_unique<testing::DaemonProcess>();
+    fs::copy_file(fs::path(std::getenv("MUSTER_BINARY_DIR")) / "bin" / "muster-mpi-hello",
+                  daemon_->project() / "muster-mpi-hello");
+    ASSERT_TRUE(daemon_->start({"--backend", "ssh", "--backend-opt", "inventory=" + (state_ / "inventory").string(),
+                                "--backend-opt", "known_hosts=" + containers_->ssh_keys().known_hosts.string(),
+                                "--stop-grace", "1"},
+                               "0.0.0.0:0"))
+        << daemon_->stderr_text();
+  }
+
+  void TearDown() override {
+    if (geteuid() != 0) return;
+    if (daemon_) daemon_->kill(SIGTERM);
+    daemon_.reset();
+    if (containers_) containers_->shutdown();
+    containers_.reset();
+    container::Ledger ledger(state_ / "container" / "ledger");
+    auto exec = container::make_system_executor();
+    ContainerBackend::clean_leftovers(*exec, ledger);
+    fs::remove_all(state_);
+  }
+
+  std::unique_ptr<ContainerBackend> containers_;
+  std::unique_ptr<testing::DaemonProcess> daemon_;
+  fs::path state_;
+};
+
+TEST_F(SshDaemonTest, WorkersOnHostsLogsStopAndAnMpiJob) {
+  daemon_->write_script("w.sh", "echo \"on $(hostname) pid $$\"\nexec sleep 300\n");
+  auto r = daemon_->post("/api/v1/workers", {{"n", 2}, {"cpu", 0.25}, {"memory", 0.25}, {"script", "w.sh"}});
+  ASSERT_EQ(r.status, 201) << r.body << daemon_->stderr_text();
+  const json launched = r.json();
+  json ids = json::array();
+  for (const auto& w : launched["workers"]) ids.push_back(w["id"]);
+  auto a = daemon_->post("/api/v1/workers/await", {{"ids", ids}, {"wait_for_completion", false}, {"timeout_seconds", 60}});
+  const json awaited = a.json();
+  ASSERT_EQ(awaited["workers"].size(), 2u) << a.body << daemon_->stderr_text();
+  std::set<std::string> hosts{containers_->address_of("host1"), containers_->address_of("host2"),
+                              containers_->address_of("host3")};
+  std::vector<long> pids;
+  for (const auto& w : awaited["workers"]) {
+    EXPECT_TRUE(hosts.count(w["ip_address"].get<std::string>())) << w.dump();
+    std::string log;
+    for (int i = 0; i < 100 && log.find("pid ") == std::string::npos; ++i) {
+      log = daemon_->get("/api/v1/workers/" + w["id"].get<std::string>() + "/logs").body;
+      if (log.find("pid ") == std::string::npos) std::this_thread::sleep_for(100ms);
+    }
+    EXPECT_NE(log.find("on host"), std::string::npos) << "streamed back from the host: " << log;
+    auto at = log.find("pid ");
+    ASSERT_NE(at, std::string::npos) << log;
+    pids.push_back(std::stol(log.substr(at + 4)));
+  }
+  EXPECT_NE(awaited["workers"][0]["ip_address"], awaited["workers"][1]["ip_address"]);
+  auto stop = daemon_->post("/api/v1/workers/stop", {{"ids", ids}});
+  EXPECT_EQ(stop.status, 200) << stop.body;
+  for (long pid : pids) {
+    for (int i = 0; i < 100 && fs::exists("/proc/" + std::to_string(pid)); ++i) std::this_thread::sleep_for(50ms);
+    EXPECT_FALSE(fs::exists("/proc/" + std::to_string(pid))) << "worker process " << pid << " still runs";
+  }
+
+  daemon_->write_script("ranks.sh", "echo \"rank host $(hostname)\"\nexec \"$(dirname \"$0\")/muster-mpi-hello\"\n");
+  auto cr = daemon_->post("/api/v1/clusters", {{"mode", "mpi"}, {"n_workers", 3}, {"cpu", 0.25}, {"memory", 0.25},
+                                               {"worker_script", "ranks.sh"}, {"launch", true},
+                                               {"timeout_seconds", 60}});
+  ASSERT_EQ(cr.status, 201) << cr.body;
+  const std::string id = cr.json()["id"];
+  json c;
+  for (int i = 0; i < 450; ++i) {
+    c = daemon_->get("/api/v1/clusters/" + id).json();
+    std::string s = c.value("status", "");
+    if (s == "succeeded" || s == "failed" || s == "stopped") break;
+    std::this_thread::sleep_for(200ms);
+  }
+  std::ifstream in(daemon_->state() / "clusters" / id / "launcher.log");
+  std::string log((std::istreambuf_iterator<char>(in)), {});
+  ASSERT_EQ(c.value("status", ""), "succeeded") << c.dump() << "\n" << log;
+  size_t sums = 0;
+  for (size_t at = log.find("allreduce sum 6 expected 6"); at != std::string::npos;
+       at = log.find("allreduce sum 6 expected 6", at + 1))
+    ++sums;
+  EXPECT_EQ(sums, 3u) << log;
+  for (const char* h : {"host1", "host2", "host3"})
+    EXPECT_NE(log.find(std::string("rank host ") + h), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace muster::workers::ssh
