@@ -75,6 +75,11 @@ TEST(DistributedMpi, DefaultFusionInPlace) {
   train_and_compare({50, 120, 10, 90, 300}, true, DistributedOptions{}, 4, 1);
 }
 
+TEST(DistributedMpi, DefaultSegmentsCutLargeTensors) {
+  // 2 MB of gradients: the default 1 MB segments split the large tensors.
+  train_and_compare({300000, 200001, 5}, false, DistributedOptions{}, 2, 1);
+}
+
 TEST(DistributedMpi, TwoHundredSmallTensorsInSeveralBuckets) {
   std::vector<std::size_t> sizes;
   for (std::size_t t = 0; t < 200; ++t) sizes.push_back(1 + (t * 5) % 11);

@@ -10,6 +10,7 @@
 //       user buffers (packed into fusion buffers) as step_copy_s;
 //   (b) one muster allreduce (average) of all the bytes in a single buffer;
 //   (c) one MPI_Allreduce per tensor (161 calls).
+// FUSED_BENCH_SEGMENT_KB overrides the optimizer's segment size (tuning).
 // The variants run interleaved in each repetition (a shared machine's load
 // hits them alike); medians over repetitions; rank 0 writes the figures as
 // JSON:  allreduce_fused_bench [out.json (bench/out/allreduce_fused.json)] [reps (9)]
@@ -98,7 +99,7 @@ struct OptimizerCase {
   std::unique_ptr<rt::distributed::DistributedOptimizer> opt;
 
   OptimizerCase(rt::comm::Communicator& comm, const std::vector<Tensor>& tensors, bool owned) {
-    rt::distributed::DistributedOptions options;  // defaults: 64 MB fusion, 8 MB segments
+    rt::distributed::DistributedOptions options;  // defaults: 64 MB fusion, 1 MB segments
     if (const char* seg = std::getenv("FUSED_BENCH_SEGMENT_KB")) options.segment_bytes = std::stoul(seg) * 1024;
     opt = std::make_unique<rt::distributed::DistributedOptimizer>(comm, rt::optim::make_sgd({}), options);
     values.resize(tensors.size());

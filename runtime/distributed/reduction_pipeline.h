@@ -43,7 +43,7 @@ struct PipelineOptions {
   comm::Algorithm algorithm = comm::Algorithm::kAuto;
   bool reverse_order = true;
   // Largest single allreduce, in float32 bytes of gradients (0: whole bucket).
-  std::size_t segment_bytes = 8u << 20;
+  std::size_t segment_bytes = 1u << 20;
 };
 
 class ReductionPipeline {
