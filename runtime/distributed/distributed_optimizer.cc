@@ -89,10 +89,16 @@ struct DistributedOptimizer::Impl {
     }
   }
 
-  // Waits for a job, rethrowing its error. Guards against a communication
-  // thread that stops making progress even though the collectives promise a
-  // watchdog: no bucket finished for 2 x timeout + 30 s -> TimeoutError.
-  void wait(const std::shared_future<void>& done) {
+  // Waits for a job, rethrowing its error. For a step (`guard`), also guards
+  // against a communication thread that stops making progress even though
+  // the collectives promise a watchdog: no segment finished for
+  // 2 x timeout + 30 s -> TimeoutError. (Other jobs are single collectives
+  // bounded by the Communicator's own watchdog.)
+  void wait(const std::shared_future<void>& done, bool guard = false) {
+    if (!guard) {
+      done.get();
+      return;
+    }
     const auto limit = 2 * coll->timeout() + std::chrono::seconds(30);
     int64_t seen = pipeline ? pipeline->progress() : 0;
     for (;;) {
@@ -240,7 +246,7 @@ void DistributedOptimizer::synchronize() {
   impl_->step_in_flight = false;
   ++impl_->step;
   impl_->comm_thread->step_owner = nullptr;
-  impl_->wait(impl_->step_done);
+  impl_->wait(impl_->step_done, /*guard=*/true);
   if (impl_->timeline) {
     const int64_t end = impl_->pipeline->now_us();
     impl_->timeline->complete({"step " + std::to_string(step), "step", impl_->timeline_pid, 0, impl_->step_start_us,

@@ -44,7 +44,10 @@
 // collectives on the same Communicator only while no step is in flight
 // (before the first grad_ready() of a step or after synchronize()/step()
 // returned), or they would interleave with the bucket allreduces in an order
-// that differs between ranks; metric_average() is always safe.
+// that differs between ranks (metric_average() and the broadcasts finish a
+// step in flight first). Several optimizers on one Communicator (a GAN's
+// two) share one communication thread; finish one's step before starting
+// another's: a call on B while A has a step in flight throws InvalidArgument.
 //
 // Usage (Horovod's five steps):
 //   namespace rt = muster::runtime;

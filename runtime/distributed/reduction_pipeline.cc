@@ -134,14 +134,16 @@ void ReductionPipeline::drain(std::deque<Segment>& inflight, std::vector<BucketT
     const int64_t done_at = now_us();
     if (times[b].first_unpack < 0) times[b].first_unpack = done_at;
     buckets_[b]->unpack(seg.begin, seg.end);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++progress_;
+    }
     if (seg.last) {
       const int64_t end = now_us();
       record("queued", b, times[b].ready, times[b].pack_start, step);
       record("pack", b, times[b].pack_start, times[b].submitted, step);
       record("allreduce", b, times[b].submitted, std::max(done_at, times[b].submitted), step);
       record("unpack", b, std::max(done_at, times[b].submitted), end, step);
-      std::lock_guard<std::mutex> lock(mu_);
-      ++progress_;
     }
     inflight.pop_front();
   }

@@ -68,7 +68,7 @@ class ReductionPipeline {
   void mark_all_ready();
   // Makes a running or later run_step() return early (at shutdown).
   void stop();
-  // Buckets finished since construction (for the caller's watchdog).
+  // Segments finished since construction (for the caller's watchdog).
   int64_t progress() const;
 
   // --- communication thread ---
