@@ -150,7 +150,43 @@ TEST(MusterdIntegration, StopKillsTheProcessTree) {
   EXPECT_EQ(d.get("/api/v1/workers/" + id).json()["status"], "stopped");
 }
 
-TEST(MusterdIntegration, RestartKeepsStateAndAdoptsRunningWorker) {
+TEST(MusterdIntegration, SilentAgentBecomesLost) {
+  DaemonProcess d;
+  d.write_script("long.py",
+                 "import os, time\n"
+                 "open('agent.pid.tmp', 'w').write(str(os.getppid()))\n"
+                 "os.rename('agent.pid.tmp', 'agent.pid')\n"
+                 "time.sleep(300)\n");
+  ASSERT_TRUE(d.start({"--heartbeat-interval", "0.3", "--heartbeat-timeout", "2", "--stop-grace", "1"}))
+      << d.stderr_text();
+  auto r = d.post("/api/v1/workers", {{"n", 1}, {"cpu", 1}, {"memory", 1}, {"script", "long.py"}});
+  ASSERT_EQ(r.status, 201) << r.body;
+  const std::string id = r.json()["workers"][0]["id"];
+  const auto pid_path = d.state() / "workers" / id / "agent.pid";
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!std::filesystem::exists(pid_path) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);
+  }
+  std::ifstream in(pid_path);
+  int agent = 0;
+  ASSERT_TRUE(in >> agent);
+  ASSERT_EQ(::kill(agent, SIGSTOP), 0);  // alive, but silent
+  r = d.post("/api/v1/workers/await", {{"ids", {id}}, {"timeout_seconds", 30}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.json()["failures"].size(), 1u) << r.body;
+  EXPECT_EQ(r.json()["failures"][0]["status"], "lost");
+  EXPECT_NE(r.json()["failures"][0]["reason"].get<std::string>().find("heartbeat"), std::string::npos);
+  // The lost worker's processes are ended, stopped agent included.
+  const auto gone_by = std::chrono::steady_clock::now() + 10s;
+  while (!process_gone(agent) && std::chrono::steady_clock::now() < gone_by) std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(process_gone(agent));
+}
+
+// The daemon goes down by SIGTERM (clean shutdown: workers keep running for
+// the next daemon) or SIGKILL (crash); either way nothing is lost.
+class MusterdRestart : public ::testing::TestWithParam<int> {};
+
+TEST_P(MusterdRestart, KeepsStateAndAdoptsRunningWorker) {
   DaemonProcess d;
   d.write_script("quick.py", "print('quick')\n");
   d.write_script("crash.py", "raise SystemExit(4)\n");
@@ -176,7 +212,8 @@ TEST(MusterdIntegration, RestartKeepsStateAndAdoptsRunningWorker) {
   ASSERT_EQ(r.json()["workers"].size(), 1u) << r.body;
   const json before = d.get("/api/v1/workers").json()["workers"];
 
-  d.kill(SIGKILL);
+  d.kill(GetParam());
+  EXPECT_EQ(std::filesystem::exists(d.state() / "musterd.json"), GetParam() == SIGKILL);
   ASSERT_TRUE(d.start(flags, "127.0.0.1:" + port)) << d.stderr_text();
   const json after = d.get("/api/v1/workers").json()["workers"];
   ASSERT_EQ(after.size(), 3u);
@@ -196,5 +233,10 @@ TEST(MusterdIntegration, RestartKeepsStateAndAdoptsRunningWorker) {
   r = d.get("/api/v1/workers/" + slow_id + "/logs");
   EXPECT_NE(r.body.find("slow done"), std::string::npos) << r.body;
 }
+
+INSTANTIATE_TEST_SUITE_P(Signals, MusterdRestart, ::testing::Values(SIGTERM, SIGKILL),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return info.param == SIGTERM ? std::string("Sigterm") : std::string("Sigkill");
+                         });
 
 }  // namespace
