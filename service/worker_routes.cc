@@ -90,9 +90,7 @@ void register_worker_routes(Router& router, WorkerRegistry& registry, Validation
       json failures = json::array();
       for (const auto& w : result.failures) {
         json f = api::to_json(w);
-        if (w.exit_code) {
-          if (auto path = registry.log_path(w.id)) f["log_tail"] = tail_file(path.value(), kFailureLogLines);
-        }
+        if (auto path = registry.log_path(w.id)) f["log_tail"] = tail_file(path.value(), kFailureLogLines);
         failures.push_back(std::move(f));
       }
       reply(json_response(200, {{"workers", workers_json(result.workers)}, {"failures", failures}}));
