@@ -85,4 +85,9 @@ run_notebook() {
 
 start_daemon
 run_notebook workers_basics.py
+# Fashion-MNIST, MLP, 3 epochs, in parameter-server mode (1 PS + 2 workers; prints
+# the ClusterSpec) and in allreduce mode (2 ranks; prints the horovodrun line):
+# each prints its test accuracy and fails below 85%.
+run_notebook ps_training.py --model mlp --epochs 3
+run_notebook allreduce_training.py --model mlp --epochs 3
 say "demo done"
