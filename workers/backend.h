@@ -41,7 +41,7 @@ struct LaunchSpec {
   // token, and the caller's env. The backend may add its own (it sets
   // MUSTER_URL's host to master_address()).
   std::map<std::string, std::string> env;
-  std::filesystem::path working_dir;  // the project directory
+  std::filesystem::path working_dir;  // the worker's own directory, <state-dir>/workers/<id>/
   std::filesystem::path log_path;     // where the agent's output is written
 };
 
@@ -56,6 +56,12 @@ enum class ProcessState {
 struct ProcessStatus {
   ProcessState state = ProcessState::kUnknown;
   std::optional<int> exit_code;  // set when kExited (128+signal if killed)
+};
+
+// Launch-line values found by checking the hosts of an mpi-mode launch.
+struct MpiPreflight {
+  std::string prefix;             // Open MPI's --prefix on the hosts ("" = leave it out)
+  std::string network_interface;  // btl_tcp_if_include / NCCL_SOCKET_IFNAME ("" = leave it out)
 };
 
 class Backend {
@@ -78,6 +84,16 @@ class Backend {
 
   // The process state as the backend sees it.
   virtual ProcessStatus poll(const std::string& worker_id) = 0;
+
+  // Before an mpi-mode launch: checks every host of the job (reachable over
+  // ssh on `ssh_port`, mpirun/orted and `program` on the non-interactive PATH,
+  // the interface that reaches the others) and returns the values for the
+  // launch line. An error names each failing host; the caller then launches
+  // nothing. Default: nothing to check (local processes).
+  virtual api::Result<MpiPreflight> preflight_mpi(const std::vector<std::string>& /*hosts*/, int /*ssh_port*/,
+                                                  const std::string& /*program*/) {
+    return MpiPreflight{};
+  }
 
   // Releases everything the backend created (processes, namespaces, links,
   // sessions). Called once when the daemon shuts down.
