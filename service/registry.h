@@ -134,6 +134,9 @@ class WorkerRegistry {
   // Awaits waiting right now (tests, diagnostics).
   size_t pending_awaits() const;
 
+  // The backend the workers run on (clusters ask it to preflight mpi hosts).
+  workers::Backend& backend() const { return backend_; }
+
  private:
   struct Record;
   struct Waiter;
