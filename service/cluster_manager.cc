@@ -514,12 +514,20 @@ api::Status ClusterManager::rendezvous_mpi(const std::string& id, const std::vec
   h.ssh_port = r.ssh_port;
   h.network_interface = r.network_interface;
   h.command = rank_command(script_path.value(), r.args);
+  // Preflight (backends whose hosts are reached over ssh): every host is
+  // checked before mpirun starts; the found interface and --prefix go on the line.
+  std::vector<std::string> host_names;
+  for (const auto& hs : hosts) host_names.push_back(hs.host);
+  auto preflight = registry_.backend().preflight_mpi(host_names, r.ssh_port, h.command.front());
+  if (!preflight) return api::Status(preflight.status().code(), "preflight failed: " + preflight.status().message());
+  if (h.network_interface.empty()) h.network_interface = preflight.value().network_interface;
   std::vector<std::string> horovodrun, mpirun;
   std::string hostfile;
   try {
     horovodrun = clusterspec::horovodrun_argv(h);
     clusterspec::MpirunOptions m = clusterspec::mpirun_options_for(h);
     m.program = options_.mpirun;
+    m.prefix = preflight.value().prefix;
     for (const auto& [name, value] : r.env) m.forward_env.push_back(name);
     m.forward_env.push_back("MUSTER_CLUSTER_ID");
     m.extra_mpi_args = options_.mpirun_extra_args;
