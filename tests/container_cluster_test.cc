@@ -110,6 +110,11 @@ TEST_F(ContainerClusterTest, MpiAllreduceAcrossFourContainers) {
     ++sums;
   EXPECT_EQ(sums, 4u) << log;
   EXPECT_EQ(c["launcher_exit_code"], 0);
+  // The preflight's findings are on the line: Debian's Open MPI prefix and the containers' interface.
+  std::string line = c.value("mpirun_command", "");
+  EXPECT_NE(line.find("--prefix /usr"), std::string::npos) << line;
+  EXPECT_NE(line.find("btl_tcp_if_include eth0"), std::string::npos) << line;
+  EXPECT_NE(line.find("NCCL_SOCKET_IFNAME=eth0"), std::string::npos) << line;
 }
 
 TEST_F(ContainerClusterTest, KillingOneContainerFailsTheClusterNamingIt) {

@@ -37,11 +37,12 @@ class ContainerDaemonTest : public ::testing::Test {
     daemon_.reset();
   }
 
-  bool start_daemon() {
-    return daemon_->start({"--backend", "container", "--backend-opt", "bridge=" + bridge_, "--backend-opt",
-                           "subnet=" + subnet_prefix_ + "0/24", "--backend-opt", "prefix=mcd",
-                           "--heartbeat-interval", "0.5", "--heartbeat-timeout", "4", "--stop-grace", "1"},
-                          "0.0.0.0:0");
+  bool start_daemon(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"--backend", "container", "--backend-opt", "bridge=" + bridge_, "--backend-opt",
+                                     "subnet=" + subnet_prefix_ + "0/24", "--backend-opt", "prefix=mcd",
+                                     "--heartbeat-interval", "0.5", "--heartbeat-timeout", "4", "--stop-grace", "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return daemon_->start(args, "0.0.0.0:0");
   }
 
   std::vector<std::string> namespaces() {
@@ -126,6 +127,33 @@ TEST_F(ContainerDaemonTest, NextDaemonRemovesLeftoversOfAKilledOne) {
   ASSERT_TRUE(start_daemon()) << daemon_->stderr_text();
   EXPECT_FALSE(fs::exists("/run/netns/" + left[0])) << "the new daemon removed its predecessor's container";
   EXPECT_TRUE(fs::exists("/sys/class/net/" + bridge_)) << "and made its own bridge";
+}
+
+TEST_F(ContainerDaemonTest, MpiPreflightFailsBeforeLaunchWhenSshdIsDown) {
+  ASSERT_TRUE(start_daemon({"--backend-opt", "sshd=off"})) << daemon_->stderr_text();
+  auto r = daemon_->post("/api/v1/clusters", {{"mode", "mpi"}, {"n_workers", 2}, {"cpu", 0.25}, {"memory", 0.25},
+                                              {"worker_script", "sleep.py"}, {"launch", true},
+                                              {"timeout_seconds", 60}});
+  ASSERT_EQ(r.status, 201) << r.body;
+  const json created = r.json();
+  const std::string id = created["id"];
+  json c;
+  for (int i = 0; i < 300; ++i) {
+    c = daemon_->get("/api/v1/clusters/" + id).json();
+    std::string s = c.value("status", "");
+    if (s == "failed" || s == "succeeded" || s == "stopped") break;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(c.value("status", ""), "failed") << c.dump();
+  std::string reason = c.value("reason", "");
+  EXPECT_NE(reason.find("preflight failed"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("unreachable over SSH"), std::string::npos) << reason;
+  for (const auto& wid : created["workers"]["worker"]) {
+    std::string ip = daemon_->get("/api/v1/workers/" + wid.get<std::string>()).json().value("ip_address", "");
+    EXPECT_NE(reason.find("root@" + ip + ":2222"), std::string::npos) << "each host is named: " << reason;
+  }
+  EXPECT_FALSE(fs::exists(daemon_->state() / "clusters" / id / "launcher.log")) << "mpirun never started";
+  EXPECT_TRUE(c["mpirun_argv"].empty()) << c.dump();
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "muster/workers/container/container_backend.h"
 
+#include "muster/workers/ssh/preflight.h"
+
 #include <csignal>
 #include <fstream>
 #include <random>
@@ -390,6 +392,28 @@ ProcessStatus ContainerBackend::poll(const std::string& worker_id) {
   used_indices_.erase(ended->index);
   refresh_known_hosts();
   return {ProcessState::kExited, code};
+}
+
+api::Result<MpiPreflight> ContainerBackend::preflight_mpi(const std::vector<std::string>& hosts, int ssh_port,
+                                                          const std::string& program) {
+  ssh::ConnectOptions connect;
+  connect.known_hosts = keys_.known_hosts;
+  connect.timeout = std::chrono::milliseconds(5000);
+  ssh::PreflightOptions p;
+  for (const auto& address : hosts) {
+    ssh::Host h;
+    h.address = address;
+    h.port = ssh_port;
+    h.user = "root";
+    h.identity_file = keys_.client_key;
+    p.hosts.push_back(h);
+  }
+  p.program = program;
+  p.master_address = master_address();
+  auto connector = ssh::make_libssh2_connector(connect);
+  ssh::PreflightReport report = ssh::run_preflight(*connector, p);
+  if (!report.ok) return api::unavailable(report.summary());
+  return MpiPreflight{report.prefix, report.interfaces};
 }
 
 std::string ContainerBackend::mpi_rsh_agent() const {

@@ -75,6 +75,10 @@ class ContainerBackend final : public Backend {
   api::Status stop(const std::string& worker_id, std::chrono::milliseconds grace) override;
   ProcessStatus poll(const std::string& worker_id) override;
   void shutdown() override;
+  // Preflight (workers/ssh/preflight.h) over the containers' sshd with the
+  // generated key and strict known_hosts.
+  api::Result<MpiPreflight> preflight_mpi(const std::vector<std::string>& hosts, int ssh_port,
+                                          const std::string& program) override;
 
   // The ssh(1) command line mpirun should use as its rsh agent.
   std::string mpi_rsh_agent() const;

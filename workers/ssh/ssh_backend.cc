@@ -1,5 +1,7 @@
 #include "muster/workers/ssh/ssh_backend.h"
 
+#include "muster/workers/ssh/preflight.h"
+
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -153,6 +155,24 @@ api::Result<std::unique_ptr<SshBackend>> SshBackend::create(SshOptions options, 
     if (!agent.empty()) ::setenv("OMPI_MCA_plm_rsh_agent", agent.c_str(), 1);
   }
   return b;
+}
+
+api::Result<MpiPreflight> SshBackend::preflight_mpi(const std::vector<std::string>& hosts, int ssh_port,
+                                                    const std::string& program) {
+  PreflightOptions p;
+  for (const auto& address : hosts) {
+    Host h = options_.hosts.front();
+    for (const auto& known : options_.hosts)
+      if (known.address == address) h = known;
+    h.address = address;
+    h.port = ssh_port;
+    p.hosts.push_back(h);
+  }
+  p.program = program;
+  p.master_address = master_address();
+  PreflightReport report = run_preflight(*connector_, p);
+  if (!report.ok) return api::unavailable(report.summary());
+  return MpiPreflight{report.prefix, report.interfaces};
 }
 
 std::string SshBackend::mpi_rsh_agent() const {

@@ -65,6 +65,10 @@ class SshBackend final : public Backend {
   api::Status stop(const std::string& worker_id, std::chrono::milliseconds grace) override;
   ProcessStatus poll(const std::string& worker_id) override;
   void shutdown() override;
+  // Preflight (preflight.h) of the hosts, with the inventory's user and key
+  // for each address (the first host's for an address not in it).
+  api::Result<MpiPreflight> preflight_mpi(const std::vector<std::string>& hosts, int ssh_port,
+                                          const std::string& program) override;
 
   const std::vector<Host>& hosts() const { return options_.hosts; }
   // The host a running worker was placed on (nullptr if none).
