@@ -168,7 +168,7 @@ TEST(PsSync, BackupWorkersLetTrainingGoOnWhenAWorkerDies) {
     EXPECT_EQ(results[i].final_step, steps);
     EXPECT_LT(max_abs_diff(results[i].model.w, expected.w), 1e-4f);
   }
-  EXPECT_EQ(results[1].final_step, 3);
+  EXPECT_GE(results[1].final_step, 3) << "worker 1 dies at its first step >= 3 (a lagging backup may skip steps)";
   expect_servers_finish(ps);  // two done + one lost: the PS ends
 }
 
