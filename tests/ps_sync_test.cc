@@ -138,8 +138,15 @@ TEST(PsSync, BackupWorkersDropTheSlowestAndNeverMixSteps) {
   // Every worker uses the same samples for a step: whichever 2 of the 3
   // gradients are averaged, the result is the one-process result, unless a
   // step mixed in a gradient computed at another step.
-  auto results = train(ps, 3, opt, steps, 4, /*same_data=*/true, [](int worker, int64_t) {
-    if (worker == 2) std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the slow one
+  auto results = train(ps, 3, opt, steps, 4, /*same_data=*/true, [&ps](int worker, int64_t step) {
+    if (worker == 2) {  // the slow one: pushes only once the others have completed its step on slice 0
+      for (int i = 0; i < 5000; ++i) {
+        int64_t global = -1;
+        for (auto& s : ps.servers) global = std::max(global, s->global_step(0));
+        if (global > step) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
     return true;
   });
   Model expected = reference("sgd", 0.05f, steps, 4);
