@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <vector>
 
 #include "muster/runtime/data/dataset.h"
@@ -15,6 +16,14 @@ namespace muster::examples::fashion_mnist {
 
 namespace data = runtime::data;
 using Clock = std::chrono::steady_clock;
+
+// CPU time of the calling (training) thread: unlike wall time, it does not
+// grow when other work on the machine takes the core away.
+static double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 float learning_rate(float base, int workers, int warmup_steps, int64_t step, int64_t total_steps) {
   const float target = base * static_cast<float>(workers);
@@ -81,8 +90,10 @@ TrainResult train(const TrainOptions& o, Mode& mode) {
   TrainResult result;
   double window_loss = 0.0;
   int64_t window_steps = 0, window_images = 0, images_done = 0;
-  double train_seconds = 0.0;
+  double train_seconds = 0.0, cpu_seconds = 0.0;
+  int64_t my_images = 0;
   auto window_start = Clock::now();
+  double window_cpu = thread_cpu_seconds();
 
   while (step < total_steps) {
     const int64_t epoch = step / steps_per_epoch;
@@ -104,7 +115,9 @@ TrainResult train(const TrainOptions& o, Mode& mode) {
         const double mean_loss = mode.sum(window_loss / window_steps) / (mode.shares_evaluation() ? mode.size() : 1);
         const double job_images = static_cast<double>(window_images) * mode.size();
         train_seconds += seconds;
+        cpu_seconds += thread_cpu_seconds() - window_cpu;
         images_done += window_images * mode.size();
+        my_images += window_images;
         result.final_loss = mean_loss;
         if (mode.is_chief()) {
           std::printf("epoch %lld step %lld loss %.4f lr %.4g images/s %.0f\n", static_cast<long long>(epoch + 1),
@@ -115,21 +128,31 @@ TrainResult train(const TrainOptions& o, Mode& mode) {
         window_loss = 0.0;
         window_steps = window_images = 0;
         window_start = Clock::now();
+        window_cpu = thread_cpu_seconds();
       }
     }
     if (step % steps_per_epoch == 0 || step == total_steps) {
       const auto t = Clock::now();
+      const double c = thread_cpu_seconds();
       mode.end_epoch(*model, step);
       window_start += Clock::now() - t;  // checkpoints do not count as training time
+      window_cpu += thread_cpu_seconds() - c;
     }
   }
   result.steps = step;
   result.images_per_sec = train_seconds > 0 ? images_done / train_seconds : 0.0;
+  // What the job would reach with a core per process: each process's images
+  // per CPU-second of its training thread (waits in the collectives or for
+  // the parameter servers count when they spin; sleeping waits do not),
+  // summed over the processes (PS mode: the chief's times the workers).
+  const double mine = cpu_seconds > 0 ? my_images / cpu_seconds : 0.0;
+  result.images_per_cpu_sec = mode.shares_evaluation() ? mode.sum(mine) : mine * mode.size();
 
   if (o.evaluate) result.test_accuracy = evaluate(*model, test_set, mode);
   mode.finish(*model);
   if (mode.is_chief()) {
     std::printf("final images_per_sec=%.0f\n", result.images_per_sec);
+    std::printf("final images_per_cpu_sec=%.0f\n", result.images_per_cpu_sec);
     if (o.evaluate) std::printf("final test_accuracy=%.4f\n", result.test_accuracy);
     std::printf("final loss=%.4f\n", result.final_loss);
     std::fflush(stdout);

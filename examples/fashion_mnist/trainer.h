@@ -25,6 +25,7 @@ struct TrainResult {
   double test_accuracy = -1.0;  // -1 when not evaluated
   double final_loss = 0.0;      // mean over the last logging window
   double images_per_sec = 0.0;  // whole job, training steps only
+  double images_per_cpu_sec = 0.0;  // whole job, per CPU-second of each training thread
   int64_t steps = 0;            // steps done by this process (including resumed)
 };
 
