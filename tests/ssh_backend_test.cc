@@ -24,7 +24,8 @@ struct FakeWorld {
   std::vector<std::string> started;         // "host: command"
   std::set<std::string> unreachable;        // addresses that refuse connections
   std::map<std::string, RemoteResult> replies;  // command substring -> reply (first match)
-  std::map<std::string, std::deque<ReadEvent>> scripts;  // host -> events of the next started process
+  // Events a started process returns, by its pgid ("4000") or else by host.
+  std::map<std::string, std::deque<ReadEvent>> scripts;
   std::map<std::string, std::string> outputs;  // host -> output given with the first event
   int next_pgid = 4000;
   std::vector<std::string> uploads;
@@ -34,6 +35,13 @@ class FakeProcess : public RemoteProcess {
  public:
   FakeProcess(FakeWorld* w, std::string host, int pgid) : w_(w), host_(std::move(host)), pgid_(pgid) {}
   ReadEvent read(std::string& out, std::chrono::milliseconds) override {
+    ReadEvent ev = read_locked(out);
+    if (ev.state == ReadState::kIdle) std::this_thread::sleep_for(5ms);  // outside the lock: no starving
+    return ev;
+  }
+
+ private:
+  ReadEvent read_locked(std::string& out) {
     std::lock_guard<std::mutex> lock(w_->mu);
     if (!header_sent_) {
       header_sent_ = true;
@@ -42,18 +50,15 @@ class FakeProcess : public RemoteProcess {
     }
     std::string killed = host_ + ": kill -TERM -- -" + std::to_string(pgid_) + " 2>/dev/null";
     if (std::find(w_->runs.begin(), w_->runs.end(), killed) != w_->runs.end()) return {ReadState::kEnded, 143, {}};
-    auto& q = w_->scripts[host_];
-    if (q.empty()) {
-      std::this_thread::sleep_for(5ms);
-      return {ReadState::kIdle, -1, {}};
-    }
+    auto by_pgid = w_->scripts.find(std::to_string(pgid_));
+    auto& q = by_pgid != w_->scripts.end() ? by_pgid->second : w_->scripts[host_];
+    if (q.empty()) return {ReadState::kIdle, -1, {}};
     ReadEvent ev = q.front();
     q.pop_front();
     if (ev.state == ReadState::kData) out += ev.message;
     return ev;
   }
 
- private:
   FakeWorld* w_;
   std::string host_;
   int pgid_;
@@ -236,7 +241,7 @@ class SshBackendTest : public ::testing::Test {
   }
   ProcessStatus wait_state(const std::string& id, ProcessState not_this) {
     ProcessStatus st = backend_->poll(id);
-    for (int i = 0; i < 400 && st.state == not_this; ++i) {
+    for (int i = 0; i < 2000 && st.state == not_this; ++i) {
       std::this_thread::sleep_for(5ms);
       st = backend_->poll(id);
     }
@@ -251,7 +256,8 @@ class SshBackendTest : public ::testing::Test {
 TEST_F(SshBackendTest, PlacesBySlotsAndStreamsLogs) {
   make({make_host("h1", 2), make_host("h2", 1)});
   world_.outputs["h1"] = "hello from h1\n";
-  world_.scripts["h1"] = {ReadEvent{ReadState::kData, -1, "more\n"}, ReadEvent{ReadState::kEnded, 0, {}}};
+  // Worker a is the first started: pgid 4000 (c, also on h1, gets 4002).
+  world_.scripts["4000"] = {ReadEvent{ReadState::kData, -1, "more\n"}, ReadEvent{ReadState::kEnded, 0, {}}};
   ASSERT_TRUE(backend_->launch({spec("a"), spec("b"), spec("c")}).is_ok());
   EXPECT_EQ(backend_->host_of("a")->address, "h1");
   EXPECT_EQ(backend_->host_of("b")->address, "h2");
