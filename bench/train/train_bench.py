@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""Images/s of the fashion_mnist program: 1 process vs 2 ranks (allreduce,
+mpirun -np 2) vs 1 PS + 2 workers, for the MLP and the CNN, at the same
+global batch (128: 128 in one process, 64 per worker otherwise), one thread
+per process, all in one run. Each configuration runs REPEATS times for a
+fixed number of steps without evaluation; the median images/s is kept.
+
+Scaling efficiency = 2-rank images/s / (2 x 1-process images/s).
+
+Then (unless BENCH_TRAIN_ACCURACY=0) test accuracy after EPOCHS epochs on
+the full data set, per-worker batch 64, in each mode, for the MLP (and the
+CNN with BENCH_TRAIN_CNN_ACCURACY=1, a few minutes more).
+
+Usage: train_bench.py <build-dir>
+"""
+import json
+import os
+import re
+import resource
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+BUILD = os.path.abspath(sys.argv[1])
+BIN = os.path.join(BUILD, "bin")
+PROGRAM = os.path.join(BIN, "fashion_mnist")
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "out")
+REPEATS = int(os.environ.get("BENCH_TRAIN_REPEATS", "3"))
+GLOBAL_BATCH = 128
+STEPS = {"mlp": 400, "cnn": 120}  # per run, at the global batch
+EPOCHS = int(os.environ.get("BENCH_TRAIN_EPOCHS", "10"))
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-mca", "btl", "self,vader,tcp",
+          "-mca", "btl_vader_single_copy_mechanism", "none"]
+
+
+def finals(text):
+    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^final (\w+)=([-0-9.e]+)$", text, re.M)}
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OMPI_") and k != "TF_CONFIG"}
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
+    env.update(extra)
+    return env
+
+
+def check(p, out, what):
+    if p.returncode != 0:
+        sys.exit("bench/train: %s failed (%d):\n%s" % (what, p.returncode, out[-3000:]))
+
+
+def run_single(args):
+    p = subprocess.run([PROGRAM] + args, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=3600)
+    check(p, p.stdout, "single process")
+    return finals(p.stdout)
+
+
+def run_allreduce(args):
+    p = subprocess.run(MPIRUN + ["-np", "2", PROGRAM] + args, env=clean_env(), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=3600)
+    check(p, p.stdout, "mpirun -np 2")
+    return finals(p.stdout)
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def run_ps(args):
+    ps, w0, w1 = free_ports(3)
+    cluster = {"ps": ["127.0.0.1:%d" % ps], "worker": ["127.0.0.1:%d" % w0, "127.0.0.1:%d" % w1]}
+
+    def env(kind, i):
+        return clean_env(TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": kind, "index": i}}))
+
+    procs = []
+    try:
+        procs.append(subprocess.Popen([os.path.join(BIN, "muster-ps")], env=env("ps", 0), stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL, start_new_session=True))
+        for i in range(2):
+            procs.append(subprocess.Popen([PROGRAM] + args, env=env("worker", i), stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True, start_new_session=True))
+        outs = [p.communicate(timeout=3600)[0] for p in procs[1:]]
+        for i, p in enumerate(procs[1:]):
+            check(p, outs[i], "ps worker %d" % i)
+        procs[0].wait(timeout=60)
+        return finals(outs[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+MODES = [("single", run_single, 1), ("allreduce", run_allreduce, 2), ("ps", run_ps, 2)]
+
+
+def cpu_seconds():
+    """User + system CPU time of every finished child process (mpirun's ranks included)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def throughput(model):
+    rows = {}
+    for name, fn, workers in MODES:
+        batch = GLOBAL_BATCH // workers
+        args = ["--model", model, "--batch-size", str(batch), "--max-steps", str(STEPS[model]), "--epochs", "1",
+                "--log-every", "1000000", "--no-eval", "--warmup-steps", "0"]
+        samples, per_cpu, cpu = [], [], []
+        for _ in range(REPEATS):
+            before = cpu_seconds()
+            f = fn(args)
+            cpu.append(cpu_seconds() - before)
+            samples.append(f["images_per_sec"])
+            per_cpu.append(f["images_per_cpu_sec"])
+        rows[name] = {"images_per_sec": statistics.median(samples), "samples": samples, "workers": workers,
+                      "images_per_cpu_sec": statistics.median(per_cpu), "cpu_samples": per_cpu,
+                      "batch_per_worker": batch, "cpu_seconds_per_run": statistics.median(cpu)}
+        print("  %s %-9s %8.0f images/s (runs: %s); %8.0f images/CPU-s (runs: %s); %.1f CPU s per run" % (
+            model, name, rows[name]["images_per_sec"], ", ".join("%.0f" % s for s in samples),
+            rows[name]["images_per_cpu_sec"], ", ".join("%.0f" % s for s in per_cpu),
+            rows[name]["cpu_seconds_per_run"]), flush=True)
+    single = rows["single"]["images_per_sec"]
+    single_cpu = rows["single"]["images_per_cpu_sec"]
+    return {"modes": rows,
+            "allreduce_efficiency": rows["allreduce"]["images_per_sec"] / (2 * single),
+            "ps_efficiency": rows["ps"]["images_per_sec"] / (2 * single),
+            "allreduce_efficiency_cpu": rows["allreduce"]["images_per_cpu_sec"] / (2 * single_cpu),
+            "ps_efficiency_cpu": rows["ps"]["images_per_cpu_sec"] / (2 * single_cpu)}
+
+
+def accuracy(model):
+    acc = {}
+    for name, fn, _ in MODES:
+        t = time.monotonic()
+        f = fn(["--model", model, "--epochs", str(EPOCHS), "--batch-size", "64", "--log-every", "1000000"])
+        acc[name] = {"test_accuracy": f["test_accuracy"], "seconds": round(time.monotonic() - t, 1)}
+        print("  %s %-9s test accuracy %.4f after %d epochs (%.0f s)" % (model, name, f["test_accuracy"], EPOCHS,
+                                                                        acc[name]["seconds"]), flush=True)
+    return acc
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    result = {"global_batch": GLOBAL_BATCH, "repeats": REPEATS, "steps": STEPS, "threads_per_process": 1,
+              "cores": os.cpu_count(), "load_average_before": os.getloadavg()[0], "models": {}}
+    for model in ("mlp", "cnn"):
+        print("bench/train: throughput, %s" % model, flush=True)
+        result["models"][model] = throughput(model)
+    if os.environ.get("BENCH_TRAIN_ACCURACY", "1") != "0":
+        result["epochs"] = EPOCHS
+        models = ["mlp"] + (["cnn"] if os.environ.get("BENCH_TRAIN_CNN_ACCURACY") == "1" else [])
+        for model in models:
+            print("bench/train: accuracy, %s" % model, flush=True)
+            result["models"][model]["accuracy"] = accuracy(model)
+    result["load_average_after"] = os.getloadavg()[0]
+    with open(os.path.join(OUT, "train.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    with open(os.path.join(OUT, "train.md"), "w") as f:
+        f.write(markdown(result))
+    print(markdown(result))
+
+
+def markdown(r):
+    lines = ["## Training throughput (bench/train)", "",
+             "examples/fashion_mnist on Fashion-MNIST, global batch %d (one process: %d; 2 ranks or 2 PS workers: "
+             "%d each), one thread per process, median of %d runs, all in one run. Scaling efficiency = "
+             "2-worker images/s / (2 x 1-process images/s); target >= 0.85 for allreduce." %
+             (r["global_batch"], r["global_batch"], r["global_batch"] // 2, r["repeats"]), "",
+             "Machine load (1-minute load average) before / after: %.1f / %.1f on %d cores. Wall-clock "
+             "figures depend on how much CPU the other work on the machine leaves to each configuration: on a "
+             "loaded machine the ratios say more about CPU shares than about scaling (when this was first run, "
+             "under a load of 10, one process got about a third of a core while the 2 ranks ran nearly "
+             "unhindered). The CPU-time table below does not depend on load. With the same global batch each "
+             "worker computes on half the batch, which is a little faster per image here, so the CPU-time "
+             "efficiency can exceed 1." %
+             (r["load_average_before"], r.get("load_average_after", r["load_average_before"]), r["cores"]), "",
+             "Wall clock (images/s of the whole job, training steps only):", "",
+             "| model | 1 process | 2 ranks (allreduce) | 1 PS + 2 workers | allreduce efficiency | PS efficiency |",
+             "|---|---|---|---|---|---|"]
+    for model, m in r["models"].items():
+        s = m["modes"]
+        lines.append("| %s | %.0f img/s | %.0f img/s | %.0f img/s | %.2f | %.2f |" % (
+            model, s["single"]["images_per_sec"], s["allreduce"]["images_per_sec"], s["ps"]["images_per_sec"],
+            m["allreduce_efficiency"], m["ps_efficiency"]))
+    lines += ["", "Per CPU-second of each training thread, summed over the processes: the throughput with a "
+              "dedicated core per process, which other load on the machine does not change (time a training "
+              "thread spends blocked in a collective or waiting for the PS while asleep is not counted; "
+              "spinning is):", "",
+              "| model | 1 process | 2 ranks (allreduce) | 1 PS + 2 workers | allreduce efficiency | PS efficiency |",
+              "|---|---|---|---|---|---|"]
+    for model, m in r["models"].items():
+        s = m["modes"]
+        lines.append("| %s | %.0f img/s | %.0f img/s | %.0f img/s | %.2f | %.2f |" % (
+            model, s["single"]["images_per_cpu_sec"], s["allreduce"]["images_per_cpu_sec"],
+            s["ps"]["images_per_cpu_sec"], m["allreduce_efficiency_cpu"], m["ps_efficiency_cpu"]))
+    acc_rows = [(model, m["accuracy"]) for model, m in r["models"].items() if "accuracy" in m]
+    if acc_rows:
+        if r.get("accuracy_note"):
+            lines += ["", r["accuracy_note"]]
+        lines += ["", "Test accuracy on the 10,000 test images after %d epochs (batch 64 per worker, learning "
+                  "rate scaled by the workers with warm-up, cosine decay):" % r["epochs"], "",
+                  "| model | 1 process | 2 ranks (allreduce) | 1 PS + 2 workers |", "|---|---|---|---|"]
+        for model, a in acc_rows:
+            lines.append("| %s | %.2f%% | %.2f%% | %.2f%% |" % (model, 100 * a["single"]["test_accuracy"],
+                                                             100 * a["allreduce"]["test_accuracy"],
+                                                             100 * a["ps"]["test_accuracy"]))
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
