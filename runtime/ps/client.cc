@@ -12,11 +12,6 @@
 
 namespace muster::runtime::ps {
 
-class SyncReplicasClient::Links : public ps::Links {
- public:
-  using ps::Links::Links;
-};
-
 SyncReplicasClient::SyncReplicasClient(PsCluster cluster, ClientOptions options)
     : cluster_(std::move(cluster)), options_(std::move(options)) {
   if (cluster_.ps.empty()) throw InvalidArgument("ps client: the cluster has no ps tasks");

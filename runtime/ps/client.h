@@ -43,6 +43,8 @@
 
 namespace muster::runtime::ps {
 
+class Links;  // links.h: the connections to the PS tasks
+
 struct Variable {
   std::string name;
   float* value = nullptr;  // the worker's parameter memory; pulls write here
@@ -103,8 +105,6 @@ class SyncReplicasClient {
   bool is_chief() const { return cluster_.is_chief(); }
   const Placement& placement() const { return placement_; }
   const ClientStats& stats() const { return stats_; }
-
-  class Links;  // the connections to the PS tasks (client.cc)
 
  private:
   void maybe_checkpoint();
