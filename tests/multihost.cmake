@@ -30,3 +30,10 @@ if(TARGET musterd AND TARGET muster_mpi_hello)
     LABEL integration TIMEOUT 180)
   add_dependencies(ssh_daemon_test musterd muster_agent muster_mpi_hello)
 endif()
+# Fashion-MNIST across containers (allreduce and ps modes) through musterd.
+if(TARGET musterd AND TARGET fashion_mnist AND TARGET muster_ps_server)
+  muster_gtest(container_training_test SOURCES container_training_test.cc
+    DEPS muster_workers_container cpprestsdk::cpprest OpenSSL::SSL OpenSSL::Crypto nlohmann_json::nlohmann_json
+    LABEL integration TIMEOUT 300)
+  add_dependencies(container_training_test musterd muster_agent fashion_mnist muster_ps_server)
+endif()
