@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   app.add_option("--limit", o.limit, "train on the first N images only (0: all)");
   app.add_option("--test-limit", o.test_limit, "evaluate on the first N test images only (0: all)");
   app.add_option("--log-every", o.log_every, "steps between progress lines");
-  app.add_option("--warmup-steps", o.warmup_steps, "steps of linear learning-rate warm-up when there are several workers");
+  app.add_option("--warmup-steps", o.warmup_steps, "steps of linear learning-rate warm-up when there are several workers (default: one epoch)");
   app.add_option("--max-steps", o.max_steps, "stop after N steps per worker (0: run the epochs)");
   app.add_option("--compression", o.compression, "allreduce wire format: none or fp16");
   app.add_flag("!--no-eval", o.evaluate, "skip the test-set evaluation");

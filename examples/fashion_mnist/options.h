@@ -19,7 +19,7 @@ struct TrainOptions {
   int64_t limit = 0;                   // first N training images only (0: all)
   int64_t test_limit = 0;              // first N test images only (0: all)
   int log_every = 100;                 // steps between progress lines
-  int warmup_steps = 200;              // linear warm-up to lr * workers
+  int warmup_steps = -1;               // linear warm-up to lr * workers (-1: one epoch)
   int64_t max_steps = 0;               // stop after this many steps per worker (0: the epochs)
   bool evaluate = true;                // test accuracy at the end
   std::string compression = "none";    // allreduce wire format: none | fp16

@@ -73,13 +73,16 @@ TrainResult train(const TrainOptions& o, Mode& mode) {
   int64_t total_steps = schedule_steps;
   if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
   const float base_lr = o.lr > 0.0f ? o.lr : default_lr(o.optimizer);
+  // One epoch of warm-up by default: with 200 steps the 2-rank CNN ended
+  // 0.6 points below one process after 10 epochs, with one epoch 0.2.
+  const int warmup_steps = o.warmup_steps >= 0 ? o.warmup_steps : static_cast<int>(steps_per_epoch);
 
   int64_t step = mode.start(*model, steps_per_epoch);
   if (mode.is_chief()) {
     std::printf("mode=%s workers=%d model=%s params=%zu optimizer=%s lr=%g (x%d after %d warm-up steps) "
                 "batch=%d/worker train=%lld test=%lld steps/epoch=%lld start_step=%lld\n",
                 mode.name().c_str(), mode.size(), o.model.c_str(), model->parameter_count(), o.optimizer.c_str(),
-                base_lr, mode.size(), mode.size() > 1 ? o.warmup_steps : 0, o.batch_size,
+                base_lr, mode.size(), mode.size() > 1 ? warmup_steps : 0, o.batch_size,
                 static_cast<long long>(train_set.count), static_cast<long long>(test_set.count),
                 static_cast<long long>(steps_per_epoch), static_cast<long long>(step));
     std::fflush(stdout);
@@ -103,7 +106,7 @@ TrainResult train(const TrainOptions& o, Mode& mode) {
       const int n = static_cast<int>(std::min<int64_t>(o.batch_size, sampler.per_rank() - first));
       train_set.gather(mine.data() + first, n, images.data(), labels.data());
       const float loss = model->forward_backward(images.data(), labels.data(), n);
-      mode.apply(*model, step, learning_rate(base_lr, mode.size(), o.warmup_steps, step, schedule_steps));
+      mode.apply(*model, step, learning_rate(base_lr, mode.size(), warmup_steps, step, schedule_steps));
       ++step;
       window_loss += loss;
       ++window_steps;
@@ -122,7 +125,7 @@ TrainResult train(const TrainOptions& o, Mode& mode) {
         if (mode.is_chief()) {
           std::printf("epoch %lld step %lld loss %.4f lr %.4g images/s %.0f\n", static_cast<long long>(epoch + 1),
                       static_cast<long long>(step), mean_loss,
-                      learning_rate(base_lr, mode.size(), o.warmup_steps, step - 1, schedule_steps), job_images / seconds);
+                      learning_rate(base_lr, mode.size(), warmup_steps, step - 1, schedule_steps), job_images / seconds);
           std::fflush(stdout);
         }
         window_loss = 0.0;
