@@ -61,7 +61,7 @@ class PipeRecv : public RecvLink {
   int peer_;
 };
 
-void run_ring(int n, std::size_t count, ReduceOp op, std::size_t segment_bytes) {
+void run_ring(int n, std::size_t count, ReduceOp op, std::size_t segment_bytes, std::size_t block_bytes = 0) {
   std::vector<Pipe> pipes(static_cast<std::size_t>(n));  // pipe r: rank r -> rank r+1
   std::vector<std::vector<double>> data(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) {
@@ -75,7 +75,7 @@ void run_ring(int n, std::size_t count, ReduceOp op, std::size_t segment_bytes) 
         PipeSend send(&pipes[static_cast<std::size_t>(r)], (r + 1) % n);
         PipeRecv recv(&pipes[static_cast<std::size_t>((r + n - 1) % n)], (r + n - 1) % n);
         Watchdog watchdog(std::chrono::seconds(20), nullptr, 1, "test ring");
-        RingContext ctx{r, n, segment_bytes};
+        RingContext ctx{r, n, segment_bytes, block_bytes};
         ring_allreduce(data[static_cast<std::size_t>(r)].data(), count, DataType::kFloat64, op, ctx, send, recv, watchdog);
       } catch (...) {
         errors[static_cast<std::size_t>(r)] = std::current_exception();
@@ -108,6 +108,18 @@ TEST(RingAllreduceTest, WorldSizesOneToFiveUnevenCounts) {
 TEST(RingAllreduceTest, AverageAndMaxWithTinySegments) {
   run_ring(3, 1001, ReduceOp::kAverage, 64);
   run_ring(4, 1001, ReduceOp::kMax, 8);  // one element per segment
+}
+
+// Blocks: a block size that is no multiple of the rank count or the segment
+// (10007 = 12 * 833 + 11: a short last block), averages divided once per
+// element across blocks, and blocks asked smaller than one element per rank
+// (rounded up to n elements; 13 elements leave a last block shorter than n).
+TEST(RingAllreduceTest, BlocksOfUnevenSizes) {
+  for (int n = 2; n <= 5; ++n) {
+    run_ring(n, 10007, ReduceOp::kSum, 64 * 8, 833 * 8);
+    run_ring(n, 1001, ReduceOp::kAverage, 64, 100 * 8);
+    run_ring(n, 13, ReduceOp::kMax, 64, 8);  // one element per block -> n elements
+  }
 }
 
 // A fake clock: every reading is 1 ms later than the one before.

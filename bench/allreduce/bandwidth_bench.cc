@@ -1,7 +1,7 @@
 // Allreduce bandwidth: muster's ring vs MPI_Allreduce, side by side in one
 // mpirun, plus a memcpy reference (the physical ceiling on one host).
 //
-//   mpirun -np 2 allreduce_bandwidth_bench OUT.json [max_bytes]
+//   mpirun -np 2 allreduce_bandwidth_bench OUT.json [max_bytes [min_bytes]]
 //
 // For each size from 4 KB to 256 MB (float32, sum) the two are interleaved
 // rep by rep, so machine noise hits both alike; a rep times a batch of ops
@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -55,6 +56,10 @@ double time_batch(Communicator& comm, int batch, const std::function<void()>& op
 int main(int argc, char** argv) {
   const std::string out_path = argc > 1 ? argv[1] : "bench/out/allreduce_bandwidth.json";
   const std::size_t max_bytes = argc > 2 ? std::stoull(argv[2]) : (256u << 20);
+  const std::size_t min_bytes = argc > 3 ? std::stoull(argv[3]) : 4096;
+  // Tuning aid (MUSTER_COMM_BLOCK_BYTES etc.): ALLREDUCE_BENCH_RING_ONLY=1
+  // skips the slow MPI_Allreduce reference; its figures then read 0.
+  const bool ring_only = std::getenv("ALLREDUCE_BENCH_RING_ONLY") != nullptr;
   auto comm = Communicator::create();
   const int rank = comm->rank(), size = comm->size();
 
@@ -71,7 +76,7 @@ int main(int argc, char** argv) {
   }
 
   nlohmann::json rows = nlohmann::json::array();
-  for (std::size_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
+  for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
     const std::size_t count = bytes / sizeof(float);
     std::vector<float> ring(count), mpi(count);
     const int batch = bytes <= (64u << 10) ? 50 : bytes <= (1u << 20) ? 10 : bytes <= (16u << 20) ? 2 : 1;
@@ -84,17 +89,17 @@ int main(int argc, char** argv) {
       ring_t.push_back(time_batch(*comm, batch, [&] {
         comm->allreduce(ring.data(), count, DataType::kFloat32, {ReduceOp::kSum, Algorithm::kRing});
       }));
-      mpi_t.push_back(time_batch(*comm, batch, [&] {
+      if (!ring_only) mpi_t.push_back(time_batch(*comm, batch, [&] {
         MPI_Allreduce(MPI_IN_PLACE, mpi.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       }));
       if (rep == 0 && batch == 1) {
         const float want = static_cast<float>(size * (size + 1) / 2);
-        ok = ring[0] == want && ring[count - 1] == want && mpi[count / 2] == want;
+        ok = ring[0] == want && ring[count - 1] == want && (ring_only || mpi[count / 2] == want);
       }
     }
-    const double ring_s = median(ring_t), mpi_s = median(mpi_t);
+    const double ring_s = median(ring_t), mpi_s = ring_only ? 0.0 : median(mpi_t);
     const double ring_gbs = static_cast<double>(bytes) / ring_s / 1e9;
-    const double mpi_gbs = static_cast<double>(bytes) / mpi_s / 1e9;
+    const double mpi_gbs = ring_only ? 0.0 : static_cast<double>(bytes) / mpi_s / 1e9;
     if (rank == 0) {
       std::printf("%10zu B  ring %7.3f GB/s  mpi %7.3f GB/s  ratio %5.2f%s\n", bytes, ring_gbs, mpi_gbs,
                   ring_gbs / mpi_gbs, ok ? "" : "  WRONG RESULT");

@@ -78,6 +78,11 @@ struct CommOptions {
   // MUSTER_COMM_RING_THRESHOLD_BYTES overrides ring_threshold_bytes).
   std::size_t segment_bytes = 256 * 1024;
   std::size_t segments_in_flight = 8;
+  // The ring reduces a larger buffer block by block, this many bytes at a
+  // time, so each block stays in cache between its reduce-scatter and its
+  // allgather (ring_allreduce.h); 0 runs the whole buffer at once.
+  // MUSTER_COMM_BLOCK_BYTES overrides it.
+  std::size_t block_bytes = 1024 * 1024;
 };
 
 namespace detail {

@@ -68,15 +68,9 @@ void ring_step(char* data, std::size_t esize, const Chunking& chunks, int send_c
   }
 }
 
-}  // namespace
-
-void ring_allreduce(void* data, std::size_t count, DataType dtype, ReduceOp op, const RingContext& ctx,
-                    SendLink& send, RecvLink& recv, Watchdog& watchdog) {
-  const int n = ctx.size;
-  const int r = ctx.rank;
-  const std::size_t esize = dtype_size(dtype);
-  const std::size_t seg_elems = std::max<std::size_t>(ctx.segment_bytes / esize, 1);
-  char* bytes = static_cast<char*>(data);
+// The ring over one block: chunks, reduce-scatter, average, allgather.
+void ring_block(char* bytes, std::size_t count, std::size_t esize, std::size_t seg_elems, DataType dtype,
+                ReduceOp op, int r, int n, SendLink& send, RecvLink& recv, Watchdog& watchdog) {
   const Chunking chunks{count, n};
   if (n > 1) {
     for (int s = 0; s < n - 1; ++s) {
@@ -93,6 +87,29 @@ void ring_allreduce(void* data, std::size_t count, DataType dtype, ReduceOp op, 
       ring_step(bytes, esize, chunks, mod(r + 1 - s, n), mod(r - s, n), seg_elems, Arrival::kCopy, dtype, op,
                 send, recv, watchdog);
     }
+  }
+}
+
+std::size_t ring_block_elements(std::size_t count, std::size_t esize, const RingContext& ctx) {
+  if (ctx.block_bytes == 0) return count;
+  // At least one element per rank, so no block leaves a rank without a chunk.
+  const std::size_t per_block = std::max<std::size_t>(ctx.block_bytes / esize, static_cast<std::size_t>(ctx.size));
+  return std::min(per_block, count);
+}
+
+}  // namespace
+
+void ring_allreduce(void* data, std::size_t count, DataType dtype, ReduceOp op, const RingContext& ctx,
+                    SendLink& send, RecvLink& recv, Watchdog& watchdog) {
+  const std::size_t esize = dtype_size(dtype);
+  const std::size_t seg_elems = std::max<std::size_t>(ctx.segment_bytes / esize, 1);
+  const std::size_t block = ring_block_elements(count, esize, ctx);
+  char* bytes = static_cast<char*>(data);
+  // Every rank has the same count, so every rank cuts the same blocks and the
+  // links carry the same segment sequence on both ends.
+  for (std::size_t begin = 0; begin < count; begin += block) {
+    const std::size_t len = std::min(block, count - begin);
+    ring_block(bytes + begin * esize, len, esize, seg_elems, dtype, op, ctx.rank, ctx.size, send, recv, watchdog);
   }
 }
 

@@ -47,6 +47,9 @@ CommOptions apply_env(CommOptions o) {
   if (const char* v = std::getenv("MUSTER_COMM_SEGMENTS_IN_FLIGHT"); v && *v) {
     o.segments_in_flight = static_cast<std::size_t>(env_int("MUSTER_COMM_SEGMENTS_IN_FLIGHT", 0));
   }
+  if (const char* v = std::getenv("MUSTER_COMM_BLOCK_BYTES"); v && *v) {
+    o.block_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_BLOCK_BYTES", 0));
+  }
   if (const char* v = std::getenv("MUSTER_COMM_RING_THRESHOLD_BYTES"); v && *v) {
     o.ring_threshold_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_RING_THRESHOLD_BYTES", 0));
   }
@@ -231,6 +234,7 @@ void WorldCommunicator::allreduce_ring(void* data, std::size_t count, DataType d
   ctx.rank = rank_;
   ctx.size = size_;
   ctx.segment_bytes = options_.segment_bytes;
+  ctx.block_bytes = options_.block_bytes;
   ring_allreduce(data, count, dtype, op, ctx, *send_link_, *recv_link_, watchdog);
 }
 
