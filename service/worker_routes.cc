@@ -39,6 +39,26 @@ std::string tail_file(const std::filesystem::path& path, size_t lines) {
   return text.substr(pos + 1);
 }
 
+api::Result<size_t> parse_tail(const Request& req) {
+  auto it = req.query.find("tail");
+  if (it == req.query.end()) return size_t{0};
+  try {
+    size_t used = 0;
+    const long n = std::stol(it->second, &used);
+    if (used != it->second.size() || n < 0) throw std::invalid_argument("tail");
+    return static_cast<size_t>(n);
+  } catch (const std::exception&) {
+    return api::invalid_argument("tail must be a whole number >= 0", "tail");
+  }
+}
+
+Response log_response(const std::filesystem::path& path, size_t lines) {
+  Response r;
+  r.content_type = "text/plain; charset=utf-8";
+  r.body = tail_file(path, lines);
+  return r;
+}
+
 void register_worker_routes(Router& router, WorkerRegistry& registry, ValidationOptions validation) {
   router.add("GET", "/healthz", AuthKind::kNone,
              [](const Request&, Reply reply) { reply(json_response(200, {{"status", "ok"}})); });
@@ -64,23 +84,11 @@ void register_worker_routes(Router& router, WorkerRegistry& registry, Validation
   });
 
   router.add("GET", "/api/v1/workers/{id}/logs", AuthKind::kUser, [&registry](const Request& req, Reply reply) {
-    size_t tail = 0;
-    if (auto it = req.query.find("tail"); it != req.query.end()) {
-      try {
-        size_t used = 0;
-        const long n = std::stol(it->second, &used);
-        if (used != it->second.size() || n < 0) throw std::invalid_argument("tail");
-        tail = static_cast<size_t>(n);
-      } catch (const std::exception&) {
-        return reply(error_response(api::invalid_argument("tail must be a whole number >= 0", "tail")));
-      }
-    }
+    auto tail = parse_tail(req);
+    if (!tail) return reply(error_response(tail.status()));
     auto path = registry.log_path(req.params.at("id"));
     if (!path) return reply(error_response(path.status()));
-    Response r;
-    r.content_type = "text/plain; charset=utf-8";
-    r.body = tail_file(path.value(), tail);
-    reply(r);
+    reply(log_response(path.value(), tail.value()));
   });
 
   router.add("POST", "/api/v1/workers/await", AuthKind::kUser, [&registry](const Request& req, Reply reply) {

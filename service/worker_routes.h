@@ -14,4 +14,13 @@ void register_worker_routes(Router& router, WorkerRegistry& registry, Validation
 // The last `lines` lines of a file (0: all of it, at most the last 1 MiB).
 std::string tail_file(const std::filesystem::path& path, size_t lines);
 
+// The `tail` query of a logs route (absent: 0 = all lines); 400
+// (invalid_argument, field "tail") unless a whole number >= 0. Shared by
+// GET /api/v1/workers/{id}/logs and GET /api/v1/clusters/{id}/logs.
+api::Result<size_t> parse_tail(const Request& req);
+
+// A text/plain reply with the last `lines` lines of `path` (empty text when
+// the file does not exist yet).
+Response log_response(const std::filesystem::path& path, size_t lines);
+
 }  // namespace muster::service
