@@ -310,6 +310,28 @@ api::Result<Cluster> ClusterManager::get(const std::string& id) const {
   return it->second.cluster;
 }
 
+api::Result<std::filesystem::path> ClusterManager::log_path(const std::string& id) const {
+  std::string chief;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = clusters_.find(id);
+    if (it == clusters_.end() || !it->second.launched) return api::not_found("no cluster '" + id + "'");
+    const Cluster& c = it->second.cluster;
+    if (c.request.mode == ClusterMode::kMpi) {
+      if (!c.request.launch) return std::filesystem::path();
+      return options_.state_dir / "clusters" / id / "launcher.log";
+    }
+    for (const auto& t : c.tasks) {
+      if (t.type == "worker" && t.index == 0) chief = t.worker_id;
+    }
+  }
+  if (chief.empty()) return std::filesystem::path();
+  // Outside mu_: registry calls never happen under the manager's mutex.
+  auto path = registry_.log_path(chief);
+  if (!path) return std::filesystem::path();
+  return path.value();
+}
+
 api::Result<Cluster> ClusterManager::stop(const std::string& id) {
   {
     std::lock_guard<std::mutex> lock(mu_);

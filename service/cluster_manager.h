@@ -91,6 +91,12 @@ class ClusterManager {
   // Stops the launcher and every task; a cluster that already ended is
   // returned as it is.
   api::Result<Cluster> stop(const std::string& id);
+  // The log GET /api/v1/clusters/{id}/logs serves: mpi mode with launch=true,
+  // the launcher's (<state>/clusters/<id>/launcher.log, mpirun's combined
+  // output; it may not exist yet); ps mode, the chief's (worker task 0's)
+  // worker log. An empty path when the cluster has no such log (mpi with
+  // launch=false). not_found for an unknown cluster.
+  api::Result<std::filesystem::path> log_path(const std::string& id) const;
 
   // One pass over the active clusters (the manager thread calls it).
   void step();

@@ -1,5 +1,7 @@
 #include "muster/service/cluster_routes.h"
 
+#include "muster/service/worker_routes.h"
+
 namespace muster::service {
 
 using nlohmann::json;
@@ -23,6 +25,16 @@ void register_cluster_routes(Router& router, ClusterManager& clusters, int max_w
     auto c = clusters.get(req.params.at("id"));
     if (!c) return reply(error_response(c.status()));
     reply(json_response(200, c->to_json()));
+  });
+
+  // Text, like the worker logs; empty while the cluster has no log yet (or
+  // never will: mpi with launch=false), so a notebook can poll it.
+  router.add("GET", "/api/v1/clusters/{id}/logs", AuthKind::kUser, [&clusters](const Request& req, Reply reply) {
+    auto tail = parse_tail(req);
+    if (!tail) return reply(error_response(tail.status()));
+    auto path = clusters.log_path(req.params.at("id"));
+    if (!path) return reply(error_response(path.status()));
+    reply(log_response(path.value(), tail.value()));
   });
 
   router.add("POST", "/api/v1/clusters/{id}/stop", AuthKind::kUser, [&clusters](const Request& req, Reply reply) {

@@ -6,8 +6,9 @@
 
 namespace muster::service {
 
-// Adds POST/GET /api/v1/clusters, GET /api/v1/clusters/{id} and
-// POST /api/v1/clusters/{id}/stop. `clusters` outlives the router.
+// Adds POST/GET /api/v1/clusters, GET /api/v1/clusters/{id},
+// GET /api/v1/clusters/{id}/logs?tail=N (text: mpi, the launcher's log; ps,
+// the chief's) and POST /api/v1/clusters/{id}/stop. `clusters` outlives the router.
 void register_cluster_routes(Router& router, ClusterManager& clusters, int max_workers);
 
 }  // namespace muster::service

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -425,7 +426,7 @@ TEST_F(ClusterManagerTest, EveryClusterRouteIsInOpenApi) {
   Router router;
   register_cluster_routes(router, *manager_, 16);
   const auto documented = documented_routes();
-  ASSERT_EQ(router.routes().size(), 4u);
+  ASSERT_EQ(router.routes().size(), 5u);
   for (const auto& r : router.routes()) {
     EXPECT_TRUE(documented.count(r.method + " " + r.pattern)) << r.method << " " << r.pattern << " is not documented";
   }
@@ -462,6 +463,72 @@ TEST_F(ClusterManagerTest, RoutesAnswerWithTheClusterObject) {
   EXPECT_EQ(bad.http_status, 400);
   EXPECT_EQ(nlohmann::json::parse(bad.body)["error"]["field"], "n_workers");
   EXPECT_EQ(call("GET", "/api/v1/clusters/c-none", nullptr).http_status, 404);
+}
+
+TEST_F(ClusterManagerTest, LogsRouteServesTheLauncherLogOrTheChiefs) {
+  Router router;
+  register_cluster_routes(router, *manager_, 16);
+  auto logs = [&](const std::string& id, std::optional<std::string> tail = std::nullopt) {
+    const std::string path = "/api/v1/clusters/" + id + "/logs";
+    auto match = router.match("GET", path);
+    EXPECT_TRUE(match.is_ok()) << path;
+    Request req;
+    req.method = "GET";
+    req.path = path;
+    req.params = match->params;
+    if (tail) req.query["tail"] = *tail;
+    Response out;
+    out.http_status = -1;
+    match->route->handler(req, [&](Response r) { out = std::move(r); });
+    return out;
+  };
+
+  // mpi: the launcher's log, which does not exist until mpirun starts.
+  auto mpi = create(mpi_request(2, 1));
+  auto empty = logs(mpi.id);
+  EXPECT_EQ(empty.http_status, 200);
+  EXPECT_EQ(empty.body, "");
+  register_all(mpi, false);
+  ASSERT_EQ(now(mpi.id).status, ClusterStatus::kRunning);
+  ASSERT_EQ(launcher_->started.size(), 1u);
+  EXPECT_EQ(launcher_->started[0].log_path, root_ / "state" / "clusters" / mpi.id / "launcher.log");
+  std::ofstream(launcher_->started[0].log_path) << "[1,0]<stdout>:step 1\n[1,1]<stdout>:step 1\n[1,0]<stdout>:accuracy 0.9\n";
+  auto all = logs(mpi.id);
+  EXPECT_EQ(all.http_status, 200);
+  EXPECT_EQ(all.content_type.rfind("text/plain", 0), 0u) << all.content_type;
+  EXPECT_EQ(all.body, "[1,0]<stdout>:step 1\n[1,1]<stdout>:step 1\n[1,0]<stdout>:accuracy 0.9\n");
+  EXPECT_EQ(logs(mpi.id, "1").body, "[1,0]<stdout>:accuracy 0.9\n");
+  EXPECT_EQ(logs(mpi.id, "0").body, all.body);
+
+  // The worker logs route's validation of tail.
+  for (const std::string bad : {"-1", "x", "1.5", ""}) {
+    auto r = logs(mpi.id, bad);
+    EXPECT_EQ(r.http_status, 400) << "tail=" << bad;
+    EXPECT_EQ(nlohmann::json::parse(r.body)["error"]["field"], "tail") << "tail=" << bad;
+  }
+  EXPECT_EQ(logs("c-none").http_status, 404);
+  EXPECT_EQ(logs("c-none", "x").http_status, 400);
+
+  // mpi without launch never has a log: empty text, not an error.
+  auto lines_only = mpi_request(1, 1);
+  lines_only.launch = false;
+  auto unlaunched = create(lines_only);
+  register_all(unlaunched, false);
+  ASSERT_EQ(now(unlaunched.id).status, ClusterStatus::kRunning);
+  auto none = logs(unlaunched.id);
+  EXPECT_EQ(none.http_status, 200);
+  EXPECT_EQ(none.body, "");
+
+  // ps: the chief's (worker task 0's) log, not a PS's nor worker 1's.
+  auto ps = create(ps_request(1, 2));
+  for (const auto& t : ps.tasks) {
+    auto path = registry_->log_path(t.worker_id);
+    ASSERT_TRUE(path.is_ok());
+    fs::create_directories(path->parent_path());
+    std::ofstream(path.value()) << t.type << " " << t.index << "\n";
+  }
+  ASSERT_EQ(ps.tasks.size(), 3u);
+  EXPECT_EQ(logs(ps.id).body, "worker 0\n");
 }
 
 TEST_F(ClusterManagerTest, UnknownClusterIsNotFound) {
