@@ -77,6 +77,15 @@ class Api:
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"null")
 
+    def text(self, path):
+        """GET a text/plain route: (status, body as str, content type)."""
+        req = urllib.request.Request(self.url + path, headers={"Authorization": "Bearer " + self.token})
+        try:
+            with self.opener.open(req, timeout=30) as resp:
+                return resp.status, resp.read().decode(), resp.headers.get("Content-Type", "")
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(), e.headers.get("Content-Type", "")
+
     def wait_cluster(self, cid, timeout=90):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -208,8 +217,9 @@ def test_mpi_mode_runs_a_real_mpirun_across_two_slots(env):
         "worker_script": "mpi_hello", "launch": True, "timeout_seconds": 60})
     assert status == 201, c
     done = api.wait_cluster(c["id"], timeout=100)
-    log_path = os.path.join(env["state"], "clusters", c["id"], "launcher.log")
-    log = open(log_path).read() if os.path.exists(log_path) else "(no launcher log)"
+    # mpirun's output comes over the API (GET /api/v1/clusters/{id}/logs), not from the state dir.
+    status, log, ctype = api.text("/api/v1/clusters/%s/logs" % c["id"])
+    assert status == 200 and ctype.startswith("text/plain"), (status, ctype, log)
     assert done["status"] == "succeeded", (done, log)
     assert done["hostfile"] == "127.0.0.1 slots=2\n"
     assert done["horovodrun_command"].startswith("horovodrun -np 2 -H 127.0.0.1:2 -p 2222 ")
@@ -217,6 +227,14 @@ def test_mpi_mode_runs_a_real_mpirun_across_two_slots(env):
     assert done["launcher_exit_code"] == 0
     for rank in (0, 1):
         assert "mpi_hello rank %d of 2 allreduce sum 3 expected 3" % rank in log, log
+    with open(os.path.join(env["state"], "clusters", c["id"], "launcher.log")) as f:
+        assert log == f.read()  # the whole launcher log
+    status, last, _ = api.text("/api/v1/clusters/%s/logs?tail=1" % c["id"])
+    assert status == 200 and last == log.splitlines(True)[-1], last
+    status, body, _ = api.text("/api/v1/clusters/%s/logs?tail=-1" % c["id"])
+    assert status == 400 and json.loads(body)["error"]["field"] == "tail", body
+    status, body, _ = api.text("/api/v1/clusters/c-no-such-cluster/logs")
+    assert status == 404 and json.loads(body)["error"]["code"] == "not_found", body
     for wid in c["workers"]["worker"]:
         assert api.worker(wid)["status"] == "stopped"
 
