@@ -2,7 +2,7 @@
 
 run_cluster (ps mode) with and without a worker script, a failing task named
 in ClusterFailed, and horovodrun (mpi mode) both building the lines only and
-running its mpirun line.
+running its mpirun line (its output read back with cluster_logs).
 """
 import json
 import os
@@ -48,9 +48,12 @@ SCRIPTS = {
             sys.exit(3)
         time.sleep(600)
     """,
+    # One write per line: mpirun --tag-output tags each chunk it reads, so a
+    # line written piecewise (print under python3 -u) can come out split.
     "hello_rank.py": """
         import os
-        print("rank", os.environ.get("OMPI_COMM_WORLD_RANK"), "of", os.environ.get("OMPI_COMM_WORLD_SIZE"), flush=True)
+        line = "rank %s of %s\\n" % (os.environ.get("OMPI_COMM_WORLD_RANK"), os.environ.get("OMPI_COMM_WORLD_SIZE"))
+        os.write(1, line.encode())
     """,
 }
 
@@ -159,3 +162,11 @@ def test_horovodrun_launch_runs_mpirun_to_success(daemon):
     c = muster.horovodrun(2, "hello_rank.py", slots=1, cpu=0.5, memory=1, launch=True, wait_for_completion=True,
                           completion_timeout_seconds=120)
     assert c["status"] == "succeeded", c
+    # mpirun's output over the REST API: both ranks' lines (tagged by rank), tail keeps the end.
+    logs = muster.cluster_logs(c)
+    for rank in ("0", "1"):
+        assert "rank %s of 2" % rank in logs, logs
+    assert muster.cluster_logs(c["id"], tail=1) == logs.splitlines(True)[-1]
+    with pytest.raises(muster.MusterError) as e:
+        muster.cluster_logs("c-no-such-cluster")
+    assert e.value.code == "not_found"

@@ -214,6 +214,13 @@ def test_get_list_and_logs(stub):
     assert muster.worker_logs("a") == "q="
 
 
+def test_cluster_logs_takes_an_id_or_the_cluster_dict(stub):
+    stub.routes[("GET", "/api/v1/clusters/c1/logs")] = lambda req: (200, ("q=" + req["query"]).encode())
+    assert muster.cluster_logs("c1", tail=5) == "q=tail=5"
+    assert muster.cluster_logs({"id": "c1", "mode": "mpi"}) == "q="
+    assert stub.requests[-1]["method"] == "GET"
+
+
 # ---- error mapping -------------------------------------------------------------
 
 def test_server_error_keeps_code_message_field(stub):

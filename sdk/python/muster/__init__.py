@@ -23,6 +23,7 @@ __all__ = [
     "Client", "MusterError", "ClusterFailed", "discover", "state_dir",
     "launch_workers", "await_workers", "stop_workers", "list_workers", "get_worker", "worker_logs",
     "run_cluster", "horovodrun", "await_cluster", "list_clusters", "get_cluster", "stop_cluster",
+    "cluster_logs",
 ]
 
 __version__ = "0.1.0"
@@ -209,6 +210,23 @@ def stop_cluster(cluster_id):
         muster.stop_cluster(cluster)
     """
     return _client().stop_cluster(cluster_id)
+
+
+def cluster_logs(cluster, tail=None):
+    """A cluster's output as a string (cluster: id or dict); tail=N keeps the last N lines.
+
+    mpi mode (horovodrun with launch=True): the launcher's log, i.e.
+    mpirun's combined output, where each line starts with its rank's tag
+    ("[1,0]<stdout>:" for rank 0). ps mode: the chief's (worker 0's) log.
+    Empty while the cluster has no log yet. Works wherever the notebook
+    runs: the text comes over the REST API, not from the daemon's disk.
+
+    Example::
+
+        c = muster.horovodrun(2, "train.py", wait_for_completion=True)
+        print(muster.cluster_logs(c, tail=20))
+    """
+    return _client().cluster_logs(cluster, tail)
 
 
 # Helpers for cluster tasks and tests.

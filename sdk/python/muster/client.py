@@ -189,6 +189,19 @@ class Client:
         return self._http.request("POST", "/api/v1/clusters/%s/stop" % _path_id(cluster_id, "cluster"),
                                   {}, timeout=self.timeout_seconds)
 
+    def cluster_logs(self, cluster_id, tail=None):
+        """The cluster's output as text: mpi, the launcher's (mpirun's) log; ps, the chief's.
+
+        Empty text while the cluster has no log yet. tail=N: the last N lines.
+
+        Example::
+
+            print(client.cluster_logs(cluster["id"], tail=20))
+        """
+        query = {"tail": int(tail)} if tail is not None else None
+        return self._http.request("GET", "/api/v1/clusters/%s/logs" % _path_id(cluster_id, "cluster"),
+                                  query=query, timeout=self.timeout_seconds, text=True)
+
     # ---- clusters (helpers; see clusters.py) -----------------------------------
 
     def await_cluster(self, cluster_id, timeout_seconds=60, wait_for_completion=True):
