@@ -102,6 +102,18 @@ def main(out_dir):
             f"{'met' if r <= TARGET_FUSED_RATIO else 'NOT met'}) and at least {TARGET_FUSED_SPEEDUP}x faster than "
             f"per-tensor (measured **{s:.2f}x**: {'met' if s >= TARGET_FUSED_SPEEDUP else 'NOT met'})."
         )
+        if r < 0.87:
+            lines.append("")
+            lines.append(
+                "The single buffer is not yet a tight reference: it is one 102 MB op, which the ring runs in "
+                "cache-sized blocks (CommOptions::block_bytes, 1 MB) inside that op, while the step is about 100 "
+                "separate 1 MB ops. On this loaded 2-core host the same 1 MB pieces still run faster as separate "
+                "ops whose completion the caller waits on one by one than as blocks of one op (measured side by "
+                "side during tuning: about 3x; waiting only for the last of the separate ops made them as slow as "
+                "the single op). That points at thread scheduling (wake-ups of the ring's progress threads), not "
+                "at the ring's data path; it is not fixed here, so the step target above is met against the "
+                "faster, not the fairer, side."
+            )
         lines.append("")
     with open(os.path.join(out_dir, "allreduce.md"), "w") as f:
         f.write("\n".join(lines))
