@@ -286,6 +286,13 @@ TEST_F(SdkCppTest, RunClusterGivesTheSpecAndSessionAddress) {
   EXPECT_EQ(tf["task"]["type"], "worker");
   EXPECT_EQ(tf["task"]["index"], 1);
   EXPECT_EQ(tf["cluster"], r.cluster_spec);
+  // A ps cluster's logs are the chief's: worker 0's TF_CONFIG, not worker 1's.
+  const std::string chief = c.cluster_logs(r.cluster.id);
+  auto at = chief.find("TF_CONFIG=");
+  ASSERT_NE(at, std::string::npos) << chief;
+  auto chief_tf = nlohmann::json::parse(chief.substr(at + 10, chief.find('\n', at) - at - 10));
+  EXPECT_EQ(chief_tf["task"]["type"], "worker");
+  EXPECT_EQ(chief_tf["task"]["index"], 0);
 }
 
 TEST_F(SdkCppTest, FailingTaskThrowsClusterFailedNamingIt) {
@@ -320,6 +327,13 @@ TEST_F(SdkCppTest, HorovodrunBuildsTheLinesAndStops) {
   EXPECT_EQ(cl.horovodrun_command.rfind("horovodrun -np 2 -H ", 0), 0u) << cl.horovodrun_command;
   EXPECT_EQ(cl.mpirun_command.rfind("mpirun ", 0), 0u) << cl.mpirun_command;
   EXPECT_EQ(cl.workers["worker"].size(), 2u);
+  EXPECT_EQ(c.cluster_logs(cl.id, 5), "");  // launch=false: mpirun never runs, so no log
+  try {
+    c.cluster_logs("c-no-such-cluster");
+    ADD_FAILURE() << "an unknown cluster has logs";
+  } catch (const MusterError& e) {
+    EXPECT_EQ(e.code(), "not_found");
+  }
   c.stop_cluster(cl.id);
   EXPECT_EQ(c.await_cluster(cl.id, 30).status, "stopped");
   bool listed = false;

@@ -144,6 +144,12 @@ std::string Client::worker_logs(const std::string& id, std::optional<int> tail) 
   return send("GET", path, nullptr, request_timeout_seconds_).body;
 }
 
+std::string Client::cluster_logs(const std::string& id, std::optional<int> tail) {
+  std::string path = "/api/v1/clusters/" + path_id(id) + "/logs";
+  if (tail) path += "?tail=" + std::to_string(*tail);
+  return send("GET", path, nullptr, request_timeout_seconds_).body;
+}
+
 Cluster Client::create_cluster(const ClusterOptions& opts) {
   json body = opts.to_json();
   return Cluster::from_json(send_json("POST", "/api/v1/clusters", &body, request_timeout_seconds_));

@@ -73,6 +73,10 @@ class Client {
   std::vector<Cluster> list_clusters();
   // Stops the cluster's tasks and launcher. Example: client.stop_cluster(c.id);
   Cluster stop_cluster(const std::string& id);
+  // The cluster's output as text: mpi mode, the launcher's (mpirun's combined)
+  // log; ps mode, the chief's (worker 0's). Empty while there is none yet;
+  // tail = last N lines. Example: std::cout << client.cluster_logs(c.id, 20);
+  std::string cluster_logs(const std::string& id, std::optional<int> tail = std::nullopt);
   // Until the cluster ended (or, wait_for_completion=false, is up); never
   // throws for a failed cluster, throws MusterError("deadline_exceeded") after
   // timeout_seconds (0: no limit). Example: client.await_cluster(c.id, 600);
