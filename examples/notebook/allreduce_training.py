@@ -6,7 +6,7 @@ starts 2 workers (1 slot each), builds the horovodrun/mpirun line from their
 IP addresses and runs it; each rank of the fashion_mnist program averages
 its gradients with the others (ring allreduce), rank 0 prints progress and
 the test accuracy averaged over the ranks. We print the line, wait for the
-end and read the accuracy from the launcher's output.
+end and read the accuracy from the launcher's output (muster.cluster_logs).
 
 Run with musterd running (scripts/demo.sh does it):
     python3 examples/notebook/allreduce_training.py [--model mlp] [--epochs 3]
@@ -26,26 +26,12 @@ def program():
     return os.path.relpath(os.path.join(os.path.abspath(build), "bin", "fashion_mnist"), os.path.abspath(project))
 
 
-def cluster_output(cluster):
-    """Rank 0's output. The daemon runs mpirun itself and keeps its output in
-    <state-dir>/clusters/<id>/launcher.log (readable here: this notebook runs on
-    the daemon's host); the workers' own logs are added for completeness."""
-    texts = []
-    state_dir = os.environ.get("MUSTER_STATE_DIR") or os.path.expanduser("~/.muster")
-    path = os.path.join(state_dir, "clusters", cluster["id"], "launcher.log")
-    if os.path.exists(path):
-        with open(path) as f:
-            # mpirun --tag-output prefixes each line with [job,rank]<stdout>:
-            texts.append(re.sub(r"^\[\d+,\d+\]<std\w+>:", "", f.read(), flags=re.M))
-    workers = cluster.get("workers") or []
-    if isinstance(workers, dict):
-        workers = [w for ids in workers.values() for w in ids]
-    for w in workers:
-        try:
-            texts.append(muster.worker_logs(w if isinstance(w, str) else w["id"]))
-        except muster.MusterError:
-            pass
-    return "\n".join(texts)
+def cluster_output(cluster, tail=None):
+    """mpirun's output (rank 0's progress and accuracy), from the daemon's
+    GET /api/v1/clusters/{id}/logs: works wherever this notebook runs, not
+    only on the daemon's host. mpirun --tag-output prefixes each line with
+    [job,rank]<stdout>:, which is stripped here."""
+    return re.sub(r"^\[\d+,\d+\]<std\w+>:", "", muster.cluster_logs(cluster, tail=tail), flags=re.M)
 
 
 def main():
@@ -64,6 +50,7 @@ def main():
     print("cluster %s %s" % (cluster.get("id"), cluster.get("status")))
     if cluster.get("status") != "succeeded":
         print("allreduce training failed: %s" % cluster.get("reason"), file=sys.stderr)
+        print(cluster_output(cluster, tail=20), file=sys.stderr)
         return 1
 
     log = cluster_output(cluster)
