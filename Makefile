@@ -2,6 +2,7 @@
 #   make demo   set up, build, start musterd and run the notebook examples
 #   make test   set up, build, run every test (ctest: unit, mpi, integration)
 #   make bench  run every benchmark, rewrite bench/RESULTS.md
+MAKEFLAGS += --no-print-directory
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 
