@@ -83,6 +83,10 @@ struct CommOptions {
   // allgather (ring_allreduce.h); 0 runs the whole buffer at once.
   // MUSTER_COMM_BLOCK_BYTES overrides it.
   std::size_t block_bytes = 1024 * 1024;
+  // A ring rank waiting on a shared-memory neighbour spins this long, then
+  // sleeps on its futex doorbell (never sched_yield: see watchdog.cc).
+  // MUSTER_COMM_SPIN_US overrides it.
+  std::chrono::microseconds spin{50};
 };
 
 namespace detail {

@@ -61,8 +61,12 @@ class Watchdog {
   Watchdog(std::chrono::milliseconds timeout, PeerMonitor* monitor, uint64_t seq, std::string what,
            NowFn now = &Clock::now);
 
-  // Use `sleeper` (may be null) for the long waits of this op.
-  void set_sleeper(Sleeper* sleeper) { sleeper_ = sleeper; }
+  // Use `sleeper` (may be null) for the waits of this op: spin for `spin`,
+  // then sleep on it.
+  void set_sleeper(Sleeper* sleeper, std::chrono::microseconds spin = std::chrono::microseconds(0)) {
+    sleeper_ = sleeper;
+    sleeper_spin_ = spin;
+  }
   // At the top of each poll round, before checking the links.
   void prepare() {
     if (sleeper_) sleeper_->prepare();
@@ -79,6 +83,7 @@ class Watchdog {
   NowFn now_;
   PeerMonitor* monitor_;
   Sleeper* sleeper_ = nullptr;
+  std::chrono::microseconds sleeper_spin_{0};
   uint64_t seq_;
   std::string what_;
   Clock::time_point last_progress_;

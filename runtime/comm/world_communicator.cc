@@ -50,11 +50,15 @@ CommOptions apply_env(CommOptions o) {
   if (const char* v = std::getenv("MUSTER_COMM_BLOCK_BYTES"); v && *v) {
     o.block_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_BLOCK_BYTES", 0));
   }
+  if (const char* v = std::getenv("MUSTER_COMM_SPIN_US"); v && *v) {
+    o.spin = std::chrono::microseconds(env_int("MUSTER_COMM_SPIN_US", 0));
+  }
   if (const char* v = std::getenv("MUSTER_COMM_RING_THRESHOLD_BYTES"); v && *v) {
     o.ring_threshold_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_RING_THRESHOLD_BYTES", 0));
   }
   if (o.timeout.count() <= 0) throw InvalidArgument("CommOptions.timeout must be positive");
   if (o.segment_bytes < 64) throw InvalidArgument("CommOptions.segment_bytes must be at least 64");
+  if (o.spin.count() < 0) throw InvalidArgument("CommOptions.spin must not be negative");
   if (o.segments_in_flight == 0) throw InvalidArgument("CommOptions.segments_in_flight must be at least 1");
   o.segment_bytes = (o.segment_bytes + 63) / 64 * 64;
   return o;
@@ -229,7 +233,7 @@ void WorldCommunicator::allreduce_mpi(void* data, std::size_t count, DataType dt
 void WorldCommunicator::allreduce_ring(void* data, std::size_t count, DataType dtype, ReduceOp op,
                                        Watchdog& watchdog) {
   // Both links in shared memory: sleep on this rank's doorbell when idle.
-  if (ring_all_shm_) watchdog.set_sleeper(sleeper_.get());
+  if (ring_all_shm_) watchdog.set_sleeper(sleeper_.get(), options_.spin);
   RingContext ctx;
   ctx.rank = rank_;
   ctx.size = size_;
