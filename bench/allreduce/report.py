@@ -105,14 +105,16 @@ def main(out_dir):
         if r < 0.87:
             lines.append("")
             lines.append(
-                "The single buffer is not yet a tight reference: it is one 102 MB op, which the ring runs in "
-                "cache-sized blocks (CommOptions::block_bytes, 1 MB) inside that op, while the step is about 100 "
-                "separate 1 MB ops. On this loaded 2-core host the same 1 MB pieces still run faster as separate "
-                "ops whose completion the caller waits on one by one than as blocks of one op (measured side by "
-                "side during tuning: about 3x; waiting only for the last of the separate ops made them as slow as "
-                "the single op). That points at thread scheduling (wake-ups of the ring's progress threads), not "
-                "at the ring's data path; it is not fixed here, so the step target above is met against the "
-                "faster, not the fairer, side."
+                "The single buffer is not a tight reference in this run: it is one 102 MB op, which the ring "
+                "runs in cache-sized blocks (CommOptions::block_bytes, 1 MB) inside that op, while the step is "
+                "about 100 separate 1 MB ops, so a slow stretch of the host hits the one op whole. Two such "
+                "effects were found: (1) a waiting ring rank used to sched_yield, handing its core (mpirun binds "
+                "one rank per core) to any other busy process for a whole time slice; with one extra CPU-bound "
+                "process the single op took 183-299 ms; the ranks now spin 50 us and sleep on their futex "
+                "doorbell (29-30 ms in the same test, 13-15 ms quiet); (2) in windows of seconds this virtual "
+                "machine moves data between its two cores about 10x slower (a two-thread C producer/consumer "
+                "probe with no muster or MPI code drops from 15-35 to about 2 GB/s while single-core memcpy "
+                "stays fast); the ring then runs at a steady ~2 GB/s at every size. (2) is the host, not muster."
             )
         lines.append("")
     with open(os.path.join(out_dir, "allreduce.md"), "w") as f:
