@@ -12,18 +12,18 @@ struct Statement {
 };
 }  // namespace
 
-api::Result<std::unique_ptr<Store>> Store::open(const std::string& path) {
+api::Result<std::unique_ptr<Store>> Store::open(const std::string& path, const std::string& table) {
   sqlite3* db = nullptr;
   if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
     return api::internal_error("cannot open state database " + path + ": " + msg);
   }
-  std::unique_ptr<Store> store(new Store(db));
+  std::unique_ptr<Store> store(new Store(db, table));
   sqlite3_busy_timeout(db, 5000);
   if (auto s = store->exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"); !s) return s;
-  if (auto s = store->exec(
-          "CREATE TABLE IF NOT EXISTS workers (id TEXT PRIMARY KEY, seq INTEGER NOT NULL, record TEXT NOT NULL);");
+  if (auto s = store->exec("CREATE TABLE IF NOT EXISTS " + table +
+                           " (id TEXT PRIMARY KEY, seq INTEGER NOT NULL, record TEXT NOT NULL);");
       !s) {
     return s;
   }
@@ -32,22 +32,27 @@ api::Result<std::unique_ptr<Store>> Store::open(const std::string& path) {
 
 Store::~Store() { sqlite3_close(db_); }
 
-api::Status Store::exec(const char* sql) {
+api::Status Store::error(const std::string& what) const {
+  return api::internal_error("state database (" + table_ + "): " + what);
+}
+
+api::Status Store::exec(const std::string& sql) {
   char* err = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
     std::string msg = err ? err : "unknown error";
     sqlite3_free(err);
-    return api::internal_error(std::string("state database: ") + msg);
+    return error(msg);
   }
   return api::Status::ok();
 }
 
 api::Status Store::put(const std::vector<StoredRecord>& records) {
   if (records.empty()) return api::Status::ok();
-  if (auto s = exec("BEGIN;"); !s) return s;
+  std::lock_guard<std::mutex> lock(mu_);
   Statement st;
-  sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO workers (id, seq, record) VALUES (?, ?, ?);", -1, &st.stmt,
-                     nullptr);
+  const std::string sql = "INSERT OR REPLACE INTO " + table_ + " (id, seq, record) VALUES (?, ?, ?);";
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st.stmt, nullptr) != SQLITE_OK) return error(sqlite3_errmsg(db_));
+  if (auto s = exec("BEGIN;"); !s) return s;
   for (const auto& r : records) {
     const std::string text = r.record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     sqlite3_reset(st.stmt);
@@ -57,29 +62,30 @@ api::Status Store::put(const std::vector<StoredRecord>& records) {
     if (sqlite3_step(st.stmt) != SQLITE_DONE) {
       std::string msg = sqlite3_errmsg(db_);
       (void)exec("ROLLBACK;");
-      return api::internal_error("state database: " + msg);
+      return error(msg);
     }
   }
   return exec("COMMIT;");
 }
 
 api::Status Store::remove(const std::vector<std::string>& ids) {
+  std::lock_guard<std::mutex> lock(mu_);
   Statement st;
-  sqlite3_prepare_v2(db_, "DELETE FROM workers WHERE id = ?;", -1, &st.stmt, nullptr);
+  const std::string sql = "DELETE FROM " + table_ + " WHERE id = ?;";
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st.stmt, nullptr) != SQLITE_OK) return error(sqlite3_errmsg(db_));
   for (const auto& id : ids) {
     sqlite3_reset(st.stmt);
     sqlite3_bind_text(st.stmt, 1, id.c_str(), -1, SQLITE_TRANSIENT);
-    if (sqlite3_step(st.stmt) != SQLITE_DONE) return api::internal_error(std::string("state database: ") + sqlite3_errmsg(db_));
+    if (sqlite3_step(st.stmt) != SQLITE_DONE) return error(sqlite3_errmsg(db_));
   }
   return api::Status::ok();
 }
 
 api::Result<std::vector<StoredRecord>> Store::load_all() {
+  std::lock_guard<std::mutex> lock(mu_);
   Statement st;
-  if (sqlite3_prepare_v2(db_, "SELECT id, seq, record FROM workers ORDER BY seq;", -1, &st.stmt, nullptr) !=
-      SQLITE_OK) {
-    return api::internal_error(std::string("state database: ") + sqlite3_errmsg(db_));
-  }
+  const std::string sql = "SELECT id, seq, record FROM " + table_ + " ORDER BY seq;";
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st.stmt, nullptr) != SQLITE_OK) return error(sqlite3_errmsg(db_));
   std::vector<StoredRecord> out;
   while (sqlite3_step(st.stmt) == SQLITE_ROW) {
     StoredRecord r;

@@ -1,15 +1,17 @@
-// Store: the daemon's state in SQLite (<state-dir>/musterd.db), so that a
-// restarted daemon has every worker back with its status and agent token.
+// Store: one table of the daemon's state in SQLite (<state-dir>/musterd.db),
+// so that a restarted daemon has every worker (table `workers`) and every
+// cluster (table `clusters`, see cluster_store.h) back with its status.
 //
-// One row per worker; the record is a JSON document (the API worker object
-// plus the daemon-only fields) so that adding a field needs no migration.
-// The registry calls the store under its own lock; the store is not
-// thread-safe by itself.
+// One row per object: its id, the order it was created in, and a JSON record
+// (the API object plus the daemon-only fields), so that adding a field needs
+// no migration. Each table has its own connection; calls are serialised by an
+// internal mutex.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -29,8 +31,9 @@ struct StoredRecord {
 
 class Store {
  public:
-  // Opens (creating) the database; ":memory:" for tests.
-  static api::Result<std::unique_ptr<Store>> open(const std::string& path);
+  // Opens (creating) the database and `table`; ":memory:" for tests. The
+  // table name is one of ours ("workers", "clusters"), never user input.
+  static api::Result<std::unique_ptr<Store>> open(const std::string& path, const std::string& table = "workers");
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
@@ -38,13 +41,16 @@ class Store {
   // Inserts or replaces, all in one transaction.
   api::Status put(const std::vector<StoredRecord>& records);
   api::Status remove(const std::vector<std::string>& ids);
-  // Every record, in launch order.
+  // Every record, in launch order; corrupt rows are skipped.
   api::Result<std::vector<StoredRecord>> load_all();
 
  private:
-  explicit Store(sqlite3* db) : db_(db) {}
-  api::Status exec(const char* sql);
+  Store(sqlite3* db, std::string table) : db_(db), table_(std::move(table)) {}
+  api::Status exec(const std::string& sql);
+  api::Status error(const std::string& what) const;
+  std::mutex mu_;
   sqlite3* db_;
+  std::string table_;
 };
 
 }  // namespace muster::service
