@@ -11,6 +11,58 @@
 #include "muster/runtime/ps/links.h"
 
 namespace muster::runtime::ps {
+namespace {
+
+// One round trip to every PS task: the frames to send and the replies to read,
+// per task. Pushes and pulls of one round go out in one gather write per PS.
+struct Round {
+  explicit Round(std::size_t n_ps) : out(n_ps), in(n_ps) {}
+
+  // A push of every slice's gradient, for the worker's local `step`.
+  void add_pushes(const Placement& placement, const std::vector<const float*>& grads, int64_t step,
+                  ClientStats& stats) {
+    for (const auto& s : placement.slices) {
+      Outgoing o;
+      o.header.op = Op::kPush;
+      o.header.dtype = static_cast<uint8_t>(DataType::kFloat32);
+      o.header.slice = s.id;
+      o.header.step = step;
+      o.header.length = s.size * sizeof(float);
+      o.data = grads[s.variable] + s.offset;
+      out[s.ps].push_back(o);
+      stats.bytes_pushed += o.header.length;
+    }
+  }
+
+  // A pull of every slice into the variables, answered once the slice's
+  // global step is at least `min_step`. `stats` may be null (not counted).
+  void add_pulls(const Placement& placement, const std::vector<Variable>& variables, int64_t min_step,
+                 ClientStats* stats) {
+    for (const auto& s : placement.slices) {
+      Outgoing o;
+      o.header.op = Op::kPull;
+      o.header.slice = s.id;
+      o.header.step = min_step;
+      out[s.ps].push_back(o);
+      in[s.ps].push_back({s.id, variables[s.variable].value + s.offset, s.size, 0});
+      if (stats) stats->bytes_pulled += s.size * sizeof(float);
+    }
+  }
+
+  // The smallest global step the PS tasks answered the pulls with.
+  int64_t min_step() const {
+    int64_t step = std::numeric_limits<int64_t>::max();
+    for (const auto& v : in) {
+      for (const auto& e : v) step = std::min(step, e.step);
+    }
+    return step;
+  }
+
+  std::vector<std::vector<Outgoing>> out;
+  std::vector<std::vector<Expected>> in;
+};
+
+}  // namespace
 
 SyncReplicasClient::SyncReplicasClient(PsCluster cluster, ClientOptions options)
     : cluster_(std::move(cluster)), options_(std::move(options)) {
@@ -53,8 +105,7 @@ int64_t SyncReplicasClient::initialize_or_wait() {
   hello.optimizer = options_.optimizer;
   links_->connect_all(hello);
 
-  const std::size_t n_ps = cluster_.ps.size();
-  std::vector<std::vector<Outgoing>> out(n_ps);
+  Round round(cluster_.ps.size());
   LoadedCheckpoint ckpt;                           // keeps the optimizer state alive until sent
   std::vector<std::vector<const float*>> slots;    // per variable: its optimizer state buffers
   if (is_chief()) {
@@ -83,104 +134,46 @@ int64_t SyncReplicasClient::initialize_or_wait() {
         o.more.emplace_back(o.data, s.size * sizeof(float));
         for (const float* slot : slots[s.variable]) o.more.emplace_back(slot + s.offset, s.size * sizeof(float));
       }
-      out[s.ps].push_back(o);
+      round.out[s.ps].push_back(o);
     }
   }
-  std::vector<std::vector<Expected>> in(n_ps);
-  for (const auto& s : placement_.slices) {
-    Outgoing o;
-    o.header.op = Op::kPull;
-    o.header.slice = s.id;
-    o.header.step = 0;
-    out[s.ps].push_back(o);
-    in[s.ps].push_back({s.id, variables_[s.variable].value + s.offset, s.size, 0});
-  }
-  links_->exchange(out, in, "initialisation (pull of the chief's initial values)");
-  int64_t step = std::numeric_limits<int64_t>::max();
-  for (const auto& v : in) {
-    for (const auto& e : v) step = std::min(step, e.step);
-  }
-  global_step_ = step;
+  round.add_pulls(placement_, variables_, 0, nullptr);
+  links_->exchange(round.out, round.in, "initialisation (pull of the chief's initial values)");
+  global_step_ = round.min_step();
   return global_step_;
 }
 
-void SyncReplicasClient::push_gradients(int64_t step, const std::vector<const float*>& grads) {
+void SyncReplicasClient::check_gradient_count(const std::vector<const float*>& grads) const {
   if (grads.size() != variables_.size()) {
     throw InvalidArgument("ps client: " + std::to_string(grads.size()) + " gradients for " +
                           std::to_string(variables_.size()) + " variables");
   }
-  std::vector<std::vector<Outgoing>> out(cluster_.ps.size());
-  std::vector<std::vector<Expected>> in(cluster_.ps.size());
-  for (const auto& s : placement_.slices) {
-    Outgoing o;
-    o.header.op = Op::kPush;
-    o.header.dtype = static_cast<uint8_t>(DataType::kFloat32);
-    o.header.slice = s.id;
-    o.header.step = step;
-    o.header.length = s.size * sizeof(float);
-    o.data = grads[s.variable] + s.offset;
-    out[s.ps].push_back(o);
-    stats_.bytes_pushed += o.header.length;
-  }
-  links_->exchange(out, in, "push of step " + std::to_string(step));
+}
+
+void SyncReplicasClient::push_gradients(int64_t step, const std::vector<const float*>& grads) {
+  check_gradient_count(grads);
+  Round round(cluster_.ps.size());
+  round.add_pushes(placement_, grads, step, stats_);
+  links_->exchange(round.out, round.in, "push of step " + std::to_string(step));
 }
 
 int64_t SyncReplicasClient::pull(int64_t min_step) {
-  std::vector<std::vector<Outgoing>> out(cluster_.ps.size());
-  std::vector<std::vector<Expected>> in(cluster_.ps.size());
-  for (const auto& s : placement_.slices) {
-    Outgoing o;
-    o.header.op = Op::kPull;
-    o.header.slice = s.id;
-    o.header.step = min_step;
-    out[s.ps].push_back(o);
-    in[s.ps].push_back({s.id, variables_[s.variable].value + s.offset, s.size, 0});
-    stats_.bytes_pulled += s.size * sizeof(float);
-  }
-  links_->exchange(out, in, "pull of step " + std::to_string(min_step));
-  int64_t step = std::numeric_limits<int64_t>::max();
-  for (const auto& v : in) {
-    for (const auto& e : v) step = std::min(step, e.step);
-  }
-  global_step_ = step;
-  return step;
+  Round round(cluster_.ps.size());
+  round.add_pulls(placement_, variables_, min_step, &stats_);
+  links_->exchange(round.out, round.in, "pull of step " + std::to_string(min_step));
+  global_step_ = round.min_step();
+  return global_step_;
 }
 
 int64_t SyncReplicasClient::step(const std::vector<const float*>& grads) {
-  if (grads.size() != variables_.size()) {
-    throw InvalidArgument("ps client: " + std::to_string(grads.size()) + " gradients for " +
-                          std::to_string(variables_.size()) + " variables");
-  }
+  check_gradient_count(grads);
   const int64_t local = global_step_;
   const int64_t want = options_.mode == Mode::kSync ? local + 1 : 0;
-  std::vector<std::vector<Outgoing>> out(cluster_.ps.size());
-  std::vector<std::vector<Expected>> in(cluster_.ps.size());
-  for (const auto& s : placement_.slices) {  // every push first, then every pull
-    Outgoing o;
-    o.header.op = Op::kPush;
-    o.header.dtype = static_cast<uint8_t>(DataType::kFloat32);
-    o.header.slice = s.id;
-    o.header.step = local;
-    o.header.length = s.size * sizeof(float);
-    o.data = grads[s.variable] + s.offset;
-    out[s.ps].push_back(o);
-    stats_.bytes_pushed += o.header.length;
-  }
-  for (const auto& s : placement_.slices) {
-    Outgoing o;
-    o.header.op = Op::kPull;
-    o.header.slice = s.id;
-    o.header.step = want;
-    out[s.ps].push_back(o);
-    in[s.ps].push_back({s.id, variables_[s.variable].value + s.offset, s.size, 0});
-    stats_.bytes_pulled += s.size * sizeof(float);
-  }
-  links_->exchange(out, in, "step " + std::to_string(local));
-  int64_t step = std::numeric_limits<int64_t>::max();
-  for (const auto& v : in) {
-    for (const auto& e : v) step = std::min(step, e.step);
-  }
-  global_step_ = step;
+  Round round(cluster_.ps.size());
+  round.add_pushes(placement_, grads, local, stats_);  // every push first, then every pull
+  round.add_pulls(placement_, variables_, want, &stats_);
+  links_->exchange(round.out, round.in, "step " + std::to_string(local));
+  global_step_ = round.min_step();
   maybe_checkpoint();
   return global_step_;
 }
@@ -235,26 +228,23 @@ std::string SyncReplicasClient::save_checkpoint() {
   }
   int64_t step = global_step_;
   if (n_slots > 0) {  // the optimizer's state lives on the PS tasks: fetch it with the values
-    std::vector<std::vector<Outgoing>> out(cluster_.ps.size());
-    std::vector<std::vector<Expected>> in(cluster_.ps.size());
+    Round round(cluster_.ps.size());
     std::vector<std::vector<float>> per_slice(placement_.slices.size());
     for (const auto& s : placement_.slices) {
       Outgoing o;
       o.header.op = Op::kPullState;
       o.header.slice = s.id;
-      out[s.ps].push_back(o);
+      round.out[s.ps].push_back(o);
       per_slice[s.id].resize(s.size * (1 + n_slots));
       Expected e;
       e.slice = s.id;
       e.dst = per_slice[s.id].data();
       e.count = per_slice[s.id].size();
       e.op = Op::kState;
-      in[s.ps].push_back(e);
+      round.in[s.ps].push_back(e);
     }
-    links_->exchange(out, in, "checkpoint (pull of values and optimizer state)");
-    for (const auto& v : in) {
-      for (const auto& e : v) step = std::min(step, e.step);
-    }
+    links_->exchange(round.out, round.in, "checkpoint (pull of values and optimizer state)");
+    step = std::min(step, round.min_step());
     for (const auto& s : placement_.slices) {
       for (std::size_t j = 0; j <= n_slots; ++j) {
         const float* src = per_slice[s.id].data() + j * s.size;

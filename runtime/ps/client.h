@@ -107,6 +107,7 @@ class SyncReplicasClient {
   const ClientStats& stats() const { return stats_; }
 
  private:
+  void check_gradient_count(const std::vector<const float*>& grads) const;
   void maybe_checkpoint();
   std::size_t optimizer_slots() const;
   std::vector<std::vector<const float*>> restore(const LoadedCheckpoint& c);
