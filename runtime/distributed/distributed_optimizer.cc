@@ -166,8 +166,11 @@ int DistributedOptimizer::add_parameter(const std::string& name, float* value, f
   return static_cast<int>(impl_->grads.size() - 1);
 }
 
-// First use: fixes the bucket plan and queues the registration check, which
-// therefore runs before any bucket or broadcast on every rank.
+// First use: fixes the bucket plan and runs the registration check on the
+// communication thread, before any bucket or broadcast on every rank. It
+// waits for the check: the user thread may use the communicator directly
+// right after (broadcast the start step, say), and its collectives must not
+// race the check's into a different order on different ranks.
 static void start(DistributedOptimizer::Impl& impl, const DistributedOptions& options) {
   if (impl.started) return;
   impl.started = true;
@@ -205,9 +208,9 @@ static void start(DistributedOptimizer::Impl& impl, const DistributedOptions& op
   settings.threshold_bytes = options.fusion_threshold_bytes;
   settings.compression = static_cast<int>(options.compression);
   settings.segment_bytes = options.segment_bytes;
-  impl.comm_thread->thread.submit([coll = impl.coll, grads = impl.grads, settings, plans] {
+  impl.wait(impl.comm_thread->thread.submit([coll = impl.coll, grads = impl.grads, settings, plans] {
     check_registration(*coll, grads, settings, plans);
-  });
+  }));
 }
 
 static void begin_step(DistributedOptimizer::Impl& impl) {

@@ -18,8 +18,9 @@
 //      segments of segment_bytes, packing the next segment and unpacking
 //      finished ones while a segment is on the wire. A bucket whose float32
 //      gradients lie back to back in memory is reduced in place, without
-//      packing: let the optimizer own the gradients (add_parameter with a
-//      null gradient, then gradient(i)) or allocate them in one array.
+//      packing, as one allreduce: let the optimizer own the gradients
+//      (add_parameter with a null gradient, then gradient(i); nn::Model
+//      parameters can borrow them) or allocate them in one array.
 //   4. synchronize() waits for every bucket and rethrows the first error;
 //      step() = synchronize() + the wrapped optimizer's step.
 //
@@ -105,10 +106,11 @@ struct DistributedOptions {
   comm::Algorithm algorithm = comm::Algorithm::kAuto;
   // Buckets are reduced last-first (backprop order, true) or first-first.
   bool reverse_bucket_order = true;
-  // A bucket goes on the wire in allreduces of at most this many bytes of
-  // gradients, so packing and unpacking overlap the transfer and each
-  // segment stays in cache (0: one allreduce per bucket). 1 MB was fastest
-  // for the ResNet-50 set on a 2-rank shared-memory ring (bench/allreduce).
+  // A bucket that needs packing goes on the wire in allreduces of at most
+  // this many bytes of gradients, so packing and unpacking overlap the
+  // transfer and each segment stays in cache (0: one allreduce per bucket).
+  // 1 MB was fastest for the ResNet-50 set on a 2-rank shared-memory ring
+  // (bench/allreduce). In-place buckets always go whole.
   // Must be equal on every rank.
   std::size_t segment_bytes = 1u << 20;
 };

@@ -185,7 +185,10 @@ void ReductionPipeline::run_step(int64_t step) {
       auto& bucket = *buckets_[b];
       times[b].pack_start = now_us();
       const std::size_t total = bucket.wire_count();
-      const std::size_t seg = segment_elements == 0 ? std::max<std::size_t>(total, 1) : segment_elements;
+      // Segments let packing overlap the wire; an in-place bucket has nothing
+      // to pack, so it goes as one allreduce (the ring pipelines it anyway).
+      const std::size_t seg = segment_elements == 0 || bucket.in_place() ? std::max<std::size_t>(total, 1)
+                                                                         : segment_elements;
       for (std::size_t begin = 0; begin < total || (total == 0 && begin == 0); begin += seg) {
         Segment s;
         s.bucket = b;

@@ -6,7 +6,8 @@
 //   1. waits until all the bucket's gradients are marked ready,
 //   2. cuts the bucket into segments of at most segment_bytes and, segment
 //      by segment, packs it into the fusion buffer and starts its allreduce
-//      (average), so packing segment k+1 overlaps segment k on the wire,
+//      (average), so packing segment k+1 overlaps segment k on the wire (an
+//      in-place bucket has nothing to pack and goes as one allreduce),
 //   3. after each start, and while waiting for the next bucket, unpacks
 //      every segment whose allreduce is done (the collectives complete in
 //      submission order, so it keeps a FIFO of segments in flight),
