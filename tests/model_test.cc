@@ -77,7 +77,7 @@ TEST_P(ModelTest, GradientsMatchFiniteDifferences) {
   Batch b = random_batch(n, 2);
   m->forward_backward(b.images.data(), b.labels.data(), n);
   std::vector<std::vector<float>> grads;
-  for (const auto& p : m->parameters()) grads.push_back(p.grad);
+  for (const auto& p : m->parameters()) grads.emplace_back(p.grad.begin(), p.grad.end());
 
   auto numeric = [&](Parameter& p, std::size_t i, float h) {
     const float saved = p.value[i];
@@ -141,6 +141,36 @@ TEST_P(ModelTest, SgdStepsLowerTheLossOnATinyBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelTest, ::testing::Values("mlp", "cnn"));
+
+// A model whose gradients live in borrowed memory (a DistributedOptimizer's
+// arena) computes the same gradients there as in its own buffers.
+TEST_P(ModelTest, BorrowedGradientsReceiveTheSameValues) {
+  auto own = make_model(GetParam()), lent = make_model(GetParam());
+  own->initialize(5);
+  lent->initialize(5);
+  std::size_t total = 0;
+  for (const auto& p : lent->parameters()) total += p.size();
+  std::vector<float> arena(total, -1.0f);
+  std::size_t offset = 0;
+  for (auto& p : lent->parameters()) {
+    std::fill(p.grad.begin(), p.grad.end(), 0.25f);
+    p.grad.borrow(arena.data() + offset);
+    EXPECT_TRUE(p.grad.borrowed());
+    EXPECT_EQ(p.grad.data(), arena.data() + offset);
+    EXPECT_EQ(arena[offset], 0.25f) << p.name << ": borrow must carry the current values over";
+    offset += p.size();
+  }
+  const Batch b = random_batch(3, 9);
+  own->forward_backward(b.images.data(), b.labels.data(), 3);
+  lent->forward_backward(b.images.data(), b.labels.data(), 3);
+  offset = 0;
+  for (std::size_t t = 0; t < own->parameters().size(); ++t) {
+    const auto& p = own->parameters()[t];
+    for (std::size_t i = 0; i < p.size(); ++i) ASSERT_EQ(arena[offset + i], p.grad[i]) << p.name << "[" << i << "]";
+    offset += p.size();
+  }
+  EXPECT_THROW(own->parameters()[0].grad.borrow(nullptr), InvalidArgument);
+}
 
 TEST(MakeModel, RejectsUnknownNames) { EXPECT_THROW(make_model("resnet"), InvalidArgument); }
 

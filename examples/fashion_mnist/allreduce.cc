@@ -34,7 +34,12 @@ class AllreduceMode final : public Mode {
   int size() const override { return comm_->size(); }
 
   int64_t start(rt::nn::Model& model, int64_t) override {
-    for (auto& p : model.parameters()) optimizer_->add_parameter(p.name, p.value.data(), p.grad.data(), p.size());
+    // The optimizer owns the gradients (back to back, reduced in place) and
+    // lends them to the model, so backprop writes straight into the fusion
+    // buckets: no packing or unpacking each step.
+    auto& params = model.parameters();
+    for (auto& p : params) optimizer_->add_parameter(p.name, p.value.data(), nullptr, p.size());
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].grad.borrow(optimizer_->gradient(static_cast<int>(i)));
     int64_t steps = 0;
     if (rank() == 0 && !options_.checkpoint_dir.empty()) {
       if (auto s = load_checkpoint(options_.checkpoint_dir, model, optimizer_->optimizer())) {

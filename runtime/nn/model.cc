@@ -1,6 +1,7 @@
 #include "muster/runtime/nn/model.h"
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <numeric>
 #include <random>
 
@@ -10,6 +11,14 @@
 
 namespace muster::runtime::nn {
 
+void GradientBuffer::borrow(float* memory) {
+  if (size_ > 0 && memory == nullptr) throw InvalidArgument("GradientBuffer::borrow: null memory");
+  if (memory == data_) return;
+  std::copy(data_, data_ + size_, memory);
+  data_ = memory;
+  std::vector<float>().swap(own_);
+}
+
 std::size_t Model::add_parameter(const std::string& name, std::vector<int> shape, int fan_in) {
   const std::size_t size =
       std::accumulate(shape.begin(), shape.end(), std::size_t{1}, [](std::size_t a, int b) { return a * b; });
@@ -17,7 +26,7 @@ std::size_t Model::add_parameter(const std::string& name, std::vector<int> shape
   p.name = name;
   p.shape = std::move(shape);
   p.value.assign(size, 0.0f);
-  p.grad.assign(size, 0.0f);
+  p.grad.allocate(size);
   p.fan_in = fan_in;
   params_.push_back(std::move(p));  // moving keeps each buffer's address
   return params_.size() - 1;

@@ -6,6 +6,11 @@
 // client can hold pointers to them for the model's lifetime. The list's order
 // is fixed by the architecture and identical in every process.
 //
+// A gradient may instead live in memory lent by its consumer
+// (Parameter::grad.borrow): a DistributedOptimizer that owns the gradients
+// keeps them back to back, so backprop writes straight into its fusion
+// buckets and they are reduced in place, with no packing or unpacking.
+//
 // Weights are stored column-major with shape {out, in} (dense) or
 // {out_channels, kernel*kernel*in_channels} (convolution); biases are {out}.
 //
@@ -27,11 +32,40 @@
 
 namespace muster::runtime::nn {
 
+// A gradient's memory: the parameter's own, or borrowed (see above).
+class GradientBuffer {
+ public:
+  void allocate(std::size_t n) {
+    own_.assign(n, 0.0f);
+    data_ = own_.data();
+    size_ = n;
+  }
+  // Uses `memory` (size() floats, outliving the model's use of it) from now
+  // on; the current values are copied there and the own buffer is freed.
+  void borrow(float* memory);
+  bool borrowed() const { return own_.empty() && size_ > 0; }
+
+  float* data() { return data_; }
+  const float* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  float* begin() { return data_; }
+  float* end() { return data_ + size_; }
+  const float* begin() const { return data_; }
+  const float* end() const { return data_ + size_; }
+  float& operator[](std::size_t i) { return data_[i]; }
+  float operator[](std::size_t i) const { return data_[i]; }
+
+ private:
+  std::vector<float> own_;  // moving a Parameter keeps this buffer's address
+  float* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
 struct Parameter {
   std::string name;          // e.g. "fc1/weight"
   std::vector<int> shape;
   std::vector<float> value;  // size() floats
-  std::vector<float> grad;   // size() floats
+  GradientBuffer grad;       // size() floats
   std::size_t size() const { return value.size(); }
   int fan_in = 0;            // 0 for biases (initialised to zero)
 };
