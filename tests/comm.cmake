@@ -13,6 +13,14 @@ muster_mpi_test(comm_allreduce_np4 NP 4 TARGET comm_allreduce_test TIMEOUT 300)
 # The ring's MPI point-to-point transport (what ranks on different hosts use).
 muster_mpi_test(comm_allreduce_mpi_links_np3 NP 3 TARGET comm_allreduce_test ARGS --transport=mpi TIMEOUT 300)
 
+# Shared buffers and the direct allreduce; over MPI links the same checks run
+# through the ring (the peers do not map the memory).
+muster_comm_mpi_program(comm_shared_test comm_shared_test.cc)
+muster_mpi_test(comm_shared_np2 NP 2 TARGET comm_shared_test TIMEOUT 300)
+muster_mpi_test(comm_shared_np3 NP 3 TARGET comm_shared_test TIMEOUT 300)
+muster_mpi_test(comm_shared_np4 NP 4 TARGET comm_shared_test TIMEOUT 300)
+muster_mpi_test(comm_shared_mpi_links_np2 NP 2 TARGET comm_shared_test ARGS --transport=mpi TIMEOUT 300)
+
 muster_comm_mpi_program(comm_collectives_test comm_collectives_test.cc)
 muster_mpi_test(comm_collectives_np2 NP 2 TARGET comm_collectives_test TIMEOUT 120)
 muster_mpi_test(comm_collectives_np3 NP 3 TARGET comm_collectives_test TIMEOUT 120)

@@ -1,9 +1,10 @@
 // Fault-injection worker for comm_fault_test (run under mpirun by that test).
 //
-//   comm_fault_worker stall|kill ring|mpi|ring-mpi-links
+//   comm_fault_worker stall|kill ring|mpi|ring-mpi-links|direct
 //
 // (ring-mpi-links: the ring over MPI point-to-point instead of shared memory,
-// as between hosts.)
+// as between hosts; direct: the buffer in Communicator::allocate_shared
+// memory, so the direct allreduce runs.)
 // Every rank allreduces a 1 MB float32 buffer in a loop. At iteration 3 the
 // last rank misbehaves: `stall` sleeps MUSTER_COMM_TIMEOUT_MS + 4 s without
 // communicating (then exits 0), `kill` raises SIGKILL on itself. The other ranks must throw; each
@@ -14,10 +15,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -28,7 +31,7 @@ using namespace muster::runtime::comm;
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: %s stall|kill ring|mpi|ring-mpi-links\n", argv[0]);
+    std::fprintf(stderr, "usage: %s stall|kill ring|mpi|ring-mpi-links|direct\n", argv[0]);
     return 2;
   }
   const bool kill_mode = std::strcmp(argv[1], "kill") == 0;
@@ -37,7 +40,18 @@ int main(int argc, char** argv) {
   if (std::strcmp(argv[2], "ring-mpi-links") == 0) options.ring_transport = RingTransport::kMpi;
   auto comm = Communicator::create(options);
   const int victim = comm->size() - 1;
-  std::vector<float> buf(1 << 18, 1.0f);
+  std::vector<float> heap(1 << 18, 1.0f);
+  std::unique_ptr<SharedBuffer> shared;
+  float* buf = heap.data();
+  if (std::strcmp(argv[2], "direct") == 0) {
+    shared = comm->allocate_shared(heap.size() * sizeof(float));
+    if (!shared->direct()) {
+      std::fprintf(stderr, "comm_fault_worker: allocate_shared gave memory the peers do not map\n");
+      return 2;
+    }
+    buf = static_cast<float*>(shared->data());
+    std::fill(buf, buf + heap.size(), 1.0f);
+  }
   auto fault_start = std::chrono::steady_clock::now();
   try {
     for (int it = 0; it < 10; ++it) {
@@ -50,7 +64,7 @@ int main(int argc, char** argv) {
           _exit(0);
         }
       }
-      comm->allreduce(buf.data(), buf.size(), DataType::kFloat32, {ReduceOp::kAverage, algorithm});
+      comm->allreduce(buf, heap.size(), DataType::kFloat32, {ReduceOp::kAverage, algorithm});
     }
   } catch (const CommError& e) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - fault_start);

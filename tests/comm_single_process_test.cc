@@ -50,6 +50,17 @@ TEST_F(SingleProcessTest, CollectivesAreCopiesAndNoOps) {
   EXPECT_TRUE(h.done());
 }
 
+TEST_F(SingleProcessTest, SharedBuffersArePrivateMemory) {
+  auto buf = comm_->allocate_shared(100);
+  EXPECT_FALSE(buf->direct()) << "a world of one has no peers to map it";
+  EXPECT_EQ(buf->bytes(), 100u);
+  float* f = static_cast<float*>(buf->data());
+  for (int i = 0; i < 25; ++i) ASSERT_EQ(f[i], 0.0f);
+  f[0] = 2.5f;
+  comm_->allreduce(f, 25, DataType::kFloat32, {ReduceOp::kAverage});
+  EXPECT_EQ(f[0], 2.5f);
+}
+
 TEST_F(SingleProcessTest, BadArgumentsAreTyped) {
   EXPECT_THROW(comm_->broadcast(nullptr, 0, DataType::kInt32, 1), InvalidArgument);
   EXPECT_THROW(comm_->allreduce(nullptr, 4, DataType::kInt32), InvalidArgument);

@@ -23,6 +23,27 @@ const char* algorithm_name(Algorithm a) {
   return "unknown";
 }
 
+namespace {
+
+class PrivateBuffer final : public SharedBuffer {
+ public:
+  explicit PrivateBuffer(std::size_t bytes) : bytes_(bytes), lines_((bytes + sizeof(Line) - 1) / sizeof(Line) + 1) {}
+  void* data() override { return lines_.data(); }
+  std::size_t bytes() const override { return bytes_; }
+  bool direct() const override { return false; }
+
+ private:
+  struct alignas(64) Line {
+    char b[64] = {};
+  };
+  std::size_t bytes_;
+  std::vector<Line> lines_;  // zeroed, 64-byte aligned
+};
+
+}  // namespace
+
+std::unique_ptr<SharedBuffer> make_private_buffer(std::size_t bytes) { return std::make_unique<PrivateBuffer>(bytes); }
+
 std::unique_ptr<Communicator> Communicator::create(const CommOptions& options) {
   return std::make_unique<WorldCommunicator>(options);
 }

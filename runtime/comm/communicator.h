@@ -29,6 +29,14 @@
 // (shm/), MPI point-to-point otherwise (mpi/). kAuto picks kRing for buffers
 // of at least ring_threshold_bytes and kMpi below.
 //
+// Shared buffers. allocate_shared() gives memory that every rank of a host
+// maps. An allreduce on a buffer inside it (same offset on every rank) runs
+// the direct algorithm when the whole job is on one host (shm/
+// direct_allreduce.h): each rank reduces its chunk straight out of the
+// others' buffers, with no copies through the ring's slots. Ranks on several
+// hosts get ordinary memory and the ring. DistributedOptimizer keeps the
+// gradients it owns in one.
+//
 // Usage:
 //   auto comm = muster::runtime::comm::Communicator::create();
 //   comm->broadcast(params.data(), params.size(), DataType::kFloat32, 0);
@@ -114,6 +122,20 @@ class Handle {
   std::shared_ptr<detail::OpState> state_;
 };
 
+// Memory from Communicator::allocate_shared: zeroed, 64-byte aligned, valid
+// until destroyed (after the last op on it is done).
+class SharedBuffer {
+ public:
+  virtual ~SharedBuffer() = default;
+  virtual void* data() = 0;
+  virtual std::size_t bytes() const = 0;
+  // True when the other ranks map it: allreduces in it run direct.
+  virtual bool direct() const = 0;
+};
+
+// Ordinary memory behind the SharedBuffer interface (direct() false).
+std::unique_ptr<SharedBuffer> make_private_buffer(std::size_t bytes);
+
 class Communicator {
  public:
   // Calls MPI_Init_thread if MPI is not initialised (and we run under
@@ -153,6 +175,10 @@ class Communicator {
 
   void barrier();
   virtual Handle barrier_async() = 0;
+
+  // Collective: every rank calls it, in the same order relative to its other
+  // collectives, with the same `bytes`. See "Shared buffers" above.
+  virtual std::unique_ptr<SharedBuffer> allocate_shared(std::size_t bytes) = 0;
 };
 
 }  // namespace muster::runtime::comm

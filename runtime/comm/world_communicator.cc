@@ -9,6 +9,7 @@
 #include "muster/runtime/comm/mpi/mpi_world.h"
 #include "muster/runtime/comm/reduce.h"
 #include "muster/runtime/comm/ring_allreduce.h"
+#include "muster/runtime/comm/shm/direct_allreduce.h"
 #include "muster/runtime/comm/shm/shm_link.h"
 
 namespace muster::runtime::comm {
@@ -161,6 +162,7 @@ void WorldCommunicator::init_links() {
     recv_link_ = std::make_unique<mpi::MpiRecvLink>(comm_, left, options_.segment_bytes, options_.segments_in_flight);
   }
   ring_all_shm_ = sleeper_ && ring_transport_name() == "shm";
+  direct_capable_ = segment_ && segment_->local_size() == size_ && options_.ring_transport != RingTransport::kMpi;
 }
 
 std::string WorldCommunicator::ring_transport_name() const {
@@ -175,6 +177,7 @@ std::string WorldCommunicator::ring_transport_name() const {
 Handle WorldCommunicator::submit(std::string what, Op op) {
   return progress_->submit([this, what = std::move(what), op = std::move(op)] {
     const uint64_t seq = ++seq_;
+    current_seq_ = seq;
     if (broken_) std::rethrow_exception(broken_);
     if (monitor_) monitor_->begin_op(seq);
     Watchdog watchdog(options_.timeout, monitor_.get(), seq, what + " #" + std::to_string(seq) + " on rank " +
@@ -209,9 +212,12 @@ Handle WorldCommunicator::allreduce_async(void* data, std::size_t count, DataTyp
   }
   if (algorithm == Algorithm::kMpi) check_count(count, "allreduce");
   const ReduceOp op = options.op;
+  // In a shared buffer any size runs direct unless MPI's algorithm was asked for.
+  const bool direct_allowed = options.algorithm != Algorithm::kMpi;
   std::string extra = std::string(", ") + reduce_op_name(op) + ", " + algorithm_name(algorithm);
   return submit(describe("allreduce", count, dtype, extra.c_str()), [=](Watchdog& watchdog) {
     if (count == 0 || size_ == 1) return;  // average of one rank is the data itself
+    if (try_allreduce_direct(data, count, dtype, op, direct_allowed, watchdog)) return;
     if (algorithm == Algorithm::kRing) {
       allreduce_ring(data, count, dtype, op, watchdog);
     } else {
@@ -240,6 +246,64 @@ void WorldCommunicator::allreduce_ring(void* data, std::size_t count, DataType d
   ctx.segment_bytes = options_.segment_bytes;
   ctx.block_bytes = options_.block_bytes;
   ring_allreduce(data, count, dtype, op, ctx, *send_link_, *recv_link_, watchdog);
+}
+
+bool WorldCommunicator::try_allreduce_direct(void* data, std::size_t count, DataType dtype, ReduceOp op,
+                                             bool allowed, Watchdog& watchdog) {
+  if (!direct_capable_ || regions_->empty()) return false;
+  const auto found = allowed ? regions_->find(data, count * dtype_size(dtype)) : shm::RegionTable::Found{};
+  if (found.id == 0) {
+    shm::publish_other_op(*segment_, shm_local_rank_, current_seq_);
+    return false;
+  }
+  watchdog.set_sleeper(sleeper_.get(), options_.spin);
+  shm::DirectOp direct;
+  direct.seq = current_seq_;
+  direct.region_id = found.id;
+  direct.offset = found.offset;
+  direct.count = count;
+  direct.dtype = dtype;
+  direct.op = op;
+  direct.block_bytes = options_.block_bytes;
+  shm::direct_allreduce(*found.region, *segment_, direct, &direct_blocks_, watchdog);
+  return true;
+}
+
+namespace {
+
+// A SharedRegion registered with its Communicator while it lives.
+class RegionBuffer final : public SharedBuffer {
+ public:
+  RegionBuffer(std::unique_ptr<shm::SharedRegion> region, uint64_t id, std::shared_ptr<shm::RegionTable> table)
+      : region_(std::move(region)), id_(id), table_(std::move(table)) {
+    table_->add(id_, region_.get());
+  }
+  ~RegionBuffer() override { table_->remove(id_); }
+  void* data() override { return region_->mine(); }
+  std::size_t bytes() const override { return region_->bytes(); }
+  bool direct() const override { return true; }
+
+ private:
+  std::unique_ptr<shm::SharedRegion> region_;
+  uint64_t id_;
+  std::shared_ptr<shm::RegionTable> table_;
+};
+
+}  // namespace
+
+std::unique_ptr<SharedBuffer> WorldCommunicator::allocate_shared(std::size_t bytes) {
+  std::unique_ptr<SharedBuffer> result;
+  submit("allocate_shared(" + std::to_string(bytes) + " bytes)", [&](Watchdog&) {
+    // Every rank sees the same direct_capable_, and create() fails on all or none.
+    if (direct_capable_) {
+      if (auto region = shm::SharedRegion::create(local_comm_, bytes)) {
+        result = std::make_unique<RegionBuffer>(std::move(region), ++next_region_id_, regions_);
+        return;
+      }
+    }
+    result = make_private_buffer(bytes);
+  }).wait();
+  return result;
 }
 
 Handle WorldCommunicator::broadcast_async(void* data, std::size_t count, DataType dtype, int root) {

@@ -21,6 +21,7 @@
 #include "muster/runtime/comm/communicator.h"
 #include "muster/runtime/comm/link.h"
 #include "muster/runtime/comm/progress_thread.h"
+#include "muster/runtime/comm/shm/shared_region.h"
 #include "muster/runtime/comm/shm/shm_link.h"
 #include "muster/runtime/comm/shm/shm_peer_monitor.h"
 #include "muster/runtime/comm/shm/shm_segment.h"
@@ -45,6 +46,7 @@ class WorldCommunicator : public Communicator {
   void allgatherv(const void* send, std::size_t count, DataType dtype, std::vector<char>* recv,
                   std::vector<std::size_t>* counts) override;
   Handle barrier_async() override;
+  std::unique_ptr<SharedBuffer> allocate_shared(std::size_t bytes) override;
 
   // Which transport each ring link uses ("shm", "mpi" or "none"), for tests and logs.
   std::string ring_transport_name() const;
@@ -59,6 +61,12 @@ class WorldCommunicator : public Communicator {
   void wait_request(MPI_Request* request, Watchdog& watchdog, const char* what);
   void allreduce_mpi(void* data, std::size_t count, DataType dtype, ReduceOp op, Watchdog& watchdog);
   void allreduce_ring(void* data, std::size_t count, DataType dtype, ReduceOp op, Watchdog& watchdog);
+  // The direct allreduce when [data, data + bytes) lies in a shared buffer
+  // of this rank (true), else false after telling the peers this op is not
+  // one (when shared buffers exist at all).
+  // `allowed` false (MPI's algorithm asked for): never direct.
+  bool try_allreduce_direct(void* data, std::size_t count, DataType dtype, ReduceOp op, bool allowed,
+                            Watchdog& watchdog);
 
   CommOptions options_;
   bool with_mpi_ = false;
@@ -77,6 +85,12 @@ class WorldCommunicator : public Communicator {
   std::unique_ptr<SendLink> send_link_;
   std::unique_ptr<RecvLink> recv_link_;
   bool ring_all_shm_ = false;  // both ring links in shm: sleep on the doorbell
+  bool direct_capable_ = false;  // the whole job on this host, with a segment
+  // The shared buffers alive, shared with them (they deregister on destruction).
+  std::shared_ptr<shm::RegionTable> regions_ = std::make_shared<shm::RegionTable>();
+  uint64_t next_region_id_ = 0;     // progress thread only
+  uint64_t direct_blocks_ = 0;      // progress thread only (direct_allreduce)
+  uint64_t current_seq_ = 0;        // progress thread only: the running op's
   uint64_t seq_ = 0;                   // progress thread only
   std::exception_ptr broken_;          // progress thread only
   std::unique_ptr<ProgressThread> progress_;  // last: stopped first

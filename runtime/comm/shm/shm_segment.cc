@@ -33,7 +33,7 @@ void* map_fd(int fd, std::size_t bytes) {
 }  // namespace
 
 std::size_t ShmSegment::layout_bytes(int local_size, std::size_t slots, std::size_t slot_bytes) {
-  return kHeaderBytes + sizeof(PeerEntry) * static_cast<std::size_t>(local_size) +
+  return kHeaderBytes + (sizeof(PeerEntry) + sizeof(DirectEntry)) * static_cast<std::size_t>(local_size) +
          (kChannelHeaderBytes + slots * slot_bytes) * static_cast<std::size_t>(local_size);
 }
 
@@ -99,8 +99,13 @@ PeerEntry* ShmSegment::peer(int local_rank) const {
   return reinterpret_cast<PeerEntry*>(base_ + kHeaderBytes + sizeof(PeerEntry) * static_cast<std::size_t>(local_rank));
 }
 
+DirectEntry* ShmSegment::direct(int local_rank) const {
+  return reinterpret_cast<DirectEntry*>(base_ + kHeaderBytes + sizeof(PeerEntry) * static_cast<std::size_t>(local_size_) +
+                                        sizeof(DirectEntry) * static_cast<std::size_t>(local_rank));
+}
+
 std::size_t ShmSegment::channel_offset(int local_rank) const {
-  return kHeaderBytes + sizeof(PeerEntry) * static_cast<std::size_t>(local_size_) +
+  return kHeaderBytes + (sizeof(PeerEntry) + sizeof(DirectEntry)) * static_cast<std::size_t>(local_size_) +
          (kChannelHeaderBytes + slots_ * slot_bytes_) * static_cast<std::size_t>(local_rank);
 }
 

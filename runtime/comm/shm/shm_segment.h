@@ -3,6 +3,7 @@
 //
 //   Header     magic, local_size, slots per channel, slot bytes
 //   PeerEntry  x local_size   pid, world rank, op sequence, heartbeat
+//   DirectEntry x local_size  the direct allreduce's progress counters
 //   Channel    x local_size   head, tail counters + `slots` slots
 //
 // Channel i is written only by local rank i (to its ring right neighbour)
@@ -40,6 +41,22 @@ struct alignas(64) PeerEntry {
   std::atomic<uint32_t> sleeping;        // 0 healthy; 1 failed, culprit unknown; r + 2 failed blaming rank r
 };
 
+// A rank's side of the direct allreduce (direct_allreduce.h), written only
+// by that rank and read by the others of its host. Counters only grow.
+struct alignas(64) DirectEntry {
+  // The op this rank has entered (its sequence number) and what it is: peers
+  // check they all reduce the same buffer region, offset, count, dtype and op.
+  std::atomic<uint64_t> arrived;
+  std::atomic<uint64_t> region;  // 0: this op is not a direct allreduce
+  std::atomic<uint64_t> offset;
+  std::atomic<uint64_t> count;
+  std::atomic<uint64_t> kind;    // dtype * 16 + op
+  // Blocks whose own chunk this rank has reduced, over all direct ops so far.
+  std::atomic<uint64_t> reduced;
+  // The last op in which this rank has finished reading the others' buffers.
+  std::atomic<uint64_t> finished;
+};
+
 struct ChannelHeader {
   alignas(64) std::atomic<uint64_t> head;  // segments published (producer)
   alignas(64) std::atomic<uint64_t> tail;  // segments released (consumer)
@@ -59,6 +76,7 @@ class ShmSegment {
   std::size_t slots() const { return slots_; }
   std::size_t slot_bytes() const { return slot_bytes_; }
   PeerEntry* peer(int local_rank) const;
+  DirectEntry* direct(int local_rank) const;
   ChannelHeader* channel(int local_rank) const;
   char* slot(int local_rank, std::size_t index) const;
 

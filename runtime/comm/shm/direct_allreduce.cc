@@ -1,0 +1,150 @@
+#include "muster/runtime/comm/shm/direct_allreduce.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "muster/runtime/comm/reduce.h"
+#include "muster/runtime/comm/shm/shm_link.h"
+#include "muster/runtime/error.h"
+
+namespace muster::runtime::comm::shm {
+namespace {
+
+uint64_t kind_of(DataType dtype, ReduceOp op) {
+  return static_cast<uint64_t>(dtype) * 16 + static_cast<uint64_t>(op);
+}
+
+// Wakes every other rank of the host that may sleep waiting for us.
+void ring_peers(ShmSegment& segment, int me) {
+  for (int p = 0; p < segment.local_size(); ++p) {
+    if (p != me) ring_doorbell(segment.peer(p));
+  }
+}
+
+int world_rank_of(ShmSegment& segment, int local_rank) {
+  return static_cast<int>(segment.peer(local_rank)->world_rank.load(std::memory_order_relaxed));
+}
+
+// Waits under the watchdog until `ready(p)` holds for every peer p, calling
+// `on_ready(p)` once for each as soon as it does (in whatever order they come).
+template <typename Ready, typename OnReady>
+void for_each_peer_when(ShmSegment& segment, int me, Watchdog& watchdog, Ready ready, OnReady on_ready) {
+  const int n = segment.local_size();
+  std::vector<int> pending;
+  for (int k = 1; k < n; ++k) pending.push_back((me + k) % n);  // start right of us: spreads the readers
+  while (!pending.empty()) {
+    watchdog.prepare();
+    bool moved = false;
+    for (std::size_t i = 0; i < pending.size();) {
+      if (ready(pending[i])) {
+        on_ready(pending[i]);
+        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+        moved = true;
+      } else {
+        ++i;
+      }
+    }
+    if (pending.empty()) return;
+    if (moved) {
+      watchdog.progressed();
+    } else {
+      watchdog.idle(world_rank_of(segment, pending.front()));
+    }
+  }
+}
+
+std::string describe_entry(const DirectEntry& e) {
+  if (e.region.load() == 0) return "an op other than an allreduce in shared memory";
+  return "region " + std::to_string(e.region.load()) + " offset " + std::to_string(e.offset.load()) + " count " +
+         std::to_string(e.count.load()) + " dtype/op " + std::to_string(e.kind.load());
+}
+
+struct Chunks {
+  std::size_t count;
+  int n;
+  std::size_t begin(int c) const {
+    const std::size_t base = count / static_cast<std::size_t>(n), extra = count % static_cast<std::size_t>(n);
+    const std::size_t cc = static_cast<std::size_t>(c);
+    return cc * base + std::min(cc, extra);
+  }
+  std::size_t length(int c) const { return begin(c + 1) - begin(c); }
+};
+
+}  // namespace
+
+void publish_other_op(ShmSegment& segment, int local_rank, uint64_t seq) {
+  DirectEntry* mine = segment.direct(local_rank);
+  mine->region.store(0, std::memory_order_relaxed);
+  mine->arrived.store(seq, std::memory_order_release);
+  ring_peers(segment, local_rank);
+}
+
+void direct_allreduce(const SharedRegion& region, ShmSegment& segment, const DirectOp& op, uint64_t* blocks_done,
+                      Watchdog& watchdog) {
+  const int n = segment.local_size();
+  const int me = region.local_rank();
+  const std::size_t esize = dtype_size(op.dtype);
+  DirectEntry* mine = segment.direct(me);
+
+  // 1. Arrive, and check that every peer runs this very op.
+  mine->region.store(op.region_id, std::memory_order_relaxed);
+  mine->offset.store(op.offset, std::memory_order_relaxed);
+  mine->count.store(op.count, std::memory_order_relaxed);
+  mine->kind.store(kind_of(op.dtype, op.op), std::memory_order_relaxed);
+  mine->arrived.store(op.seq, std::memory_order_release);
+  ring_peers(segment, me);
+  for_each_peer_when(
+      segment, me, watchdog, [&](int p) { return segment.direct(p)->arrived.load(std::memory_order_acquire) >= op.seq; },
+      [&](int p) {
+        const DirectEntry& e = *segment.direct(p);
+        if (e.arrived.load() != op.seq || e.region.load() != op.region_id || e.offset.load() != op.offset ||
+            e.count.load() != op.count || e.kind.load() != kind_of(op.dtype, op.op)) {
+          throw MismatchError("allreduce #" + std::to_string(op.seq) + " in shared memory (" + describe_entry(*mine) +
+                              "): rank " + std::to_string(world_rank_of(segment, p)) + " is in op #" +
+                              std::to_string(e.arrived.load()) + " with " + describe_entry(e) +
+                              "; every rank must reduce the same offset and count of the same shared buffer");
+        }
+      });
+
+  // 2 + 3, block by block, the gather one block behind the reduction: by the
+  // time this rank copies a peer's chunk of block b - 1, the peer has
+  // usually published it, so neither waits for the other in lockstep.
+  std::size_t block = op.count;
+  if (op.block_bytes > 0) block = std::max<std::size_t>(op.block_bytes / esize, static_cast<std::size_t>(n));
+  block = std::max<std::size_t>(std::min(block, op.count), 1);
+  const uint64_t base = *blocks_done;
+  const uint64_t blocks = (op.count + block - 1) / block;
+  auto chunks_of = [&](uint64_t b) { return Chunks{std::min(block, op.count - b * block), n}; };
+  auto at = [&](int rank, uint64_t b, int chunk) {
+    return region.base(rank) + op.offset + (b * block + chunks_of(b).begin(chunk)) * esize;
+  };
+  auto gather = [&](uint64_t b) {
+    for_each_peer_when(
+        segment, me, watchdog,
+        [&](int p) { return segment.direct(p)->reduced.load(std::memory_order_acquire) >= base + b + 1; },
+        [&](int p) { std::memcpy(at(me, b, p), at(p, b, p), chunks_of(b).length(p) * esize); });
+  };
+  for (uint64_t b = 0; b < blocks; ++b) {
+    const std::size_t own = chunks_of(b).length(me);
+    if (own > 0) {
+      for (int k = 1; k < n; ++k) reduce_into(at(me, b, me), at((me + k) % n, b, me), own, op.dtype, op.op);
+      if (op.op == ReduceOp::kAverage) divide(at(me, b, me), own, op.dtype, n);
+    }
+    mine->reduced.store(base + b + 1, std::memory_order_release);
+    ring_peers(segment, me);
+    if (b > 0) gather(b - 1);
+  }
+  gather(blocks - 1);
+  *blocks_done = base + blocks;
+
+  // 4. Finish: nobody reads our buffer once this returns.
+  mine->finished.store(op.seq, std::memory_order_release);
+  ring_peers(segment, me);
+  for_each_peer_when(
+      segment, me, watchdog, [&](int p) { return segment.direct(p)->finished.load(std::memory_order_acquire) >= op.seq; },
+      [](int) {});
+}
+
+}  // namespace muster::runtime::comm::shm

@@ -1,0 +1,71 @@
+// SharedRegion: one buffer per rank of a host, each in its own POSIX
+// shared-memory object, every one mapped by every rank, so a rank can read
+// its peers' buffers in place (the direct allreduce, direct_allreduce.h).
+//
+// Protocol (create(), collective over the host's ranks, every rank asking
+// for the same size):
+//   a) each rank creates "/muster-<pid>-r<n>" (O_EXCL, 0600), reserves its
+//      pages with posix_fallocate (a full /dev/shm fails here, cleanly,
+//      instead of with SIGBUS on first touch) and maps it;
+//   b) the names are allgathered over the host communicator and every rank
+//      maps the others' objects;
+//   c) all agree (allreduce) whether every rank succeeded, and each unlinks
+//      its own name: nothing is left in /dev/shm even if the job is killed;
+//      the memory lives until the last rank unmaps it.
+// A peer's mapping outlives the peer, so reading it never faults.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace muster::runtime::comm::shm {
+
+class SharedRegion {
+ public:
+  // Null on every rank when any rank could not create or map its part.
+  static std::unique_ptr<SharedRegion> create(MPI_Comm local_comm, std::size_t bytes);
+  ~SharedRegion();
+  SharedRegion(const SharedRegion&) = delete;
+  SharedRegion& operator=(const SharedRegion&) = delete;
+
+  std::size_t bytes() const { return bytes_; }
+  int local_rank() const { return local_rank_; }
+  // Local rank `r`'s buffer as mapped in this process (r == local_rank(): ours).
+  char* base(int r) const { return bases_[static_cast<std::size_t>(r)]; }
+  char* mine() const { return base(local_rank_); }
+
+ private:
+  SharedRegion(std::size_t bytes, int local_rank, std::vector<char*> bases);
+
+  std::size_t bytes_;
+  int local_rank_;
+  std::vector<char*> bases_;
+};
+
+// The SharedRegions a Communicator has handed out, by id, for finding the
+// one an allreduce's buffer lies in. Thread-safe (buffers come and go on the
+// user's threads; lookups run on the progress thread).
+class RegionTable {
+ public:
+  struct Found {
+    uint64_t id = 0;  // 0: not in any region
+    const SharedRegion* region = nullptr;
+    std::size_t offset = 0;
+  };
+  void add(uint64_t id, const SharedRegion* region);
+  void remove(uint64_t id);
+  bool empty() const;
+  // The region holding all of [data, data + bytes) in this rank's mapping.
+  Found find(const void* data, std::size_t bytes) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::pair<uint64_t, const SharedRegion*>> regions_;
+};
+
+}  // namespace muster::runtime::comm::shm

@@ -1,0 +1,139 @@
+// Shared buffers and the direct allreduce under real mpirun (every rank on
+// this host): every op x dtype x size against the same independent
+// reference as comm_allreduce_test, at an odd offset inside the buffer with
+// guard bytes around it; 64 MB (many blocks); shared and private buffers and
+// MPI's algorithm interleaved; a mismatched offset or size reported on every
+// rank. Run with --transport=mpi the peers do not map the memory and the
+// same checks go through the ring.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <tuple>
+#include <vector>
+
+#include "comm_mpi_main.h"
+#include "comm_reference.h"
+#include "muster/runtime/comm/communicator.h"
+
+namespace muster::runtime::comm {
+namespace {
+
+using testing::world;
+using namespace testing::reference;
+
+// Peers map shared buffers unless the ring was forced onto MPI links.
+bool expect_direct() { return world()->options().ring_transport != RingTransport::kMpi; }
+
+TEST(SharedBuffer, IsZeroedAlignedAndMappedByThePeers) {
+  auto buf = world()->allocate_shared(1000);
+  EXPECT_EQ(buf->bytes(), 1000u);
+  EXPECT_EQ(buf->direct(), expect_direct());
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(buf->data()) % 64, 0u);
+  const char* p = static_cast<const char*>(buf->data());
+  for (std::size_t i = 0; i < 1000; ++i) ASSERT_EQ(p[i], 0) << i;
+}
+
+using Case = std::tuple<ReduceOp, DataType, std::size_t>;
+class SharedAllreduceTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SharedAllreduceTest, MatchesReferenceAtAnOffset) {
+  const auto [op, dtype, bytes_hint] = GetParam();
+  const std::size_t count = bytes_hint < 1024 ? bytes_hint : bytes_hint / dtype_size(dtype) + 3;
+  const std::size_t esize = dtype_size(dtype), offset = 24;  // not block- or line-aligned
+  Communicator& comm = *world();
+  auto buf = comm.allocate_shared(offset + count * esize + 8);
+  char* base = static_cast<char*>(buf->data());
+  std::memset(base, 'A', offset);
+  std::memset(base + offset + count * esize, 'Z', 8);
+  const std::vector<char> in = make_input(count, dtype, comm.rank());
+  std::memcpy(base + offset, in.data(), count * esize);
+  comm.allreduce(base + offset, count, dtype, {op, Algorithm::kAuto});
+  std::vector<char> out(base + offset, base + offset + count * esize + 1);
+  EXPECT_EQ(check_result(out, count, dtype, op, comm.size()), 0u);
+  for (std::size_t i = 0; i < offset; ++i) ASSERT_EQ(base[i], 'A') << "wrote before the buffer at " << i;
+  for (std::size_t i = 0; i < 8; ++i) ASSERT_EQ(base[offset + count * esize + i], 'Z') << "wrote past the buffer";
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const auto [op, dtype, bytes_hint] = info.param;
+  return std::string(reduce_op_name(op)) + "_" + dtype_name(dtype) + "_" +
+         (bytes_hint < 1024 ? std::to_string(bytes_hint) : std::string("1MBplus3"));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllOpsDtypesSizes, SharedAllreduceTest,
+    ::testing::Combine(::testing::Values(ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax),
+                       ::testing::Values(DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+                                         DataType::kBFloat16, DataType::kInt32, DataType::kInt64),
+                       ::testing::Values(std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1} << 20)),
+    case_name);
+
+TEST(SharedAllreduce, SixtyFourMegabytesAverageRepeated) {
+  const std::size_t count = (64u << 20) / 4;
+  Communicator& comm = *world();
+  auto buf = comm.allocate_shared(count * 4);
+  for (int round = 0; round < 2; ++round) {  // the second reuses the counters of the first
+    const std::vector<char> in = make_input(count, DataType::kFloat32, comm.rank());
+    std::memcpy(buf->data(), in.data(), count * 4);
+    comm.allreduce(buf->data(), count, DataType::kFloat32, {ReduceOp::kAverage});
+    std::vector<char> out(static_cast<char*>(buf->data()), static_cast<char*>(buf->data()) + count * 4 + 1);
+    EXPECT_EQ(check_result(out, count, DataType::kFloat32, ReduceOp::kAverage, comm.size()), 0u) << round;
+  }
+}
+
+// Shared buffers, private buffers and MPI's algorithm on a shared buffer, in
+// flight together: each op must take the same path on every rank.
+TEST(SharedAllreduce, MixesWithPrivateBuffersAndMpi) {
+  Communicator& comm = *world();
+  const std::size_t count = 300001;
+  auto a = comm.allocate_shared(count * 4), b = comm.allocate_shared(count * 4);
+  std::vector<char> heap = make_input(count, DataType::kFloat32, comm.rank());
+  for (auto* s : {a.get(), b.get()}) {
+    const std::vector<char> in = make_input(count, DataType::kFloat32, comm.rank());
+    std::memcpy(s->data(), in.data(), count * 4);
+  }
+  std::vector<Handle> hs;
+  hs.push_back(comm.allreduce_async(a->data(), count, DataType::kFloat32, {ReduceOp::kSum}));
+  hs.push_back(comm.allreduce_async(heap.data(), count, DataType::kFloat32, {ReduceOp::kSum}));
+  hs.push_back(comm.allreduce_async(b->data(), count, DataType::kFloat32, {ReduceOp::kSum, Algorithm::kMpi}));
+  for (auto& h : hs) h.wait();
+  for (auto* s : {a.get(), b.get()}) {
+    std::vector<char> out(static_cast<char*>(s->data()), static_cast<char*>(s->data()) + count * 4 + 1);
+    EXPECT_EQ(check_result(out, count, DataType::kFloat32, ReduceOp::kSum, comm.size()), 0u);
+  }
+  EXPECT_EQ(check_result(heap, count, DataType::kFloat32, ReduceOp::kSum, comm.size()), 0u);
+}
+
+// Rank 0 reduces from another offset than the others: every rank is told,
+// nobody hangs, and the communicator still works afterwards.
+TEST(SharedAllreduce, MismatchedOffsetIsReportedOnEveryRank) {
+  if (!expect_direct()) GTEST_SKIP() << "no direct allreduce over MPI links (the ring does not check offsets)";
+  Communicator& comm = *world();
+  auto buf = comm.allocate_shared(4096);
+  float* f = static_cast<float*>(buf->data());
+  const std::size_t offset = comm.rank() == 0 ? 0 : 16;
+  try {
+    comm.allreduce(f + offset, 100, DataType::kFloat32, {ReduceOp::kSum});
+    ADD_FAILURE() << "rank " << comm.rank() << ": the mismatch was not reported";
+  } catch (const MismatchError& e) {
+    EXPECT_NE(std::string(e.what()).find("same offset and count"), std::string::npos) << e.what();
+  }
+  std::fill(f, f + 100, 1.0f);
+  comm.allreduce(f, 100, DataType::kFloat32, {ReduceOp::kSum});
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(f[i], static_cast<float>(comm.size())) << i;
+}
+
+TEST(SharedBuffer, MismatchedSizeIsReportedOnEveryRank) {
+  if (!expect_direct()) GTEST_SKIP() << "private memory: nothing is mapped, sizes are not compared";
+  Communicator& comm = *world();
+  EXPECT_THROW(comm.allocate_shared(comm.rank() == 0 ? 4096 : 8192), MismatchError);
+  auto ok = comm.allocate_shared(64);  // still usable
+  EXPECT_TRUE(ok->direct());
+}
+
+}  // namespace
+}  // namespace muster::runtime::comm
+
+int main(int argc, char** argv) { return muster::runtime::comm::testing::run_mpi_tests(argc, argv); }
