@@ -35,19 +35,27 @@ void expect_identical_across_ranks(const std::vector<float>& mine) {
   }
 }
 
+// `owned`: the optimizer owns the gradients (in the communicator's shared
+// memory, so its buckets run the direct allreduce) and the model's are
+// copied in after each backward pass.
 void train_and_compare(const std::vector<std::size_t>& sizes, bool arena, const DistributedOptions& options,
-                       int steps, std::size_t min_buckets) {
+                       int steps, std::size_t min_buckets, bool owned = false) {
   const int rank = g_comm->rank(), n = g_comm->size();
   LinearModel model(sizes, arena);
   DistributedOptimizer opt(*g_comm, testing::test_momentum(0.05f), options);
   for (std::size_t t = 0; t < model.tensors(); ++t)
-    opt.add_parameter("w" + std::to_string(t), model.value(t), model.grad(t), model.size(t));
+    opt.add_parameter("w" + std::to_string(t), model.value(t), owned ? nullptr : model.grad(t), model.size(t));
   opt.broadcast_parameters(0);
   opt.broadcast_optimizer_state(0);
   std::mt19937 rng(static_cast<unsigned>(rank) * 13 + 1);
   double loss = 0;
   for (int s = 0; s < steps; ++s) {
     loss = model.backward(testing::rank_batch(model.dim(), kRows, rank, s));
+    if (owned) {
+      for (std::size_t t = 0; t < model.tensors(); ++t) {
+        std::copy(model.grad(t), model.grad(t) + model.size(t), opt.gradient(static_cast<int>(t)));
+      }
+    }
     // Backprop order, with a rank-dependent shuffle: the fixed bucket order
     // must make that irrelevant.
     std::vector<int> order(model.tensors());
@@ -73,6 +81,12 @@ TEST(DistributedMpi, MatchesOneProcessOnTheConcatenatedBatch) {
 
 TEST(DistributedMpi, DefaultFusionInPlace) {
   train_and_compare({50, 120, 10, 90, 300}, true, DistributedOptions{}, 4, 1);
+}
+
+TEST(DistributedMpi, OwnedGradientsInSharedMemory) {
+  DistributedOptions o;
+  o.fusion_threshold_bytes = 400;  // several buckets at different offsets of one shared buffer
+  train_and_compare({50, 120, 10, 90, 300, 7}, false, o, 4, 3, /*owned=*/true);
 }
 
 TEST(DistributedMpi, DefaultSegmentsCutLargeTensors) {

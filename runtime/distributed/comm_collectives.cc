@@ -42,6 +42,9 @@ class CommCollectives final : public Collectives {
                   std::vector<std::size_t>* counts) override {
     comm_.allgatherv(send, count, dtype, recv, counts);
   }
+  std::unique_ptr<comm::SharedBuffer> allocate_shared(std::size_t bytes) override {
+    return comm_.allocate_shared(bytes);
+  }
 
  private:
   comm::Communicator& comm_;

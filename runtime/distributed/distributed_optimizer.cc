@@ -60,7 +60,7 @@ struct DistributedOptimizer::Impl {
   std::vector<GradientRef> grads;
   std::vector<float*> values;
   std::vector<bool> owned;     // gradient lives in `arena` (add_parameter got nullptr)
-  std::vector<float> arena;    // owned gradients, back to back in registration order
+  std::unique_ptr<comm::SharedBuffer> arena;  // owned gradients, back to back in registration order
   std::shared_ptr<Timeline> timeline;  // shared with other optimizers on the same path
   int timeline_pid = 0;
   ReductionPipeline::Clock::time_point epoch = process_epoch();
@@ -166,28 +166,59 @@ int DistributedOptimizer::add_parameter(const std::string& name, float* value, f
   return static_cast<int>(impl_->grads.size() - 1);
 }
 
-// First use: fixes the bucket plan and runs the registration check on the
-// communication thread, before any bucket or broadcast on every rank. It
-// waits for the check: the user thread may use the communicator directly
-// right after (broadcast the start step, say), and its collectives must not
-// race the check's into a different order on different ranks.
+// First use: fixes the bucket plan, runs the registration check and
+// allocates the owned gradients, on the communication thread, before any
+// bucket or broadcast on every rank. It waits for both: the user thread may
+// use the communicator directly right after (broadcast the start step, say),
+// and its collectives must not race these into a different order on
+// different ranks.
 static void start(DistributedOptimizer::Impl& impl, const DistributedOptions& options) {
   if (impl.started) return;
   impl.started = true;
+  std::vector<std::size_t> sizes;
+  for (const auto& g : impl.grads) sizes.push_back(g.size);
+  const auto plans = plan_buckets(sizes, options.fusion_threshold_bytes);
+  ReductionSettings settings;
+  settings.threshold_bytes = options.fusion_threshold_bytes;
+  settings.compression = static_cast<int>(options.compression);
+  settings.segment_bytes = options.segment_bytes;
+  try {
+    impl.wait(impl.comm_thread->thread.submit([coll = impl.coll, grads = impl.grads, settings, plans] {
+      check_registration(*coll, grads, settings, plans);
+    }));
+  } catch (...) {
+    impl.broken = std::current_exception();  // no pipeline: every later call rethrows this
+    throw;
+  }
+
+  // The gradients we own, back to back in memory the other ranks of this
+  // host can read (a collective, hence on the communication thread too): a
+  // bucket of them is reduced in place, by the direct allreduce where the
+  // whole job shares a host.
   std::size_t owned_total = 0;
   for (std::size_t i = 0; i < impl.grads.size(); ++i) {
     if (impl.owned[i]) owned_total += impl.grads[i].size;
   }
-  impl.arena.assign(owned_total, 0.0f);
-  std::size_t offset = 0;
-  for (std::size_t i = 0; i < impl.grads.size(); ++i) {
-    if (!impl.owned[i]) continue;
-    impl.grads[i].data = impl.arena.data() + offset;
-    offset += impl.grads[i].size;
+  if (owned_total > 0) {
+    auto arena = std::make_shared<std::unique_ptr<comm::SharedBuffer>>();
+    try {
+      impl.wait(impl.comm_thread->thread.submit([coll = impl.coll, arena, bytes = owned_total * sizeof(float)] {
+        *arena = coll->allocate_shared(bytes);
+      }));
+    } catch (...) {
+      impl.broken = std::current_exception();
+      throw;
+    }
+    impl.arena = std::move(*arena);
+    float* base = static_cast<float*>(impl.arena->data());
+    std::size_t offset = 0;
+    for (std::size_t i = 0; i < impl.grads.size(); ++i) {
+      if (!impl.owned[i]) continue;
+      impl.grads[i].data = base + offset;
+      offset += impl.grads[i].size;
+    }
   }
-  std::vector<std::size_t> sizes;
-  for (const auto& g : impl.grads) sizes.push_back(g.size);
-  const auto plans = plan_buckets(sizes, options.fusion_threshold_bytes);
+
   PipelineOptions po;
   po.fp16 = options.compression == Compression::kFp16;
   po.algorithm = options.algorithm;
@@ -204,13 +235,6 @@ static void start(DistributedOptimizer::Impl& impl, const DistributedOptions& op
       impl.timeline->name_row(impl.timeline_pid, static_cast<int>(b) + 1, label);
     }
   }
-  ReductionSettings settings;
-  settings.threshold_bytes = options.fusion_threshold_bytes;
-  settings.compression = static_cast<int>(options.compression);
-  settings.segment_bytes = options.segment_bytes;
-  impl.wait(impl.comm_thread->thread.submit([coll = impl.coll, grads = impl.grads, settings, plans] {
-    check_registration(*coll, grads, settings, plans);
-  }));
 }
 
 static void begin_step(DistributedOptimizer::Impl& impl) {
@@ -228,6 +252,7 @@ float* DistributedOptimizer::gradient(int index) {
     throw InvalidArgument("gradient(" + std::to_string(index) + "): only " + std::to_string(impl_->grads.size()) +
                           " parameters are registered");
   }
+  impl_->check_usable();
   start(*impl_, options_);
   return impl_->grads[static_cast<std::size_t>(index)].data;
 }
@@ -349,6 +374,8 @@ int DistributedOptimizer::size() const { return impl_->coll->size(); }
 std::size_t DistributedOptimizer::bucket_count() const {
   return impl_->pipeline ? impl_->pipeline->bucket_count() : 0;
 }
+
+bool DistributedOptimizer::gradients_direct() const { return impl_->arena && impl_->arena->direct(); }
 
 void broadcast_parameters(comm::Communicator& comm, const std::vector<optim::ParamRef>& params, int root) {
   auto coll = wrap_communicator(comm);

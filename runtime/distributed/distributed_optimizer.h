@@ -165,6 +165,10 @@ class DistributedOptimizer {
   optim::Optimizer& optimizer() { return *optimizer_; }
   // Number of fusion buckets (valid after the first step started).
   std::size_t bucket_count() const;
+  // True when the gradients the optimizer owns live in memory the other
+  // ranks map (Communicator::allocate_shared: the whole job on one host), so
+  // their buckets run the direct allreduce. Valid after the first step started.
+  bool gradients_direct() const;
   // Fusion threshold and compression in force (after environment defaults).
   const DistributedOptions& options() const { return options_; }
 
