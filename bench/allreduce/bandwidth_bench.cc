@@ -1,5 +1,6 @@
 // Allreduce bandwidth: muster's ring vs MPI_Allreduce, side by side in one
-// mpirun, plus a memcpy reference (the physical ceiling on one host).
+// mpirun, plus muster's direct allreduce on a shared buffer and a memcpy
+// reference (the physical ceiling on one host).
 //
 //   mpirun -np 2 allreduce_bandwidth_bench OUT.json [max_bytes [min_bytes]]
 //
@@ -9,7 +10,7 @@
 // rank's. algbw = bytes / time; figures are medians over reps. The ring is
 // checked for the right answer once per size. Rank 0 writes OUT.json:
 //   {"ranks", "sizes":[{"size_bytes","ring_algbw_gbs","mpi_algbw_gbs","ratio_vs_mpi",
-//                        "ring_s","mpi_s","reps"}], "memcpy_gbs"}
+//                        "direct_algbw_gbs","ring_s","mpi_s","direct_s","reps"}], "memcpy_gbs"}
 #include <mpi.h>
 
 #include <algorithm>
@@ -75,13 +76,18 @@ int main(int argc, char** argv) {
     memcpy_gbs = static_cast<double>(bytes) / median(t) / 1e9;
   }
 
+  // The direct allreduce: the same op on a buffer in shared memory
+  // (Communicator::allocate_shared), which the ranks read from each other.
+  auto shared = comm->allocate_shared(max_bytes);
+  float* direct = static_cast<float*>(shared->data());
+
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
     const std::size_t count = bytes / sizeof(float);
     std::vector<float> ring(count), mpi(count);
     const int batch = bytes <= (64u << 10) ? 50 : bytes <= (1u << 20) ? 10 : bytes <= (16u << 20) ? 2 : 1;
     const int reps = bytes >= (64u << 20) ? 7 : 11;
-    std::vector<double> ring_t, mpi_t;
+    std::vector<double> ring_t, mpi_t, direct_t;
     bool ok = true;
     for (int rep = 0; rep < reps; ++rep) {
       std::fill(ring.begin(), ring.end(), 1.0f + static_cast<float>(rank));
@@ -89,20 +95,26 @@ int main(int argc, char** argv) {
       ring_t.push_back(time_batch(*comm, batch, [&] {
         comm->allreduce(ring.data(), count, DataType::kFloat32, {ReduceOp::kSum, Algorithm::kRing});
       }));
+      std::fill(direct, direct + count, 1.0f + static_cast<float>(rank));
+      direct_t.push_back(time_batch(*comm, batch, [&] {
+        comm->allreduce(direct, count, DataType::kFloat32, {ReduceOp::kSum});
+      }));
       if (!ring_only) mpi_t.push_back(time_batch(*comm, batch, [&] {
         MPI_Allreduce(MPI_IN_PLACE, mpi.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       }));
       if (rep == 0 && batch == 1) {
         const float want = static_cast<float>(size * (size + 1) / 2);
-        ok = ring[0] == want && ring[count - 1] == want && (ring_only || mpi[count / 2] == want);
+        ok = ring[0] == want && ring[count - 1] == want && direct[count / 3] == want && direct[count - 1] == want &&
+             (ring_only || mpi[count / 2] == want);
       }
     }
-    const double ring_s = median(ring_t), mpi_s = ring_only ? 0.0 : median(mpi_t);
+    const double ring_s = median(ring_t), mpi_s = ring_only ? 0.0 : median(mpi_t), direct_s = median(direct_t);
+    const double direct_gbs = static_cast<double>(bytes) / direct_s / 1e9;
     const double ring_gbs = static_cast<double>(bytes) / ring_s / 1e9;
     const double mpi_gbs = ring_only ? 0.0 : static_cast<double>(bytes) / mpi_s / 1e9;
     if (rank == 0) {
-      std::printf("%10zu B  ring %7.3f GB/s  mpi %7.3f GB/s  ratio %5.2f%s\n", bytes, ring_gbs, mpi_gbs,
-                  ring_gbs / mpi_gbs, ok ? "" : "  WRONG RESULT");
+      std::printf("%10zu B  ring %7.3f GB/s  direct %7.3f GB/s  mpi %7.3f GB/s  ring/mpi %5.2f%s\n", bytes, ring_gbs,
+                  direct_gbs, mpi_gbs, ring_gbs / mpi_gbs, ok ? "" : "  WRONG RESULT");
       std::fflush(stdout);
     }
     if (!ok) {
@@ -113,7 +125,10 @@ int main(int argc, char** argv) {
                     {"ring_algbw_gbs", ring_gbs},
                     {"mpi_algbw_gbs", mpi_gbs},
                     {"ratio_vs_mpi", ring_gbs / mpi_gbs},
+                    {"direct_algbw_gbs", direct_gbs},
+                    {"direct_is_shared", shared->direct()},
                     {"ring_s", ring_s},
+                    {"direct_s", direct_s},
                     {"mpi_s", mpi_s},
                     {"reps", reps},
                     {"ops_per_rep", batch}});

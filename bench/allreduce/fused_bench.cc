@@ -8,7 +8,10 @@
 //       out, as in (b) and (c)); measured with gradients owned by the
 //       optimizer (zero-copy buckets) as step_s and with separately allocated
 //       user buffers (packed into fusion buffers) as step_copy_s;
-//   (b) one muster allreduce (average) of all the bytes in a single buffer;
+//   (b) one muster allreduce (average) of all the bytes in a single buffer:
+//       in Communicator::allocate_shared memory, as the optimizer's own
+//       gradients are (single_buffer_s, the like-for-like reference), and in
+//       ordinary memory (single_buffer_private_s: the ring);
 //   (c) one MPI_Allreduce per tensor (161 calls).
 // FUSED_BENCH_SEGMENT_KB overrides the optimizer's segment size (tuning).
 // The variants run interleaved in each repetition (a shared machine's load
@@ -157,20 +160,22 @@ int main(int argc, char** argv) {
 int run(int argc, char** argv) {
   const std::string out_path = argc > 1 ? argv[1] : "bench/out/allreduce_fused.json";
   const int reps = argc > 2 ? std::stoi(argv[2]) : 9;
-  // MPI_Allreduce per tensor is an order of magnitude slower: fewer runs.
-  const int per_tensor_reps = std::max(3, reps / 3);
+  const int per_tensor_reps = reps;
   auto comm = rt::comm::Communicator::create();
   const auto tensors = resnet50_gradients();
   std::size_t total = 0;
   for (const auto& t : tensors) total += t.size;
 
   OptimizerCase owned(*comm, tensors, true), copied(*comm, tensors, false);
-  std::vector<float> single(total, 1.0f);
+  std::vector<float> single_private(total, 1.0f);
+  auto single_shared = comm->allocate_shared(total * sizeof(float));
+  float* single = static_cast<float*>(single_shared->data());
   std::vector<std::vector<float>> per(tensors.size());
   for (std::size_t i = 0; i < tensors.size(); ++i) per[i].assign(tensors[i].size, 1.0f);
 
-  auto run_single = [&] {
-    comm->allreduce(single.data(), total, rt::DataType::kFloat32, {rt::comm::ReduceOp::kAverage});
+  auto run_single = [&] { comm->allreduce(single, total, rt::DataType::kFloat32, {rt::comm::ReduceOp::kAverage}); };
+  auto run_single_private = [&] {
+    comm->allreduce(single_private.data(), total, rt::DataType::kFloat32, {rt::comm::ReduceOp::kAverage});
   };
   auto run_per_tensor = [&] {
     for (auto& p : per) {
@@ -182,8 +187,9 @@ int run(int argc, char** argv) {
   owned.step();
   copied.step();
   run_single();
+  run_single_private();
   run_per_tensor();
-  std::vector<double> t_owned, t_copied, t_single, t_per;
+  std::vector<double> t_owned, t_copied, t_single, t_private, t_per;
   // Rank r contributes r + 1 everywhere: the average is (size + 1) / 2.
   const float mine = static_cast<float>(comm->rank() + 1), expect = (comm->size() + 1) / 2.0f;
   bool correct = true;
@@ -191,9 +197,12 @@ int run(int argc, char** argv) {
     owned.fill(mine);
     t_owned.push_back(time_once(*comm, [&] { owned.step(); }));
     correct = correct && owned.all_equal(expect);
-    std::fill(single.begin(), single.end(), mine);
+    std::fill(single, single + total, mine);
     t_single.push_back(time_once(*comm, run_single));
-    correct = correct && std::all_of(single.begin(), single.end(), [&](float x) { return x == expect; });
+    correct = correct && std::all_of(single, single + total, [&](float x) { return x == expect; });
+    std::fill(single_private.begin(), single_private.end(), mine);
+    t_private.push_back(time_once(*comm, run_single_private));
+    correct = correct && std::all_of(single_private.begin(), single_private.end(), [&](float x) { return x == expect; });
     copied.fill(mine);
     t_copied.push_back(time_once(*comm, [&] { copied.step(); }));
     correct = correct && copied.all_equal(expect);
@@ -206,7 +215,7 @@ int run(int argc, char** argv) {
     return 1;
   }
   const double step_s = median(t_owned), step_copy_s = median(t_copied);
-  const double single_s = median(t_single), per_tensor_s = median(t_per);
+  const double single_s = median(t_single), single_private_s = median(t_private), per_tensor_s = median(t_per);
 
   if (comm->rank() == 0) {
     nlohmann::json j = {
@@ -222,6 +231,8 @@ int run(int argc, char** argv) {
         {"step_s", step_s},
         {"step_copy_s", step_copy_s},
         {"single_buffer_s", single_s},
+        {"single_buffer_private_s", single_private_s},
+        {"gradients_direct", owned.opt->gradients_direct()},
         {"per_tensor_s", per_tensor_s},
         {"ratio_vs_single_buffer", step_s / single_s},
         {"ratio_copy_vs_single_buffer", step_copy_s / single_s},
