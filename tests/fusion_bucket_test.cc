@@ -56,6 +56,19 @@ TEST(PlanBuckets, EdgeCases) {
   EXPECT_EQ(plan_buckets({5, 5, 5}, 1).size(), 3u);          // one tensor per bucket
   EXPECT_EQ(plan_buckets({5, 5, 5}, 1 << 20).size(), 1u);    // all fused
   EXPECT_THROW(plan_buckets({1}, 0), InvalidArgument);
+  EXPECT_THROW(plan_buckets({1, 2}, 64, {true}), InvalidArgument);  // one flag per tensor
+}
+
+// A tensor flagged "alone" gets a bucket of its own and cuts the run around it.
+TEST(PlanBuckets, AloneTensorsBreakTheRuns) {
+  const auto plans = plan_buckets({3, 4, 100, 5, 6, 200, 7}, 1 << 20, {false, false, true, false, false, true, false});
+  ASSERT_EQ(plans.size(), 5u);
+  const std::vector<std::pair<std::size_t, std::size_t>> want = {{0, 2}, {2, 1}, {3, 2}, {5, 1}, {6, 1}};
+  for (std::size_t b = 0; b < plans.size(); ++b) {
+    EXPECT_EQ(plans[b].first, want[b].first) << b;
+    EXPECT_EQ(plans[b].count, want[b].second) << b;
+  }
+  EXPECT_EQ(plans[2].elements, 11u);
 }
 
 struct Tensors {

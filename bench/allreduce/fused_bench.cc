@@ -7,7 +7,8 @@
 //       produces them) and synchronize() (the optimizer update itself is left
 //       out, as in (b) and (c)); measured with gradients owned by the
 //       optimizer (zero-copy buckets) as step_s and with separately allocated
-//       user buffers (packed into fusion buffers) as step_copy_s;
+//       user buffers (large ones reduced in place, small ones packed into
+//       fusion buffers) as step_copy_s;
 //   (b) one muster allreduce (average) of all the bytes in a single buffer:
 //       in Communicator::allocate_shared memory, as the optimizer's own
 //       gradients are (single_buffer_s, the like-for-like reference), and in

@@ -106,8 +106,9 @@ def main(out_dir):
             "The optimizer owns the gradients here (add_parameter with a null gradient), so they sit back to "
             "back in shared memory (direct: " + ("yes" if fused.get("gradients_direct") else "no") + ") and each "
             "bucket is reduced in place by the direct allreduce; the single-buffer reference is the same op on "
-            "one shared buffer. With gradients in the caller's separate buffers the step packs them into fusion "
-            f"buffers and runs the ring: {fused.get('step_copy_s', 0) * 1e3:.1f} ms."
+            "one shared buffer. With the gradients in the caller's own separate buffers (Horovod's usual case) "
+            "the large ones (>= 1 MB) are reduced in place one by one by the ring and the small ones packed "
+            f"into fusion buffers: {fused.get('step_copy_s', 0) * 1e3:.1f} ms."
         )
         lines.append("")
         r, s = fused["ratio_vs_single_buffer"], fused["speedup_vs_per_tensor"]

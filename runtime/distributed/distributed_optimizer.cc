@@ -176,8 +176,13 @@ static void start(DistributedOptimizer::Impl& impl, const DistributedOptions& op
   if (impl.started) return;
   impl.started = true;
   std::vector<std::size_t> sizes;
-  for (const auto& g : impl.grads) sizes.push_back(g.size);
-  const auto plans = plan_buckets(sizes, options.fusion_threshold_bytes);
+  std::vector<bool> alone;
+  for (std::size_t i = 0; i < impl.grads.size(); ++i) {
+    sizes.push_back(impl.grads[i].size);
+    alone.push_back(!impl.owned[i] && options.compression == Compression::kNone && options.in_place_min_bytes > 0 &&
+                    impl.grads[i].size * sizeof(float) >= options.in_place_min_bytes);
+  }
+  const auto plans = plan_buckets(sizes, options.fusion_threshold_bytes, alone);
   ReductionSettings settings;
   settings.threshold_bytes = options.fusion_threshold_bytes;
   settings.compression = static_cast<int>(options.compression);

@@ -18,7 +18,9 @@
 //      segments of segment_bytes, packing the next segment and unpacking
 //      finished ones while a segment is on the wire. A bucket whose float32
 //      gradients lie back to back in memory is reduced in place, without
-//      packing, as one allreduce: let the optimizer own the gradients
+//      packing, as one allreduce, and so is a large gradient in the caller's
+//      own buffer (in_place_min_bytes), in a bucket of its own. Best: let
+//      the optimizer own the gradients
 //      (add_parameter with a null gradient, then gradient(i); nn::Model
 //      parameters can borrow them) or allocate them in one array.
 //   4. synchronize() waits for every bucket and rethrows the first error;
@@ -113,6 +115,12 @@ struct DistributedOptions {
   // (bench/allreduce). In-place buckets always go whole.
   // Must be equal on every rank.
   std::size_t segment_bytes = 1u << 20;
+  // A gradient in the caller's own buffer (not one the optimizer owns) of at
+  // least this many bytes gets a bucket of its own and is reduced in place,
+  // skipping the copy into a fusion buffer and back that fusion costs; the
+  // small ones around it are still fused. Without compression only (fp16
+  // must convert anyway). 0: fuse everything. Must be equal on every rank.
+  std::size_t in_place_min_bytes = 1u << 20;
 };
 
 class DistributedOptimizer {

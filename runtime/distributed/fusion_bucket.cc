@@ -2,19 +2,27 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "muster/runtime/comm/half.h"
 #include "muster/runtime/error.h"
 
 namespace muster::runtime::distributed {
 
-std::vector<BucketPlan> plan_buckets(const std::vector<std::size_t>& sizes, std::size_t threshold_bytes) {
+std::vector<BucketPlan> plan_buckets(const std::vector<std::size_t>& sizes, std::size_t threshold_bytes,
+                                     const std::vector<bool>& alone) {
   if (threshold_bytes == 0) throw InvalidArgument("fusion threshold must be at least 1 byte");
+  if (!alone.empty() && alone.size() != sizes.size()) {
+    throw InvalidArgument("plan_buckets: " + std::to_string(alone.size()) + " 'alone' flags for " +
+                          std::to_string(sizes.size()) + " tensors");
+  }
+  auto is_alone = [&](std::size_t i) { return !alone.empty() && alone[i]; };
   std::vector<BucketPlan> plans;
   BucketPlan cur;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     const std::size_t bytes = sizes[i] * sizeof(float);
-    if (cur.count > 0 && (cur.elements * sizeof(float) + bytes > threshold_bytes)) {
+    const bool cut = is_alone(i) || (i > 0 && is_alone(i - 1));
+    if (cur.count > 0 && (cut || cur.elements * sizeof(float) + bytes > threshold_bytes)) {
       plans.push_back(cur);
       cur = BucketPlan{i, 0, 0};
     }

@@ -38,7 +38,12 @@ struct BucketPlan {
   std::size_t elements = 0;  // sum of their sizes
 };
 
-std::vector<BucketPlan> plan_buckets(const std::vector<std::size_t>& sizes, std::size_t threshold_bytes);
+// `alone[i]` (when given, one flag per tensor) puts tensor i in a bucket of
+// its own, breaking the run around it: DistributedOptimizer does so for a
+// large gradient in the caller's own buffer, which a one-tensor bucket
+// reduces in place instead of copying it into a fusion buffer and back.
+std::vector<BucketPlan> plan_buckets(const std::vector<std::size_t>& sizes, std::size_t threshold_bytes,
+                                     const std::vector<bool>& alone = {});
 
 class FusionBucket {
  public:
