@@ -79,5 +79,20 @@ TEST(CommOptionsTest, EnvironmentOverridesTimeout) {
   unsetenv("MUSTER_COMM_RING_TRANSPORT");
 }
 
+// The waiting spin: automatic (a rank with a CPU of its own spins 5 ms),
+// or what the environment or the options say; negative values are refused.
+TEST(CommOptionsTest, SpinIsResolvedOrOverridden) {
+  if (std::getenv("OMPI_COMM_WORLD_SIZE")) GTEST_SKIP() << "plain runs only";
+  EXPECT_EQ(Communicator::create()->options().spin.count(), 5000) << "one rank on this host has a CPU of its own";
+  setenv("MUSTER_COMM_SPIN_US", "123", 1);
+  EXPECT_EQ(Communicator::create()->options().spin.count(), 123);
+  unsetenv("MUSTER_COMM_SPIN_US");
+  CommOptions o;
+  o.spin = std::chrono::microseconds(0);
+  EXPECT_EQ(Communicator::create(o)->options().spin.count(), 0);
+  o.spin = std::chrono::microseconds(-5);
+  EXPECT_THROW(Communicator::create(o), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace muster::runtime::comm

@@ -91,10 +91,16 @@ struct CommOptions {
   // allgather (ring_allreduce.h); 0 runs the whole buffer at once.
   // MUSTER_COMM_BLOCK_BYTES overrides it.
   std::size_t block_bytes = 1024 * 1024;
-  // A ring rank waiting on a shared-memory neighbour spins this long, then
-  // sleeps on its futex doorbell (never sched_yield: see watchdog.cc).
-  // MUSTER_COMM_SPIN_US overrides it.
-  std::chrono::microseconds spin{50};
+  // A rank waiting on a shared-memory neighbour (ring or direct allreduce)
+  // spins this long, then sleeps on its futex doorbell (never sched_yield:
+  // see watchdog.cc). kAutoSpin: 5 ms when this host's ranks have a CPU
+  // each, else 50 us. A sleeping rank's idle virtual CPU is handed back to
+  // the hypervisor, and waking it again cost the MLP example ~10% of its
+  // throughput on this VM; spinning on a core of its own costs nothing,
+  // while oversubscribed ranks must yield the core soon. MUSTER_COMM_SPIN_US
+  // overrides it.
+  std::chrono::microseconds spin = kAutoSpin;
+  static constexpr std::chrono::microseconds kAutoSpin{-1};
 };
 
 namespace detail {

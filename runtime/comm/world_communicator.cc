@@ -1,5 +1,7 @@
 #include "muster/runtime/comm/world_communicator.h"
 
+#include <unistd.h>
+
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -59,7 +61,9 @@ CommOptions apply_env(CommOptions o) {
   }
   if (o.timeout.count() <= 0) throw InvalidArgument("CommOptions.timeout must be positive");
   if (o.segment_bytes < 64) throw InvalidArgument("CommOptions.segment_bytes must be at least 64");
-  if (o.spin.count() < 0) throw InvalidArgument("CommOptions.spin must not be negative");
+  if (o.spin.count() < 0 && o.spin != CommOptions::kAutoSpin) {
+    throw InvalidArgument("CommOptions.spin must not be negative (or kAutoSpin)");
+  }
   if (o.segments_in_flight == 0) throw InvalidArgument("CommOptions.segments_in_flight must be at least 1");
   o.segment_bytes = (o.segment_bytes + 63) / 64 * 64;
   return o;
@@ -85,6 +89,10 @@ WorldCommunicator::WorldCommunicator(const CommOptions& options) : options_(appl
   if (with_mpi_) {
     init_mpi();
     init_links();
+  }
+  if (options_.spin == CommOptions::kAutoSpin) {
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    options_.spin = local_size_ <= cpus ? std::chrono::microseconds(5000) : std::chrono::microseconds(50);
   }
   progress_ = std::make_unique<ProgressThread>();
 }
