@@ -104,7 +104,22 @@ def run_ps(args):
                 p.wait()
 
 
+def run_pair(args):
+    """Two independent single processes at once, one per core (as mpirun binds
+    the ranks), no communication: what the host gives two busy cores right
+    now, the ceiling for any 2-worker run."""
+    procs = [subprocess.Popen(["taskset", "-c", str(i % (os.cpu_count() or 1)), PROGRAM] + args, env=clean_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=3600)[0] for p in procs]
+    for p, out in zip(procs, outs):
+        check(p, out, "independent pair")
+    f = [finals(out) for out in outs]
+    return {k: sum(x[k] for x in f) for k in ("images_per_sec", "images_per_cpu_sec")}
+
+
 MODES = [("single", run_single, 1), ("allreduce", run_allreduce, 2), ("ps", run_ps, 2)]
+# Throughput runs also time the independent pair (a reference, not a mode).
+THROUGHPUT_MODES = MODES + [("pair", run_pair, 2)]
 
 
 def cpu_seconds():
@@ -119,9 +134,9 @@ def throughput(model):
     taken per repetition (against the single process of the same repetition)
     and the median over repetitions is reported."""
     args_of = {}
-    runs = {name: {"samples": [], "cpu_samples": [], "cpu": []} for name, _, _ in MODES}
+    runs = {name: {"samples": [], "cpu_samples": [], "cpu": []} for name, _, _ in THROUGHPUT_MODES}
     for _ in range(REPEATS):
-        for name, fn, workers in MODES:
+        for name, fn, workers in THROUGHPUT_MODES:
             batch = GLOBAL_BATCH // workers
             args = ["--model", model, "--batch-size", str(batch), "--max-steps", str(STEPS[model]), "--epochs", "1",
                     "--log-every", "1000000", "--no-eval", "--warmup-steps", "0"]
@@ -132,7 +147,7 @@ def throughput(model):
             runs[name]["samples"].append(f["images_per_sec"])
             runs[name]["cpu_samples"].append(f["images_per_cpu_sec"])
     rows = {}
-    for name, _, workers in MODES:
+    for name, _, workers in THROUGHPUT_MODES:
         r = runs[name]
         rows[name] = {"images_per_sec": statistics.median(r["samples"]), "samples": r["samples"], "workers": workers,
                       "images_per_cpu_sec": statistics.median(r["cpu_samples"]), "cpu_samples": r["cpu_samples"],
@@ -153,6 +168,17 @@ def throughput(model):
         out[mode + "_efficiency_cpu"] = statistics.median(cpu)
         print("  %s %-9s efficiency per repetition: %s (median %.2f)" % (
             model, mode, ", ".join("%.2f" % e for e in wall), out[mode + "_efficiency"]), flush=True)
+    # What the host gave two busy cores in each repetition, and what share of
+    # it the allreduce run kept (the cost of muster's synchronisation alone).
+    host = [p / (2 * s) for p, s in zip(runs["pair"]["samples"], runs["single"]["samples"])]
+    kept = [a / p for a, p in zip(runs["allreduce"]["samples"], runs["pair"]["samples"])]
+    out["pair_vs_single"] = statistics.median(host)
+    out["pair_vs_single_runs"] = host
+    out["allreduce_vs_pair"] = statistics.median(kept)
+    out["allreduce_vs_pair_runs"] = kept
+    print("  %s two independent processes vs 2 x single per repetition: %s (median %.2f); allreduce vs that pair: "
+          "%s (median %.2f)" % (model, ", ".join("%.2f" % e for e in host), out["pair_vs_single"],
+                                ", ".join("%.2f" % e for e in kept), out["allreduce_vs_pair"]), flush=True)
     return out
 
 
@@ -217,6 +243,17 @@ def markdown(r):
         lines.append("- %s efficiency per repetition: allreduce %s; PS %s" % (
             model, ", ".join("%.2f" % e for e in m.get("allreduce_efficiency_runs", [])),
             ", ".join("%.2f" % e for e in m.get("ps_efficiency_runs", []))))
+    if all("pair_vs_single" in m for m in r["models"].values()):
+        lines += ["", "What the host gives two busy cores: in every repetition two independent single processes "
+                  "(no communication, batch %d each, one per core as mpirun binds the ranks) also ran. Their "
+                  "images/s against 2 x the single process is the ceiling of any 2-worker run at that moment; "
+                  "the allreduce run against the pair is what muster's synchronisation costs on top:" %
+                  (r["global_batch"] // 2), "",
+                  "| model | independent pair / (2 x single) | allreduce / independent pair |", "|---|---|---|"]
+        for model, m in r["models"].items():
+            lines.append("| %s | %.2f (runs: %s) | %.2f (runs: %s) |" % (
+                model, m["pair_vs_single"], ", ".join("%.2f" % e for e in m["pair_vs_single_runs"]),
+                m["allreduce_vs_pair"], ", ".join("%.2f" % e for e in m["allreduce_vs_pair_runs"])))
     lines += ["", "Per CPU-second of each training thread, summed over the processes: the throughput with a "
               "dedicated core per process, which other load on the machine does not change (time a training "
               "thread spends blocked in a collective or waiting for the PS while asleep is not counted; "
