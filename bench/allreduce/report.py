@@ -61,8 +61,8 @@ def main(out_dir):
         lines.append("")
         lines.append(
             f"The host was shared while this ran: 1-minute load average {la['before']:.1f} before and "
-            f"{la['after']:.1f} after, on {la['cores']} cores. Load slows both algorithms (MPI's busy-polling "
-            "transport more than the ring, whose waiting ranks sleep on a futex), so compare the ratios "
+            f"{la['after']:.1f} after, on {la['cores']} cores. Load, and the stretches in which this VM moves "
+            "data between its two cores several times slower, slow all three alike, so compare the ratios "
             "measured side by side rather than absolute figures (issue 4 quotes about 0.6 GB/s for "
             "MPI_Allreduce at 64 MB on this host when quiet)."
         )
