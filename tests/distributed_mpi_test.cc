@@ -65,6 +65,11 @@ void train_and_compare(const std::vector<std::size_t>& sizes, bool arena, const 
     opt.step();
   }
   EXPECT_GE(opt.bucket_count(), min_buckets);
+  // Every rank of these suites is on this host: owned gradients must be in
+  // memory the peers map, or the direct allreduce was never exercised.
+  if (owned) {
+    EXPECT_TRUE(opt.gradients_direct()) << "owned gradients are not in shared memory";
+  }
   const double avg = opt.metric_average(loss);
   EXPECT_TRUE(std::isfinite(avg));
   const auto mine = model.flat_values();

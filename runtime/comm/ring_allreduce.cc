@@ -3,22 +3,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "muster/runtime/comm/chunking.h"
 #include "muster/runtime/comm/reduce.h"
 
 namespace muster::runtime::comm {
 namespace {
-
-struct Chunking {
-  std::size_t count;
-  int n;
-  std::size_t begin(int c) const {
-    const std::size_t base = count / static_cast<std::size_t>(n);
-    const std::size_t extra = count % static_cast<std::size_t>(n);
-    const std::size_t cc = static_cast<std::size_t>(c);
-    return cc * base + std::min(cc, extra);
-  }
-  std::size_t length(int c) const { return begin(c + 1) - begin(c); }
-};
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
 

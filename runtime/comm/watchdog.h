@@ -75,6 +75,8 @@ class Watchdog {
   // `waiting_on` is the world rank the caller waits for, or -1 (a collective).
   void idle(int waiting_on);
   const std::string& what() const { return what_; }
+  // The op's sequence number (the same on every rank).
+  uint64_t seq() const { return seq_; }
 
  private:
   [[noreturn]] void expire(int waiting_on);

@@ -185,7 +185,6 @@ std::string WorldCommunicator::ring_transport_name() const {
 Handle WorldCommunicator::submit(std::string what, Op op) {
   return progress_->submit([this, what = std::move(what), op = std::move(op)] {
     const uint64_t seq = ++seq_;
-    current_seq_ = seq;
     if (broken_) std::rethrow_exception(broken_);
     if (monitor_) monitor_->begin_op(seq);
     Watchdog watchdog(options_.timeout, monitor_.get(), seq, what + " #" + std::to_string(seq) + " on rank " +
@@ -261,12 +260,11 @@ bool WorldCommunicator::try_allreduce_direct(void* data, std::size_t count, Data
   if (!direct_capable_ || regions_->empty()) return false;
   const auto found = allowed ? regions_->find(data, count * dtype_size(dtype)) : shm::RegionTable::Found{};
   if (found.id == 0) {
-    shm::publish_other_op(*segment_, shm_local_rank_, current_seq_);
+    shm::publish_other_op(*segment_, shm_local_rank_, watchdog.seq());
     return false;
   }
   watchdog.set_sleeper(sleeper_.get(), options_.spin);
   shm::DirectOp direct;
-  direct.seq = current_seq_;
   direct.region_id = found.id;
   direct.offset = found.offset;
   direct.count = count;

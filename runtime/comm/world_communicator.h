@@ -90,7 +90,6 @@ class WorldCommunicator : public Communicator {
   std::shared_ptr<shm::RegionTable> regions_ = std::make_shared<shm::RegionTable>();
   uint64_t next_region_id_ = 0;     // progress thread only
   uint64_t direct_blocks_ = 0;      // progress thread only (direct_allreduce)
-  uint64_t current_seq_ = 0;        // progress thread only: the running op's
   uint64_t seq_ = 0;                   // progress thread only
   std::exception_ptr broken_;          // progress thread only
   std::unique_ptr<ProgressThread> progress_;  // last: stopped first

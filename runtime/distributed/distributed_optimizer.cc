@@ -187,14 +187,17 @@ static void start(DistributedOptimizer::Impl& impl, const DistributedOptions& op
   settings.threshold_bytes = options.fusion_threshold_bytes;
   settings.compression = static_cast<int>(options.compression);
   settings.segment_bytes = options.segment_bytes;
-  try {
-    impl.wait(impl.comm_thread->thread.submit([coll = impl.coll, grads = impl.grads, settings, plans] {
-      check_registration(*coll, grads, settings, plans);
-    }));
-  } catch (...) {
-    impl.broken = std::current_exception();  // no pipeline: every later call rethrows this
-    throw;
-  }
+  // A failure here leaves no pipeline: the optimizer is broken and every
+  // later call rethrows it.
+  auto run = [&impl](CommThread::Job job) {
+    try {
+      impl.wait(impl.comm_thread->thread.submit(std::move(job)));
+    } catch (...) {
+      impl.broken = std::current_exception();
+      throw;
+    }
+  };
+  run([coll = impl.coll, grads = impl.grads, settings, plans] { check_registration(*coll, grads, settings, plans); });
 
   // The gradients we own, back to back in memory the other ranks of this
   // host can read (a collective, hence on the communication thread too): a
@@ -206,14 +209,7 @@ static void start(DistributedOptimizer::Impl& impl, const DistributedOptions& op
   }
   if (owned_total > 0) {
     auto arena = std::make_shared<std::unique_ptr<comm::SharedBuffer>>();
-    try {
-      impl.wait(impl.comm_thread->thread.submit([coll = impl.coll, arena, bytes = owned_total * sizeof(float)] {
-        *arena = coll->allocate_shared(bytes);
-      }));
-    } catch (...) {
-      impl.broken = std::current_exception();
-      throw;
-    }
+    run([coll = impl.coll, arena, bytes = owned_total * sizeof(float)] { *arena = coll->allocate_shared(bytes); });
     impl.arena = std::move(*arena);
     float* base = static_cast<float*>(impl.arena->data());
     std::size_t offset = 0;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "muster/runtime/comm/chunking.h"
 #include "muster/runtime/comm/reduce.h"
 #include "muster/runtime/comm/shm/shm_link.h"
 #include "muster/runtime/error.h"
@@ -29,10 +30,13 @@ int world_rank_of(ShmSegment& segment, int local_rank) {
 
 // Waits under the watchdog until `ready(p)` holds for every peer p, calling
 // `on_ready(p)` once for each as soon as it does (in whatever order they come).
+// `pending` is scratch space the caller keeps for the whole op, so the
+// per-block waits allocate nothing.
 template <typename Ready, typename OnReady>
-void for_each_peer_when(ShmSegment& segment, int me, Watchdog& watchdog, Ready ready, OnReady on_ready) {
+void for_each_peer_when(ShmSegment& segment, int me, Watchdog& watchdog, std::vector<int>& pending, Ready ready,
+                        OnReady on_ready) {
   const int n = segment.local_size();
-  std::vector<int> pending;
+  pending.clear();
   for (int k = 1; k < n; ++k) pending.push_back((me + k) % n);  // start right of us: spreads the readers
   while (!pending.empty()) {
     watchdog.prepare();
@@ -61,17 +65,6 @@ std::string describe_entry(const DirectEntry& e) {
          std::to_string(e.count.load()) + " dtype/op " + std::to_string(e.kind.load());
 }
 
-struct Chunks {
-  std::size_t count;
-  int n;
-  std::size_t begin(int c) const {
-    const std::size_t base = count / static_cast<std::size_t>(n), extra = count % static_cast<std::size_t>(n);
-    const std::size_t cc = static_cast<std::size_t>(c);
-    return cc * base + std::min(cc, extra);
-  }
-  std::size_t length(int c) const { return begin(c + 1) - begin(c); }
-};
-
 }  // namespace
 
 void publish_other_op(ShmSegment& segment, int local_rank, uint64_t seq) {
@@ -87,21 +80,25 @@ void direct_allreduce(const SharedRegion& region, ShmSegment& segment, const Dir
   const int me = region.local_rank();
   const std::size_t esize = dtype_size(op.dtype);
   DirectEntry* mine = segment.direct(me);
+  const uint64_t seq = watchdog.seq();
+  std::vector<int> pending;
+  pending.reserve(static_cast<std::size_t>(n));
 
   // 1. Arrive, and check that every peer runs this very op.
   mine->region.store(op.region_id, std::memory_order_relaxed);
   mine->offset.store(op.offset, std::memory_order_relaxed);
   mine->count.store(op.count, std::memory_order_relaxed);
   mine->kind.store(kind_of(op.dtype, op.op), std::memory_order_relaxed);
-  mine->arrived.store(op.seq, std::memory_order_release);
+  mine->arrived.store(seq, std::memory_order_release);
   ring_peers(segment, me);
   for_each_peer_when(
-      segment, me, watchdog, [&](int p) { return segment.direct(p)->arrived.load(std::memory_order_acquire) >= op.seq; },
+      segment, me, watchdog, pending,
+      [&](int p) { return segment.direct(p)->arrived.load(std::memory_order_acquire) >= seq; },
       [&](int p) {
         const DirectEntry& e = *segment.direct(p);
-        if (e.arrived.load() != op.seq || e.region.load() != op.region_id || e.offset.load() != op.offset ||
+        if (e.arrived.load() != seq || e.region.load() != op.region_id || e.offset.load() != op.offset ||
             e.count.load() != op.count || e.kind.load() != kind_of(op.dtype, op.op)) {
-          throw MismatchError("allreduce #" + std::to_string(op.seq) + " in shared memory (" + describe_entry(*mine) +
+          throw MismatchError("allreduce #" + std::to_string(seq) + " in shared memory (" + describe_entry(*mine) +
                               "): rank " + std::to_string(world_rank_of(segment, p)) + " is in op #" +
                               std::to_string(e.arrived.load()) + " with " + describe_entry(e) +
                               "; every rank must reduce the same offset and count of the same shared buffer");
@@ -116,13 +113,13 @@ void direct_allreduce(const SharedRegion& region, ShmSegment& segment, const Dir
   block = std::max<std::size_t>(std::min(block, op.count), 1);
   const uint64_t base = *blocks_done;
   const uint64_t blocks = (op.count + block - 1) / block;
-  auto chunks_of = [&](uint64_t b) { return Chunks{std::min(block, op.count - b * block), n}; };
+  auto chunks_of = [&](uint64_t b) { return Chunking{std::min(block, op.count - b * block), n}; };
   auto at = [&](int rank, uint64_t b, int chunk) {
     return region.base(rank) + op.offset + (b * block + chunks_of(b).begin(chunk)) * esize;
   };
   auto gather = [&](uint64_t b) {
     for_each_peer_when(
-        segment, me, watchdog,
+        segment, me, watchdog, pending,
         [&](int p) { return segment.direct(p)->reduced.load(std::memory_order_acquire) >= base + b + 1; },
         [&](int p) { std::memcpy(at(me, b, p), at(p, b, p), chunks_of(b).length(p) * esize); });
   };
@@ -140,10 +137,11 @@ void direct_allreduce(const SharedRegion& region, ShmSegment& segment, const Dir
   *blocks_done = base + blocks;
 
   // 4. Finish: nobody reads our buffer once this returns.
-  mine->finished.store(op.seq, std::memory_order_release);
+  mine->finished.store(seq, std::memory_order_release);
   ring_peers(segment, me);
   for_each_peer_when(
-      segment, me, watchdog, [&](int p) { return segment.direct(p)->finished.load(std::memory_order_acquire) >= op.seq; },
+      segment, me, watchdog, pending,
+      [&](int p) { return segment.direct(p)->finished.load(std::memory_order_acquire) >= seq; },
       [](int) {});
 }
 

@@ -32,7 +32,6 @@
 namespace muster::runtime::comm::shm {
 
 struct DirectOp {
-  uint64_t seq = 0;        // the op's sequence number, the same on every rank
   uint64_t region_id = 0;  // which SharedRegion (allocation order, from 1)
   std::size_t offset = 0;  // bytes from the region's start
   std::size_t count = 0;
@@ -45,7 +44,7 @@ struct DirectOp {
 // allreduce, so a peer that is in one fails at once instead of waiting.
 void publish_other_op(ShmSegment& segment, int local_rank, uint64_t seq);
 
-// Runs `op` on `region`. `blocks_done` counts the blocks this rank has
+// Runs `op` on `region` as the op numbered watchdog.seq(). `blocks_done` counts the blocks this rank has
 // reduced in all direct ops so far (the same on every rank); it is advanced.
 void direct_allreduce(const SharedRegion& region, ShmSegment& segment, const DirectOp& op, uint64_t* blocks_done,
                       Watchdog& watchdog);

@@ -1,6 +1,5 @@
 #include "muster/runtime/comm/shm/shared_region.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -11,25 +10,12 @@
 #include <cstring>
 #include <string>
 
+#include "muster/runtime/comm/shm/shm_segment.h"
 #include "muster/runtime/error.h"
 
 namespace muster::runtime::comm::shm {
 namespace {
-
 constexpr int kNameBytes = 64;
-
-// Maps `bytes` of the object `name`, creating it first when `create`.
-char* map_object(const char* name, std::size_t bytes, bool create) {
-  const int fd = create ? shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600) : shm_open(name, O_RDWR, 0600);
-  if (fd < 0) return nullptr;
-  void* p = MAP_FAILED;
-  if (!create || posix_fallocate(fd, 0, static_cast<off_t>(bytes)) == 0) {
-    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  }
-  close(fd);
-  return p == MAP_FAILED ? nullptr : static_cast<char*>(p);
-}
-
 }  // namespace
 
 std::unique_ptr<SharedRegion> SharedRegion::create(MPI_Comm local_comm, std::size_t bytes) {
@@ -41,8 +27,7 @@ std::unique_ptr<SharedRegion> SharedRegion::create(MPI_Comm local_comm, std::siz
   static std::atomic<int> counter{0};
   char name[kNameBytes] = {0};
   std::snprintf(name, sizeof name, "/muster-%d-r%d", static_cast<int>(getpid()), counter.fetch_add(1));
-  char* own = map_object(name, mapped, true);
-  if (own == nullptr) shm_unlink(name);  // may have been created before fallocate failed
+  char* own = map_shared_object(name, mapped, true);
 
   // Every rank's object name (empty: it failed) and size: a peer mapped with
   // our size but created smaller would fault on reads past its end.
@@ -72,7 +57,7 @@ std::unique_ptr<SharedRegion> SharedRegion::create(MPI_Comm local_comm, std::siz
   for (int r = 0; r < local_size && ok; ++r) {
     if (r == local_rank) continue;
     const char* peer = entries[static_cast<std::size_t>(r)].name;
-    bases[static_cast<std::size_t>(r)] = peer[0] ? map_object(peer, mapped, false) : nullptr;
+    bases[static_cast<std::size_t>(r)] = peer[0] ? map_shared_object(peer, mapped, false) : nullptr;
     ok = bases[static_cast<std::size_t>(r)] != nullptr;
   }
   int mine_ok = ok ? 1 : 0, all_ok = 0;

@@ -25,12 +25,22 @@ struct Header {
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
-void* map_fd(int fd, std::size_t bytes) {
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  return p == MAP_FAILED ? nullptr : p;
-}
-
 }  // namespace
+
+char* map_shared_object(const char* name, std::size_t bytes, bool create) {
+  const int fd = create ? shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600) : shm_open(name, O_RDWR, 0600);
+  if (fd < 0) return nullptr;
+  void* p = MAP_FAILED;
+  if (!create || posix_fallocate(fd, 0, static_cast<off_t>(bytes)) == 0) {
+    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  close(fd);
+  if (p == MAP_FAILED) {
+    if (create) shm_unlink(name);
+    return nullptr;
+  }
+  return static_cast<char*>(p);
+}
 
 std::size_t ShmSegment::layout_bytes(int local_size, std::size_t slots, std::size_t slot_bytes) {
   return kHeaderBytes + (sizeof(PeerEntry) + sizeof(DirectEntry)) * static_cast<std::size_t>(local_size) +
@@ -50,11 +60,7 @@ std::unique_ptr<ShmSegment> ShmSegment::create_shared(MPI_Comm local_comm, std::
   if (local_rank == 0) {
     static std::atomic<int> counter{0};
     std::snprintf(name, sizeof name, "/muster-%d-%d", static_cast<int>(getpid()), counter.fetch_add(1));
-    const int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd >= 0) {
-      if (ftruncate(fd, static_cast<off_t>(bytes)) == 0) base = map_fd(fd, bytes);
-      close(fd);
-    }
+    base = map_shared_object(name, bytes, true);
     if (base) {
       auto* h = static_cast<Header*>(base);
       h->local_size = static_cast<uint64_t>(local_size);
@@ -63,17 +69,12 @@ std::unique_ptr<ShmSegment> ShmSegment::create_shared(MPI_Comm local_comm, std::
       std::atomic_thread_fence(std::memory_order_release);
       h->magic = kMagic;
     } else {
-      if (fd >= 0) shm_unlink(name);
       name[0] = '\0';
     }
   }
   MPI_Bcast(name, kNameBytes, MPI_CHAR, 0, local_comm);
   if (local_rank != 0 && name[0] != '\0') {
-    const int fd = shm_open(name, O_RDWR, 0600);
-    if (fd >= 0) {
-      base = map_fd(fd, bytes);
-      close(fd);
-    }
+    base = map_shared_object(name, bytes, false);
     if (base && static_cast<Header*>(base)->magic != kMagic) {
       munmap(base, bytes);
       base = nullptr;

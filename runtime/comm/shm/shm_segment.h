@@ -62,6 +62,13 @@ struct ChannelHeader {
   alignas(64) std::atomic<uint64_t> tail;  // segments released (consumer)
 };
 
+// Maps `bytes` of the POSIX shared-memory object `name` read-write: when
+// `create`, a new one (O_EXCL, 0600) whose pages are reserved first with
+// posix_fallocate, so a full /dev/shm fails here rather than with SIGBUS on
+// first touch (and the name is unlinked again); else an existing one. Null
+// on failure.
+char* map_shared_object(const char* name, std::size_t bytes, bool create);
+
 class ShmSegment {
  public:
   // Collective over `local_comm`. Returns null on every rank when any rank
