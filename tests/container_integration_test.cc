@@ -6,39 +6,26 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
 #include <thread>
 
+#include "container_test_env.h"
 #include "muster/workers/container/container_backend.h"
 
 namespace muster::workers::container {
 namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using test_env::slurp;
 
 class ContainerIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root: creates network namespaces, veth pairs, a bridge and sshd";
     exec_ = make_system_executor();
-    int tag = static_cast<int>(getpid() % 200);
-    state_ = fs::temp_directory_path() / ("muster-cit-" + std::to_string(getpid()));
-    fs::remove_all(state_);
-    fs::create_directories(state_);
-    options_.state_dir = state_;
-    options_.bridge = "mcit" + std::to_string(getpid() % 100000);
-    options_.subnet = "10.214." + std::to_string(tag) + ".0/24";
-    options_.prefix = "mci";
-    options_.instance_id = "t" + std::to_string(tag);
-    subnet_prefix_ = "10.214." + std::to_string(tag) + ".";
+    env_ = std::make_unique<test_env::TestContainers>("cit", 214);
+    state_ = env_->state;
+    options_ = env_->options;
+    subnet_prefix_ = env_->subnet_prefix;
     options_.reap_interval = 0ms;  // the tests poll; ReaperRemoves... turns it on
   }
 
@@ -47,9 +34,7 @@ class ContainerIntegrationTest : public ::testing::Test {
     if (backend_) backend_->shutdown();
     backend_.reset();
     // Belt and braces: the ledger lists anything a failed test left.
-    Ledger ledger(state_ / "container" / "ledger");
-    ContainerBackend::clean_leftovers(*exec_, ledger);
-    fs::remove_all(state_);
+    env_->remove_leftovers();
   }
 
   void start() {
@@ -89,6 +74,7 @@ class ContainerIntegrationTest : public ::testing::Test {
   }
 
   std::unique_ptr<Executor> exec_;
+  std::unique_ptr<test_env::TestContainers> env_;
   fs::path state_;
   ContainerOptions options_;
   std::string subnet_prefix_;

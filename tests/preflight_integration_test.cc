@@ -8,6 +8,7 @@
 #include <fstream>
 #include <thread>
 
+#include "container_test_env.h"
 #include "muster/workers/container/container_backend.h"
 #include "muster/workers/ssh/preflight.h"
 
@@ -21,16 +22,9 @@ class PreflightIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root: the hosts are network-namespace containers";
-    int tag = static_cast<int>(getpid() % 200);
-    state_ = fs::temp_directory_path() / ("muster-pit-" + std::to_string(getpid()));
-    fs::remove_all(state_);
-    fs::create_directories(state_);
-    container::ContainerOptions o;
-    o.state_dir = state_;
-    o.bridge = "mpit" + std::to_string(getpid() % 100000);
-    o.subnet = "10.217." + std::to_string(tag) + ".0/24";
-    o.prefix = "mpi";
-    o.instance_id = "t" + std::to_string(tag);
+    env_ = std::make_unique<container::test_env::TestContainers>("pit", 217);
+    state_ = env_->state;
+    container::ContainerOptions o = env_->options;
     o.reap_interval = 0ms;
     o.export_mpi_ssh = false;
     auto c = ContainerBackend::create(o, container::make_system_executor());
@@ -49,10 +43,7 @@ class PreflightIntegrationTest : public ::testing::Test {
     if (geteuid() != 0) return;
     if (containers_) containers_->shutdown();
     containers_.reset();
-    container::Ledger ledger(state_ / "container" / "ledger");
-    auto exec = container::make_system_executor();
-    ContainerBackend::clean_leftovers(*exec, ledger);
-    fs::remove_all(state_);
+    env_->remove_leftovers();
   }
   PreflightOptions options() {
     PreflightOptions p;
@@ -74,6 +65,7 @@ class PreflightIntegrationTest : public ::testing::Test {
     return make_libssh2_connector(c);
   }
 
+  std::unique_ptr<container::test_env::TestContainers> env_;
   fs::path state_;
   std::unique_ptr<ContainerBackend> containers_;
 };

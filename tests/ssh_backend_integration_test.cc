@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "container_test_env.h"
 #include "muster/workers/container/container_backend.h"
 #include "muster/workers/ssh/ssh_backend.h"
 
@@ -19,27 +20,15 @@ using namespace std::chrono_literals;
 using container::ContainerBackend;
 using container::ContainerOptions;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using container::test_env::slurp;
 
 class SshBackendIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root: the remote hosts are network-namespace containers";
-    int tag = static_cast<int>(getpid() % 200);
-    state_ = fs::temp_directory_path() / ("muster-sit-" + std::to_string(getpid()));
-    fs::remove_all(state_);
-    fs::create_directories(state_);
-    ContainerOptions o;
-    o.state_dir = state_;
-    o.bridge = "msit" + std::to_string(getpid() % 100000);
-    o.subnet = "10.215." + std::to_string(tag) + ".0/24";
-    o.prefix = "msi";
-    o.instance_id = "t" + std::to_string(tag);
+    env_ = std::make_unique<container::test_env::TestContainers>("sit", 215);
+    state_ = env_->state;
+    ContainerOptions o = env_->options;
     auto c = ContainerBackend::create(o, container::make_system_executor());
     ASSERT_TRUE(c.is_ok()) << c.status().message();
     containers_ = std::move(c.value());
@@ -60,10 +49,7 @@ class SshBackendIntegrationTest : public ::testing::Test {
     ssh_.reset();
     if (containers_) containers_->shutdown();
     containers_.reset();
-    container::Ledger ledger(state_ / "container" / "ledger");
-    auto exec = container::make_system_executor();
-    ContainerBackend::clean_leftovers(*exec, ledger);
-    fs::remove_all(state_);
+    env_->remove_leftovers();
   }
 
   Host host(const std::string& container_id) {
@@ -120,6 +106,7 @@ class SshBackendIntegrationTest : public ::testing::Test {
     return false;
   }
 
+  std::unique_ptr<container::test_env::TestContainers> env_;
   fs::path state_;
   std::unique_ptr<ContainerBackend> containers_;
   std::unique_ptr<SshBackend> ssh_;

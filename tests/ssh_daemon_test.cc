@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "container_test_env.h"
 #include "daemon_process.h"
 #include "muster/workers/container/container_backend.h"
 
@@ -25,16 +26,9 @@ class SshDaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root: the remote hosts are network-namespace containers";
-    int tag = static_cast<int>(getpid() % 200);
-    state_ = fs::temp_directory_path() / ("muster-sdt-" + std::to_string(getpid()));
-    fs::remove_all(state_);
-    fs::create_directories(state_);
-    container::ContainerOptions o;
-    o.state_dir = state_;
-    o.bridge = "msdt" + std::to_string(getpid() % 100000);
-    o.subnet = "10.221." + std::to_string(tag) + ".0/24";
-    o.prefix = "msd";
-    o.instance_id = "t" + std::to_string(tag);
+    env_ = std::make_unique<container::test_env::TestContainers>("sdt", 221);
+    state_ = env_->state;
+    container::ContainerOptions o = env_->options;
     o.export_mpi_ssh = false;  // the daemon under test must find its own way in
     auto c = ContainerBackend::create(o, container::make_system_executor());
     ASSERT_TRUE(c.is_ok()) << c.status().message();
@@ -69,14 +63,12 @@ class SshDaemonTest : public ::testing::Test {
     daemon_.reset();
     if (containers_) containers_->shutdown();
     containers_.reset();
-    container::Ledger ledger(state_ / "container" / "ledger");
-    auto exec = container::make_system_executor();
-    ContainerBackend::clean_leftovers(*exec, ledger);
-    fs::remove_all(state_);
+    env_->remove_leftovers();
   }
 
   std::unique_ptr<ContainerBackend> containers_;
   std::unique_ptr<testing::DaemonProcess> daemon_;
+  std::unique_ptr<container::test_env::TestContainers> env_;
   fs::path state_;
 };
 
