@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "container_test_env.h"
 #include "daemon_process.h"
 #include "muster/workers/container/container_backend.h"
 
@@ -27,25 +28,20 @@ class ContainerClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root: the container backend creates network namespaces and a bridge";
-    int tag = static_cast<int>(getpid() % 200);
-    bridge_ = "mcct" + std::to_string(getpid() % 100000);
-    subnet_prefix_ = "10.220." + std::to_string(tag) + ".";
     daemon_ = std::make_unique<testing::DaemonProcess>();
     exec_ = make_system_executor();
     fs::copy_file(fs::path(std::getenv("MUSTER_BINARY_DIR")) / "bin" / "muster-mpi-hello",
                   daemon_->project() / "muster-mpi-hello");
-    ASSERT_TRUE(daemon_->start({"--backend", "container", "--backend-opt", "bridge=" + bridge_, "--backend-opt",
-                                "subnet=" + subnet_prefix_ + "0/24", "--backend-opt", "prefix=mcc",
-                                "--stop-grace", "1"},
-                               "0.0.0.0:0"))
+    std::vector<std::string> args = names_.daemon_args();
+    args.insert(args.end(), {"--stop-grace", "1"});
+    ASSERT_TRUE(daemon_->start(args, "0.0.0.0:0"))
         << daemon_->stderr_text();
   }
 
   void TearDown() override {
     if (!daemon_) return;
     daemon_->kill(SIGTERM);
-    Ledger ledger(daemon_->state() / "container" / "ledger");
-    ContainerBackend::clean_leftovers(*exec_, ledger);
+    test_env::clean_leftovers_in(daemon_->state());
     daemon_.reset();
   }
 
@@ -80,7 +76,7 @@ class ContainerClusterTest : public ::testing::Test {
 
   std::unique_ptr<testing::DaemonProcess> daemon_;
   std::unique_ptr<Executor> exec_;
-  std::string bridge_, subnet_prefix_;
+  const test_env::ContainerNames names_{"cct", 220};
 };
 
 TEST_F(ContainerClusterTest, MpiAllreduceAcrossFourContainers) {
@@ -98,7 +94,7 @@ TEST_F(ContainerClusterTest, MpiAllreduceAcrossFourContainers) {
   std::set<std::string> hosts;
   for (const auto& wid : created["workers"]["worker"]) {
     std::string ip = ip_of(wid);
-    EXPECT_EQ(ip.rfind(subnet_prefix_, 0), 0u) << ip;
+    EXPECT_EQ(ip.rfind(names_.subnet_prefix, 0), 0u) << ip;
     hosts.insert(ip);
     // Each rank ran inside its container: the container's hostname is the worker id.
     EXPECT_NE(log.find("rank host " + wid.get<std::string>()), std::string::npos) << log;
@@ -183,7 +179,7 @@ TEST_F(ContainerClusterTest, PsModeTfConfigUsesTheContainersAddresses) {
     for (size_t i = 0; i < spec[type].size(); ++i) {
       std::string addr = spec[type][i];
       std::string host = addr.substr(0, addr.rfind(':'));
-      EXPECT_EQ(host.rfind(subnet_prefix_, 0), 0u) << addr;
+      EXPECT_EQ(host.rfind(names_.subnet_prefix, 0), 0u) << addr;
       // The task's address is its own container's.
       EXPECT_EQ(host, ip_of(created["workers"][type][i])) << addr;
       spec_hosts.insert(host);

@@ -8,6 +8,7 @@
 
 #include <thread>
 
+#include "container_test_env.h"
 #include "daemon_process.h"
 #include "muster/workers/container/container_backend.h"
 
@@ -21,9 +22,6 @@ class ContainerDaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root: the container backend creates network namespaces and a bridge";
-    int tag = static_cast<int>(getpid() % 200);
-    bridge_ = "mcdt" + std::to_string(getpid() % 100000);
-    subnet_prefix_ = "10.219." + std::to_string(tag) + ".";
     daemon_ = std::make_unique<testing::DaemonProcess>();
     daemon_->write_script("sleep.py", "import time\nprint('up', flush=True)\ntime.sleep(120)\n");
     exec_ = make_system_executor();
@@ -31,16 +29,14 @@ class ContainerDaemonTest : public ::testing::Test {
 
   void TearDown() override {
     if (!daemon_) return;
-    daemon_->kill(SIGTERM);  // a clean shutdown removes everything ...
-    Ledger ledger(daemon_->state() / "container" / "ledger");
-    ContainerBackend::clean_leftovers(*exec_, ledger);  // ... and this catches what a failure left
+    daemon_->kill(SIGTERM);                         // a clean shutdown removes everything ...
+    test_env::clean_leftovers_in(daemon_->state());  // ... and this catches what a failure left
     daemon_.reset();
   }
 
   bool start_daemon(std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"--backend", "container", "--backend-opt", "bridge=" + bridge_, "--backend-opt",
-                                     "subnet=" + subnet_prefix_ + "0/24", "--backend-opt", "prefix=mcd",
-                                     "--heartbeat-interval", "0.5", "--heartbeat-timeout", "4", "--stop-grace", "1"};
+    std::vector<std::string> args = names_.daemon_args();
+    args.insert(args.end(), {"--heartbeat-interval", "0.5", "--heartbeat-timeout", "4", "--stop-grace", "1"});
     args.insert(args.end(), extra.begin(), extra.end());
     return daemon_->start(args, "0.0.0.0:0");
   }
@@ -82,7 +78,7 @@ class ContainerDaemonTest : public ::testing::Test {
 
   std::unique_ptr<testing::DaemonProcess> daemon_;
   std::unique_ptr<Executor> exec_;
-  std::string bridge_, subnet_prefix_;
+  const test_env::ContainerNames names_{"cdt", 219};
 };
 
 TEST_F(ContainerDaemonTest, OwnAddressesLinkCutIsLostAndNothingIsLeft) {
@@ -91,9 +87,9 @@ TEST_F(ContainerDaemonTest, OwnAddressesLinkCutIsLostAndNothingIsLeft) {
   ASSERT_EQ(workers.size(), 2u);
   std::string ip0 = workers[0]["ip_address"], ip1 = workers[1]["ip_address"];
   EXPECT_NE(ip0, ip1);
-  EXPECT_EQ(ip0.rfind(subnet_prefix_, 0), 0u) << ip0;
-  EXPECT_EQ(ip1.rfind(subnet_prefix_, 0), 0u) << ip1;
-  EXPECT_NE(ip0, subnet_prefix_ + "1") << "not the bridge: the agent registered from inside its container";
+  EXPECT_EQ(ip0.rfind(names_.subnet_prefix, 0), 0u) << ip0;
+  EXPECT_EQ(ip1.rfind(names_.subnet_prefix, 0), 0u) << ip1;
+  EXPECT_NE(ip0, names_.subnet_prefix + "1") << "not the bridge: the agent registered from inside its container";
 
   std::string ns0 = namespace_with(ip0);
   ASSERT_FALSE(ns0.empty());
@@ -112,7 +108,7 @@ TEST_F(ContainerDaemonTest, OwnAddressesLinkCutIsLostAndNothingIsLeft) {
   EXPECT_EQ(stop.status, 200) << stop.body;
   EXPECT_TRUE(namespaces().empty()) << "stop removes the namespaces";
   daemon_->kill(SIGTERM);
-  EXPECT_FALSE(fs::exists("/sys/class/net/" + bridge_)) << "shutdown removes the bridge";
+  EXPECT_FALSE(fs::exists("/sys/class/net/" + names_.bridge)) << "shutdown removes the bridge";
   EXPECT_TRUE(Ledger(daemon_->state() / "container" / "ledger").entries().empty());
 }
 
@@ -126,7 +122,7 @@ TEST_F(ContainerDaemonTest, NextDaemonRemovesLeftoversOfAKilledOne) {
   ASSERT_TRUE(fs::exists("/run/netns/" + left[0])) << "a killed daemon cannot clean up";
   ASSERT_TRUE(start_daemon()) << daemon_->stderr_text();
   EXPECT_FALSE(fs::exists("/run/netns/" + left[0])) << "the new daemon removed its predecessor's container";
-  EXPECT_TRUE(fs::exists("/sys/class/net/" + bridge_)) << "and made its own bridge";
+  EXPECT_TRUE(fs::exists("/sys/class/net/" + names_.bridge)) << "and made its own bridge";
 }
 
 TEST_F(ContainerDaemonTest, MpiPreflightFailsBeforeLaunchWhenSshdIsDown) {

@@ -9,6 +9,7 @@
 #include <regex>
 #include <thread>
 
+#include "container_test_env.h"
 #include "daemon_process.h"
 #include "muster/workers/container/container_backend.h"
 
@@ -22,24 +23,20 @@ class ContainerTrainingTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root: the container backend creates network namespaces and a bridge";
-    int tag = static_cast<int>(getpid() % 200);
     daemon_ = std::make_unique<testing::DaemonProcess>();
-    exec_ = make_system_executor();
     fs::create_directories(daemon_->project() / "bin");
     fs::copy_file(fs::path(std::getenv("MUSTER_BINARY_DIR")) / "bin" / "fashion_mnist",
                   daemon_->project() / "bin" / "fashion_mnist");
-    ASSERT_TRUE(daemon_->start({"--backend", "container", "--backend-opt", "bridge=mctt" + std::to_string(getpid() % 100000),
-                                "--backend-opt", "subnet=10.222." + std::to_string(tag) + ".0/24", "--backend-opt",
-                                "prefix=mct", "--stop-grace", "1"},
-                               "0.0.0.0:0"))
+    std::vector<std::string> args = test_env::ContainerNames("ctt", 222).daemon_args();
+    args.insert(args.end(), {"--stop-grace", "1"});
+    ASSERT_TRUE(daemon_->start(args, "0.0.0.0:0"))
         << daemon_->stderr_text();
   }
 
   void TearDown() override {
     if (!daemon_) return;
     daemon_->kill(SIGTERM);
-    Ledger ledger(daemon_->state() / "container" / "ledger");
-    ContainerBackend::clean_leftovers(*exec_, ledger);
+    test_env::clean_leftovers_in(daemon_->state());
     daemon_.reset();
   }
 
@@ -65,7 +62,6 @@ class ContainerTrainingTest : public ::testing::Test {
 
   const json kArgs = json::array({"--model", "mlp", "--epochs", "1", "--batch-size", "64", "--log-every", "200"});
   std::unique_ptr<testing::DaemonProcess> daemon_;
-  std::unique_ptr<Executor> exec_;
 };
 
 TEST_F(ContainerTrainingTest, AllreduceAcrossTwoContainersConverges) {
