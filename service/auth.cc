@@ -83,4 +83,10 @@ api::Status Authenticator::check(AuthKind kind, const std::string& authorization
                      "this token may not act for worker '" + worker_id + "'");
 }
 
+api::Status Authenticator::check(AuthKind kind, const std::map<std::string, std::string>& headers,
+                                 const std::string& /*method*/, const std::string& worker_id) const {
+  const auto it = headers.find("authorization");
+  return check(kind, it == headers.end() ? std::string() : it->second, worker_id);
+}
+
 }  // namespace muster::service

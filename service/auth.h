@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -44,6 +45,11 @@ class Authenticator {
   // `authorization` is the raw Authorization header ("" when absent);
   // `worker_id` is the {id} of the path for agent routes.
   api::Status check(AuthKind kind, const std::string& authorization, const std::string& worker_id) const;
+  // The same, from the request's headers (names lower-case): what the HTTP
+  // server calls, so that other credentials (a session cookie) can be
+  // checked here too. `method` is the request's ("GET", "POST").
+  api::Status check(AuthKind kind, const std::map<std::string, std::string>& headers, const std::string& method,
+                    const std::string& worker_id) const;
 
  private:
   std::string daemon_token_;

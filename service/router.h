@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,13 +33,36 @@ struct Request {
   std::string path;
   std::map<std::string, std::string> params;  // {id} -> value
   std::map<std::string, std::string> query;
-  nlohmann::json body;  // null when the body is empty
+  std::map<std::string, std::string> headers;  // names lower-case ("cookie", "x-csrf-token")
+  std::string remote_address;                  // the peer's IP, for logs and metrics
+  nlohmann::json body;                         // null when the body is empty
 };
+
+// A response body produced over time (a followed log, server-sent events).
+// The server sends the status line and headers (chunked), then `body` if
+// any, then hands the handler's StreamStart a Stream. Writes never block:
+// the server queues them, and closes the stream when the client is gone or
+// has fallen more than its bound behind; producers drop closed streams.
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  // Queues `chunk` for the client; false once the stream is closed.
+  virtual bool write(std::string chunk) = 0;
+  // Ends the response (sends the last chunk). Idempotent.
+  virtual void close() = 0;
+  // True once close() was called, the client went away, or it fell behind.
+  virtual bool closed() const = 0;
+};
+using StreamStart = std::function<void(std::shared_ptr<Stream>)>;
 
 struct Response {
   int http_status = 200;
   std::string content_type = "application/json";
   std::string body;
+  // Extra headers ("Set-Cookie", "Cache-Control", "Location", ...).
+  std::vector<std::pair<std::string, std::string>> headers;
+  // Set for a streamed body; see Stream.
+  StreamStart stream;
 };
 
 // The one place an api::Status becomes an HTTP response:
