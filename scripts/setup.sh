@@ -11,7 +11,7 @@ packages=(
   libssh2-1-dev libopenmpi-dev openmpi-bin
   libspdlog-dev libgtest-dev libgmock-dev libsqlite3-dev libeigen3-dev
   libcli11-dev zlib1g-dev
-  python3 python3-pytest
+  python3 python3-pytest python3-jsonschema python3-yaml
   dataset-fashion-mnist
   iperf3 iproute2 openssh-server openssh-client procps psmisc
 )
@@ -27,4 +27,24 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The OpenAPI validators (ctest openapi_document) and the API docs renderer:
+# npm packages pinned by tests/openapi/package-lock.json. Node may come from
+# elsewhere than Debian (nodesource's nodejs bundles npm and conflicts with
+# Debian's npm package), so Debian's nodejs and npm are installed only when
+# `node` or `npm` is missing. `npm ci` runs only when node_modules is absent
+# or older than the lock file, so a second run needs no network.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  echo "setup: installing nodejs npm"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+openapi_tools="$(cd "$(dirname "$0")/.." && pwd)/tests/openapi"
+if [ ! -f "$openapi_tools/node_modules/.package-lock.json" ] ||
+   [ "$openapi_tools/package-lock.json" -nt "$openapi_tools/node_modules/.package-lock.json" ]; then
+  echo "setup: npm ci in tests/openapi"
+  (cd "$openapi_tools" && npm ci --no-audit --no-fund --loglevel=error)
 fi

@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 
+#include "muster/api/json_integer.h"
+
 namespace muster::service {
 
 using nlohmann::json;
@@ -23,10 +25,11 @@ void register_agent_routes(Router& router, WorkerRegistry& registry) {
                }
                std::optional<int> port;
                if (b.contains("port") && !b["port"].is_null()) {
-                 if (!b["port"].is_number_integer() || b["port"].get<int64_t>() < 1 || b["port"].get<int64_t>() > 65535) {
+                 const auto p = api::json_integer(b["port"]);
+                 if (!p || *p < 1 || *p > 65535) {
                    return reply(error_response(api::invalid_argument("port must be an integer in 1..65535", "port")));
                  }
-                 port = b["port"].get<int>();
+                 port = static_cast<int>(*p);
                }
                auto hold = registry.agent_register(req.params.at("id"), b["ip_address"].get<std::string>(), port);
                if (!hold) return reply(error_response(hold.status()));
@@ -43,10 +46,13 @@ void register_agent_routes(Router& router, WorkerRegistry& registry) {
   router.add("POST", "/api/v1/agent/workers/{id}/exit", AuthKind::kAgent,
              [&registry](const Request& req, Reply reply) {
                const json& b = req.body;
-               if (!b.is_object() || !b.contains("exit_code") || !b["exit_code"].is_number_integer()) {
-                 return reply(error_response(api::invalid_argument("exit_code must be an integer", "exit_code")));
+               const auto code = b.is_object() && b.contains("exit_code") ? api::json_integer(b["exit_code"])
+                                                                          : std::nullopt;
+               if (!code || *code < 0 || *code > 255) {
+                 return reply(error_response(
+                     api::invalid_argument("exit_code must be an integer in 0..255 (128+signal when killed)", "exit_code")));
                }
-               auto s = registry.agent_exit(req.params.at("id"), b["exit_code"].get<int>());
+               auto s = registry.agent_exit(req.params.at("id"), static_cast<int>(*code));
                if (!s) return reply(error_response(s));
                reply(json_response(200, json::object()));
              });

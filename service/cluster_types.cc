@@ -4,8 +4,10 @@
 #include <cmath>
 #include <set>
 
+#include "muster/api/json_integer.h"
 #include "muster/clusterspec/names.h"
 #include "muster/clusterspec/shell.h"
+#include "muster/service/validation.h"
 
 namespace muster::service {
 
@@ -24,9 +26,9 @@ bool has_nul(const std::string& s) { return s.find('\0') != std::string::npos; }
 api::Status read_int(const json& body, const char* field, int lo, int hi, int* out) {
   auto it = body.find(field);
   if (it == body.end() || it->is_null()) return api::Status::ok();
-  if (!it->is_number_integer()) return bad(field, "must be an integer");
-  long long v = it->is_number_unsigned() ? static_cast<long long>(std::min<uint64_t>(it->get<uint64_t>(), 1ull << 40))
-                                         : it->get<long long>();
+  const auto n = api::json_integer(*it);
+  if (!n) return bad(field, "must be an integer");
+  const long long v = *n;
   if (v < lo || v > hi) return bad(field, "must be in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " + std::to_string(v));
   *out = static_cast<int>(v);
   return api::Status::ok();
@@ -106,9 +108,10 @@ api::Result<ClusterRequest> parse_cluster_request(const json& body, int max_work
   } else {
     return bad("mode", "must be \"ps\" or \"mpi\"");
   }
-  if (!body.contains("n_workers")) return bad("n_workers", "is required");
+  if (!body.contains("n_workers") || body["n_workers"].is_null()) return bad("n_workers", "is required");
   if (auto s = read_int(body, "n_workers", 1, max_workers, &r.n_workers); !s) return s;
-  if (auto s = read_int(body, "n_ps", 0, max_workers, &r.n_ps); !s) return s;
+  // At least one worker task comes beside the PS tasks.
+  if (auto s = read_int(body, "n_ps", 0, max_workers - 1, &r.n_ps); !s) return s;
   if (r.mode == ClusterMode::kMpi && r.n_ps != 0) return bad("n_ps", "is for ps mode only (mpi mode has no parameter servers)");
   if (r.n_workers + r.n_ps > max_workers) {
     return bad("n_workers", "+ n_ps is " + std::to_string(r.n_workers + r.n_ps) + ", more than the " +
@@ -119,6 +122,12 @@ api::Result<ClusterRequest> parse_cluster_request(const json& body, int max_work
   if (auto s = read_int(body, "nvidia_gpu", 0, 64, &r.nvidia_gpu); !s) return s;
   if (auto s = read_string(body, "worker_script", &r.worker_script); !s) return s;
   if (auto s = read_string(body, "ps_script", &r.ps_script); !s) return s;
+  // Checked here too, since without PS tasks ps_script is never launched.
+  for (const auto& [field, script] : {std::pair<const char*, const std::string*>{"worker_script", &r.worker_script},
+                                      {"ps_script", &r.ps_script}}) {
+    if (script->empty()) continue;
+    if (auto s = check_script_path(*script, field); !s) return s;
+  }
   if (r.mode == ClusterMode::kMpi && !r.ps_script.empty()) return bad("ps_script", "is for ps mode only");
   if (r.mode == ClusterMode::kMpi && r.worker_script.empty()) {
     return bad("worker_script", "is required in mpi mode: it is the program every rank runs");

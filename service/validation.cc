@@ -6,12 +6,17 @@
 #include <set>
 #include <system_error>
 
+#include "muster/api/json_integer.h"
+
 namespace muster::service {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
+
+// As for clusters (cluster_types.cc): no host has more.
+constexpr int kMaxGpus = 64;
 
 api::Status check_fields(const json& body, const std::set<std::string>& allowed) {
   if (!body.is_object()) return api::invalid_argument("the request body must be a JSON object");
@@ -37,12 +42,10 @@ api::Status get_string(const json& body, const char* field, std::string* out) {
 api::Status get_int(const json& body, const char* field, int* out) {
   if (!body.contains(field)) return api::Status::ok();
   const json& v = body.at(field);
-  if (!v.is_number_integer()) return api::invalid_argument(std::string(field) + " must be an integer", field);
-  if (v.is_number_unsigned() ? v.get<uint64_t>() > 1'000'000'000ull
-                             : std::llabs(v.get<int64_t>()) > 1'000'000'000ll) {
-    return api::invalid_argument(std::string(field) + " is out of range", field);
-  }
-  *out = static_cast<int>(v.get<int64_t>());
+  const auto n = api::json_integer(v);
+  if (!n) return api::invalid_argument(std::string(field) + " must be an integer", field);
+  if (std::llabs(*n) > 1'000'000'000ll) return api::invalid_argument(std::string(field) + " is out of range", field);
+  *out = static_cast<int>(*n);
   return api::Status::ok();
 }
 
@@ -96,19 +99,25 @@ bool is_env_name(const std::string& name) {
   return true;
 }
 
-api::Result<fs::path> resolve_script(const fs::path& project_dir, const std::string& script) {
-  if (script.empty()) return api::invalid_argument("script is empty", "script");
+api::Status check_script_path(const std::string& script, const std::string& field) {
+  if (script.empty()) return api::invalid_argument(field + " is empty", field);
   fs::path rel(script);
   if (rel.is_absolute()) {
-    return api::invalid_argument("script must be a path relative to the project directory, not '" + script + "'",
-                                 "script");
+    return api::invalid_argument(field + " must be a path relative to the project directory, not '" + script + "'",
+                                 field);
   }
   for (const auto& part : rel) {
     if (part == "..") {
-      return api::invalid_argument("script must not contain '..' (it must stay inside the project directory)",
-                                   "script");
+      return api::invalid_argument(field + " must not contain '..' (it must stay inside the project directory)",
+                                   field);
     }
   }
+  return api::Status::ok();
+}
+
+api::Result<fs::path> resolve_script(const fs::path& project_dir, const std::string& script) {
+  if (auto s = check_script_path(script, "script"); !s) return s;
+  fs::path rel(script);
   std::error_code ec;
   const fs::path root = fs::canonical(project_dir, ec);
   if (ec) return api::internal_error("project directory " + project_dir.string() + " is not accessible");
@@ -147,7 +156,9 @@ api::Result<api::LaunchRequest> parse_launch_request(const json& body, const Val
   if (auto s = get_positive_number(body, "cpu", &req.cpu); !s) return s;
   if (auto s = get_positive_number(body, "memory", &req.memory); !s) return s;
   if (auto s = get_int(body, "nvidia_gpu", &req.nvidia_gpu); !s) return s;
-  if (req.nvidia_gpu < 0) return api::invalid_argument("nvidia_gpu must be 0 or more", "nvidia_gpu");
+  if (req.nvidia_gpu < 0 || req.nvidia_gpu > kMaxGpus) {
+    return api::invalid_argument("nvidia_gpu must be in 0.." + std::to_string(kMaxGpus), "nvidia_gpu");
+  }
   if (auto s = get_string(body, "kernel", &req.kernel); !s) return s;
   if (req.kernel != api::kKernelPython3 && req.kernel != api::kKernelBash && req.kernel != api::kKernelExecutable) {
     return api::invalid_argument("kernel must be one of python3, bash, executable (got '" + req.kernel + "')",

@@ -42,11 +42,11 @@ std::string tail_file(const std::filesystem::path& path, size_t lines) {
 api::Result<size_t> parse_tail(const Request& req) {
   auto it = req.query.find("tail");
   if (it == req.query.end()) return size_t{0};
+  // Digits only: stol alone would also take " 3" and "+3".
+  const std::string& v = it->second;
   try {
-    size_t used = 0;
-    const long n = std::stol(it->second, &used);
-    if (used != it->second.size() || n < 0) throw std::invalid_argument("tail");
-    return static_cast<size_t>(n);
+    if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos) throw std::invalid_argument("tail");
+    return static_cast<size_t>(std::stoll(v));
   } catch (const std::exception&) {
     return api::invalid_argument("tail must be a whole number >= 0", "tail");
   }

@@ -22,7 +22,11 @@ import urllib.request
 
 import pytest
 
+from openapi_contract import ResponseObserver
 from sdk_daemon import Daemon, pid_alive
+
+# Every answer of every test here is checked against api/openapi.yaml.
+CONFORMANCE = ResponseObserver()
 
 WRITE_TF_CONFIG = r'''
 import json, os, sys, time
@@ -64,7 +68,7 @@ class Api:
     def __init__(self, daemon):
         self.url = daemon.url
         self.token = daemon.token
-        self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self.opener = CONFORMANCE.wrap(urllib.request.build_opener(urllib.request.ProxyHandler({})))
 
     def call(self, method, path, body=None):
         data = None if body is None else json.dumps(body).encode()
@@ -120,6 +124,7 @@ def env():
     daemon.start()
     try:
         yield {"api": Api(daemon), "out": out, "state": state, "project": project, "daemon": daemon}
+        assert CONFORMANCE.total() > 0, "no musterd answer was checked against api/openapi.yaml"
     finally:
         daemon.stop()
         shutil.rmtree(root, ignore_errors=True)

@@ -43,6 +43,15 @@ TEST(ClusterRequestTest, FullMpiRequest) {
   EXPECT_EQ(back->to_json(), r->to_json());
 }
 
+// 2.0 is the integer 2 to JSON Schema (api/openapi.yaml) and what Python's
+// json writes for a float holding a whole number.
+TEST(ClusterRequestTest, WholeNumbersWrittenAsFloatsAreIntegers) {
+  auto r = parse_cluster_request(json::parse(R"({"n_workers": 2.0, "slots": 3.0, "n_ps": 0.0})"), 8);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->n_workers, 2);
+  EXPECT_EQ(r->slots, 3);
+}
+
 TEST(ClusterRequestTest, BadBodiesNameTheField) {
   const BadCase cases[] = {
       {R"([])", "", "must be a JSON object"},
@@ -52,7 +61,11 @@ TEST(ClusterRequestTest, BadBodiesNameTheField) {
       {R"({"n_workers": "2"})", "n_workers", "must be an integer"},
       {R"({"n_workers": 1.5})", "n_workers", "must be an integer"},
       {R"({"n_workers": 5, "n_ps": 4})", "n_workers", "more than the 8 workers"},
-      {R"({"n_workers": 1, "n_ps": -1})", "n_ps", "0..8"},
+      {R"({"n_workers": 1, "n_ps": -1})", "n_ps", "0..7"},
+      {R"({"n_workers": 1, "n_ps": 8})", "n_ps", "0..7"},
+      {R"({"n_workers": null})", "n_workers", "is required"},
+      {R"({"n_workers": 1, "ps_script": "../up.py"})", "ps_script", "'..'"},
+      {R"({"n_workers": 1, "worker_script": "/etc/passwd"})", "worker_script", "relative to the project"},
       {R"({"n_workers": 1, "mode": "allreduce"})", "mode", "\"ps\" or \"mpi\""},
       {R"({"n_workers": 1, "mode": "mpi"})", "worker_script", "required in mpi mode"},
       {R"({"n_workers": 1, "mode": "mpi", "worker_script": "t.py", "n_ps": 1})", "n_ps", "ps mode only"},

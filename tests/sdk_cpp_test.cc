@@ -17,6 +17,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <mutex>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -64,6 +65,8 @@ class SdkCppTest : public ::testing::Test {
     ASSERT_NE(bin, nullptr) << "MUSTER_BINARY_DIR is not set (run under ctest)";
     const std::string musterd = std::string(bin) + "/bin/musterd";
     ASSERT_TRUE(fs::exists(musterd)) << musterd;
+    std::error_code ignored;
+    fs::remove(responses_log(), ignored);  // this run's answers only
 
     char tmpl[] = "/tmp/muster-sdk-cpp-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
@@ -143,11 +146,35 @@ class SdkCppTest : public ::testing::Test {
   }
 
   // A client found the way a notebook finds it: through the state dir only.
+  // Every answer it gets is appended to the responses log (through the
+  // SDK's response observer), which ctest sdk_cpp_conformance then checks
+  // against api/openapi.yaml.
   static Client client() {
     setenv("MUSTER_STATE_DIR", (root_ / "state").c_str(), 1);
     unsetenv("MUSTER_URL");
     unsetenv("MUSTER_TOKEN");
-    return Client::from_environment();
+    return recorded(Client::from_environment());
+  }
+
+  static Client recorded(Client client) {
+    client.set_response_observer(record_response);
+    return client;
+  }
+
+  // One JSON line per answer, under $MUSTER_BINARY_DIR (see tests/sdk.cmake).
+  static void record_response(const Exchange& e) {
+    static std::mutex mu;
+    std::lock_guard<std::mutex> lock(mu);
+    std::ofstream out(responses_log(), std::ios::app);
+    out << nlohmann::json{{"method", e.method}, {"url", e.path_and_query}, {"status", e.status},
+                          {"content_type", e.content_type}, {"body", e.body}}
+                .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+        << "\n";
+  }
+
+  static fs::path responses_log() {
+    const char* dir = std::getenv("MUSTER_BINARY_DIR");
+    return fs::path(dir ? dir : ".") / "sdk_cpp_test.responses.jsonl";
   }
 
   static inline fs::path root_;
@@ -254,7 +281,7 @@ TEST_F(SdkCppTest, ErrorsCarryCodeMessageAndField) {
     EXPECT_EQ(e.http_status(), 404);
   }
   try {
-    Client(ClientOptions{url_, "wrong-token", 10}).list_workers();
+    recorded(Client(ClientOptions{url_, "wrong-token", 10})).list_workers();
     FAIL();
   } catch (const MusterError& e) {
     EXPECT_EQ(e.code(), "unauthenticated");

@@ -8,7 +8,11 @@ stop() first stops every worker through the API, then ends the daemon (its
 process group), then kills, by pid, any leftover process that carries this
 daemon's MUSTER_URL in its environment (workers outlive the daemon by design:
 a restarted daemon adopts them), so a failing test leaves nothing behind.
+
+conforming_sdk() makes every answer the Python SDK receives meanwhile be
+checked against api/openapi.yaml (tests/openapi_contract.py).
 """
+import contextlib
 import json
 import os
 import signal
@@ -112,6 +116,22 @@ class Daemon:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+@contextlib.contextmanager
+def conforming_sdk():
+    """Inside, every answer any muster.Client receives is checked against
+    api/openapi.yaml (route, status, body schema; strictly, so a field
+    renamed in the daemon and not in the document fails the call that got
+    it). Yields the ResponseObserver; on exit, at least one answer must have
+    been checked, so a hook that stopped working fails too."""
+    from openapi_contract import observe_sdk
+    observer, undo = observe_sdk()
+    try:
+        yield observer
+    finally:
+        undo()
+    assert observer.total() > 0, "no musterd answer was checked against api/openapi.yaml"
 
 
 def kill_processes_with_env(marker, cwd_under=None):

@@ -12,7 +12,7 @@ import time
 import pytest
 
 import muster
-from sdk_daemon import Daemon
+from sdk_daemon import Daemon, conforming_sdk
 
 SCRIPTS = {
     # Every task writes the TF_CONFIG it was released with to $OUT_DIR/<type>-<index>.json.
@@ -70,7 +70,8 @@ def daemon(tmp_path_factory):
     os.environ.pop("MUSTER_TOKEN", None)
     os.environ["MUSTER_STATE_DIR"] = d.state_dir
     try:
-        yield d
+        with conforming_sdk():
+            yield d
     finally:
         try:
             for c in muster.list_clusters():

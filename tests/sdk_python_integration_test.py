@@ -12,7 +12,7 @@ import time
 import pytest
 
 import muster
-from sdk_daemon import Daemon, pid_alive
+from sdk_daemon import Daemon, conforming_sdk, pid_alive
 
 SCRIPTS = {
     # Prints who it is, its args and an env var, then sleeps SLEEP seconds.
@@ -50,7 +50,8 @@ def daemon(tmp_path_factory):
     os.environ.pop("MUSTER_TOKEN", None)
     os.environ["MUSTER_STATE_DIR"] = d.state_dir
     try:
-        yield d
+        with conforming_sdk():
+            yield d
     finally:
         for k, v in saved.items():
             if v is None:

@@ -71,6 +71,7 @@ TEST_F(ProjectDir, BadLaunchRequestsNameTheirField) {
       {"memory list", {{"memory", json::array({1})}}, "memory"},
       {"gpu negative", {{"nvidia_gpu", -1}}, "nvidia_gpu"},
       {"gpu float", {{"nvidia_gpu", 0.5}}, "nvidia_gpu"},
+      {"gpu above 64", {{"nvidia_gpu", 65}}, "nvidia_gpu"},
       {"kernel unknown", {{"kernel", "ruby"}}, "kernel"},
       {"kernel number", {{"kernel", 3}}, "kernel"},
       {"no script nor code", {{"script", nullptr}}, "script"},

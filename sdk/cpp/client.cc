@@ -82,6 +82,12 @@ Client::Answer Client::send(const std::string& method, const std::string& path_a
     if (body) request.set_body(body->dump(), "application/json");
     http::http_response response = client.request(request).get();
     Answer answer{response.status_code(), response.extract_utf8string(true).get()};
+    if (on_response_) {
+      const auto& headers = response.headers();
+      const auto type = headers.find("Content-Type");
+      on_response_(Exchange{method, path_and_query, answer.status, type == headers.end() ? "" : type->second,
+                            answer.body});
+    }
     if (answer.status < 200 || answer.status >= 300) throw error_from_response(answer.status, answer.body);
     return answer;
   } catch (const http::http_exception& e) {

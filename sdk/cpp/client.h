@@ -18,6 +18,7 @@
 //   client.stop_workers(muster::sdk::ids_of(workers));
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,6 +30,15 @@
 #include "muster/sdk/cpp/types.h"
 
 namespace muster::sdk {
+
+// One answer of musterd, as a response observer sees it.
+struct Exchange {
+  std::string method;          // "GET", "POST"
+  std::string path_and_query;  // "/api/v1/workers/3fa9c0d1e2/logs?tail=5"
+  int status = 0;
+  std::string content_type;
+  std::string body;
+};
 
 struct ClientOptions {
   std::string url;     // empty: discover (MUSTER_URL, state dir)
@@ -43,6 +53,13 @@ class Client {
   static Client from_environment() { return Client(ClientOptions{}); }
 
   const std::string& url() const { return endpoint_.url; }
+
+  // `observer` is called with every answer received (2xx or not), on the
+  // calling thread, before the call returns or throws: for logging, tracing
+  // and the tests that check answers against api/openapi.yaml. Set it before
+  // sharing the Client between threads. Example:
+  //   client.set_response_observer([](const Exchange& e) { std::clog << e.status << " " << e.path_and_query; });
+  void set_response_observer(std::function<void(const Exchange&)> observer) { on_response_ = std::move(observer); }
 
   // ---- workers ----
   // Launches opts.n workers; all or nothing. Example:
@@ -108,6 +125,7 @@ class Client {
 
   Endpoint endpoint_;
   double request_timeout_seconds_;
+  std::function<void(const Exchange&)> on_response_;
 };
 
 // Turns an HTTP error answer into a MusterError (exposed for tests).

@@ -1,0 +1,356 @@
+"""musterd accepts exactly what api/openapi.yaml allows: label integration.
+
+For every JSON request body (launch, await, stop, clusters in both modes,
+the agent's register and exit) and the `tail` query parameter, requests are
+generated from the document's own constraints: each required field dropped,
+an unknown field added, and for each field values on both sides of its
+bounds (minimum/maximum, exclusive ones), every enum member and a
+non-member, every JSON type, strings against patterns and lengths, NUL
+characters, list items and map names/values. The document decides (Draft
+2020-12 validation of the body) whether each request is allowed; musterd
+must then answer 2xx (the agent routes: anything but 400, since a valid
+body may still meet a 409 for the worker's state), and for a disallowed one
+400 invalid_argument whose `field` is a field the document's validation
+blames. Accepted launches start workers: they run `true` (or an empty
+script) and are stopped at once.
+
+What the document cannot say in a schema is set up so it holds: script
+names it allows are created in the project directory (executable), ids name
+a worker that exists, and limits marked `x-muster-limit` take the daemon's
+--max-workers (2 here). Every answer is also checked against the document.
+follow and offset (streamed logs) are not probed here: they land with the
+followed-logs change.
+"""
+import copy
+import json
+import os
+import re
+import shutil
+import stat
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from openapi_contract import Contract, ResponseObserver, request_validator
+from sdk_daemon import Daemon
+
+MAX_WORKERS = 2
+TYPE_PROBES = ["x", 7, 1.5, True, None, [], {}]
+LAUNCH_BASES = [{"n": 1, "cpu": 0.1, "memory": 0.1, "kernel": "bash", "code": "true"},
+                {"n": 1, "cpu": 0.1, "memory": 0.1, "script": "ok.sh"}]
+CLUSTER_BASES = [{"n_workers": 1, "cpu": 0.1, "memory": 0.1},
+                 {"mode": "mpi", "n_workers": 1, "cpu": 0.1, "memory": 0.1, "worker_script": "ok.sh",
+                  "launch": False}]
+STRING_PROBES = ["", "a", "a" * 15, "a" * 16, "a b", "a$b", "-a", "a.b_c-d", "/abs.sh", "../up.sh", "a/../b.sh",
+                 "sub/dir.sh", "a\u0000b", "\u00e9t\u00e9.sh"]
+
+
+class Api:
+    def __init__(self, daemon, observer):
+        self.url, self.token = daemon.url, daemon.token
+        self.opener = observer.wrap(urllib.request.build_opener(urllib.request.ProxyHandler({})))
+
+    def call(self, method, path, body=None, token=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Authorization": "Bearer " + (token or self.token),
+                                              "Content-Type": "application/json"})
+        try:
+            with self.opener.open(req, timeout=60) as resp:
+                raw = resp.read()
+                status = resp.status
+        except urllib.error.HTTPError as e:
+            raw, status = e.read(), e.code
+        try:
+            return status, json.loads(raw or b"null")
+        except ValueError:
+            return status, raw.decode("utf-8", "replace")
+
+
+@pytest.fixture(scope="module")
+def contract():
+    return Contract()
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, contract):
+    project = tmp_path_factory.mktemp("project")
+    make_script(str(project), "ok.sh")
+    daemon = Daemon(project, tmp_path_factory.mktemp("state"), ["--max-workers", str(MAX_WORKERS)])
+    daemon.start()
+    observer = ResponseObserver(contract)
+    try:
+        yield {"api": Api(daemon, observer), "project": str(project), "daemon": daemon, "observer": observer}
+    finally:
+        daemon.stop()
+        shutil.rmtree(str(project), ignore_errors=True)
+
+
+def make_script(project, name):
+    path = os.path.join(project, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\nexit 0\n")
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+# ---- the document's constraints, as values ---------------------------------
+
+def with_daemon_limits(schema):
+    """The schema with x-muster-limit maxima set from this daemon's --max-workers."""
+    if isinstance(schema, list):
+        return [with_daemon_limits(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: with_daemon_limits(v) for k, v in schema.items()}
+    limit = out.get("x-muster-limit", {}).get("maximum")
+    if limit:
+        m = re.fullmatch(r"--max-workers(?: - (\d+))?", limit)
+        assert m, "unknown x-muster-limit %r" % limit
+        out["maximum"] = MAX_WORKERS - int(m.group(1) or 0)
+    return out
+
+
+def subschemas(schema):
+    """schema and every branch of anyOf/oneOf/allOf, for reading bounds."""
+    yield schema
+    for key in ("anyOf", "oneOf", "allOf"):
+        for s in schema.get(key, []):
+            yield from subschemas(s)
+
+
+def values_for(schema, seed):
+    """Values on both sides of every constraint of one property schema."""
+    out = list(TYPE_PROBES)
+    if seed is not None:
+        out.append(seed)
+    for s in subschemas(schema):
+        types = s.get("type", [])
+        types = [types] if isinstance(types, str) else types
+        integer = "integer" in types
+        step = 1 if integer else 0.001
+        for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+            if key in s:
+                b = s[key]
+                out += [b - step, b, b + step]
+                if integer:
+                    out.append(float(b))   # 2.0: an integer to JSON Schema
+        for member in s.get("enum", []) + ([s["const"]] if "const" in s else []):
+            out.append(member)
+            if isinstance(member, str):
+                out += [member.upper(), member + "x"]
+        if "string" in types or "pattern" in s or "minLength" in s or "maxLength" in s:
+            out += STRING_PROBES
+            for key in ("minLength", "maxLength"):
+                if key in s:
+                    out += ["a" * max(0, s[key] - 1), "a" * s[key], "a" * (s[key] + 1)]
+        if "array" in types or "items" in s:
+            item = seed[0] if isinstance(seed, list) and seed else "a"
+            out += [[], [item], [item, item], [1], [None], [""], ["a\u0000"], [{"id": item}], [{"id": ""}], [{}]]
+        if "propertyNames" in s or isinstance(s.get("additionalProperties"), dict):
+            out += [{"A": "1"}, {"_a9": "x"}, {"1A": "x"}, {"A-B": "x"}, {"": "x"}, {"A": 1}, {"A": None},
+                    {"A": "a\u0000"}]
+    unique = []
+    for v in out:
+        key = json.dumps(v, sort_keys=True)
+        if key not in [json.dumps(u, sort_keys=True) for u in unique]:
+            unique.append(v)
+    return unique
+
+
+def cases(schema, base, seeds=None):
+    """(what, body) pairs: base with one field dropped, added or changed."""
+    seeds = seeds or {}
+    props = {}
+    for s in subschemas(schema):
+        for name, p in s.get("properties", {}).items():
+            props.setdefault(name, p)
+    out = [("base", copy.deepcopy(base))]
+    for name in base:
+        body = copy.deepcopy(base)
+        del body[name]
+        out.append(("without %s" % name, body))
+    out.append(("unknown field memroy", dict(copy.deepcopy(base), memroy=1)))
+    for name, p in props.items():
+        for v in values_for(p, seeds.get(name, base.get(name))):
+            out.append(("%s=%s" % (name, json.dumps(v)), dict(copy.deepcopy(base), **{name: v})))
+    seen, unique = set(), []
+    for what, body in out:
+        key = json.dumps(body, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            unique.append((what, body))
+    return unique
+
+
+def blamed_fields(validator, body):
+    """The fields the document's validation holds responsible for rejecting body."""
+    fields = set()
+
+    def walk(errors):
+        for e in errors:
+            path = list(e.absolute_path) if hasattr(e, "absolute_path") else []
+            if path:
+                fields.add(str(path[0]))
+            elif e.validator == "required":
+                fields.update(re.findall(r"'([^']+)' is a required property", e.message))
+            elif e.validator in ("additionalProperties", "unevaluatedProperties"):
+                fields.update(re.findall(r"'([^']+)'", e.message))
+            walk(e.context or [])
+
+    walk(validator.iter_errors(body))
+    return fields
+
+
+def check_agreement(contract, env, method, template, bases, seeds=None, path_for=None, accepted=None,
+                    after_accept=None):
+    schema = with_daemon_limits(contract.request_schema(method, template))
+    validator = request_validator(schema)
+    api = env["api"]
+    disagreements, counts = [], {"allowed": 0, "rejected": 0}
+    for base in bases:
+        assert validator.is_valid(base), "the test's base body %s is not allowed by the document" % base
+        for what, body in cases(schema, base, seeds):
+            allowed = validator.is_valid(body)
+            if allowed:
+                for field in ("script", "worker_script", "ps_script"):
+                    if isinstance(body.get(field), str) and body[field]:
+                        make_script(env["project"], body[field])
+            status, answer = api.call(method, path_for() if path_for else template, body)
+            counts["allowed" if allowed else "rejected"] += 1
+            if allowed:
+                ok = accepted(status) if accepted else 200 <= status < 300
+                if not ok:
+                    disagreements.append("%s: the document allows %s, musterd answered %s %s"
+                                         % (what, json.dumps(body), status, answer))
+                if after_accept and 200 <= status < 300:
+                    after_accept(answer)
+            else:
+                err = answer.get("error", {}) if isinstance(answer, dict) else {}
+                blamed = blamed_fields(validator, body)
+                if status != 400 or err.get("code") != "invalid_argument":
+                    disagreements.append("%s: the document rejects %s (%s), musterd answered %s %s"
+                                         % (what, json.dumps(body), sorted(blamed), status, answer))
+                    if 200 <= status < 300 and after_accept:
+                        after_accept(answer)
+                elif blamed and err.get("field") not in blamed:
+                    disagreements.append("%s: musterd's 400 names field %r, the document blames %s (%s)"
+                                         % (what, err.get("field"), sorted(blamed), err.get("message")))
+    assert not disagreements, "%d disagreements:\n" % len(disagreements) + "\n".join(disagreements)
+    assert counts["allowed"] >= 3 and counts["rejected"] >= 5, counts
+    return counts
+
+
+def stop_workers(env):
+    def stop(answer):
+        ids = [w["id"] for w in answer.get("workers", [])]
+        if ids:
+            status, body = env["api"].call("POST", "/api/v1/workers/stop", {"ids": ids})
+            assert status == 200, body
+    return stop
+
+
+def finished_worker(env):
+    api = env["api"]
+    status, body = api.call("POST", "/api/v1/workers", {"n": 1, "cpu": 0.1, "memory": 0.1, "kernel": "bash",
+                                                        "code": "true"})
+    assert status == 201, body
+    wid = body["workers"][0]["id"]
+    status, body = api.call("POST", "/api/v1/workers/await", {"ids": [wid], "timeout_seconds": 30})
+    assert status == 200 and body["workers"], body
+    return wid
+
+
+def test_launch_accepts_exactly_what_the_document_allows(contract, env):
+    check_agreement(contract, env, "POST", "/api/v1/workers", LAUNCH_BASES, seeds={"args": ["--x"]},
+                    after_accept=stop_workers(env))
+
+
+def test_await_and_stop_accept_exactly_what_the_document_allows(contract, env):
+    wid = finished_worker(env)  # settled: an await on it answers at once
+    bases = [{"ids": [wid], "wait_for_completion": False, "timeout_seconds": 5}]
+    check_agreement(contract, env, "POST", "/api/v1/workers/await", bases, seeds={"ids": [wid]})
+    check_agreement(contract, env, "POST", "/api/v1/workers/stop", [{"ids": [wid]}], seeds={"ids": [wid]})
+
+
+def test_clusters_accept_exactly_what_the_document_allows(contract, env):
+    def stop_cluster(answer):
+        status, body = env["api"].call("POST", "/api/v1/clusters/%s/stop" % answer["id"], {})
+        assert status == 200, body
+
+    check_agreement(contract, env, "POST", "/api/v1/clusters", CLUSTER_BASES,
+                    seeds={"args": ["--x"], "worker_script": "ok.sh", "ps_script": "ok.sh"},
+                    after_accept=stop_cluster)
+
+
+def test_agent_routes_accept_exactly_what_the_document_allows(contract, env):
+    api = env["api"]
+    status, body = api.call("POST", "/api/v1/workers", {"n": 1, "cpu": 0.1, "memory": 0.1, "kernel": "bash",
+                                                        "code": "sleep 60"})
+    assert status == 201, body
+    wid = body["workers"][0]["id"]
+    token, deadline = None, time.monotonic() + 30
+    while token is None and time.monotonic() < deadline:
+        token = agent_token(wid)
+        time.sleep(0.1)
+    assert token, "no muster-agent process of worker %s found" % wid
+
+    class AgentApi:
+        def call(self, method, path, body=None):
+            return api.call(method, path, body, token=token)
+
+    agent_env = dict(env, api=AgentApi())
+    not_400 = lambda status: status in (200, 409)  # noqa: E731 - valid body; 409 once the worker ended
+    check_agreement(contract, agent_env, "POST", "/api/v1/agent/workers/{id}/register",
+                    [{"ip_address": "127.0.0.1"}], path_for=lambda: "/api/v1/agent/workers/%s/register" % wid,
+                    accepted=not_400)
+    check_agreement(contract, agent_env, "POST", "/api/v1/agent/workers/{id}/exit", [{"exit_code": 0}],
+                    path_for=lambda: "/api/v1/agent/workers/%s/exit" % wid, accepted=not_400)
+    api.call("POST", "/api/v1/workers/stop", {"ids": [wid]})
+
+
+def agent_token(wid):
+    """The agent token of worker wid, from its muster-agent's environment (we are its parent's user)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                entries = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+        except OSError:
+            continue
+        if entries.get(b"MUSTER_WORKER_ID") == wid.encode() and b"MUSTER_AGENT_TOKEN" in entries:
+            return entries[b"MUSTER_AGENT_TOKEN"].decode()
+    return None
+
+
+@pytest.mark.parametrize("route", ["/api/v1/workers/{id}/logs", "/api/v1/clusters/{id}/logs"])
+def test_tail_accepts_exactly_what_the_document_allows(contract, env, route):
+    api = env["api"]
+    if "clusters" in route:
+        status, body = api.call("POST", "/api/v1/clusters", {"n_workers": 1, "cpu": 0.1, "memory": 0.1})
+        assert status == 201, body
+        rid = body["id"]
+        api.call("POST", "/api/v1/clusters/%s/stop" % rid, {})
+    else:
+        rid = finished_worker(env)
+    (tail,) = [p for p in contract.parameters("GET", route) if p["name"] == "tail"]
+    validator = request_validator(tail["schema"])
+    top = tail["schema"]["maximum"]
+    raw_values = ["0", "1", "5", "-1", "x", "1.5", "", "+3", " 3", "3 ", "0x10", "1e3", str(top), str(top + 1)]
+    disagreements = []
+    for raw in raw_values:
+        try:
+            value = int(raw) if re.fullmatch(r"-?[0-9]+", raw) else raw   # a query value as OpenAPI reads it
+        except ValueError:
+            value = raw
+        allowed = validator.is_valid(value)
+        status, answer = api.call("GET", route.replace("{id}", rid) + "?tail=" + urllib.parse.quote(raw))
+        if allowed and status != 200:
+            disagreements.append("tail=%r: allowed by the document, musterd answered %s %s" % (raw, status, answer))
+        if not allowed and (status != 400 or answer.get("error", {}).get("field") != "tail"):
+            disagreements.append("tail=%r: rejected by the document, musterd answered %s %s" % (raw, status, answer))
+    assert not disagreements, "\n".join(disagreements)
