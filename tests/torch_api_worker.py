@@ -283,6 +283,28 @@ def optimizer_options():
 
 
 @test
+def numpy_layer():
+    """muster.runtime, the framework-neutral layer under muster.torch."""
+    import numpy as np
+    import muster.runtime as rt
+    x = np.full(7, r, dtype=np.float64)
+    check(rt.allreduce(x, op="sum") is x and (x == n * (n - 1) / 2).all(), "rt.allreduce in place")
+    h = rt.allreduce_async(np.full(3, r + 1, dtype=np.int32), op="max")
+    check((h.wait() == n).all() and h.done(), "rt.allreduce_async")
+    g = rt.allgather(np.full((r + 1, 2), r, dtype=np.int64))
+    check(g.shape == (n * (n + 1) // 2, 2) and g[-1, 0] == n - 1, "rt.allgather varying first dim")
+    odd = np.array([r, 1, 2], dtype=np.uint8)
+    check(rt.broadcast(odd, n - 1).tolist() == [n - 1, 1, 2], "rt.broadcast of 3 bytes")
+    check(rt.allgather_bytes(b"x" * r) == [b"x" * k for k in range(n)], "rt.allgather_bytes")
+    for bad in (lambda: rt.allreduce(np.zeros(4, dtype=np.int8)), lambda: rt.allreduce(np.zeros((4, 4))[:, 0])):
+        try:
+            bad()
+            check(False, "an int8 or strided array must be refused")
+        except InvalidArgument:
+            pass
+
+
+@test
 def shutdown_and_again():
     hvd.shutdown()
     check(not hvd.is_initialized(), "shut down")
