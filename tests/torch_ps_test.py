@@ -9,7 +9,8 @@ starts them. Label integration.
                log, and leaves the model as the two others made it
   resume       4 steps, checkpoint, a fresh muster-ps and freshly initialised
                workers resume at step 4: == 8 uninterrupted steps (momentum included)
-  PS death     kill -9 of muster-ps while a worker waits: CommError naming the PS
+  PS death     kill -9 of muster-ps while a worker waits: CommError naming the
+               PS (and another thread of that worker ran meanwhile: the GIL is released)
   worker death a worker dies: the other gets PeerTimeoutError naming it
   bad input    unsupported optimizers, a ps task, missing TF_CONFIG: clear errors
 """
@@ -210,6 +211,8 @@ def test_ps_death_raises_comm_error_naming_the_ps(jobs):
     assert job.workers[0].wait(timeout=30) == 3, job.logs()
     out = job.log("worker-0")
     assert re.search(r"ERROR CommError rank=0: (comm_error: )?ps task 0 \(127\.0\.0\.1:\d+\) closed the connection", out), out
+    # A thread of the worker kept running while step() waited (>= 0.5 s): the GIL was released.
+    assert int(re.search(r"ticks while waiting: (\d+)", out).group(1)) >= 20, out
 
 
 def test_worker_death_raises_timeout_naming_the_lost_worker(jobs):

@@ -11,6 +11,7 @@ what is expected (see the test). Errors from muster are printed as
 """
 import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -53,6 +54,15 @@ def touch(path):
         pass
 
 
+TICKS = [0]
+
+
+def tick():
+    while True:
+        time.sleep(0.01)
+        TICKS[0] += 1
+
+
 def train(opt, net, rank, size, first, last, out, after_step=None):
     x, y = data()
     for s in range(first, last):
@@ -93,6 +103,7 @@ def main(scenario, out, opts):
                   after_step=lambda s: touch(os.path.join(out, "w0-stepped")) if rank == 0 and s == 0 else None)
     elif scenario == "hang":  # worker 0 steps and waits; worker 1 never pushes (the test kills something)
         if rank == 0:
+            threading.Thread(target=tick, daemon=True).start()  # runs only if step() releases the GIL
             touch(os.path.join(out, "w0-stepping"))
             train(opt, net, rank, size, 0, 1, out)
         else:
@@ -112,5 +123,6 @@ if __name__ == "__main__":
     try:
         main(sys.argv[1], sys.argv[2], opts)
     except RuntimeFailure as e:
+        print("ticks while waiting: %d" % TICKS[0], flush=True)
         print("ERROR %s rank=%s: %s" % (type(e).__name__, getattr(e, "rank", None), e), flush=True)
         sys.exit(3)
