@@ -19,6 +19,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <memory>
 #include <string>
 
 #include "muster/runtime/comm/communicator.h"
@@ -32,8 +33,9 @@ void translate_errors(py::module_& m);
 void bind_communicator(py::module_& m);
 void bind_optimizer(py::module_& m);
 
-// The comm::Communicator behind a _muster_runtime.Communicator object.
-comm::Communicator& communicator_of(py::handle obj);
+// The comm::Communicator behind a _muster_runtime.Communicator object (shared:
+// an optimizer keeps it alive).
+std::shared_ptr<comm::Communicator> communicator_of(py::handle obj);
 
 // "float32", "float16", ... -> DataType; throws InvalidArgument naming the choices.
 DataType parse_dtype(const std::string& name);

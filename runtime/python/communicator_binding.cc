@@ -24,29 +24,32 @@ using comm::Handle;
 void* address(std::uintptr_t a) { return reinterpret_cast<void*>(a); }
 
 // The process's Communicator behind a Python object; close() ends it early
-// (joins the progress thread), later calls raise InvalidArgument.
+// (joins the progress thread), later calls raise InvalidArgument. Optimizers
+// share ownership (communicator_of), so closing it under a live optimizer
+// only ends it when that optimizer goes.
 class PyCommunicator {
  public:
   explicit PyCommunicator(int64_t timeout_ms) {
     comm::CommOptions options;
     if (timeout_ms > 0) options.timeout = std::chrono::milliseconds(timeout_ms);
-    comm_ = Communicator::create(options);
+    comm_ = std::shared_ptr<Communicator>(Communicator::create(options));
   }
 
-  Communicator& get() {
+  Communicator& get() { return *shared(); }
+  const std::shared_ptr<Communicator>& shared() {
     if (!comm_) throw InvalidArgument("the communicator was shut down: call init() again");
-    return *comm_;
+    return comm_;
   }
   bool open() const { return comm_ != nullptr; }
   void close() { comm_.reset(); }
 
  private:
-  std::unique_ptr<Communicator> comm_;
+  std::shared_ptr<Communicator> comm_;
 };
 
 }  // namespace
 
-comm::Communicator& communicator_of(py::handle obj) { return obj.cast<PyCommunicator&>().get(); }
+std::shared_ptr<comm::Communicator> communicator_of(py::handle obj) { return obj.cast<PyCommunicator&>().shared(); }
 
 void bind_communicator(py::module_& m) {
   py::class_<Handle>(m, "Handle", "Completion of one asynchronous collective.")

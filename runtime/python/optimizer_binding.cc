@@ -35,8 +35,9 @@ class ExternalOptimizer final : public optim::Optimizer {
 
 class PyDistributedOptimizer {
  public:
-  PyDistributedOptimizer(comm::Communicator& comm, const distributed::DistributedOptions& options)
-      : opt_(std::make_unique<distributed::DistributedOptimizer>(comm, std::make_unique<ExternalOptimizer>(),
+  PyDistributedOptimizer(std::shared_ptr<comm::Communicator> comm, const distributed::DistributedOptions& options)
+      : comm_(std::move(comm)),
+        opt_(std::make_unique<distributed::DistributedOptimizer>(*comm_, std::make_unique<ExternalOptimizer>(),
                                                                   options)) {}
 
   distributed::DistributedOptimizer& get() {
@@ -48,10 +49,14 @@ class PyDistributedOptimizer {
     return get().add_parameter(name, reinterpret_cast<float*>(value), nullptr, size);
   }
   std::size_t size_of(int index) const { return sizes_.at(static_cast<std::size_t>(index)); }
-  void close() { opt_.reset(); }
+  void close() {
+    opt_.reset();
+    comm_.reset();
+  }
 
  private:
   std::vector<std::size_t> sizes_;
+  std::shared_ptr<comm::Communicator> comm_;  // outlives opt_ (declared first)
   std::unique_ptr<distributed::DistributedOptimizer> opt_;
 };
 
@@ -71,8 +76,7 @@ void bind_optimizer(py::module_& m) {
              return std::make_unique<PyDistributedOptimizer>(communicator_of(comm), o);
            }),
            py::arg("comm"), py::arg("fusion_threshold_bytes") = 0, py::arg("fp16") = false,
-           py::arg("timeline") = "", py::arg("segment_bytes") = 0,
-           py::keep_alive<1, 2>())  // the Communicator outlives the optimizer
+           py::arg("timeline") = "", py::arg("segment_bytes") = 0)
       .def("add_parameter", &PyDistributedOptimizer::add_parameter, py::arg("name"), py::arg("value"),
            py::arg("size"), "Registers a float32 parameter of `size` elements; returns its index.")
       .def(

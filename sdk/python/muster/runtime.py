@@ -31,6 +31,7 @@ import importlib.util
 import os
 import sys
 import threading
+import weakref
 
 from .runtime_errors import (CommError, DataError, InvalidArgument, MismatchError,  # noqa: F401 (re-exported)
                              PeerTimeoutError, RuntimeFailure)
@@ -120,8 +121,34 @@ def communicator():
     return _comm
 
 
+_before_collective = []  # callables that finish work in flight (a DistributedOptimizer's step)
+
+
+def before_collective(finisher):
+    """Registers `finisher()` (or a weakref.WeakMethod of it), run before every collective issued here.
+
+    A DistributedOptimizer registers one that finishes a step in flight: its
+    bucket allreduces run on the runtime's own thread, and a collective the
+    user issues meanwhile (a metric allreduce between backward() and step())
+    could otherwise reach the ranks in different orders.
+    """
+    _before_collective.append(finisher)
+
+
+def collective_communicator():
+    """communicator(), after finishing whatever must precede a new collective."""
+    comm = communicator()
+    for entry in list(_before_collective):
+        finish = entry() if isinstance(entry, weakref.ref) else entry
+        if finish is None:
+            _before_collective.remove(entry)  # its optimizer is gone
+        else:
+            finish()
+    return comm
+
+
 def on_shutdown(closer):
-    """Runs `closer()` at shutdown(), before the communicator closes (for optimizers owning runtime state)."""
+    """Runs `closer()` (or a weakref.WeakMethod of it) at shutdown(), before the communicator closes."""
     _closers.append(closer)
 
 
@@ -130,10 +157,14 @@ def shutdown():
     global _comm
     with _lock:
         while _closers:
+            entry = _closers.pop()
+            closer = entry() if isinstance(entry, weakref.ref) else entry
             try:
-                _closers.pop()()
+                if closer is not None:
+                    closer()
             except Exception:  # noqa: BLE001 - a broken optimizer must not keep the communicator open
                 pass
+        del _before_collective[:]
         if _comm is not None:
             _comm.close()
         _comm = None
@@ -222,7 +253,7 @@ def allreduce_async(array, op="sum"):
     """Starts an in-place allreduce of `array` (op: sum, average, min, max)."""
     _check_array(array, "allreduce")
     dtype = _reduce_dtype(array, "allreduce")
-    native = communicator().allreduce_async(array.ctypes.data, array.size, dtype, op)
+    native = collective_communicator().allreduce_async(array.ctypes.data, array.size, dtype, op)
     return Handle(native, keep=array, finish=lambda: array)
 
 
@@ -245,7 +276,7 @@ def broadcast_async(array, root):
             array.reshape(-1).view(np.uint8)[:] = padded[:-1]
             return array
         return Handle(None, keep=(array, padded), finish=finish)
-    native = communicator().broadcast_async(array.ctypes.data, view[1], view[0], int(root))
+    native = collective_communicator().broadcast_async(array.ctypes.data, view[1], view[0], int(root))
     return Handle(native, keep=array, finish=lambda: array)
 
 
@@ -262,10 +293,11 @@ def allgather_bytes(data):
     words = (len(payload) + 7) // 8
     buf = np.zeros(words * 8, dtype=np.uint8)
     buf[:len(payload)] = payload
-    sizes = np.zeros(size(), dtype=np.int64)
+    comm = collective_communicator()
+    sizes = np.zeros(comm.size, dtype=np.int64)
     mine = np.array([len(payload)], dtype=np.int64)
-    communicator().allgather_async(mine.ctypes.data, 1, "int64", sizes.ctypes.data).wait()
-    raw, counts = communicator().allgatherv(buf.ctypes.data, words, "int64")
+    comm.allgather_async(mine.ctypes.data, 1, "int64", sizes.ctypes.data).wait()
+    raw, counts = comm.allgatherv(buf.ctypes.data, words, "int64")
     out, offset = [], 0
     for n, c in zip(sizes.tolist(), counts):
         out.append(raw[offset:offset + n])
@@ -289,4 +321,4 @@ def allgather(array):
 
 def barrier():
     """Returns when every rank has called barrier()."""
-    communicator().barrier_async().wait()
+    collective_communicator().barrier_async().wait()

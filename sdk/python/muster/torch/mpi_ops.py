@@ -200,7 +200,7 @@ def poll(handle):
 
 def _reduce_async(buf, op):
     """Starts an in-place reduction of contiguous `buf`; returns a runtime.Handle."""
-    comm = _rt.communicator()
+    comm = _rt.collective_communicator()
     if op == Product:
         def finish():
             parts = allgather(buf.reshape((1,) + tuple(buf.shape)))

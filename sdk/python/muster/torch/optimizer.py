@@ -32,6 +32,7 @@ Example::
 """
 import contextlib
 import warnings
+import weakref
 
 import torch
 
@@ -72,7 +73,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._native = _rt.extension().DistributedOptimizer(
             comm, fusion_threshold_bytes=settings.fusion_threshold_bytes(),
             fp16=compression is Compression.fp16, timeline=settings.timeline_path())
-        _rt.on_shutdown(self._native.close)
+        _rt.on_shutdown(weakref.WeakMethod(self._native.close))
+        _rt.before_collective(weakref.WeakMethod(self._finish_step_in_flight))
+        self._early = False
         self._index = {}
         for n, p in self._params:
             self._index[p] = self._native.add_parameter(n, p.data_ptr(), p.numel())
@@ -140,6 +143,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if p.grad is not view:
             p.grad = view
 
+    def _finish_step_in_flight(self):
+        """Before another collective: a step whose buckets are on the wire is finished first."""
+        if self._ready and not self._synchronized:
+            self.synchronize()
+            self._early = True
+
     def synchronize(self):
         """Waits until every gradient holds the average over all ranks (the rest are reduced now)."""
         for _, p in self._params:
@@ -166,14 +175,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def step(self, closure=None):
         if self._should_synchronize:
-            if self._synchronized:
+            if self._synchronized and not self._early:
                 warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
                               "optimizer.synchronize(). This can cause training slowdown. You may want to "
                               "consider using optimizer.skip_synchronize() context if you use "
                               "optimizer.synchronize() in your code.")
-            else:
+            elif not self._synchronized:
                 self.synchronize()
         self._synchronized = False
+        self._early = False
         return super(self.__class__, self).step(closure)
 
     def _muster_plain_step(self, closure=None):
