@@ -131,7 +131,9 @@ def _named_parameters(model, optimizer):
 class SyncReplicasOptimizer:
     """Wraps `optimizer` (whose options the PS tasks apply) for the parameters
     of `model` (an nn.Module, or named_parameters()). Registration order is
-    the model's, so every worker must build the same model.
+    the model's, so every worker must build the same model. The parameters'
+    storage is registered as it is: move or cast the model (.to(), .double())
+    before, never after, constructing this.
 
     replicas_to_aggregate: gradients averaged per step (default: every worker).
     total_num_replicas: workers in the job (default: every worker in TF_CONFIG).
