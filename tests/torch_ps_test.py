@@ -3,7 +3,8 @@
 starts them. Label integration.
 
   equivalence  1 PS + 2 workers averaging == one process on the concatenated
-               batch (torch.optim.SGD with momentum), to float tolerance
+               batch (SGD with momentum; 2 PS and Adam; a "chief" task and
+               a worker, the chief initialising), to float tolerance
   stale        replicas_to_aggregate=2 of 3: a late worker's gradient (1e6
                everywhere) is dropped, counted in its stats() and muster-ps's
                log, and leaves the model as the two others made it
@@ -50,10 +51,13 @@ class Job:
     """n_ps muster-ps processes and n_workers Python workers on loopback; every
     process is killed (by pid) when the test ends."""
 
-    def __init__(self, tmp, n_workers, n_ps=1, timeout_ms=30000):
+    def __init__(self, tmp, n_workers, n_ps=1, timeout_ms=30000, chief=False):
         ports = free_ports(n_ps + n_workers)
-        self.cluster = {"ps": ["127.0.0.1:%d" % p for p in ports[:n_ps]],
-                        "worker": ["127.0.0.1:%d" % p for p in ports[n_ps:]]}
+        addrs = ["127.0.0.1:%d" % p for p in ports]
+        self.cluster = {"ps": addrs[:n_ps], "worker": addrs[n_ps + (1 if chief else 0):]}
+        if chief:  # TensorFlow's layout: a "chief" task, then workers 0.. (the chief is worker index 0)
+            self.cluster["chief"] = [addrs[n_ps]]
+        self.n_workers = n_workers
         self.tmp, self.timeout_ms = str(tmp), timeout_ms
         self.ps, self.workers = [], []
 
@@ -70,11 +74,14 @@ class Job:
                                             stderr=subprocess.STDOUT, start_new_session=True))
 
     def start_workers(self, scenario, *opts, per_worker=None):
-        for i in range(len(self.cluster["worker"])):
+        """Worker i (its worker_index; logs worker-<i>.log) is the chief task when there is one."""
+        chief = "chief" in self.cluster
+        for i in range(self.n_workers):
             extra = list(opts) + list((per_worker or {}).get(i, []))
             log = open(os.path.join(self.tmp, "worker-%d.log" % i), "w")
+            task = ("chief", 0) if chief and i == 0 else ("worker", i - 1 if chief else i)
             self.workers.append(subprocess.Popen([sys.executable, WORKER, scenario, self.tmp] + extra,
-                                                 env=self.env("worker", i), stdout=log, stderr=subprocess.STDOUT,
+                                                 env=self.env(*task), stdout=log, stderr=subprocess.STDOUT,
                                                  start_new_session=True))
 
     def log(self, name):
@@ -107,10 +114,10 @@ class Job:
 def jobs(tmp_path):
     made = []
 
-    def make(n_workers, n_ps=1, timeout_ms=30000, sub=None):
-        d = tmp_path / (sub or "job%d" % len(made))
+    def make(n_workers, n_ps=1, timeout_ms=30000, chief=False):
+        d = tmp_path / ("job%d" % len(made))
         d.mkdir()
-        j = Job(d, n_workers, n_ps, timeout_ms)
+        j = Job(d, n_workers, n_ps, timeout_ms, chief)
         made.append(j)
         return j
     yield make
@@ -142,9 +149,9 @@ def assert_close(got, want, what):
         np.testing.assert_allclose(got[n], want[n], rtol=1e-5, atol=1e-6, err_msg="%s: parameter %s" % (what, n))
 
 
-@pytest.mark.parametrize("n_ps,optimizer", [(1, "momentum"), (2, "adam")])
-def test_two_workers_average_equals_one_process_on_the_whole_batch(jobs, n_ps, optimizer):
-    job = jobs(2, n_ps=n_ps)
+@pytest.mark.parametrize("n_ps,optimizer,chief", [(1, "momentum", False), (2, "adam", False), (1, "sgd", True)])
+def test_two_workers_average_equals_one_process_on_the_whole_batch(jobs, n_ps, optimizer, chief):
+    job = jobs(2, n_ps=n_ps, chief=chief)
     job.start_ps()
     # Worker 1 starts from another initialisation: the chief's values must win.
     job.start_workers("train", "optimizer=" + optimizer, per_worker={1: ["seed=99"]})
