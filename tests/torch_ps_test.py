@@ -4,7 +4,8 @@ starts them. Label integration.
 
   equivalence  1 PS + 2 workers averaging == one process on the concatenated
                batch (SGD with momentum; 2 PS and Adam; a "chief" task and
-               a worker, the chief initialising), to float tolerance
+               a worker, the chief initialising, with an lr scheduler), to
+               float tolerance
   stale        replicas_to_aggregate=2 of 3: a late worker's gradient (1e6
                everywhere) is dropped, counted in its stats() and muster-ps's
                log, and leaves the model as the two others made it
@@ -130,11 +131,14 @@ def reference(steps, first=0, n_rows=None, optimizer="momentum", seed=0):
     rows workers 0 and 1 of 2 take)."""
     net = worker.model(seed)
     opt = worker.make_optimizer(optimizer, net.parameters())
+    schedule = worker.scheduler(optimizer, opt)
     x, y = worker.data()
     for s in range(first, steps):
         opt.zero_grad()
         torch.nn.functional.cross_entropy(net(x[s]), y[s]).backward()
         opt.step()
+        if schedule:
+            schedule.step()
     return {n: p.detach().numpy().copy() for n, p in net.named_parameters()}
 
 
@@ -149,7 +153,7 @@ def assert_close(got, want, what):
         np.testing.assert_allclose(got[n], want[n], rtol=1e-5, atol=1e-6, err_msg="%s: parameter %s" % (what, n))
 
 
-@pytest.mark.parametrize("n_ps,optimizer,chief", [(1, "momentum", False), (2, "adam", False), (1, "sgd", True)])
+@pytest.mark.parametrize("n_ps,optimizer,chief", [(1, "momentum", False), (2, "adam", False), (1, "sgd_schedule", True)])
 def test_two_workers_average_equals_one_process_on_the_whole_batch(jobs, n_ps, optimizer, chief):
     job = jobs(2, n_ps=n_ps, chief=chief)
     job.start_ps()

@@ -36,9 +36,14 @@ def data():
 
 
 def make_optimizer(name, params):
+    """"sgd", "momentum", "adam"; "sgd_schedule": SGD whose rate halves every step (a torch scheduler)."""
     if name == "adam":
         return torch.optim.Adam(params, lr=0.01)
     return torch.optim.SGD(params, lr=0.1, momentum=0.9 if name == "momentum" else 0.0)
+
+
+def scheduler(name, optimizer):
+    return torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5) if name == "sgd_schedule" else None
 
 
 def wait_for(path, timeout=60):
@@ -63,13 +68,15 @@ def tick():
         TICKS[0] += 1
 
 
-def train(opt, net, rank, size, first, last, out, after_step=None):
+def train(opt, net, rank, size, first, last, out, after_step=None, schedule=None):
     x, y = data()
     for s in range(first, last):
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(net(x[s][rank::size]), y[s][rank::size])
         loss.backward()
         opt.step()
+        if schedule:
+            schedule.step()
         if after_step:
             after_step(s)
     np.savez(os.path.join(out, "params-%d.npz" % rank), **{n: p.detach().numpy() for n, p in net.named_parameters()})
@@ -83,13 +90,15 @@ def main(scenario, out, opts):
         kwargs["replicas_to_aggregate"] = int(opts["replicas"])
     if "ckpt" in opts:
         kwargs["checkpoint_dir"] = opts["ckpt"]
-    opt = ps.SyncReplicasOptimizer(make_optimizer(optimizer, net.parameters()), net, **kwargs)
+    local = make_optimizer(optimizer, net.parameters())
+    schedule = scheduler(optimizer, local)  # on the wrapped optimizer, as with any torch optimizer
+    opt = ps.SyncReplicasOptimizer(local, net, **kwargs)
     rank, size = opt.worker_index, opt.num_workers
     start = opt.initialize()
     print("worker %d of %d starts at global step %d" % (rank, size, start), flush=True)
 
     if scenario == "train":  # every worker: steps start..last, rows rank::size
-        train(opt, net, rank, size, start, int(opts.get("last", STEPS)), out)
+        train(opt, net, rank, size, start, int(opts.get("last", STEPS)), out, schedule=schedule)
     elif scenario == "stale":  # workers 0, 1 train (replicas_to_aggregate=2); worker 2 pushes late
         if rank == 2:
             touch(os.path.join(out, "w2-ready"))
