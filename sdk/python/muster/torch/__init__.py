@@ -44,11 +44,11 @@ from .functions import (allgather_object, broadcast_object, broadcast_optimizer_
                         broadcast_parameters)
 from .mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_async, allreduce,  # noqa: F401
                       allreduce_, allreduce_async, allreduce_async_, alltoall, alltoall_async, barrier,
-                      broadcast, broadcast_, broadcast_async, broadcast_async_, ccl_built, cross_rank,
-                      cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, grouped_allgather,
-                      grouped_allreduce, grouped_allreduce_, init, is_homogeneous, is_initialized, join,
-                      local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, poll,
-                      rank, rocm_built, shutdown, size, synchronize)
+                      broadcast, broadcast_, broadcast_async, broadcast_async_, grouped_allgather,
+                      grouped_allreduce, grouped_allreduce_, join, poll, synchronize)
+from .world import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled,  # noqa: F401
+                    init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
+                    mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size)
 from .optimizer import DistributedOptimizer  # noqa: F401
 
 # Horovod's names for a failed collective.
