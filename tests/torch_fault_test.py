@@ -8,7 +8,9 @@ TIMEOUT_ENV = {"MUSTER_COMM_TIMEOUT_MS": "3000"}
 
 
 def faults(out):
-    return {int(m.group(1)): (m.group(2), m.group(3)) for m in re.finditer(r"FAULT rank (\d+) (\w+): (.*)", out)}
+    # mpirun may splice two ranks' lines together: a report ends at the next one.
+    pattern = r"(?<!NO-)FAULT rank (\d+) (\w+): (.*?)(?=(?<!NO-)FAULT rank \d+ \w+: |\n|$)"
+    return {int(m.group(1)): (m.group(2), m.group(3)) for m in re.finditer(pattern, out)}
 
 
 def test_mismatched_parameters_name_the_parameter_on_every_rank():
