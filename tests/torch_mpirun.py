@@ -55,7 +55,7 @@ if __name__ == "__main__":
     np = int(sys.argv[1])
     code, output = mpirun(np, sys.argv[2], sys.argv[3:])
     sys.stdout.write(output)
-    ranks = {int(m) for m in re.findall(r"^rank (\d+): all \d+ checks passed", output, re.M)}
+    ranks = {int(m) for m in re.findall(r"rank (\d+): all \d+ checks passed", output)}
     if code == 0 and ranks != set(range(np)):
         sys.stdout.write("\nFAILED: ranks %s did not report all checks passed\n" % sorted(set(range(np)) - ranks))
         code = 1
