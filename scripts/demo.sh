@@ -90,4 +90,8 @@ run_notebook workers_basics.py
 # each prints its test accuracy and fails below 85%.
 run_notebook ps_training.py --model mlp --epochs 3
 run_notebook allreduce_training.py --model mlp --epochs 3
+# One PyTorch script (examples/pytorch/train.py, LeNet-style CNN, 6000 images, 2
+# epochs) as one worker, under horovodrun (muster.torch) and with 1 PS + 2
+# workers (muster.torch.ps): prints the three test accuracies.
+run_notebook pytorch_training.py
 say "demo done"

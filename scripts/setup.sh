@@ -12,6 +12,7 @@ packages=(
   libspdlog-dev libgtest-dev libgmock-dev libsqlite3-dev libeigen3-dev
   libcli11-dev zlib1g-dev
   python3 python3-pytest python3-jsonschema python3-yaml
+  python3-dev pybind11-dev python3-numpy python3-torch libopenblas0-pthread
   dataset-fashion-mnist
   iperf3 iproute2 openssh-server openssh-client procps psmisc
 )

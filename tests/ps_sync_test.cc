@@ -122,6 +122,8 @@ TEST(PsSync, StaleGradientsAreDroppedAndCounted) {
   ASSERT_EQ(client.step({dw.data(), db.data()}), 2);  // answered after the stale push was handled
   const auto n_slices = client.placement().slices.size();
   EXPECT_EQ(ps.total().stale_dropped, n_slices);
+  EXPECT_EQ(client.stats().stale_dropped, n_slices) << "the worker sees its dropped pushes in the pull answers";
+  EXPECT_EQ(client.stats().stale_steps, 1u);
   Model expected = reference("sgd", opt.learning_rate, 2, 4);
   EXPECT_LT(max_abs_diff(m.w, expected.w), 1e-5f) << "a stale gradient changed the parameters";
   client.done();

@@ -49,6 +49,18 @@ struct Round {
     }
   }
 
+  // This worker's stale pushes so far, summed over the PS tasks (each
+  // answer carries its connection's running count).
+  uint64_t stale() const {
+    uint64_t total = 0;
+    for (const auto& v : in) {
+      uint32_t n = 0;
+      for (const auto& e : v) n = std::max(n, e.aux);
+      total += n;
+    }
+    return total;
+  }
+
   // The smallest global step the PS tasks answered the pulls with.
   int64_t min_step() const {
     int64_t step = std::numeric_limits<int64_t>::max();
@@ -162,6 +174,7 @@ int64_t SyncReplicasClient::pull(int64_t min_step) {
   round.add_pulls(placement_, variables_, min_step, &stats_);
   links_->exchange(round.out, round.in, "pull of step " + std::to_string(min_step));
   global_step_ = round.min_step();
+  count_stale(round.stale());
   return global_step_;
 }
 
@@ -174,8 +187,16 @@ int64_t SyncReplicasClient::step(const std::vector<const float*>& grads) {
   round.add_pulls(placement_, variables_, want, &stats_);
   links_->exchange(round.out, round.in, "step " + std::to_string(local));
   global_step_ = round.min_step();
+  count_stale(round.stale());
   maybe_checkpoint();
   return global_step_;
+}
+
+void SyncReplicasClient::count_stale(uint64_t total) {
+  if (total > stats_.stale_dropped) {
+    ++stats_.stale_steps;
+    stats_.stale_dropped = total;
+  }
 }
 
 void SyncReplicasClient::maybe_checkpoint() {

@@ -23,6 +23,11 @@
 //   }
 //   client.done();    // chief writes the last checkpoint; PS tasks exit when all are done
 //
+// Stale gradients: with backup workers (replicas_to_aggregate <
+// total_num_replicas) a worker's push for a step the others already
+// completed is dropped, as in TensorFlow; stats() counts them from the PS
+// tasks' answers (and muster-ps logs its total at exit).
+//
 // Errors: CommError naming the PS task ("ps task 1 (127.0.0.1:4001) closed
 // the connection ...") when a PS dies; TimeoutError when nothing arrives
 // within timeout_ms (e.g. a worker died and there are no backup workers).
@@ -68,6 +73,8 @@ struct ClientStats {
   uint64_t bytes_pushed = 0;
   uint64_t bytes_pulled = 0;
   int checkpoints_written = 0;
+  uint64_t stale_dropped = 0;  // this worker's gradient slices the PS tasks dropped as stale
+  uint64_t stale_steps = 0;    // steps of which at least one gradient slice was dropped
   std::string last_checkpoint;
 };
 
@@ -109,6 +116,7 @@ class SyncReplicasClient {
  private:
   void check_gradient_count(const std::vector<const float*>& grads) const;
   void maybe_checkpoint();
+  void count_stale(uint64_t total);
   std::size_t optimizer_slots() const;
   std::vector<std::vector<const float*>> restore(const LoadedCheckpoint& c);
 

@@ -92,6 +92,7 @@ struct Links::Impl {
                                  std::to_string(e.slice) + " (" + std::to_string(e.count * 4) + " bytes)");
       }
       e.step = h.step;
+      e.aux = h.aux;
       asio::async_read(*l.sock, asio::buffer(e.dst, e.count * sizeof(float)),
                        [this, &l, what](boost::system::error_code ec2, std::size_t) {
                          if (ec2) return io_failed(l, ec2, what);

@@ -30,6 +30,7 @@ struct Expected {
   float* dst = nullptr;
   std::size_t count = 0;
   int64_t step = 0;  // filled in: the global step the PS answered with
+  uint32_t aux = 0;  // filled in: the reply's aux (kParams: stale pushes so far)
   Op op = Op::kParams;
 };
 

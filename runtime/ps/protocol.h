@@ -10,7 +10,8 @@
 //   7      1    dtype     runtime::DataType (float32 = 1; 0 when no tensor)
 //   8      4    slice     variable-slice id (placement order), or worker index (kHello, kDone)
 //   12     4    aux       kError: kErrorTimeout when the PS gave up waiting;
-//                        kInit/kState: optimizer state buffers in the payload; else 0
+//                        kInit/kState: optimizer state buffers in the payload;
+//                        kParams: this connection's pushes dropped as stale so far; else 0
 //   16     8    step      global/local step (signed)
 //   24     8    length    payload bytes that follow the header
 //

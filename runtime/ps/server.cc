@@ -123,7 +123,8 @@ std::string PsServer::Impl::init(uint32_t id, int64_t step, uint32_t state_buffe
 }
 
 // The SyncReplicas rules for one slice (sync mode):
-//   a) step < global step: stale, dropped and counted.
+//   a) step < global step: stale, dropped and counted (in the server's
+//      stats and, for the worker, in the aux of its connection's kParams).
 //   b) step > global step: impossible for a worker that pulled before
 //      pushing; a protocol error (it would mix steps).
 //   c) otherwise accumulate; the first gradient of a step is swapped in,
@@ -132,7 +133,7 @@ std::string PsServer::Impl::init(uint32_t id, int64_t step, uint32_t state_buffe
 //      advance the global step, answer the pulls waiting for it. Later
 //      gradients for the old step (backup workers) fall under a).
 // Async mode applies every gradient at once and advances the step.
-std::string PsServer::Impl::push(Slice& s, int64_t step, std::vector<float>& grad) {
+std::string PsServer::Impl::push(Slice& s, int64_t step, std::vector<float>& grad, bool* stale) {
   std::vector<PendingPull> ready;
   std::shared_ptr<std::vector<float>> snapshot;
   int64_t new_step = 0;
@@ -143,6 +144,7 @@ std::string PsServer::Impl::push(Slice& s, int64_t step, std::vector<float>& gra
     if (!async) {
       if (step < s.step) {
         ++stale_dropped_;
+        *stale = true;
         return "";
       }
       if (step > s.step) {

@@ -26,7 +26,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       h.op = op;
       h.dtype = static_cast<uint8_t>(DataType::kFloat32);
       h.slice = slice;
-      h.aux = aux;
+      h.aux = op == Op::kParams ? self->stale_ : aux;  // read on the strand, like stale_'s writes
       h.step = step;
       h.length = values->size() * sizeof(float);
       encode_header(h, self->out_.data());
@@ -165,8 +165,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
         }
         buf_.resize(s->size);
         return read_payload(asio::buffer(buf_), [this, s] {
-          std::string why = s_.push(*s, h_.step, buf_);
+          bool stale = false;
+          std::string why = s_.push(*s, h_.step, buf_, &stale);
           if (!why.empty()) return bad_frame(why);
+          if (stale) ++stale_;
           read_header();
         });
       }
@@ -210,6 +212,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string peer_;
   bool done_ = false;
   bool reported_lost_ = false;
+  uint32_t stale_ = 0;  // this connection's pushes dropped as stale (sent in kParams' aux)
   HeaderBytes in_{};
   FrameHeader h_;
   std::vector<float> buf_;

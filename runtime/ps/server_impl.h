@@ -67,7 +67,7 @@ class PsServer::Impl {
   std::string hello(Connection& c, const HelloPayload& h);
   std::string init(uint32_t slice, int64_t step, uint32_t state_buffers, std::shared_ptr<std::vector<float>> values);
   void pull_state(const std::shared_ptr<Connection>& c, uint32_t slice);
-  std::string push(Slice& s, int64_t step, std::vector<float>& grad);
+  std::string push(Slice& s, int64_t step, std::vector<float>& grad, bool* stale);
   void pull(const std::shared_ptr<Connection>& c, uint32_t slice, int64_t min_step);
   void worker_done(int worker);
   void connection_lost(int worker, bool done);

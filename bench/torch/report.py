@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Writes bench/out/torch.md (the RESULTS.md section) from bench/out/torch.json.
+
+usage: report.py OUT_DIR [load_before load_after]
+Also records the load average in torch.json and whether each target was met.
+"""
+import json
+import os
+import sys
+
+TARGETS = {"mlp25m": 1.3, "cnn": 1.0}
+ALLREDUCE_TARGET = 5.0
+OVERHEAD_TARGET = 0.05
+
+
+def main():
+    out = sys.argv[1]
+    path = os.path.join(out, "torch.json")
+    with open(path) as f:
+        r = json.load(f)
+    if len(sys.argv) > 3:
+        r["load_average"] = {"before": float(sys.argv[2]), "after": float(sys.argv[3])}
+    r["targets"] = {
+        "models": {k: {"speedup_vs_ddp": v, "met": r["models"][k]["speedup_vs_ddp"] >= v}
+                   for k, v in TARGETS.items() if k in r["models"]},
+        "allreduce_64mb_vs_gloo": {"speedup": ALLREDUCE_TARGET,
+                                   "met": r["allreduce"][str(64 << 20)]["speedup_vs_gloo"] >= ALLREDUCE_TARGET},
+        "extension_overhead": {"max": OVERHEAD_TARGET,
+                               "met": r["overhead"]["extension_overhead"] < OVERHEAD_TARGET},
+    }
+    with open(path, "w") as f:
+        json.dump(r, f, indent=2, sort_keys=True)
+
+    def mark(ok):
+        return "met" if ok else "**missed**"
+
+    lines = ["## PyTorch: muster.torch vs DistributedDataParallel (gloo)\n",
+             "`make bench-torch` (bench/torch): %d ranks x %d thread, both stacks in the same job, measurements "
+             "alternating rep by rep; times are the slowest rank's, medians." % (r["ranks"], r["threads_per_rank"])]
+    if "load_average" in r:
+        lines.append("Load average %.1f before, %.1f after (2-core machine)." %
+                     (r["load_average"]["before"], r["load_average"]["after"]))
+    lines += ["", "| model | params | batch/rank | muster step | DDP step | muster img/s | DDP img/s | speedup | target |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for name, m in r["models"].items():
+        t = r["targets"]["models"].get(name)
+        lines.append("| %s | %.1f M | %d | %.1f ms | %.1f ms | %.0f | %.0f | %.2fx | %s |" % (
+            name, m["parameters"] / 1e6, m["batch_per_rank"], m["muster_step_s"] * 1e3, m["ddp_step_s"] * 1e3,
+            m["muster_images_per_s"], m["ddp_images_per_s"], m["speedup_vs_ddp"],
+            ">= %.1fx %s" % (t["speedup_vs_ddp"], mark(t["met"])) if t else ""))
+    lines += ["", "| allreduce (float32 sum, in place) | hvd.allreduce_ | gloo all_reduce | speedup |",
+              "|---|---|---|---|"]
+    for nbytes, a in sorted(r["allreduce"].items(), key=lambda kv: int(kv[0])):
+        lines.append("| %d MB | %.2f GB/s (%.2f ms) | %.2f GB/s (%.2f ms) | %.1fx |" % (
+            int(nbytes) >> 20, a["muster_algbw_gbs"], a["muster_s"] * 1e3, a["gloo_algbw_gbs"], a["gloo_s"] * 1e3,
+            a["speedup_vs_gloo"]))
+    o = r["overhead"]
+    t = r["targets"]
+    lines += ["", "Targets: allreduce at 64 MB >= %.0fx gloo: %s. Extension overhead at 64 MB (hvd.allreduce_ "
+              "%.2f ms vs the runtime's own Communicator allreduce %.2f ms on torch memory of the same kind): "
+              "%+.1f%% (target < %.0f%%: %s). The runtime on a numpy array (huge pages): %.2f ms." % (
+                  ALLREDUCE_TARGET, mark(t["allreduce_64mb_vs_gloo"]["met"]), o["extension_s"] * 1e3,
+                  o["runtime_s"] * 1e3, o["extension_overhead"] * 100, OVERHEAD_TARGET * 100,
+                  mark(t["extension_overhead"]["met"]), o.get("runtime_numpy_s", float("nan")) * 1e3)]
+    with open(os.path.join(out, "torch.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

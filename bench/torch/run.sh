@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# bench/torch: muster.torch vs PyTorch's DistributedDataParallel on gloo, side
+# by side in the same 2-rank job, one thread per rank (torch_bench.py).
+#   usage: bash bench/torch/run.sh <build-dir>       (make bench-torch)
+# Writes bench/out/torch.json ({"models": {...}, "allreduce": {...}, "overhead": {...}})
+# and bench/out/torch.md (the RESULTS.md section).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+BUILD="${1:-build}"
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+OUT="$ROOT/bench/out"
+mkdir -p "$OUT"
+
+if ! ls "$BUILD"/python/muster/_muster_runtime*.so >/dev/null 2>&1; then
+  echo "bench/torch: the runtime extension is not built in $BUILD; run 'make build'" >&2
+  exit 1
+fi
+if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  echo "bench/torch: /usr/bin/python3 cannot import torch (Debian python3-torch); run 'make setup'" >&2
+  exit 1
+fi
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export PYTHONPATH="$ROOT/sdk/python${PYTHONPATH:+:$PYTHONPATH}" MUSTER_BINARY_DIR="$BUILD"
+export OMP_NUM_THREADS=1
+# The same transports the mpi tests use: shared memory (vader) and TCP.
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe -mca btl self,vader,tcp
+        -mca btl_vader_single_copy_mechanism none
+        -x PYTHONPATH -x MUSTER_BINARY_DIR -x OMP_NUM_THREADS -np 2)
+
+# The machine is shared: record its load next to the figures.
+LOAD_BEFORE=$(cut -d' ' -f1 /proc/loadavg)
+echo "bench/torch: muster.torch vs DDP/gloo (CNN, 25M MLP) and allreduce 1/16/64 MB, 2 ranks x 1 thread"
+"${MPIRUN[@]}" /usr/bin/python3 "$ROOT/bench/torch/torch_bench.py" "$OUT/torch.json"
+LOAD_AFTER=$(cut -d' ' -f1 /proc/loadavg)
+
+/usr/bin/python3 "$ROOT/bench/torch/report.py" "$OUT" "$LOAD_BEFORE" "$LOAD_AFTER"
+cat "$OUT/torch.md"

@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""muster.torch against torch's own DistributedDataParallel / gloo, side by side.
+
+Run by bench/torch/run.sh as `mpirun -np 2 python3 torch_bench.py OUT.json`
+(one thread per rank). Both stacks live in the same two processes: muster.torch
+(init from mpirun's environment) and torch.distributed on gloo (TCP on
+localhost). Every measurement alternates between the two, rep by rep, so a
+slow stretch of the shared machine hits both alike; figures are medians.
+
+  models.<name>   one training step (forward, backward, gradient averaging,
+                  SGD update) of the same model on the same per-rank batch:
+                  muster.torch.DistributedOptimizer vs DistributedDataParallel
+  allreduce.<b>   in-place float32 sum of b bytes: hvd.allreduce_ vs
+                  torch.distributed.all_reduce (algbw = bytes / time)
+  overhead        hvd.allreduce_ at 64 MB vs the C++ runtime's own ring
+                  allreduce called directly on a torch buffer allocated the
+                  same way (what the Python layers add), and on a numpy array
+                  (numpy asks for transparent huge pages, torch 1.13 does not)
+"""
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+import muster.runtime as rt
+import muster.torch as hvd
+
+torch.set_num_threads(1)
+HERE = os.path.dirname(os.path.abspath(__file__))
+MB = 1 << 20
+
+
+def lenet():
+    """The example CNN (examples/pytorch/train.py's LeNet, Fashion-MNIST 28x28)."""
+    try:
+        sys.path.insert(0, os.path.join(HERE, "..", "..", "examples", "pytorch"))
+        from train import LeNet  # noqa: PLC0415
+        return LeNet()
+    except Exception:  # noqa: BLE001 - the example may be absent; the same network inline
+        class LeNet(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv1 = nn.Conv2d(1, 6, 5, padding=2)
+                self.conv2 = nn.Conv2d(6, 16, 5)
+                self.fc1 = nn.Linear(400, 120)
+                self.fc2 = nn.Linear(120, 84)
+                self.fc3 = nn.Linear(84, 10)
+
+            def forward(self, x):
+                x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+                x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+                return self.fc3(F.relu(self.fc2(F.relu(self.fc1(torch.flatten(x, 1))))))
+        return LeNet()
+
+
+def mlp25m():
+    """25.2 M parameters (ResNet-50 has 25.6 M): 1024-4096-4096-1024-10."""
+    return nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
+                         nn.Linear(4096, 1024), nn.ReLU(), nn.Linear(1024, 10))
+
+
+MODELS = {
+    # name: (constructor, per-rank batch shape, timed steps)
+    "cnn": (lenet, (64, 1, 28, 28), 30),
+    "mlp25m": (mlp25m, (32, 1024), 12),
+}
+
+
+def timed(f):
+    dist.barrier()
+    hvd.barrier()
+    t0 = time.perf_counter()
+    f()
+    return time.perf_counter() - t0
+
+
+def slowest(t):
+    """The slowest rank's time (a step is as slow as its slowest rank)."""
+    return hvd.allreduce(torch.tensor([t], dtype=torch.float64), op=hvd.Max).item()
+
+
+def bench_model(name):
+    make, shape, steps = MODELS[name]
+    torch.manual_seed(0)
+    ref = make()
+    x = torch.randn(*shape)
+    y = torch.randint(0, 10, (shape[0],))
+
+    m_model = make()
+    m_model.load_state_dict(ref.state_dict())
+    m_opt = hvd.DistributedOptimizer(torch.optim.SGD(m_model.parameters(), lr=0.01, momentum=0.9),
+                                      named_parameters=m_model.named_parameters())
+    hvd.broadcast_parameters(m_model.state_dict(), root_rank=0)
+
+    d_model = make()
+    d_model.load_state_dict(ref.state_dict())
+    ddp = nn.parallel.DistributedDataParallel(d_model)
+    d_opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+
+    def muster_step():
+        m_opt.zero_grad()
+        F.cross_entropy(m_model(x), y).backward()
+        m_opt.step()
+
+    def ddp_step():
+        d_opt.zero_grad()
+        F.cross_entropy(ddp(x), y).backward()
+        d_opt.step()
+
+    for _ in range(3):  # warm-up: allocation, first buckets
+        muster_step()
+        ddp_step()
+    mt, dt = [], []
+    for _ in range(steps):
+        mt.append(slowest(timed(muster_step)))
+        dt.append(slowest(timed(ddp_step)))
+    # Same updates on the same data: both stacks must have trained alike.
+    drift = max((a - b).abs().max().item() for a, b in zip(m_model.parameters(), d_model.parameters()))
+    m_s, d_s = statistics.median(mt), statistics.median(dt)
+    images = shape[0] * hvd.size()
+    return {"muster_step_s": m_s, "ddp_step_s": d_s, "speedup_vs_ddp": d_s / m_s,
+            "muster_images_per_s": images / m_s, "ddp_images_per_s": images / d_s,
+            "parameters": sum(p.numel() for p in ref.parameters()), "batch_per_rank": shape[0],
+            "steps": steps, "max_param_difference": drift, "fusion_buckets": m_opt._native.bucket_count,
+            "gradients_direct": bool(m_opt._native.gradients_direct)}
+
+
+def bench_allreduce(nbytes, reps):
+    n = nbytes // 4
+    a = torch.ones(n)
+    b = torch.ones(n)
+    c = torch.ones(n)
+    arr = np.ones(n, dtype=np.float32)
+    comm = rt.communicator()
+    times = {"muster": [], "gloo": [], "runtime": [], "runtime_numpy": []}
+    runs = {
+        "muster": lambda: hvd.allreduce_(a, op=hvd.Sum),
+        "gloo": lambda: dist.all_reduce(b),
+        # The runtime's own allreduce on torch memory like a's: what the Python layers add.
+        "runtime": lambda: comm.allreduce_async(c.data_ptr(), n, "float32", "sum").wait(),
+        # The same on numpy memory, which numpy backs with transparent huge pages (torch 1.13 does not).
+        "runtime_numpy": lambda: comm.allreduce_async(arr.ctypes.data, n, "float32", "sum").wait(),
+    }
+    for i in range(reps + 1):
+        for name, run in runs.items():
+            t = slowest(timed(run))
+            if i:  # the first rep warms caches and the ring's slots
+                times[name].append(t)
+        for t in (a, b, c):
+            t.fill_(1.0)
+        arr.fill(1.0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"muster_s": med["muster"], "gloo_s": med["gloo"], "runtime_s": med["runtime"],
+            "runtime_numpy_s": med["runtime_numpy"], "muster_algbw_gbs": nbytes / med["muster"] / 1e9,
+            "gloo_algbw_gbs": nbytes / med["gloo"] / 1e9, "speedup_vs_gloo": med["gloo"] / med["muster"],
+            "reps": reps}
+
+
+def main():
+    out_path = sys.argv[1]
+    hvd.init()
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % os.environ.get("BENCH_TORCH_PORT", "29517"),
+                            rank=hvd.rank(), world_size=hvd.size())
+    result = {"ranks": hvd.size(), "threads_per_rank": torch.get_num_threads(), "torch": torch.__version__,
+              "models": {}, "allreduce": {}}
+    for nbytes, reps in ((1 * MB, 21), (16 * MB, 11), (64 * MB, 7)):
+        result["allreduce"][str(nbytes)] = bench_allreduce(nbytes, reps)
+        if hvd.rank() == 0:
+            print("allreduce %3d MB: %s" % (nbytes // MB, result["allreduce"][str(nbytes)]), flush=True)
+    r64 = result["allreduce"][str(64 * MB)]
+    result["overhead"] = {"bytes": 64 * MB, "extension_s": r64["muster_s"], "runtime_s": r64["runtime_s"],
+                          "runtime_numpy_s": r64["runtime_numpy_s"],
+                          "extension_overhead": r64["muster_s"] / r64["runtime_s"] - 1.0}
+    for name in MODELS:
+        result["models"][name] = bench_model(name)
+        if hvd.rank() == 0:
+            print("model %s: %s" % (name, result["models"][name]), flush=True)
+    dist.destroy_process_group()
+    if hvd.rank() == 0:
+        with open(out_path, "w") as f:
+            json.dump(result, f, indent=2, sort_keys=True)
+
+
+if __name__ == "__main__":
+    main()

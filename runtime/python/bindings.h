@@ -1,0 +1,45 @@
+// The pieces of the _muster_runtime extension (module.cc puts them together).
+//
+// Layers: this extension binds the C++ runtime as it is (buffers are raw
+// addresses plus counts, dtypes and ops are their names); sdk/python/muster/
+// runtime.py turns numpy arrays into those calls and muster/torch/ builds
+// Horovod's PyTorch API on it. Nothing here knows about numpy or torch,
+// except that gradient views are handed out as numpy arrays.
+//
+// Threads and the GIL: every call that may wait on peers (collectives,
+// Handle.wait, synchronize, close) releases the GIL, so other Python threads
+// run while a rank waits. The runtime's own threads (the Communicator's
+// progress thread, the optimizer's communication thread) never call into
+// Python.
+//
+// Errors: the runtime's C++ exceptions become the classes of
+// muster.runtime_errors (translate_errors), all subclasses of
+// muster.MusterError; CommError and PeerTimeoutError carry `rank`.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <string>
+
+#include "muster/runtime/comm/communicator.h"
+#include "muster/runtime/dtype.h"
+
+namespace muster::runtime::python {
+
+namespace py = pybind11;
+
+void translate_errors(py::module_& m);
+void bind_communicator(py::module_& m);
+void bind_optimizer(py::module_& m);
+
+// The comm::Communicator behind a _muster_runtime.Communicator object (shared:
+// an optimizer keeps it alive).
+std::shared_ptr<comm::Communicator> communicator_of(py::handle obj);
+
+// "float32", "float16", ... -> DataType; throws InvalidArgument naming the choices.
+DataType parse_dtype(const std::string& name);
+// "sum", "average", "min", "max" -> ReduceOp.
+comm::ReduceOp parse_op(const std::string& name);
+
+}  // namespace muster::runtime::python

@@ -1,0 +1,175 @@
+"""Horovod's helpers for starting every rank from the same state.
+
+broadcast_parameters / broadcast_optimizer_state / broadcast_object copy
+rank `root_rank`'s model, optimizer state and any picklable object to every
+rank; allgather_object collects one object per rank.
+
+Example (Horovod's recipe)::
+
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    epoch = hvd.broadcast_object(epoch, root_rank=0)
+"""
+import io
+import pickle
+
+import numpy as np
+import torch
+
+from .. import runtime as _rt
+from ..runtime_errors import MismatchError
+from . import mpi_ops
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+    """Root's `obj` (anything picklable) on every rank."""
+    mpi_ops._check_root(root_rank, "broadcast_object")
+    if mpi_ops.rank() == root_rank:
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        payload = np.frombuffer(buf.getvalue(), dtype=np.uint8).copy()
+        length = np.array([payload.size], dtype=np.int64)
+    else:
+        length = np.zeros(1, dtype=np.int64)
+    _rt.broadcast(length, root_rank)
+    if mpi_ops.rank() != root_rank:
+        payload = np.zeros(int(length[0]), dtype=np.uint8)
+    _rt.broadcast(payload, root_rank)
+    if mpi_ops.rank() == root_rank:
+        return obj
+    return torch.load(io.BytesIO(payload.tobytes()))
+
+
+def allgather_object(obj, name=None, process_set=None):
+    """Every rank's `obj` (picklable), as a list in rank order."""
+    return [pickle.loads(b) for b in _rt.allgather_bytes(pickle.dumps(obj))]
+
+
+def _named_tensors(params, what):
+    if isinstance(params, dict):
+        items = sorted(params.items())
+    elif isinstance(params, list) or hasattr(params, "__iter__"):
+        items = list(params)
+        for item in items:
+            if not (isinstance(item, tuple) and len(item) == 2):
+                raise ValueError("%s: pass a state_dict or model.named_parameters() (name, tensor) pairs" % what)
+    else:
+        raise ValueError("%s: invalid params of type %s" % (what, type(params).__name__))
+    return items
+
+
+def broadcast_parameters(params, root_rank):
+    """Copies root's parameters/buffers, in place, into every rank's.
+
+    `params`: model.state_dict() or model.named_parameters() (or any list of
+    (name, tensor) pairs in the same order on every rank).
+    """
+    items = _named_tensors(params, "broadcast_parameters")
+    _check_same(items, "broadcast_parameters")
+    handles = []
+    for _, p in items:
+        if p is None:
+            continue
+        if isinstance(p, torch.Tensor):
+            handles.append(mpi_ops.broadcast_async_(p.data if p.requires_grad else p, root_rank))
+    for h in handles:
+        mpi_ops.synchronize(h)
+
+
+def _check_same(items, what):
+    """Every rank passes the same names, shapes and dtypes, or MismatchError naming the first difference."""
+    mine = [(str(n), tuple(p.shape) if isinstance(p, torch.Tensor) else None,
+             str(p.dtype) if isinstance(p, torch.Tensor) else type(p).__name__) for n, p in items]
+    everyone = allgather_object(mine)
+    raise_on_mismatch(everyone, what)
+
+
+def raise_on_mismatch(everyone, what):
+    """`everyone[r]` is rank r's list of (name, shape, dtype); raises MismatchError on any difference."""
+    base = everyone[0]
+    for r, other in enumerate(everyone[1:], start=1):
+        if other == base:
+            continue
+        names0 = {e[0]: e for e in base}
+        namesr = {e[0]: e for e in other}
+        for name in names0:
+            if name not in namesr:
+                raise MismatchError("%s: parameter '%s' is on rank 0 but not on rank %d" % (what, name, r))
+        for name in namesr:
+            if name not in names0:
+                raise MismatchError("%s: parameter '%s' is on rank %d but not on rank 0" % (what, name, r))
+        for e0, er in zip(base, other):
+            if e0 != er:
+                if e0[0] != er[0]:
+                    raise MismatchError("%s: parameters in a different order: rank 0 has '%s' where rank %d has '%s'"
+                                        % (what, e0[0], r, er[0]))
+                raise MismatchError("%s: parameter '%s' is %s %s on rank 0 but %s %s on rank %d"
+                                    % (what, e0[0], e0[2], list(e0[1] or ()), er[2], list(er[1] or ()), r))
+        raise MismatchError("%s: rank 0 registers %d parameters, rank %d %d" % (what, len(base), r, len(other)))
+
+
+def _init_state(optimizer):
+    """Creates the optimizer's lazily made state (momentum, Adam moments) with a zero-gradient step.
+
+    The parameters are restored afterwards, so only the state (zeros, step
+    counts) changes.
+    """
+    saved, grads = [], []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if not p.requires_grad:
+                continue
+            saved.append((p, p.detach().clone()))
+            grads.append((p, p.grad))
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            else:
+                p.grad = torch.zeros_like(p.grad)
+    step = getattr(optimizer, "_muster_plain_step", optimizer.step)
+    step()
+    with torch.no_grad():
+        for p, value in saved:
+            p.copy_(value)
+    for p, g in grads:
+        p.grad = g
+
+
+def broadcast_optimizer_state(optimizer, root_rank):
+    """Copies root's optimizer state (hyper-parameters, momentum buffers, step counts) to every rank.
+
+    State an optimizer creates on its first step (SGD momentum, Adam moments)
+    is created first on every rank, so ranks that have not stepped yet receive it.
+    """
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise ValueError("broadcast_optimizer_state: LBFGS is not supported (as in Horovod)")
+    if not optimizer.state_dict()["state"]:
+        _init_state(optimizer)
+    state = optimizer.state_dict()
+    tensors = []
+    skeleton = {}
+    for pid in sorted(state["state"]):
+        entry = {}
+        for key in sorted(state["state"][pid]):
+            value = state["state"][pid][key]
+            if isinstance(value, torch.Tensor):
+                tensors.append(("%s.%s" % (pid, key), value))
+                entry[key] = None
+            else:
+                entry[key] = value
+        skeleton[pid] = entry
+    _check_same(tensors, "broadcast_optimizer_state")
+    root = broadcast_object({"param_groups": state["param_groups"], "skeleton": skeleton}, root_rank)
+    handles = [mpi_ops.broadcast_async_(t, root_rank) for _, t in tensors]
+    for h in handles:
+        mpi_ops.synchronize(h)
+    if mpi_ops.rank() == root_rank:
+        return
+    new_state = {}
+    for pid, entry in root["skeleton"].items():
+        new_state[pid] = {k: (state["state"][pid][k] if v is None else v) for k, v in entry.items()}
+    groups = []
+    for mine, theirs in zip(state["param_groups"], root["param_groups"]):
+        g = dict(theirs)
+        g["params"] = mine["params"]
+        groups.append(g)
+    optimizer.load_state_dict({"state": new_state, "param_groups": groups})

@@ -1,0 +1,42 @@
+"""muster.torch under faults: every surviving rank raises a muster exception
+naming the cause within the runtime's timeout (3 s here), never hangs."""
+import re
+
+from torch_mpirun import mpirun
+
+TIMEOUT_ENV = {"MUSTER_COMM_TIMEOUT_MS": "3000"}
+
+
+def faults(out):
+    # mpirun may splice two ranks' lines together: a report ends at the next one.
+    pattern = r"(?<!NO-)FAULT rank (\d+) (\w+): (.*?)(?=(?<!NO-)FAULT rank \d+ \w+: |\n|$)"
+    return {int(m.group(1)): (m.group(2), m.group(3)) for m in re.finditer(pattern, out)}
+
+
+def test_mismatched_parameters_name_the_parameter_on_every_rank():
+    code, out = mpirun(2, "torch_fault_worker.py", ["params"], env=TIMEOUT_ENV, timeout=120, abort_on_failure=False)
+    got = faults(out)
+    assert sorted(got) == [0, 1], out
+    for kind, message in got.values():
+        assert kind == "MismatchError", out
+        assert "'2.weight'" in message and "rank 1" in message, out
+    assert code == 0, out
+
+
+def test_mismatched_collective_raises_on_every_rank():
+    code, out = mpirun(2, "torch_fault_worker.py", ["collective"], env=TIMEOUT_ENV, timeout=120,
+                       abort_on_failure=False)
+    got = faults(out)
+    assert sorted(got) == [0, 1], out
+    for kind, message in got.values():
+        assert kind in ("PeerTimeoutError", "CommError", "MismatchError"), out
+    assert "NO-FAULT" not in out, out
+
+
+def test_dead_rank_is_named_by_every_survivor():
+    code, out = mpirun(3, "torch_fault_worker.py", ["kill"], env=TIMEOUT_ENV, timeout=150, abort_on_failure=False)
+    got = faults(out)
+    assert sorted(got) == [0, 2], out
+    for kind, message in got.values():
+        assert kind in ("CommError", "PeerTimeoutError"), out
+        assert "rank 1" in message, out

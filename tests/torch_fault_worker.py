@@ -1,0 +1,64 @@
+# Faults a muster.torch script must survive with an exception, never a hang.
+# Run under mpirun by torch_fault_test.py with a short MUSTER_COMM_TIMEOUT_MS.
+# Each surviving rank prints one line "FAULT rank <r> <ExceptionClass>: <message>"
+# and exits 0; a rank that sees no exception prints "NO-FAULT rank <r>" and exits 3.
+#
+# Usage: python3 torch_fault_worker.py params|collective|kill
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import muster.torch as hvd
+from muster import MusterError
+
+torch.set_num_threads(1)
+mode = sys.argv[1]
+hvd.init()
+r = hvd.rank()
+
+
+def model_for(rank):
+    layers = [nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4)]
+    if mode == "params" and rank == 1:
+        layers[2] = nn.Linear(16, 5)  # rank 1's last layer differs: 'mismatch' names it
+    return nn.Sequential(*layers)
+
+
+try:
+    if mode == "params":
+        model = model_for(r)
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=model.named_parameters())
+    elif mode == "collective":
+        # Rank 0 reduces 1000 floats while the others broadcast 3000 bytes: not the same collective.
+        if r == 0:
+            hvd.allreduce(torch.ones(1000))
+        else:
+            hvd.broadcast(torch.ones(750), root_rank=0)
+        hvd.allreduce(torch.ones(10))  # a rank the mismatch did not stop must not get past this
+    elif mode == "kill":
+        model = model_for(r)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       named_parameters=model.named_parameters())
+        x, y = torch.randn(16, 8), torch.randint(0, 4, (16,))
+        for step in range(1000):
+            if r == 1 and step == 3:
+                os.kill(os.getpid(), signal.SIGKILL)
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            time.sleep(0.01)
+    else:
+        raise SystemExit("unknown mode " + mode)
+except MusterError as e:
+    print("FAULT rank %d %s: %s" % (r, type(e).__name__, str(e).replace("\n", " ")), flush=True)
+    if mode == "params":
+        sys.exit(0)  # nothing broke: MPI finalises as usual
+    os._exit(0)  # the communicator is broken: skip finalising MPI with a dead or confused peer
+print("NO-FAULT rank %d" % r, flush=True)
+sys.exit(3)
