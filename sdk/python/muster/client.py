@@ -50,6 +50,40 @@ def _path_id(value, what="worker"):
     return urllib.parse.quote(one_id(value, what), safe="")
 
 
+_SHELL_HELPER = (
+    "def _muster_shell(command):\n"
+    "    import subprocess, sys\n"
+    "    sys.stdout.flush(); sys.stderr.flush()\n"
+    "    code = subprocess.call(command, shell=True)\n"
+    "    if code:\n"
+    "        sys.exit(code)\n")
+
+
+def shell_lines_to_python(code: str) -> str:
+    """cdsw's `code` convention in the python3 kernel: a line starting with "!" is a shell command.
+
+    "!nvidia-smi" becomes a call that runs it with /bin/sh and ends the
+    worker with the command's exit code if that is not 0; other lines stay
+    Python. Code without such lines is returned unchanged.
+
+    Example::
+
+        shell_lines_to_python("!echo hi")   # -> Python that runs `echo hi`
+    """
+    lines = code.split("\n")
+    if not any(line.lstrip().startswith("!") for line in lines):
+        return code
+    out = []
+    for line in lines:
+        stripped = line.lstrip()
+        if stripped.startswith("!"):
+            indent = line[:len(line) - len(stripped)]
+            out.append("%s_muster_shell(%r)" % (indent, stripped[1:].strip()))
+        else:
+            out.append(line)
+    return _SHELL_HELPER + "\n".join(out)
+
+
 def surface_warnings(answer: Any, stacklevel: int = 4) -> None:
     """warnings.warn (category MusterWarning) each string of the daemon's "warnings" array."""
     if isinstance(answer, dict):
@@ -102,7 +136,8 @@ class Client:
         The daemon's notes (e.g. "script wins over code" when both are
         given, as in cdsw) come as MusterWarning warnings. CML cloud's
         accelerator_label_id / resource_profile_id / resource_group_id are
-        accepted and ignored, with a MusterWarning saying so.
+        accepted and ignored, with a MusterWarning saying so. As in cdsw's
+        examples, a `code` line starting with "!" runs as a shell command.
 
         Example::
 
@@ -110,6 +145,8 @@ class Client:
                                             env={"EPOCHS": "3"}, args=["--lr", "0.1"])
             ids = [w["id"] for w in workers]
         """
+        if code and kernel == "python3":
+            code = shell_lines_to_python(code)
         body = {"n": n, "cpu": cpu, "memory": memory, "nvidia_gpu": nvidia_gpu, "kernel": kernel,
                 "script": script or "", "code": code or "", "env": _env_dict(env),
                 "args": _args_list(args)}

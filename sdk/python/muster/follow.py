@@ -14,8 +14,9 @@ follow_log() reads that stream with http.client and yields complete lines:
      offset reached (bytes are never yielded twice nor skipped); give up with
      MusterError("unavailable") after `retries` failed connections in a row.
 
-A daemon without streaming (no X-Log-Offset in its answer) is followed by
-polling its whole log every poll_seconds instead, with the same output.
+A daemon without streaming (no X-Log-Offset in its answer, or a 503/429
+answer: no streaming, or no follower slot free) is followed by polling its
+whole log every poll_seconds instead, with the same output.
 """
 import http.client
 import socket
@@ -42,12 +43,12 @@ def _tail_start(body: bytes, k: int) -> int:
     return pos + 1
 
 
-def follow_log(http, path: str, is_done: Callable[[], bool], tail: Optional[int] = None,
+def follow_log(transport, path: str, is_done: Callable[[], bool], tail: Optional[int] = None,
                offset: Optional[int] = None, poll_seconds: float = 0.25, read_timeout: float = 30.0,
                retries: int = 20) -> Iterator[str]:
     """Yields the lines (without their newline) of the log at `path` as they are written.
 
-    http: a muster._http.Transport; is_done(): True once the owner has ended.
+    transport: a muster._http.Transport; is_done(): True once the owner has ended.
     tail=K starts with the last K lines; offset=N at byte N; neither: the start.
     """
     buf = b""
@@ -64,8 +65,11 @@ def follow_log(http, path: str, is_done: Callable[[], bool], tail: Optional[int]
         elif tail is not None:
             query["tail"] = int(tail)
         try:
-            conn, resp = http.open_stream(path, query if streaming else None, timeout=read_timeout)
+            conn, resp = transport.open_stream(path, query if streaming else None, timeout=read_timeout)
         except MusterError as err:
+            if streaming and err.http_status in (429, 503):
+                streaming = False  # the daemon does not stream, or has no follower slot free: poll
+                continue
             if err.code not in ("unavailable", "deadline_exceeded") or failures >= retries:
                 raise
             failures += 1
@@ -80,7 +84,7 @@ def follow_log(http, path: str, is_done: Callable[[], bool], tail: Optional[int]
                 body = b"" if (first and tail is not None and offset is None) else resp.read()
                 if first and tail is not None and offset is None:
                     conn.close()
-                    conn, resp = http.open_stream(path, None, timeout=read_timeout)
+                    conn, resp = transport.open_stream(path, None, timeout=read_timeout)
                     body = resp.read()
                     offset = _tail_start(body, int(tail))
                 start = offset if offset is not None and offset <= len(body) else 0
