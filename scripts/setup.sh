@@ -12,6 +12,9 @@ packages=(
   libspdlog-dev libgtest-dev libgmock-dev libsqlite3-dev libeigen3-dev
   libcli11-dev zlib1g-dev
   python3 python3-pytest
+  # SDK: notebooks run in a real kernel (nbclient, ipykernel); pip install of sdk/python
+  # offline into a venv (pip, setuptools, wheel, venv).
+  python3-nbclient python3-ipykernel python3-pip python3-setuptools python3-wheel python3-venv
   dataset-fashion-mnist
   iperf3 iproute2 openssh-server openssh-client procps psmisc
 )
