@@ -8,7 +8,7 @@ import shlex
 import time
 import urllib.parse
 import warnings
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import clusters as _clusters
 from ._http import DEFAULT_TIMEOUT_S, Transport

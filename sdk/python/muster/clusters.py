@@ -11,7 +11,7 @@ GET /api/v1/clusters/{id} with a growing interval (20 ms up to 250 ms).
 """
 import shlex
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional
 
 from .errors import ClusterFailed, MusterError
 from .ids import one_id
@@ -146,7 +146,7 @@ def _spec_of(cluster):
     return spec
 
 
-def session_address(cluster_spec):
+def session_address(cluster_spec: Dict[str, Any]) -> Optional[str]:
     """"grpc://host:port" of the chief, else of worker 0: where a tf.Session connects."""
     for kind in ("chief", "worker"):
         tasks = cluster_spec.get(kind) or []
