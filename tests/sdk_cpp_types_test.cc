@@ -116,10 +116,10 @@ TEST(SdkCppTypes, CdswTimesWarningsAndTheNewClusterFields) {
   mpi.verbose = true;
   mpi.network_interfaces = {"eth0", "eth1"};
   body = mpi.to_json();
-  EXPECT_EQ(body["fusion_threshold_mb"], 32.0);
+  EXPECT_EQ(body["fusion_threshold_mb"], 32);
   EXPECT_EQ(body["cycle_time_ms"], 5.0);
   EXPECT_EQ(body["timeline_filename"], "tl.json");
-  EXPECT_EQ(body["start_timeout"], 60.0);
+  EXPECT_EQ(body["start_timeout"], 60);
   EXPECT_EQ(body["verbose"], true);
   EXPECT_EQ(body["network_interfaces"], json({"eth0", "eth1"}));
 }
