@@ -74,6 +74,29 @@ def test_launch_ps_logs_stop(daemon):
     assert all(i in ok(muster(daemon, "ps", "-a")) for i in ids)
 
 
+def test_logs_follow_prints_lines_while_the_worker_runs(daemon):
+    [wid] = ok(muster(daemon, "launch", "-n", "1", "--script", "hello.py", "--cpu", "0.5", "--memory", "0.5",
+                      "--env", "HOLD_S=4")).split()
+    e = daemon.env()
+    e["PYTHONPATH"] = os.path.join(os.environ["MUSTER_SOURCE_DIR"], "sdk", "python")
+    proc = subprocess.Popen([sys.executable, "-m", "muster", "logs", "-f", wid], env=e, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        line = proc.stdout.readline()
+        while line.startswith("[muster-agent]"):
+            line = proc.stdout.readline()
+        assert line.startswith("hello from %s" % wid), line
+        # The first line came while the worker still holds: it was followed, not read at the end.
+        [me] = [w for w in json.loads(ok(muster(daemon, "ps", "--json"))) if w["id"] == wid]
+        assert me["status"] == "running", me
+        rest = proc.communicate(timeout=60)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0 and rest.splitlines()[-1] == "bye", rest
+
+
 def test_horovodrun_no_launch_with_horovod_options_then_stop_the_cluster(daemon):
     c = json.loads(ok(muster(daemon, "horovodrun", "-np", "2", "--cpu", "0.5", "--memory", "0.5", "--no-launch",
                              "--fusion-threshold-mb", "32", "--cycle-time-ms", "5", "--json",
