@@ -25,7 +25,7 @@ import warnings
 import pytest
 
 import muster
-from sdk_daemon import Daemon
+from sdk_daemon import Daemon, processes_with_env
 
 SCRIPTS = {
     # N lines, one every 0.3 s, each carrying the time it was written.
@@ -70,25 +70,6 @@ def daemon(tmp_path_factory):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def processes_with_env(entry):
-    """pids whose environment holds `entry` ("NAME=value"), zombies excluded."""
-    needle = entry.encode()
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/environ" % pid, "rb") as f:
-                env = f.read().split(b"\0")
-            with open("/proc/%s/stat" % pid) as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if needle in env and state != "Z":
-            found.append(int(pid))
-    return found
 
 
 def wait_until(pred, seconds, what):

@@ -9,10 +9,11 @@ committed .ipynb files are what make_notebooks.py writes.
 import json
 import os
 import sys
+import time
 
 import pytest
 
-from sdk_daemon import Daemon
+from sdk_daemon import Daemon, processes_with_env
 
 REPO = os.environ.get("MUSTER_SOURCE_DIR") or os.path.join(os.path.dirname(__file__), "..")
 NOTEBOOKS = os.path.join(REPO, "examples", "notebook")
@@ -73,6 +74,53 @@ def test_ported_cml_notebook_runs_unchanged(daemon):
     assert text.count(" succeeded 20") >= 2, text  # "<id> succeeded <running_at> <duration>"
     # await_workers' progress went to a Jupyter display (display_data), updated in place.
     assert "muster: 2/2 workers succeeded" in text, text
+
+
+def test_interrupting_the_kernel_stops_the_cluster_the_cell_started(daemon):
+    """Jupyter's "interrupt kernel" during a blocking horovodrun: the cell ends in KeyboardInterrupt
+    naming the cluster, and the cluster and all its processes are gone."""
+    import muster
+    from jupyter_client.manager import start_new_kernel
+    km, kc = start_new_kernel(kernel_name="python3", cwd=REPO)
+    try:
+        before = {c["id"] for c in muster.list_clusters()}
+        msg_id = kc.execute("import muster\n"
+                            "try:\n"
+                            "    muster.horovodrun(2, 'tests/notebooks/sleep_rank.py', cpu=0.5, memory=0.5,\n"
+                            "                      wait_for_completion=True)\n"
+                            "except KeyboardInterrupt as e:\n"
+                            "    print('interrupted cluster', e.cluster_id)\n"
+                            "    raise\n")
+        deadline = time.monotonic() + 60
+        cluster = None
+        while time.monotonic() < deadline and cluster is None:
+            new = [c for c in muster.list_clusters() if c["id"] not in before and c["status"] == "running"]
+            if new and "rank sleeping" in muster.cluster_logs(new[0]):
+                cluster = new[0]
+            time.sleep(0.2)
+        assert cluster is not None, "the cell's cluster never ran"
+        km.interrupt_kernel()
+        reply = kc.get_shell_msg(timeout=60)
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = kc.get_shell_msg(timeout=60)
+        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+        printed = ""
+        while True:
+            try:
+                msg = kc.get_iopub_msg(timeout=2)
+            except Exception:  # noqa: BLE001 - queue.Empty: nothing more was published
+                break
+            if msg["msg_type"] == "stream":
+                printed += msg["content"]["text"]
+        assert "interrupted cluster %s" % cluster["id"] in printed, printed
+        assert muster.get_cluster(cluster)["status"] == "stopped"
+        deadline = time.monotonic() + 15
+        while processes_with_env("MUSTER_CLUSTER_ID=" + cluster["id"]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not processes_with_env("MUSTER_CLUSTER_ID=" + cluster["id"])
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
 
 
 def need_training():
