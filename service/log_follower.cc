@@ -12,13 +12,17 @@ LogFollower::LogFollower(LogFollowerOptions options) : options_(options) {
   if (options_.start_thread) thread_ = std::thread([this] { loop(); });
 }
 
-LogFollower::~LogFollower() {
+LogFollower::~LogFollower() { shutdown(); }
+
+void LogFollower::shutdown() {
+  closed_ = true;
   {
     std::lock_guard<std::mutex> lock(mu_);
     quit_ = true;
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> pass(poll_mu_);
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& e : entries_) e->f.stream->close();
   entries_.clear();
@@ -34,6 +38,7 @@ void LogFollower::loop() {
 }
 
 api::Result<std::shared_ptr<LogFollower::Slot>> LogFollower::reserve() {
+  if (closed_) return api::unavailable("the daemon is shutting down");
   if (++reserved_ > options_.max_followers) {
     --reserved_;
     return api::unavailable("too many followed logs (" + std::to_string(options_.max_followers) +
@@ -43,6 +48,10 @@ api::Result<std::shared_ptr<LogFollower::Slot>> LogFollower::reserve() {
 }
 
 void LogFollower::follow(Follow f) {
+  if (closed_) {
+    f.stream->close();
+    return;
+  }
   auto e = std::make_shared<Entry>();
   e->f = std::move(f);
   std::lock_guard<std::mutex> lock(mu_);

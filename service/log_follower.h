@@ -76,6 +76,10 @@ class LogFollower {
   void follow(Follow f);
   // One pass (a)-(c) over every follow.
   void poll_once();
+  // Ends every stream and the thread; later reserve() answers unavailable
+  // and a late follow() closes its stream at once. The daemon calls it
+  // before stopping the HTTP server, so no open stream holds that up.
+  void shutdown();
   size_t active() const;
 
  private:
@@ -92,6 +96,7 @@ class LogFollower {
   std::mutex poll_mu_;  // one pass at a time
   std::condition_variable cv_;
   bool quit_ = false;
+  std::atomic<bool> closed_{false};
   std::thread thread_;
 };
 

@@ -226,8 +226,9 @@ int main(int argc, char** argv) {
     }
     registry->tick();
   }
+  follower->shutdown();  // ends the followed streams, so none holds up the server's stop
   server->stop();
-  follower.reset();  // ends the followed streams; asks nothing of the registry after this
+  follower.reset();  // asks nothing of the registry after this
   clusters.reset();  // ends cluster launchers (mpirun) before the backend goes
   backend.value()->shutdown();
   fs::remove(state / "musterd.json", ec);

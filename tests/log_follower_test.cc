@@ -150,6 +150,18 @@ TEST_F(LogFollowerTest, ThreadDeliversWithinAPoll) {
   EXPECT_EQ(s->text, "live\n");
 }
 
+TEST_F(LogFollowerTest, ShutdownEndsStreamsAndRefusesNewOnes) {
+  LogFollower f(manual());
+  auto s = follow(f);
+  f.shutdown();
+  EXPECT_TRUE(s->closed());
+  EXPECT_EQ(f.reserve().status().code(), ErrorCode::kUnavailable);
+  auto late = std::make_shared<FakeStream>();
+  f.follow({log_, 0, [] { return false; }, late, nullptr});
+  EXPECT_TRUE(late->closed());
+  EXPECT_EQ(f.active(), 0u);
+}
+
 TEST_F(LogFollowerTest, FollowStartFromOffsetOrTail) {
   EXPECT_EQ(follow_start(log_, std::nullopt, 3), 0u);  // no file yet
   append("a\nbb\nccc\n");

@@ -267,3 +267,26 @@ def test_gpus_are_reserved_per_worker(dirs):
     # A bad --gpus is refused at start-up.
     with pytest.raises(RuntimeError, match="--gpus"):
         daemon_for(root, project, "--gpus", "0,x").start()
+
+
+def test_daemon_stops_promptly_with_a_follow_open(dirs):
+    root, project = dirs
+    with open(os.path.join(project, "ticker.py"), "w") as f:
+        f.write(TICKER)
+    d = daemon_for(root, project).start()
+    try:
+        api = Api(d)
+        status, body = api.launch(script="ticker.py", args=["600", "0.2"])
+        assert status == 201, body
+        resp, conn = api.open_stream("/api/v1/workers/%s/logs?follow=true" % body["workers"][0]["id"])
+        assert resp.status == 200
+        assert resp.read1(65536) or resp.read1(65536)  # the stream is live
+        start = time.monotonic()  # the worker still runs: only the shutdown can end the stream
+        d.proc.send_signal(15)
+        d.proc.wait(20)
+        assert time.monotonic() - start < 10
+        rest = read_stream(resp, 10)  # the stream ended with the daemon
+        conn.close()
+        assert all(l.startswith(("tick ", "[muster-agent]")) for _, l in rest), rest
+    finally:
+        d.stop()
