@@ -26,9 +26,11 @@ SCRIPTS = {
         with open(path + ".tmp", "w") as f:
             f.write(cfg)
         os.rename(path + ".tmp", path)
+        # ...and those named in WAIT_FOR too (the evaluator's: the daemon stops it once the workers end).
         deadline = time.monotonic() + 60
-        while not os.path.exists(os.path.join(os.environ["OUT_DIR"], "ps-0.json")) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        for name in ["ps-0.json"] + [n for n in os.environ.get("WAIT_FOR", "").split(",") if n]:
+            while not os.path.exists(os.path.join(os.environ["OUT_DIR"], name)) and time.monotonic() < deadline:
+                time.sleep(0.05)
     """,
     "ps.py": """
         import json, os, time
@@ -120,7 +122,7 @@ def test_run_cluster_with_script_gives_every_task_its_own_tf_config(daemon, tmp_
 def test_tf2_chief_and_evaluator_get_tensorflow_valid_tf_configs(daemon, tmp_path):
     result = muster.run_cluster(n_workers=2, n_ps=1, n_chief=1, n_evaluator=1, cpu=0.5, memory=1,
                                 worker_script="show_tf_config.py", ps_script="ps.py", timeout_seconds=60,
-                                env={"OUT_DIR": str(tmp_path)}, progress=False)
+                                env={"OUT_DIR": str(tmp_path), "WAIT_FOR": "evaluator-0.json"}, progress=False)
     spec, session_addr = result
     # TensorFlow's rules: the chief is in the cluster spec, the evaluator is not.
     assert sorted(spec) == ["chief", "ps", "worker"] and len(spec["chief"]) == 1, spec
