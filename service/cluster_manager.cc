@@ -249,6 +249,7 @@ api::Result<Cluster> ClusterManager::create(const ClusterRequest& request) {
     if (request.n_ps > 0) {
       auto ps = task_batch(request.n_ps, request.ps_script, {}, "ps_script");
       if (!ps) return ps.status();
+      ps->request.nvidia_gpu = 0;  // parameter servers keep variables in host memory: no GPU for them
       std::error_code ec;
       if (request.ps_script.empty() && !options_.ps_program.empty() && fs::is_regular_file(options_.ps_program, ec)) {
         // The runtime's parameter server, outside the project dir: built by

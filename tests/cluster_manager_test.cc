@@ -503,6 +503,14 @@ TEST_F(ClusterManagerTest, MpiRanksGetTheirHostsDevices) {
   const size_t n = std::fread(buf, 1, sizeof buf - 1, p);
   ::pclose(p);
   EXPECT_EQ(std::string(buf, n), "0,2/0,2/2\n");
+  // ps clusters: the workers get their GPUs, the parameter servers none
+  // (one device is left: a PS that took one would make this fail).
+  auto ps = ps_request(1, 1);
+  ps.nvidia_gpu = 1;
+  auto pc = create(ps);
+  ASSERT_EQ(pc.tasks.size(), 2u);
+  EXPECT_EQ(worker(pc.tasks[0].worker_id).gpu_devices, "");
+  EXPECT_EQ(worker(pc.tasks[1].worker_id).gpu_devices, "3");
   manager_.reset();  // before `gpus` goes
   registry_.reset();
 }
