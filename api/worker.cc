@@ -1,6 +1,8 @@
 #include "muster/api/worker.h"
 
 #include <array>
+#include <cstdio>
+#include <ctime>
 
 namespace muster::api {
 
@@ -62,7 +64,52 @@ bool can_transition(WorkerStatus from, WorkerStatus to) {
   }
 }
 
-nlohmann::json to_json(const Worker& w) {
+std::optional<std::chrono::system_clock::time_point> parse_rfc3339(const std::string& text) {
+  std::tm tm{};
+  int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0, consumed = 0;
+  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &year, &month, &day, &hour, &minute, &second,
+                  &consumed) != 6) {
+    return std::nullopt;
+  }
+  tm.tm_year = year - 1900;
+  tm.tm_mon = month - 1;
+  tm.tm_mday = day;
+  tm.tm_hour = hour;
+  tm.tm_min = minute;
+  tm.tm_sec = second;
+  const std::time_t secs = timegm(&tm);
+  double fraction = 0;
+  size_t pos = static_cast<size_t>(consumed);
+  if (pos < text.size() && text[pos] == '.') {
+    double scale = 0.1;
+    for (++pos; pos < text.size() && text[pos] >= '0' && text[pos] <= '9'; ++pos, scale /= 10) {
+      fraction += (text[pos] - '0') * scale;
+    }
+  }
+  if (pos >= text.size() || text[pos] != 'Z') return std::nullopt;
+  return std::chrono::system_clock::time_point(std::chrono::seconds(secs)) +
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::duration<double>(fraction));
+}
+
+std::optional<double> worker_duration(const Worker& w, std::chrono::system_clock::time_point now) {
+  if (!w.running_at) return std::nullopt;
+  const auto start = parse_rfc3339(*w.running_at);
+  if (!start) return std::nullopt;
+  std::chrono::system_clock::time_point end = now;
+  if (is_terminal(w.status)) {
+    const auto finished = w.finished_at ? parse_rfc3339(*w.finished_at) : std::nullopt;
+    if (!finished) return std::nullopt;
+    end = *finished;
+  } else if (w.status != WorkerStatus::kRunning) {
+    return std::nullopt;
+  }
+  const double seconds = std::chrono::duration<double>(end - *start).count();
+  return seconds < 0 ? 0.0 : seconds;
+}
+
+nlohmann::json to_json(const Worker& w) { return to_json(w, std::chrono::system_clock::now()); }
+
+nlohmann::json to_json(const Worker& w, std::chrono::system_clock::time_point now) {
   return {
       {"id", w.id},
       {"status", worker_status_name(w.status)},
@@ -76,9 +123,12 @@ nlohmann::json to_json(const Worker& w) {
       {"cluster_id", or_null(w.cluster_id)},
       {"created_at", w.created_at},
       {"started_at", or_null(w.started_at)},
+      {"running_at", or_null(w.running_at)},
       {"finished_at", or_null(w.finished_at)},
+      {"duration", or_null(worker_duration(w, now))},
       {"exit_code", or_null(w.exit_code)},
       {"reason", w.reason},
+      {"gpu_devices", w.gpu_devices},
   };
 }
 
@@ -100,6 +150,10 @@ Result<Worker> worker_from_json(const nlohmann::json& j) {
     if (!j.at("cluster_id").is_null()) w.cluster_id = j.at("cluster_id").get<std::string>();
     w.created_at = j.at("created_at").get<std::string>();
     if (!j.at("started_at").is_null()) w.started_at = j.at("started_at").get<std::string>();
+    // Records of an older daemon have no running_at: it is started_at.
+    const nlohmann::json& running = j.contains("running_at") ? j.at("running_at") : j.at("started_at");
+    if (!running.is_null()) w.running_at = running.get<std::string>();
+    w.gpu_devices = j.value("gpu_devices", "");
     if (!j.at("finished_at").is_null()) w.finished_at = j.at("finished_at").get<std::string>();
     if (!j.at("exit_code").is_null()) w.exit_code = j.at("exit_code").get<int>();
     w.reason = j.at("reason").get<std::string>();

@@ -12,6 +12,7 @@
 // leaves them. `running` means the agent registered (ip_address is known).
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -55,13 +56,24 @@ struct Worker {
   std::string script;  // as the caller gave it, relative to the project dir
   std::optional<std::string> cluster_id;
   std::string created_at;  // RFC 3339 UTC
-  std::optional<std::string> started_at;
+  std::optional<std::string> started_at;  // when it became running (kept for older clients)
+  std::optional<std::string> running_at;  // cdsw's name for the same instant
   std::optional<std::string> finished_at;
   std::optional<int> exit_code;
   std::string reason;  // why the worker is in its status; "" when nothing to say
+  // GPU device indices reserved on the worker's host ("" = none); what its
+  // CUDA_VISIBLE_DEVICES says, e.g. "0,1".
+  std::string gpu_devices;
 };
 
+// The worker as JSON. `duration` (seconds, cdsw's field) is derived here:
+// running -> now - running_at; terminal after running -> finished_at -
+// running_at; otherwise null. `now` defaults to the system clock.
 nlohmann::json to_json(const Worker& worker);
+nlohmann::json to_json(const Worker& worker, std::chrono::system_clock::time_point now);
+std::optional<double> worker_duration(const Worker& worker, std::chrono::system_clock::time_point now);
+// "2026-11-22T02:03:04.123Z" (RFC 3339 UTC, optional fraction) -> time point.
+std::optional<std::chrono::system_clock::time_point> parse_rfc3339(const std::string& text);
 // Inverse of to_json (used by the state store); names the bad field.
 Result<Worker> worker_from_json(const nlohmann::json& j);
 
@@ -80,7 +92,8 @@ struct LaunchRequest {
   std::string kernel = kKernelPython3;
   std::string script;                  // as given
   std::filesystem::path script_path;   // canonical, inside the project dir ("" with code)
-  std::string code;
+  std::string code;                    // "" when script is given (script wins, as in cdsw)
+  std::vector<std::string> warnings;   // accepted, but worth telling the caller (201 "warnings")
   std::map<std::string, std::string> env;
   std::vector<std::string> args;
 };

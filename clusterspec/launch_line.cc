@@ -43,10 +43,19 @@ int checked_num_proc(int num_proc, const std::vector<HostSlots>& hosts) {
   return num_proc;
 }
 
-void check_interface(const std::string& name) {
-  if (!name.empty() && !is_valid_interface(name)) {
-    throw SpecError("network_interface " + quoted(name) + " is not an interface name ([A-Za-z0-9._-], at most 15)");
+void check_interfaces(const std::vector<std::string>& names) {
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (!is_valid_interface(names[i])) {
+      throw SpecError("network_interfaces[" + std::to_string(i) + "] " + quoted(names[i]) +
+                      " is not an interface name ([A-Za-z0-9._-], at most 15)");
+    }
   }
+}
+
+std::string comma_joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ",") + item;
+  return out;
 }
 
 void check_command(const std::vector<std::string>& command) {
@@ -75,7 +84,7 @@ std::vector<std::string> horovodrun_argv(const HorovodrunOptions& o) {
   check_program(o.program, "program");
   int np = checked_num_proc(o.num_proc, o.hosts);
   check_port(o.ssh_port, "ssh_port");
-  check_interface(o.network_interface);
+  check_interfaces(o.network_interfaces);
   check_command(o.command);
   if (o.fusion_threshold_mb && *o.fusion_threshold_mb < 0) throw SpecError("fusion_threshold_mb must be >= 0");
   if (o.cycle_time_ms && !(*o.cycle_time_ms > 0 && std::isfinite(*o.cycle_time_ms))) {
@@ -91,7 +100,7 @@ std::vector<std::string> horovodrun_argv(const HorovodrunOptions& o) {
     check_rsh_word(o.ssh_identity_file, "ssh_identity_file");
     argv.insert(argv.end(), {"-i", o.ssh_identity_file});
   }
-  if (!o.network_interface.empty()) argv.insert(argv.end(), {"--network-interface", o.network_interface});
+  if (!o.network_interfaces.empty()) argv.insert(argv.end(), {"--network-interfaces", comma_joined(o.network_interfaces)});
   if (o.fusion_threshold_mb) argv.insert(argv.end(), {"--fusion-threshold-mb", std::to_string(*o.fusion_threshold_mb)});
   if (o.cycle_time_ms) argv.insert(argv.end(), {"--cycle-time-ms", format_number(*o.cycle_time_ms)});
   if (!o.timeline_filename.empty()) {
@@ -100,6 +109,7 @@ std::vector<std::string> horovodrun_argv(const HorovodrunOptions& o) {
     argv.insert(argv.end(), {"--timeline-filename", o.timeline_filename});
   }
   if (o.start_timeout_s) argv.insert(argv.end(), {"--start-timeout", std::to_string(*o.start_timeout_s)});
+  if (o.verbose) argv.push_back("--verbose");
   argv.insert(argv.end(), o.command.begin(), o.command.end());
   return argv;
 }
@@ -108,7 +118,7 @@ std::vector<std::string> mpirun_argv(const MpirunOptions& o) {
   check_program(o.program, "program");
   int np = checked_num_proc(o.num_proc, o.hosts);
   check_port(o.ssh_port, "ssh_port");
-  check_interface(o.network_interface);
+  check_interfaces(o.network_interfaces);
   check_command(o.command);
 
   std::vector<std::string> argv = {o.program, "--allow-run-as-root", "--tag-output"};
@@ -140,9 +150,10 @@ std::vector<std::string> mpirun_argv(const MpirunOptions& o) {
     argv.insert(argv.end(), {"-mca", "plm_rsh_args", joined});
   }
 
-  if (!o.network_interface.empty()) {
-    argv.insert(argv.end(), {"-mca", "btl_tcp_if_include", o.network_interface, "-x",
-                             "NCCL_SOCKET_IFNAME=" + o.network_interface});
+  if (!o.network_interfaces.empty()) {
+    const std::string ifs = comma_joined(o.network_interfaces);
+    argv.insert(argv.end(), {"-mca", "btl_tcp_if_include", ifs, "-mca", "oob_tcp_if_include", ifs, "-x",
+                             "NCCL_SOCKET_IFNAME=" + ifs});
   }
   for (const auto& name : o.forward_env) {
     if (!is_valid_env_name(name)) throw SpecError("forward_env: " + quoted(name) + " is not an environment variable name");
@@ -168,7 +179,7 @@ MpirunOptions mpirun_options_for(const HorovodrunOptions& h) {
   m.num_proc = h.num_proc;
   m.ssh_port = h.ssh_port;
   m.ssh_identity_file = h.ssh_identity_file;
-  m.network_interface = h.network_interface;
+  m.network_interfaces = h.network_interfaces;
   if (h.fusion_threshold_mb) {
     m.set_env["HOROVOD_FUSION_THRESHOLD"] = std::to_string(static_cast<long long>(*h.fusion_threshold_mb) * 1024 * 1024);
   }

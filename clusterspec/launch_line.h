@@ -42,11 +42,14 @@ struct HorovodrunOptions {
   int num_proc = 0;                          // -np; 0 = total slots
   std::optional<int> ssh_port;               // -p
   std::string ssh_identity_file;             // -i
-  std::string network_interface;             // --network-interface
+  // --network-interfaces eth0,eth1 (Horovod >= 0.25's spelling; the older
+  // --network-interface is deprecated there).
+  std::vector<std::string> network_interfaces;
   std::optional<int> fusion_threshold_mb;    // --fusion-threshold-mb (>= 0; 0 disables fusion)
   std::optional<double> cycle_time_ms;       // --cycle-time-ms (> 0)
   std::string timeline_filename;             // --timeline-filename
   std::optional<int> start_timeout_s;        // --start-timeout (> 0)
+  bool verbose = false;                      // --verbose
   std::vector<std::string> command;          // what every rank runs
 };
 
@@ -58,7 +61,8 @@ struct MpirunOptions {
   std::optional<int> ssh_port;               // inside -mca plm_rsh_args "-p PORT ..."
   std::string ssh_identity_file;             // inside plm_rsh_args: -i FILE
   std::vector<std::string> ssh_extra_args;   // inside plm_rsh_args, e.g. {"-o", "StrictHostKeyChecking=no"}
-  std::string network_interface;             // -mca btl_tcp_if_include IF -x NCCL_SOCKET_IFNAME=IF
+  // -mca btl_tcp_if_include IFS -mca oob_tcp_if_include IFS -x NCCL_SOCKET_IFNAME=IFS (IFS comma-joined)
+  std::vector<std::string> network_interfaces;
   std::vector<std::string> forward_env;      // -x NAME (value taken from mpirun's environment)
   std::map<std::string, std::string> set_env;  // -x NAME=VALUE
   std::vector<std::string> extra_mpi_args;   // passed as is before the command (e.g. --oversubscribe)
@@ -69,9 +73,10 @@ std::vector<std::string> horovodrun_argv(const HorovodrunOptions& options);
 std::vector<std::string> mpirun_argv(const MpirunOptions& options);
 
 // The mpirun options horovodrun would use for `options` with Open MPI:
-// same hosts, -np, ssh port and key, interface; the tunables become the
+// same hosts, -np, ssh port and key, interfaces; the tunables become the
 // HOROVOD_FUSION_THRESHOLD (bytes), HOROVOD_CYCLE_TIME, HOROVOD_TIMELINE and
-// HOROVOD_START_TIMEOUT variables it would export. Throws SpecError.
+// HOROVOD_START_TIMEOUT variables it would export (verbose has no mpirun
+// equivalent: it only makes horovodrun print more). Throws SpecError.
 MpirunOptions mpirun_options_for(const HorovodrunOptions& options);
 
 }  // namespace muster::clusterspec

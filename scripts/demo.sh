@@ -83,6 +83,15 @@ run_notebook() {
   (cd "$REPO" && "$PYTHON" "examples/notebook/$name" "$@")
 }
 
+# run_ipynb FILE.ipynb [--set NAME=VALUE ...]: the notebook in a real Jupyter
+# kernel (nbclient + ipykernel), every cell in order, failing on any cell error.
+run_ipynb() {
+  local name=$1
+  shift
+  say "notebook (Jupyter kernel): examples/notebook/$name"
+  (cd "$REPO" && "$PYTHON" examples/notebook/run_notebook.py "examples/notebook/$name" --cwd "$REPO" "$@")
+}
+
 start_daemon
 run_notebook workers_basics.py
 # Fashion-MNIST, MLP, 3 epochs, in parameter-server mode (1 PS + 2 workers; prints
@@ -94,4 +103,9 @@ run_notebook allreduce_training.py --model mlp --epochs 3
 # epochs) as one worker, under horovodrun (muster.torch) and with 1 PS + 2
 # workers (muster.torch.ps): prints the three test accuracies.
 run_notebook pytorch_training.py
+# The same steps as .ipynb notebooks, run cell by cell in a python3 kernel (the
+# training ones shortened: 1 epoch; the .py runs above show the full accuracy).
+run_ipynb workers_basics.ipynb --set WORK_SECONDS=60
+run_ipynb ps_training.ipynb --set EPOCHS=1 --set MIN_ACCURACY=0.7
+run_ipynb allreduce_training.ipynb --set EPOCHS=1 --set MIN_ACCURACY=0.7
 say "demo done"

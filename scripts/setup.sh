@@ -13,6 +13,9 @@ packages=(
   libcli11-dev zlib1g-dev
   python3 python3-pytest python3-jsonschema python3-yaml
   python3-dev pybind11-dev python3-numpy python3-torch libopenblas0-pthread
+  # SDK: notebooks run in a real kernel (nbclient, ipykernel); pip install of sdk/python
+  # offline into a venv (pip, setuptools, wheel, venv).
+  python3-nbclient python3-ipykernel python3-pip python3-setuptools python3-wheel python3-venv
   dataset-fashion-mnist
   iperf3 iproute2 openssh-server openssh-client procps psmisc
 )

@@ -66,6 +66,41 @@ std::vector<std::string> rank_command(const fs::path& script_path, const std::ve
   return command;
 }
 
+// The GPUs of an mpi cluster's ranks. mpirun maps ranks by slot over -H in
+// order, so global rank g runs on a known host; every rank of a host gets
+// the devices its workers reserved (in worker order) as
+// CUDA_VISIBLE_DEVICES (so device `local_rank` is its own, Horovod's
+// pinning), and MUSTER_GPU_DEVICE = the physical index of its local rank's
+// device. Encoded for the wrapper: one entry per global rank, ';'-separated,
+// each the host's comma-separated list. "" when no worker has a GPU.
+std::string rank_gpus(const std::vector<clusterspec::HostSlots>& hosts, const std::vector<api::Worker>& workers) {
+  bool any = false;
+  std::vector<std::string> per_rank;
+  for (const auto& h : hosts) {
+    std::string list;
+    for (const auto& w : workers) {
+      if (w.ip_address != h.host || w.gpu_devices.empty()) continue;
+      list += (list.empty() ? "" : ",") + w.gpu_devices;
+      any = true;
+    }
+    per_rank.insert(per_rank.end(), static_cast<size_t>(h.slots), list);
+  }
+  if (!any) return "";
+  std::string out;
+  for (size_t i = 0; i < per_rank.size(); ++i) out += (i ? ";" : "") + per_rank[i];
+  return out;
+}
+
+}  // namespace
+
+// Run by /bin/sh in front of each rank's command when the cluster has GPUs.
+const char* const kRankGpuWrapper =
+    "h=$(printf %s \"$MUSTER_RANK_GPUS\" | cut -d \\; -f $((${OMPI_COMM_WORLD_RANK:-0} + 1))); "
+    "d=$(printf %s \"$h\" | cut -d , -f $((${OMPI_COMM_WORLD_LOCAL_RANK:-0} + 1))); "
+    "export CUDA_VISIBLE_DEVICES=\"$h\" NVIDIA_VISIBLE_DEVICES=\"$h\" MUSTER_GPU_DEVICE=\"$d\"; exec \"$@\"";
+
+namespace {
+
 // Writes `content` to `path` atomically (temp file + rename).
 api::Status write_file_atomically(const fs::path& path, const std::string& content) {
   const fs::path tmp = path.string() + ".tmp";
@@ -214,6 +249,7 @@ api::Result<Cluster> ClusterManager::create(const ClusterRequest& request) {
     if (request.n_ps > 0) {
       auto ps = task_batch(request.n_ps, request.ps_script, {}, "ps_script");
       if (!ps) return ps.status();
+      ps->request.nvidia_gpu = 0;  // parameter servers keep variables in host memory: no GPU for them
       std::error_code ec;
       if (request.ps_script.empty() && !options_.ps_program.empty() && fs::is_regular_file(options_.ps_program, ec)) {
         // The runtime's parameter server, outside the project dir: built by
@@ -226,10 +262,18 @@ api::Result<Cluster> ClusterManager::create(const ClusterRequest& request) {
       batches.push_back(std::move(ps).value());
       batch_types.push_back(clusterspec::kPs);
     }
-    auto workers = task_batch(request.n_workers, request.worker_script, request.args, "worker_script");
-    if (!workers) return workers.status();
-    batches.push_back(std::move(workers).value());
-    batch_types.push_back(clusterspec::kWorker);
+    // TensorFlow 2's roles run the worker script too (each learns its role
+    // from TF_CONFIG): the chief (coordinator) and the evaluator.
+    const std::pair<int, const char*> roles[] = {{request.n_chief, clusterspec::kChief},
+                                                 {request.n_workers, clusterspec::kWorker},
+                                                 {request.n_evaluator, clusterspec::kEvaluator}};
+    for (const auto& [n, type] : roles) {
+      if (n == 0) continue;
+      auto batch = task_batch(n, request.worker_script, request.args, "worker_script");
+      if (!batch) return batch.status();
+      batches.push_back(std::move(batch).value());
+      batch_types.push_back(type);
+    }
     for (auto& b : batches) {
       b.per_worker.assign(static_cast<size_t>(b.request.n), WorkerExtras{{}, true, true});
       for (auto& extras : b.per_worker) extras.env["MUSTER_CLUSTER_ID"] = id;
@@ -321,8 +365,12 @@ api::Result<std::filesystem::path> ClusterManager::log_path(const std::string& i
       if (!c.request.launch) return std::filesystem::path();
       return options_.state_dir / "clusters" / id / "launcher.log";
     }
+    // TensorFlow's chief: the chief task, else worker 0.
     for (const auto& t : c.tasks) {
-      if (t.type == "worker" && t.index == 0) chief = t.worker_id;
+      if (t.type == clusterspec::kChief) chief = t.worker_id;
+    }
+    for (const auto& t : c.tasks) {
+      if (chief.empty() && t.type == clusterspec::kWorker && t.index == 0) chief = t.worker_id;
     }
   }
   if (chief.empty()) return std::filesystem::path();
@@ -418,6 +466,11 @@ void ClusterManager::evaluate(const std::string& id) {
   // d) Any task that ended badly ends the cluster. In ps mode a worker task
   // that succeeded is done, and a PS task that exits 0 is let be (the
   // workers decide); in mpi mode every worker must stay up.
+  // Done (ps): with a chief, once the chief succeeded (TensorFlow 2's
+  // workers and PS serve until told to stop); without one, once every
+  // worker task succeeded. The rest (PS, evaluator) is then stopped.
+  const bool has_chief = std::any_of(c.tasks.begin(), c.tasks.end(),
+                                     [](const ClusterTask& t) { return t.type == clusterspec::kChief; });
   bool workers_done = true;
   for (size_t i = 0; i < c.tasks.size(); ++i) {
     const auto& t = c.tasks[i];
@@ -429,7 +482,8 @@ void ClusterManager::evaluate(const std::string& id) {
       if (has_launcher) reason += "; mpirun was aborted";
       return finish(id, ClusterStatus::kFailed, reason);
     }
-    if (t.type != clusterspec::kPs && w.status != WorkerStatus::kSucceeded) workers_done = false;
+    const bool decides = has_chief ? t.type == clusterspec::kChief : t.type == clusterspec::kWorker;
+    if (decides && w.status != WorkerStatus::kSucceeded) workers_done = false;
   }
 
   if (c.status == ClusterStatus::kStarting) {
@@ -481,7 +535,9 @@ api::Status ClusterManager::rendezvous_ps(const std::string& id, const std::vect
   Cluster c = get(id).value();
   clusterspec::ClusterSpec spec;
   try {
+    // TensorFlow's rule: the evaluator is not part of the cluster.
     for (size_t i = 0; i < c.tasks.size(); ++i) {
+      if (c.tasks[i].type == clusterspec::kEvaluator) continue;
       spec.add_task(c.tasks[i].type, clusterspec::format_address(workers[i].ip_address, *workers[i].port));
     }
     if (auto error = spec.validate()) return api::internal_error(*error);
@@ -534,7 +590,12 @@ api::Status ClusterManager::rendezvous_mpi(const std::string& id, const std::vec
   clusterspec::HorovodrunOptions h;
   h.hosts = hosts;
   h.ssh_port = r.ssh_port;
-  h.network_interface = r.network_interface;
+  h.network_interfaces = r.network_interfaces;
+  h.fusion_threshold_mb = r.fusion_threshold_mb;
+  h.cycle_time_ms = r.cycle_time_ms;
+  h.timeline_filename = r.timeline_filename;
+  h.start_timeout_s = r.start_timeout;
+  h.verbose = r.verbose;
   h.command = rank_command(script_path.value(), r.args);
   // Preflight (backends whose hosts are reached over ssh): every host is
   // checked before mpirun starts; the found interface and --prefix go on the line.
@@ -542,7 +603,9 @@ api::Status ClusterManager::rendezvous_mpi(const std::string& id, const std::vec
   for (const auto& hs : hosts) host_names.push_back(hs.host);
   auto preflight = registry_.backend().preflight_mpi(host_names, r.ssh_port, h.command.front());
   if (!preflight) return api::Status(preflight.status().code(), "preflight failed: " + preflight.status().message());
-  if (h.network_interface.empty()) h.network_interface = preflight.value().network_interface;
+  if (h.network_interfaces.empty() && !preflight.value().network_interface.empty()) {
+    h.network_interfaces = {preflight.value().network_interface};
+  }
   std::vector<std::string> horovodrun, mpirun;
   std::string hostfile;
   try {
@@ -553,6 +616,12 @@ api::Status ClusterManager::rendezvous_mpi(const std::string& id, const std::vec
     for (const auto& [name, value] : r.env) m.forward_env.push_back(name);
     m.forward_env.push_back("MUSTER_CLUSTER_ID");
     m.extra_mpi_args = options_.mpirun_extra_args;
+    if (auto gpus = rank_gpus(hosts, workers); !gpus.empty()) {
+      // Each rank sees its host's reserved devices and is handed the one of
+      // its local rank (see rank_gpus()).
+      m.set_env["MUSTER_RANK_GPUS"] = gpus;
+      m.command.insert(m.command.begin(), {"/bin/sh", "-c", kRankGpuWrapper, "muster-rank"});
+    }
     mpirun = clusterspec::mpirun_argv(m);
     hostfile = clusterspec::write_hostfile(hosts);
   } catch (const clusterspec::SpecError& e) {

@@ -6,14 +6,19 @@
 // thread:
 //
 //   ps mode (rendezvous)
-//     a) launch n_ps PS tasks and n_workers worker tasks with hold +
+//     a) launch n_ps PS tasks, n_chief chief, n_workers worker and
+//        n_evaluator evaluator tasks (the last three run the worker script) with hold +
 //        reserve_port: each agent reserves a TCP port on its IP, registers
 //        ip:port and waits to be released;
 //     b) once every task is running with ip:port, build the ClusterSpec
 //        ({"ps": [...], "worker": [...]}, index = launch order) and release
 //        every task with TF_CONFIG (its own task type/index) in its env and
 //        cluster.json in its working dir; status -> running;
-//     c) when every worker task succeeded, stop the PS tasks; -> succeeded;
+//        (the evaluator stays outside the ClusterSpec, TensorFlow's rule, and
+//        gets TF_CONFIG task {"type": "evaluator", "index": 0});
+//     c) when the chief succeeded (with a chief: TensorFlow 2's workers and
+//        PS serve until stopped), else when every worker task succeeded,
+//        stop the rest; -> succeeded;
 //     d) any task failing, timing out, lost or stopped, or the rendezvous
 //        outlasting timeout_seconds, fails the cluster with a reason naming
 //        the task ("worker 1 (id 3fa9c0) failed with exit code 3") and stops
@@ -69,6 +74,12 @@ struct ClusterManagerOptions {
   std::chrono::milliseconds launcher_grace{3000};
   bool start_thread = true;                // false: tests call step() themselves
 };
+
+// The /bin/sh script an mpi cluster with GPUs puts in front of each rank's
+// command: it exports CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES (the
+// host's reserved devices) and MUSTER_GPU_DEVICE (the local rank's) from
+// MUSTER_RANK_GPUS, then execs the command ("$@").
+extern const char* const kRankGpuWrapper;
 
 class ClusterManager {
  public:

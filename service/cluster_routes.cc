@@ -6,7 +6,7 @@ namespace muster::service {
 
 using nlohmann::json;
 
-void register_cluster_routes(Router& router, ClusterManager& clusters, int max_workers) {
+void register_cluster_routes(Router& router, ClusterManager& clusters, int max_workers, LogFollower* follower) {
   router.add("POST", "/api/v1/clusters", AuthKind::kUser, [&clusters, max_workers](const Request& req, Reply reply) {
     auto parsed = parse_cluster_request(req.body, max_workers);
     if (!parsed) return reply(error_response(parsed.status()));
@@ -29,13 +29,14 @@ void register_cluster_routes(Router& router, ClusterManager& clusters, int max_w
 
   // Text, like the worker logs; empty while the cluster has no log yet (or
   // never will: mpi with launch=false), so a notebook can poll it.
-  router.add("GET", "/api/v1/clusters/{id}/logs", AuthKind::kUser, [&clusters](const Request& req, Reply reply) {
-    auto tail = parse_tail(req);
-    if (!tail) return reply(error_response(tail.status()));
-    auto path = clusters.log_path(req.params.at("id"));
-    if (!path) return reply(error_response(path.status()));
-    reply(log_response(path.value(), tail.value()));
-  });
+  router.add("GET", "/api/v1/clusters/{id}/logs", AuthKind::kUser,
+             [&clusters, follower](const Request& req, Reply reply) {
+               const std::string id = req.params.at("id");
+               serve_log(req, reply, follower, [&clusters, &id] { return clusters.log_path(id); }, [&clusters, id] {
+                 auto c = clusters.get(id);
+                 return !c || is_terminal(c->status);
+               });
+             });
 
   router.add("POST", "/api/v1/clusters/{id}/stop", AuthKind::kUser, [&clusters](const Request& req, Reply reply) {
     auto c = clusters.stop(req.params.at("id"));
@@ -51,13 +52,14 @@ namespace muster::service {
 std::unique_ptr<ClusterManager> start_clusters(Router& router, WorkerRegistry& registry, ClusterStore* store,
                                                const Clock& clock, const std::filesystem::path& state_dir,
                                                const std::filesystem::path& project_dir, int max_workers,
-                                               const std::filesystem::path& agent_path) {
+                                               const std::filesystem::path& agent_path,
+                                               LogFollower* follower) {
   ClusterManagerOptions options;
   options.state_dir = state_dir;
   options.validation = {max_workers, project_dir};
   options.ps_program = agent_path.parent_path() / "muster-ps";
   auto manager = std::make_unique<ClusterManager>(options, registry, store, clock, make_process_launcher());
-  register_cluster_routes(router, *manager, max_workers);
+  register_cluster_routes(router, *manager, max_workers, follower);
   return manager;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "muster/service/cluster_manager.h"
+#include "muster/service/log_follower.h"
 #include "muster/service/router.h"
 
 namespace muster::service {
@@ -9,7 +10,9 @@ namespace muster::service {
 // Adds POST/GET /api/v1/clusters, GET /api/v1/clusters/{id},
 // GET /api/v1/clusters/{id}/logs?tail=N (text: mpi, the launcher's log; ps,
 // the chief's) and POST /api/v1/clusters/{id}/stop. `clusters` outlives the router.
-void register_cluster_routes(Router& router, ClusterManager& clusters, int max_workers);
+// `follower` serves ?follow=true on the logs route (null: 503).
+void register_cluster_routes(Router& router, ClusterManager& clusters, int max_workers,
+                             LogFollower* follower = nullptr);
 
 }  // namespace muster::service
 
@@ -22,6 +25,7 @@ namespace muster::service {
 std::unique_ptr<ClusterManager> start_clusters(Router& router, WorkerRegistry& registry, ClusterStore* store,
                                                const Clock& clock, const std::filesystem::path& state_dir,
                                                const std::filesystem::path& project_dir, int max_workers,
-                                               const std::filesystem::path& agent_path);
+                                               const std::filesystem::path& agent_path,
+                                               LogFollower* follower = nullptr);
 
 }  // namespace muster::service

@@ -34,6 +34,15 @@ api::Status read_int(const json& body, const char* field, int lo, int hi, int* o
   return api::Status::ok();
 }
 
+api::Status read_optional_int(const json& body, const char* field, int lo, int hi, std::optional<int>* out) {
+  auto it = body.find(field);
+  if (it == body.end() || it->is_null()) return api::Status::ok();
+  int v = 0;
+  if (auto s = read_int(body, field, lo, hi, &v); !s) return s;
+  *out = v;
+  return api::Status::ok();
+}
+
 api::Status read_number(const json& body, const char* field, bool allow_zero, double* out) {
   auto it = body.find(field);
   if (it == body.end() || it->is_null()) return api::Status::ok();
@@ -93,7 +102,9 @@ const char* cluster_mode_name(ClusterMode mode) { return mode == ClusterMode::kP
 api::Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) {
   static const std::set<std::string> kFields = {
       "mode", "n_workers", "n_ps", "cpu", "memory", "nvidia_gpu", "worker_script", "args", "env", "ps_script",
-      "slots", "ssh_port", "network_interface", "timeout_seconds", "launch"};
+      "slots", "ssh_port", "network_interface", "network_interfaces", "timeout_seconds", "launch",
+      "fusion_threshold_mb", "cycle_time_ms", "timeline_filename", "start_timeout", "verbose", "n_chief",
+      "n_evaluator"};
   if (!body.is_object()) return api::invalid_argument("the request body must be a JSON object");
   for (const auto& item : body.items()) {
     if (!kFields.count(item.key())) return api::invalid_argument("unknown field '" + item.key() + "'", item.key());
@@ -113,8 +124,15 @@ api::Result<ClusterRequest> parse_cluster_request(const json& body, int max_work
   // At least one worker task comes beside the PS tasks.
   if (auto s = read_int(body, "n_ps", 0, max_workers - 1, &r.n_ps); !s) return s;
   if (r.mode == ClusterMode::kMpi && r.n_ps != 0) return bad("n_ps", "is for ps mode only (mpi mode has no parameter servers)");
-  if (r.n_workers + r.n_ps > max_workers) {
-    return bad("n_workers", "+ n_ps is " + std::to_string(r.n_workers + r.n_ps) + ", more than the " +
+  if (auto s = read_int(body, "n_chief", 0, 1, &r.n_chief); !s) return s;
+  if (auto s = read_int(body, "n_evaluator", 0, 1, &r.n_evaluator); !s) return s;
+  if (r.mode == ClusterMode::kMpi && r.n_chief != 0) return bad("n_chief", "is for ps mode only (TensorFlow's chief task)");
+  if (r.mode == ClusterMode::kMpi && r.n_evaluator != 0) {
+    return bad("n_evaluator", "is for ps mode only (TensorFlow's evaluator task)");
+  }
+  const int total = r.n_workers + r.n_ps + r.n_chief + r.n_evaluator;
+  if (total > max_workers) {
+    return bad("n_workers", "+ n_ps + n_chief + n_evaluator is " + std::to_string(total) + ", more than the " +
                                 std::to_string(max_workers) + " workers this daemon allows");
   }
   if (auto s = read_number(body, "cpu", false, &r.cpu); !s) return s;
@@ -153,9 +171,41 @@ api::Result<ClusterRequest> parse_cluster_request(const json& body, int max_work
   }
   if (auto s = read_int(body, "slots", 1, kMaxSlots, &r.slots); !s) return s;
   if (auto s = read_int(body, "ssh_port", 1, 65535, &r.ssh_port); !s) return s;
-  if (auto s = read_string(body, "network_interface", &r.network_interface); !s) return s;
-  if (!r.network_interface.empty() && !clusterspec::is_valid_interface(r.network_interface)) {
-    return bad("network_interface", clusterspec::quoted(r.network_interface) + " is not an interface name ([A-Za-z0-9._-], at most 15 characters)");
+  std::string one_interface;
+  if (auto s = read_string(body, "network_interface", &one_interface); !s) return s;
+  if (!one_interface.empty() && !clusterspec::is_valid_interface(one_interface)) {
+    return bad("network_interface", clusterspec::quoted(one_interface) + " is not an interface name ([A-Za-z0-9._-], at most 15 characters)");
+  }
+  if (auto it = body.find("network_interfaces"); it != body.end() && !it->is_null()) {
+    if (!one_interface.empty()) return bad("network_interfaces", "and network_interface: give one of them");
+    if (!it->is_array()) return bad("network_interfaces", "must be a list of interface names");
+    for (const auto& name : *it) {
+      if (!name.is_string() || !clusterspec::is_valid_interface(name.get<std::string>())) {
+        return bad("network_interfaces", (name.is_string() ? clusterspec::quoted(name.get<std::string>()) : name.dump()) +
+                                             " is not an interface name ([A-Za-z0-9._-], at most 15 characters)");
+      }
+      r.network_interfaces.push_back(name.get<std::string>());
+    }
+  } else if (!one_interface.empty()) {
+    r.network_interfaces.push_back(one_interface);
+  }
+  if (auto s = read_optional_int(body, "fusion_threshold_mb", 0, 1 << 20, &r.fusion_threshold_mb); !s) return s;
+  if (body.contains("cycle_time_ms") && !body["cycle_time_ms"].is_null()) {
+    double v = 0;
+    if (auto s = read_number(body, "cycle_time_ms", false, &v); !s) return s;
+    r.cycle_time_ms = v;
+  }
+  if (auto s = read_string(body, "timeline_filename", &r.timeline_filename); !s) return s;
+  if (!r.timeline_filename.empty() && r.timeline_filename[0] == '-') {
+    return bad("timeline_filename", "must not start with '-' (it would read as an option)");
+  }
+  if (auto s = read_optional_int(body, "start_timeout", 1, 86400, &r.start_timeout); !s) return s;
+  if (auto s = read_bool(body, "verbose", &r.verbose); !s) return s;
+  if (r.mode == ClusterMode::kPs) {
+    for (const char* field : {"network_interface", "network_interfaces", "fusion_threshold_mb", "cycle_time_ms",
+                              "timeline_filename", "start_timeout", "verbose"}) {
+      if (body.contains(field) && !body[field].is_null()) return bad(field, "is a horovodrun option, for mpi mode only");
+    }
   }
   if (auto s = read_number(body, "timeout_seconds", true, &r.timeout_seconds); !s) return s;
   if (auto s = read_bool(body, "launch", &r.launch); !s) return s;
@@ -178,9 +228,16 @@ json ClusterRequest::to_json() const {
               {"ps_script", ps_script},
               {"slots", slots},
               {"ssh_port", ssh_port},
-              {"network_interface", network_interface},
+              {"network_interfaces", network_interfaces},
               {"timeout_seconds", timeout_seconds},
-              {"launch", launch}};
+              {"launch", launch},
+              {"fusion_threshold_mb", fusion_threshold_mb ? json(*fusion_threshold_mb) : json(nullptr)},
+              {"cycle_time_ms", cycle_time_ms ? json(*cycle_time_ms) : json(nullptr)},
+              {"timeline_filename", timeline_filename},
+              {"start_timeout", start_timeout ? json(*start_timeout) : json(nullptr)},
+              {"verbose", verbose},
+              {"n_chief", n_chief},
+              {"n_evaluator", n_evaluator}};
 }
 
 api::Result<ClusterRequest> cluster_request_from_json(const json& j) {
@@ -198,9 +255,22 @@ api::Result<ClusterRequest> cluster_request_from_json(const json& j) {
     r.ps_script = j.at("ps_script").get<std::string>();
     r.slots = j.at("slots").get<int>();
     r.ssh_port = j.at("ssh_port").get<int>();
-    r.network_interface = j.at("network_interface").get<std::string>();
+    if (j.contains("network_interfaces")) {
+      r.network_interfaces = j.at("network_interfaces").get<std::vector<std::string>>();
+    } else if (!j.value("network_interface", "").empty()) {
+      r.network_interfaces = {j.at("network_interface").get<std::string>()};  // an older daemon's record
+    }
     r.timeout_seconds = j.at("timeout_seconds").get<double>();
     r.launch = j.at("launch").get<bool>();
+    if (j.contains("fusion_threshold_mb") && !j["fusion_threshold_mb"].is_null()) {
+      r.fusion_threshold_mb = j["fusion_threshold_mb"].get<int>();
+    }
+    if (j.contains("cycle_time_ms") && !j["cycle_time_ms"].is_null()) r.cycle_time_ms = j["cycle_time_ms"].get<double>();
+    r.timeline_filename = j.value("timeline_filename", "");
+    if (j.contains("start_timeout") && !j["start_timeout"].is_null()) r.start_timeout = j["start_timeout"].get<int>();
+    r.verbose = j.value("verbose", false);
+    r.n_chief = j.value("n_chief", 0);
+    r.n_evaluator = j.value("n_evaluator", 0);
     return r;
   } catch (const json::exception& e) {
     return api::internal_error(std::string("stored cluster request is malformed: ") + e.what());
@@ -227,6 +297,8 @@ json Cluster::to_json() const {
            {"workers", workers_json()},
            {"n_workers", request.n_workers},
            {"n_ps", request.n_ps},
+           {"n_chief", request.n_chief},
+           {"n_evaluator", request.n_evaluator},
            {"cluster_spec", cluster_spec},
            {"hostfile", hostfile},
            {"reason", reason},
@@ -238,6 +310,13 @@ json Cluster::to_json() const {
   out["mpirun_command"] = mpirun_argv.empty() ? "" : clusterspec::join_for_shell(mpirun_argv);
   out["horovodrun_argv"] = horovodrun_argv;
   out["mpirun_argv"] = mpirun_argv;
+  if (request.mode == ClusterMode::kMpi) {
+    const json r = request.to_json();
+    for (const char* key : {"network_interfaces", "fusion_threshold_mb", "cycle_time_ms", "timeline_filename",
+                            "start_timeout", "verbose"}) {
+      out[key] = r.at(key);
+    }
+  }
   return out;
 }
 

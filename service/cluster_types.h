@@ -46,9 +46,24 @@ struct ClusterRequest {
   std::string ps_script;            // "" : muster-ps if installed, else wait
   int slots = 1;                    // mpi: slots per worker
   int ssh_port = 2222;              // mpi
-  std::string network_interface;    // mpi: -mca btl_tcp_if_include / NCCL_SOCKET_IFNAME
+  // mpi: horovodrun --network-interfaces / mpirun -mca btl_tcp_if_include,
+  // oob_tcp_if_include, NCCL_SOCKET_IFNAME. The body may give
+  // network_interfaces (a list) or the older network_interface (one name).
+  std::vector<std::string> network_interfaces;
   double timeout_seconds = 60;      // rendezvous limit; 0 = none
   bool launch = true;               // mpi: run the mpirun line
+  // mpi: horovodrun's tunables (mpirun: -x HOROVOD_FUSION_THRESHOLD (bytes),
+  // HOROVOD_CYCLE_TIME, HOROVOD_TIMELINE, HOROVOD_START_TIMEOUT).
+  std::optional<int> fusion_threshold_mb;  // >= 0 (0: no fusion)
+  std::optional<double> cycle_time_ms;     // > 0
+  std::string timeline_filename;           // written by rank 0 on its host
+  std::optional<int> start_timeout;        // seconds, > 0
+  bool verbose = false;
+  // ps: TensorFlow 2's extra roles. The chief (coordinator) is in the
+  // ClusterSpec as "chief"; the evaluator stands outside it (TF's rule) and
+  // gets a TF_CONFIG whose task is {"type": "evaluator", "index": 0}.
+  int n_chief = 0;      // 0 or 1
+  int n_evaluator = 0;  // 0 or 1
 
   nlohmann::json to_json() const;
 };
@@ -60,7 +75,7 @@ api::Result<ClusterRequest> cluster_request_from_json(const nlohmann::json& j);
 
 // One task of the cluster: which worker plays it.
 struct ClusterTask {
-  std::string type;  // "ps", "worker"
+  std::string type;  // "ps", "chief", "worker", "evaluator"
   int index = 0;
   std::string worker_id;
 };
@@ -70,7 +85,7 @@ struct Cluster {
   std::string id;
   ClusterRequest request;
   ClusterStatus status = ClusterStatus::kStarting;
-  std::vector<ClusterTask> tasks;   // ps tasks then worker tasks, index order
+  std::vector<ClusterTask> tasks;   // ps, chief, worker, evaluator tasks; index order
   nlohmann::json cluster_spec;      // null until every task registered (ps)
   std::vector<std::string> horovodrun_argv;  // mpi, once the IPs are known
   std::vector<std::string> mpirun_argv;
@@ -80,7 +95,7 @@ struct Cluster {
   std::optional<std::string> finished_at;
   std::optional<int> launcher_exit_code;  // mpi launch=true
 
-  // `workers` as {"ps": [ids], "worker": [ids]} in index order.
+  // `workers` as {"ps": [ids], "chief": [id], "worker": [ids], ...} in index order.
   nlohmann::json workers_json() const;
   nlohmann::json to_json() const;       // the API object
   nlohmann::json to_record() const;     // to_json() plus the request, for the store

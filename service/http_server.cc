@@ -5,7 +5,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+
 #include <cpprest/http_listener.h>
+#include <cpprest/producerconsumerstream.h>
 #include <spdlog/spdlog.h>
 
 namespace muster::service {
@@ -42,8 +45,53 @@ std::string HttpServer::url() const { return "http://" + options_.host + ":" + s
 
 namespace {
 
+// A streamed body over cpprest: a producer/consumer buffer the listener
+// reads from (chunked, no Content-Length). A client that is gone fails the
+// reply task (closed); one that has more than kMaxQueued bytes unread has
+// fallen behind and is closed too.
+class CpprestStream final : public Stream {
+ public:
+  static constexpr size_t kMaxQueued = 8 << 20;
+  bool write(std::string chunk) override {
+    if (closed()) return false;
+    if (buf_.in_avail() + chunk.size() > kMaxQueued) {
+      close();
+      return false;
+    }
+    buf_.putn_nocopy(reinterpret_cast<const uint8_t*>(chunk.data()), chunk.size()).get();
+    // Without a sync the listener waits for a whole read block (or the end).
+    buf_.sync().get();
+    return true;
+  }
+  void close() override {
+    if (!closed_.exchange(true)) buf_.close(std::ios_base::out).wait();
+  }
+  bool closed() const override { return closed_; }
+  concurrency::streams::producer_consumer_buffer<uint8_t>& buffer() { return buf_; }
+
+ private:
+  concurrency::streams::producer_consumer_buffer<uint8_t> buf_;
+  std::atomic<bool> closed_{false};
+};
+
 void send(http_request& req, const Response& r) {
   http_response resp(static_cast<web::http::status_code>(r.http_status));
+  for (const auto& [name, value] : r.headers) resp.headers().add(name, value);
+  if (r.stream) {
+    auto stream = std::make_shared<CpprestStream>();
+    if (!r.body.empty()) stream->write(r.body);
+    resp.set_body(stream->buffer().create_istream(), r.content_type);
+    req.reply(resp).then([stream](pplx::task<void> t) {
+      try {
+        t.get();
+      } catch (const std::exception& e) {
+        spdlog::debug("streamed reply ended (client gone?): {}", e.what());
+      }
+      stream->close();
+    });
+    r.stream(stream);
+    return;
+  }
   if (r.http_status != 204) resp.set_body(r.body, r.content_type);
   req.reply(resp).then([](pplx::task<void> t) {
     try {

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -25,7 +26,9 @@
 #include "muster/service/auth.h"
 #include "muster/service/cluster_routes.h"
 #include "muster/service/clock.h"
+#include "muster/service/gpu_inventory.h"
 #include "muster/service/http_server.h"
+#include "muster/service/log_follower.h"
 #include "muster/service/registry.h"
 #include "muster/service/router.h"
 #include "muster/service/store.h"
@@ -71,6 +74,8 @@ int main(int argc, char** argv) {
   size_t max_body = 1 << 20;
   std::string agent_path;
   std::string log_level = "info";
+  std::optional<std::string> gpus_flag;
+  size_t max_followers = 256;
   app.add_option("--listen", listen, "HOST:PORT to listen on (port 0: any free port)");
   app.add_option("--project-dir", project_dir, "scripts are resolved inside this directory");
   app.add_option("--state-dir", state_dir, "token, state database, worker logs");
@@ -84,6 +89,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-body-bytes", max_body, "largest request body accepted (413 above)");
   app.add_option("--agent-path", agent_path, "the agent program (default: muster-agent beside musterd)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  app.add_option("--gpus", gpus_flag,
+                 "GPU device indices of this host workers may reserve, e.g. 0,1 (\"\": none; "
+                 "default: what nvidia-smi -L lists, none without it)");
+  app.add_option("--max-log-followers", max_followers, "streams of followed logs at once (503 above)")
+      ->check(CLI::Range(1, 100000));
   CLI11_PARSE(app, argc, argv);
   // stdout carries only the "listening" line; logs go to stderr.
   spdlog::set_default_logger(spdlog::stderr_color_mt("musterd"));
@@ -123,6 +133,17 @@ int main(int argc, char** argv) {
   auto backend = workers::create_backend(bopts);
   if (!backend) return fail("backend", backend.status());
 
+  // The GPU inventory: --gpus, else nvidia-smi, else none.
+  std::vector<int> gpu_devices;
+  if (gpus_flag) {
+    auto parsed = service::parse_gpu_list(*gpus_flag);
+    if (!parsed) return fail("--gpus", parsed.status());
+    gpu_devices = parsed.value();
+  } else {
+    gpu_devices = service::discover_gpus();
+  }
+  service::GpuInventory gpus(gpu_devices);
+
   // 3. Port, store, registry, routes.
   const auto colon = listen.rfind(':');
   if (colon == std::string::npos) return fail("--listen", api::invalid_argument("expected HOST:PORT: " + listen));
@@ -149,11 +170,16 @@ int main(int argc, char** argv) {
   ropts.heartbeat_timeout = seconds(heartbeat_timeout);
   ropts.heartbeat_interval = seconds(heartbeat_interval);
   ropts.stop_grace = seconds(stop_grace);
+  ropts.gpus = &gpus;
   // The agent URL is fixed below, once the port is final.
   std::unique_ptr<service::WorkerRegistry> registry;
   auto cluster_store = service::ClusterStore::open((state / "musterd.db").string());
   if (!cluster_store) return fail("state database", cluster_store.status());
   std::unique_ptr<service::ClusterManager> clusters;  // watches the registry: destroyed before it
+  // Asks the registry and clusters whether a followed log ended: destroyed before them.
+  service::LogFollowerOptions follow_options;
+  follow_options.max_followers = max_followers;
+  auto follower = std::make_unique<service::LogFollower>(follow_options);
   service::Router router;
   std::unique_ptr<service::Authenticator> auth;
   std::unique_ptr<service::HttpServer> server;
@@ -163,10 +189,10 @@ int main(int argc, char** argv) {
     registry = std::make_unique<service::WorkerRegistry>(ropts, *backend.value(), store.value().get(), clock);
     if (auto s = registry->restore(); !s) return fail("restoring state", s);
     router = service::Router();
-    service::register_worker_routes(router, *registry, {max_workers, project});
+    service::register_worker_routes(router, *registry, {max_workers, project}, follower.get());
     service::register_agent_routes(router, *registry);
     clusters = service::start_clusters(router, *registry, cluster_store.value().get(), clock, state, project,
-                                       max_workers, agent_path);
+                                       max_workers, agent_path, follower.get());
     if (auto s = clusters->restore(); !s) return fail("restoring clusters", s);
     auth = std::make_unique<service::Authenticator>(
         token.value(), [r = registry.get()](const std::string& t) { return r->worker_for_agent_token(t); });
@@ -186,8 +212,9 @@ int main(int argc, char** argv) {
       "http://" + (http.host == "0.0.0.0" ? std::string("127.0.0.1") : http.host) + ":" + std::to_string(http.port);
   if (!write_daemon_file(state, url)) spdlog::warn("cannot write {}/musterd.json", state.string());
   std::cout << "musterd listening on " << url << std::endl;
-  spdlog::info("backend {} (workers reach the daemon at {}), project {}, state {}", backend.value()->name(),
-               ropts.agent_url, project.string(), state.string());
+  spdlog::info("backend {} (workers reach the daemon at {}), project {}, state {}, GPUs [{}]",
+               backend.value()->name(), ropts.agent_url, project.string(), state.string(),
+               service::device_list(gpu_devices));
 
   // 5. Tick until told to stop.
   const timespec tick = {0, 100'000'000};
@@ -199,7 +226,9 @@ int main(int argc, char** argv) {
     }
     registry->tick();
   }
+  follower->shutdown();  // ends the followed streams, so none holds up the server's stop
   server->stop();
+  follower.reset();  // asks nothing of the registry after this
   clusters.reset();  // ends cluster launchers (mpirun) before the backend goes
   backend.value()->shutdown();
   fs::remove(state / "musterd.json", ec);

@@ -53,6 +53,7 @@ std::string exit_reason(int code) {
 
 WorkerRegistry::WorkerRegistry(RegistryOptions options, workers::Backend& backend, Store* store, const Clock& clock)
     : options_(std::move(options)), backend_(backend), store_(store), clock_(clock) {
+  if (!options_.gpus) options_.gpus = &no_gpus_;
   if (options_.async_stops) stopper_ = std::thread([this] { stopper_loop(); });
 }
 
@@ -105,8 +106,12 @@ void WorkerRegistry::transition(Record& r, WorkerStatus to, std::string reason, 
   r.worker.status = to;
   r.worker.reason = std::move(reason);
   const std::string now = format_time(clock_.now());
-  if (to == WorkerStatus::kRunning) r.worker.started_at = now;
-  if (api::is_terminal(to)) r.worker.finished_at = now;
+  if (to == WorkerStatus::kRunning) r.worker.started_at = r.worker.running_at = now;
+  if (api::is_terminal(to)) {
+    r.worker.finished_at = now;
+    // Its devices go back now (the process tree is being stopped or is gone).
+    if (!r.worker.gpu_devices.empty()) options_.gpus->release(r.worker.id);
+  }
   persist(r);
   fx.changed.push_back(r.worker);
 }
@@ -206,6 +211,9 @@ api::Status WorkerRegistry::restore() {
       r.release = std::move(rel);
     }
     r.log_path = j.value("log_path", "");
+    if (!api::is_terminal(r.worker.status) && !r.worker.gpu_devices.empty()) {
+      options_.gpus->adopt(r.worker.id, parse_device_list(r.worker.gpu_devices));
+    }
     r.launched_at = now;
     r.last_heartbeat = now;
     next_seq_ = std::max(next_seq_, r.seq + 1);
@@ -292,6 +300,14 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::launch(const LaunchBatch& 
           std::to_string(std::chrono::duration<double>(options_.heartbeat_interval).count());
       spec.env["MUSTER_CPU"] = std::to_string(req.cpu);
       spec.env["MUSTER_MEMORY_GB"] = std::to_string(req.memory);
+      // cdsw's engine variables that mean something here (the agent adds
+      // CDSW_IP_ADDRESS once it knows its address).
+      spec.env["CDSW_ENGINE_ID"] = r.worker.id;
+      spec.env["CDSW_MASTER_IP"] = options_.master_ip;
+      spec.env["CML_MASTER_IP"] = options_.master_ip;
+      spec.env["CDSW_PROJECT"] = options_.project_dir.filename().string();
+      spec.env["CDSW_CPU_MILLICORES"] = std::to_string(static_cast<long>(req.cpu * 1000 + 0.5));
+      spec.env["CDSW_MEMORY_MB"] = std::to_string(static_cast<long>(req.memory * 1024 + 0.5));
       if (extras.reserve_port) spec.env["MUSTER_RESERVE_PORT"] = "1";
       spec.working_dir = dir;
       spec.log_path = r.log_path;
@@ -305,9 +321,33 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::launch(const LaunchBatch& 
       transition(placed, WorkerStatus::kStarting, "", fx);
       launched.push_back(placed.worker);
     }
+    // GPUs, all or nothing for the batch.
+    std::vector<GpuInventory::Request> wants;
+    for (const auto& id : ids) wants.push_back({id, req.nvidia_gpu});
+    auto devices = options_.gpus->reserve(wants);
+    if (!devices) {
+      for (const auto& id : ids) {
+        token_to_id_.erase(records_.at(id).agent_token);
+        records_.erase(id);
+      }
+      return devices.status();
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (devices.value()[i].empty()) continue;
+      const std::string list = device_list(devices.value()[i]);
+      Record& placed = records_.at(ids[i]);
+      placed.worker.gpu_devices = list;
+      launched[i].gpu_devices = list;
+      specs[i].env["CUDA_VISIBLE_DEVICES"] = list;
+      specs[i].env["NVIDIA_VISIBLE_DEVICES"] = list;
+      specs[i].env["MUSTER_GPU_DEVICES"] = list;
+      persist(placed);
+    }
+    for (auto& w : fx.changed) w.gpu_devices = records_.at(w.id).worker.gpu_devices;
     if (store_) {
       if (auto s = store_->put(batch_rows); !s) {
         for (const auto& id : ids) {
+          options_.gpus->release(id);
           token_to_id_.erase(records_.at(id).agent_token);
           records_.erase(id);
         }
@@ -321,6 +361,7 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::launch(const LaunchBatch& 
     for (const auto& id : ids) {
       auto it = records_.find(id);
       if (it == records_.end()) continue;
+      options_.gpus->release(id);
       token_to_id_.erase(it->second.agent_token);
       records_.erase(it);
     }

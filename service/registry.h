@@ -42,6 +42,7 @@
 #include "muster/api/status.h"
 #include "muster/api/worker.h"
 #include "muster/service/clock.h"
+#include "muster/service/gpu_inventory.h"
 #include "muster/service/store.h"
 #include "muster/workers/backend.h"
 
@@ -61,6 +62,12 @@ struct RegistryOptions {
   // Stops caused by timeouts run on a registry thread (true) or inline in
   // tick() (false: unit tests with a fake backend).
   bool async_stops = true;
+  // The host's GPUs (musterd --gpus / nvidia-smi). Null: none, so a launch
+  // with nvidia_gpu > 0 is refused (409). A worker with nvidia_gpu=k gets k
+  // devices (CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES, the worker's
+  // gpu_devices) until it ends; a restarted daemon takes back the devices of
+  // the workers it adopts.
+  GpuInventory* gpus = nullptr;
 };
 
 // Per-worker additions of a launch (clusters).
@@ -155,6 +162,7 @@ class WorkerRegistry {
   void stopper_loop();
 
   RegistryOptions options_;
+  GpuInventory no_gpus_;  // options_.gpus when none was given
   workers::Backend& backend_;
   Store* store_;
   const Clock& clock_;

@@ -170,7 +170,9 @@ api::Result<api::LaunchRequest> parse_launch_request(const json& body, const Val
     return api::invalid_argument("give either script (a file in the project directory) or code", "script");
   }
   if (!req.script.empty() && !req.code.empty()) {
-    return api::invalid_argument("give either script or code, not both", "code");
+    // cdsw runs the script and ignores the code; so do we, and say so.
+    req.code.clear();
+    req.warnings.push_back("both script and code were given: the script runs and code is ignored (as in cdsw)");
   }
   if (!req.code.empty() && req.kernel == api::kKernelExecutable) {
     return api::invalid_argument("code needs kernel python3 or bash", "code");

@@ -7,7 +7,8 @@
 // - n is an integer in 1..max_workers; cpu and memory are finite numbers > 0;
 //   nvidia_gpu is an integer >= 0;
 // - kernel is python3, bash or executable;
-// - exactly one of script and code; code needs kernel python3 or bash;
+// - script or code; both: the script runs and the request carries a warning
+//   (cdsw's rule); code needs kernel python3 or bash;
 // - script resolves (canonically, following symlinks) to an existing regular
 //   file inside the project directory: no absolute path, no `..` escape, no
 //   symlink pointing out; kernel executable needs the file to be executable;

@@ -59,7 +59,30 @@ Response log_response(const std::filesystem::path& path, size_t lines) {
   return r;
 }
 
-void register_worker_routes(Router& router, WorkerRegistry& registry, ValidationOptions validation) {
+void serve_log(const Request& req, const Reply& reply, LogFollower* follower,
+               const std::function<api::Result<std::filesystem::path>()>& resolve, std::function<bool()> finished) {
+  auto tail = parse_tail(req);
+  if (!tail) return reply(error_response(tail.status()));
+  auto follow = parse_follow(req);
+  if (!follow) return reply(error_response(follow.status()));
+  auto offset = parse_offset(req);
+  if (!offset) return reply(error_response(offset.status()));
+  if (!follow.value() && offset.value()) {
+    return reply(error_response(api::invalid_argument("offset needs follow=true", "offset")));
+  }
+  auto found = resolve();
+  if (!found) return reply(error_response(found.status()));
+  const std::filesystem::path& path = found.value();
+  if (!follow.value()) return reply(log_response(path, tail.value()));
+  if (!follower) return reply(error_response(api::unavailable("this server does not stream logs (follow=true)")));
+  auto slot = follower->reserve();
+  if (!slot) return reply(error_response(slot.status()));
+  const uint64_t start = follow_start(path, offset.value(), tail.value());
+  reply(follow_response(*follower, std::move(slot).value(), path, start, std::move(finished)));
+}
+
+void register_worker_routes(Router& router, WorkerRegistry& registry, ValidationOptions validation,
+                            LogFollower* follower) {
   router.add("GET", "/healthz", AuthKind::kNone,
              [](const Request&, Reply reply) { reply(json_response(200, {{"status", "ok"}})); });
 
@@ -70,7 +93,9 @@ void register_worker_routes(Router& router, WorkerRegistry& registry, Validation
     batch.request = std::move(parsed).value();
     auto launched = registry.launch(batch);
     if (!launched) return reply(error_response(launched.status()));
-    reply(json_response(201, {{"workers", workers_json(launched.value())}}));
+    json body = {{"workers", workers_json(launched.value())}};
+    if (!batch.request.warnings.empty()) body["warnings"] = batch.request.warnings;
+    reply(json_response(201, body));
   });
 
   router.add("GET", "/api/v1/workers", AuthKind::kUser, [&registry](const Request&, Reply reply) {
@@ -83,13 +108,14 @@ void register_worker_routes(Router& router, WorkerRegistry& registry, Validation
     reply(json_response(200, api::to_json(w.value())));
   });
 
-  router.add("GET", "/api/v1/workers/{id}/logs", AuthKind::kUser, [&registry](const Request& req, Reply reply) {
-    auto tail = parse_tail(req);
-    if (!tail) return reply(error_response(tail.status()));
-    auto path = registry.log_path(req.params.at("id"));
-    if (!path) return reply(error_response(path.status()));
-    reply(log_response(path.value(), tail.value()));
-  });
+  router.add("GET", "/api/v1/workers/{id}/logs", AuthKind::kUser,
+             [&registry, follower](const Request& req, Reply reply) {
+               const std::string id = req.params.at("id");
+               serve_log(req, reply, follower, [&registry, &id] { return registry.log_path(id); }, [&registry, id] {
+                 auto w = registry.get(id);
+                 return !w || api::is_terminal(w->status);
+               });
+             });
 
   router.add("POST", "/api/v1/workers/await", AuthKind::kUser, [&registry](const Request& req, Reply reply) {
     auto parsed = parse_await_request(req.body.is_null() ? json::object() : req.body);

@@ -3,13 +3,16 @@
 // JSON reply. Await replies later, from the registry's callback.
 #pragma once
 
+#include "muster/service/log_follower.h"
 #include "muster/service/registry.h"
 #include "muster/service/router.h"
 #include "muster/service/validation.h"
 
 namespace muster::service {
 
-void register_worker_routes(Router& router, WorkerRegistry& registry, ValidationOptions validation);
+// `follower` serves ?follow=true (null: such requests get 503).
+void register_worker_routes(Router& router, WorkerRegistry& registry, ValidationOptions validation,
+                            LogFollower* follower = nullptr);
 
 // The last `lines` lines of a file (0: all of it, at most the last 1 MiB).
 std::string tail_file(const std::filesystem::path& path, size_t lines);
@@ -22,5 +25,12 @@ api::Result<size_t> parse_tail(const Request& req);
 // A text/plain reply with the last `lines` lines of `path` (empty text when
 // the file does not exist yet).
 Response log_response(const std::filesystem::path& path, size_t lines);
+
+// Both logs routes: ?tail=K (last K lines), and with ?follow=true a stream
+// from ?offset=N (or the last K lines, or the start) until `finished()`
+// (see LogFollower), header X-Log-Offset = the first byte's offset.
+// The query is checked (400) before `path` is asked for (404).
+void serve_log(const Request& req, const Reply& reply, LogFollower* follower,
+               const std::function<api::Result<std::filesystem::path>()>& path, std::function<bool()> finished);
 
 }  // namespace muster::service

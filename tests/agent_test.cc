@@ -53,6 +53,31 @@ TEST(ScriptCommand, ByKernelAndFile) {
   ::rmdir(dir.c_str());
 }
 
+// cdsw's `!` lines: a lone `!cmd` is a bash command (its exit code counts);
+// in longer python3 code each `!` line runs in the shell, the rest is Python.
+TEST(ScriptCommand, BangLinesRunInTheShell) {
+  EXPECT_EQ(script_command(with("python3", "", "!echo hi && exit 3")),
+            (Cmd{"/bin/bash", "-c", "echo hi && exit 3", "muster-worker", "--epochs", "2"}));
+  EXPECT_EQ(script_command(with("python3", "", "  !ls")), (Cmd{"/bin/bash", "-c", "ls", "muster-worker", "--epochs", "2"}));
+  EXPECT_EQ(script_command(with("python3", "", "print(1 != 2)")),
+            (Cmd{"/usr/bin/python3", "-u", "-c", "print(1 != 2)", "--epochs", "2"}));
+  const std::string mixed = "x = 1\n!echo \"a'b\" $((1+2))\nif x:\n    !echo in-block\nprint('py', x != 2)";
+  const Cmd cmd = script_command(with("python3", "", mixed));
+  ASSERT_EQ(cmd.size(), 6u);
+  EXPECT_EQ(cmd[3], muster::workers::agent::python_with_shell_lines(mixed));
+  // Run it for real: the shell lines run in order with the Python ones.
+  const std::string file = "/tmp/muster-agent-bang-" + std::to_string(::getpid()) + ".py";
+  std::ofstream(file) << cmd[3];
+  FILE* p = ::popen(("/usr/bin/python3 " + file).c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[256];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  EXPECT_EQ(::pclose(p), 0) << out;
+  ::unlink(file.c_str());
+  EXPECT_EQ(out, "a'b 3\nin-block\npy True\n");
+}
+
 TEST(HttpUrl, Parses) {
   auto e = muster::workers::agent::parse_http_url("http://10.1.2.3:7878");
   ASSERT_TRUE(e.has_value());

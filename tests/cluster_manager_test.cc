@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "muster/clusterspec/shell.h"
 #include "muster/clusterspec/tf_config.h"
 #include "muster/service/cluster_routes.h"
 
@@ -365,7 +366,7 @@ TEST_F(ClusterManagerTest, MpiWorkerLostAbortsTheLauncher) {
 TEST_F(ClusterManagerTest, MpiWithoutLaunchOnlyBuildsTheLines) {
   auto r = mpi_request(2, 1);
   r.launch = false;
-  r.network_interface = "eth0";
+  r.network_interfaces = {"eth0"};
   auto c = create(r);
   ASSERT_TRUE(registry_->agent_register(c.tasks[0].worker_id, "10.0.0.5", std::nullopt).is_ok());
   ASSERT_TRUE(registry_->agent_register(c.tasks[1].worker_id, "10.0.0.6", std::nullopt).is_ok());
@@ -375,10 +376,143 @@ TEST_F(ClusterManagerTest, MpiWithoutLaunchOnlyBuildsTheLines) {
   EXPECT_EQ(running.hostfile, "10.0.0.5 slots=1\n10.0.0.6 slots=1\n");
   auto json = running.to_json();
   EXPECT_EQ(json["horovodrun_command"],
-            "horovodrun -np 2 -H 10.0.0.5:1,10.0.0.6:1 -p 2222 --network-interface eth0 python3 -u " +
+            "horovodrun -np 2 -H 10.0.0.5:1,10.0.0.6:1 -p 2222 --network-interfaces eth0 python3 -u " +
                 (project_ / "train.py").string() + " --epochs 1");
-  EXPECT_NE(json["mpirun_command"].get<std::string>().find("-mca btl_tcp_if_include eth0 -x NCCL_SOCKET_IFNAME=eth0"),
+  EXPECT_NE(json["mpirun_command"].get<std::string>().find(
+                "-mca btl_tcp_if_include eth0 -mca oob_tcp_if_include eth0 -x NCCL_SOCKET_IFNAME=eth0"),
             std::string::npos);
+}
+
+// horovodrun's tunables reach both lines and the cluster JSON.
+TEST_F(ClusterManagerTest, HorovodOptionsReachBothLines) {
+  auto r = mpi_request(2, 1);
+  r.launch = false;
+  r.network_interfaces = {"eth0", "eth1"};
+  r.fusion_threshold_mb = 32;
+  r.cycle_time_ms = 3.5;
+  r.timeline_filename = "/tmp/timeline.json";
+  r.start_timeout = 45;
+  r.verbose = true;
+  auto c = create(r);
+  register_all(c, false);
+  auto json = now(c.id).to_json();
+  const std::string hvd = json["horovodrun_command"];
+  EXPECT_NE(hvd.find("--network-interfaces eth0,eth1 --fusion-threshold-mb 32 --cycle-time-ms 3.5 "
+                     "--timeline-filename /tmp/timeline.json --start-timeout 45 --verbose python3"),
+            std::string::npos)
+      << hvd;
+  const std::string mpi = json["mpirun_command"];
+  for (const char* part : {"-x HOROVOD_FUSION_THRESHOLD=33554432", "-x HOROVOD_CYCLE_TIME=3.5",
+                           "-x HOROVOD_TIMELINE=/tmp/timeline.json", "-x HOROVOD_START_TIMEOUT=45",
+                           "-mca btl_tcp_if_include eth0,eth1", "-mca oob_tcp_if_include eth0,eth1"}) {
+    EXPECT_NE(mpi.find(part), std::string::npos) << part << " not in " << mpi;
+  }
+  EXPECT_EQ(json["fusion_threshold_mb"], 32);
+  EXPECT_EQ(json["cycle_time_ms"], 3.5);
+  EXPECT_EQ(json["network_interfaces"], nlohmann::json({"eth0", "eth1"}));
+  EXPECT_EQ(json["verbose"], true);
+}
+
+// TensorFlow 2's ParameterServerStrategy layout: ps + chief + workers in the
+// ClusterSpec, the evaluator outside it; the chief's end ends the cluster
+// and its log is the cluster's.
+TEST_F(ClusterManagerTest, ChiefAndEvaluatorFollowTensorFlowsRules) {
+  auto r = ps_request(1, 2);
+  r.n_chief = 1;
+  r.n_evaluator = 1;
+  auto c = create(r);
+  ASSERT_EQ(c.tasks.size(), 5u);
+  std::vector<std::string> types;
+  for (const auto& t : c.tasks) types.push_back(t.type + std::to_string(t.index));
+  EXPECT_EQ(types, (std::vector<std::string>{"ps0", "chief0", "worker0", "worker1", "evaluator0"}));
+  const std::string chief = c.tasks[1].worker_id, evaluator = c.tasks[4].worker_id;
+  EXPECT_EQ(manager_->log_path(c.id).value(), registry_->log_path(chief).value());
+  register_all(c, true);
+  auto running = now(c.id);
+  ASSERT_EQ(running.status, ClusterStatus::kRunning) << running.reason;
+  EXPECT_EQ(running.cluster_spec.dump(),
+            R"({"chief":["127.0.0.1:40001"],"ps":["127.0.0.1:40000"],"worker":["127.0.0.1:40002","127.0.0.1:40003"]})");
+  for (const auto& t : c.tasks) {
+    auto release = release_of(t.worker_id);
+    ASSERT_TRUE(release.has_value());
+    auto config = clusterspec::TfConfig::parse(release->env.at("TF_CONFIG"));  // validates per TF's rules
+    EXPECT_EQ(config.task_type, t.type);
+    EXPECT_EQ(config.cluster.to_json(), running.cluster_spec);
+    EXPECT_EQ(config.is_chief(), t.type == "chief");
+  }
+  // Workers that serve forever do not hold the cluster up: the chief decides.
+  ASSERT_TRUE(registry_->agent_exit(chief, 0).is_ok());
+  auto done = now(c.id);
+  EXPECT_EQ(done.status, ClusterStatus::kSucceeded) << done.reason;
+  EXPECT_EQ(worker(c.tasks[2].worker_id).status, WorkerStatus::kStopped);
+  EXPECT_EQ(worker(evaluator).status, WorkerStatus::kStopped);
+  EXPECT_EQ(done.to_json()["n_chief"], 1);
+  EXPECT_EQ(done.to_json()["workers"]["evaluator"], nlohmann::json({evaluator}));
+}
+
+TEST_F(ClusterManagerTest, FailingEvaluatorFailsTheCluster) {
+  auto r = ps_request(1, 1);
+  r.n_evaluator = 1;
+  auto c = create(r);
+  register_all(c, true);
+  ASSERT_EQ(now(c.id).status, ClusterStatus::kRunning);
+  ASSERT_TRUE(registry_->agent_exit(c.tasks[2].worker_id, 2).is_ok());
+  auto failed = now(c.id);
+  EXPECT_EQ(failed.status, ClusterStatus::kFailed);
+  EXPECT_EQ(failed.reason, "evaluator 0 (id " + c.tasks[2].worker_id + ") failed with exit code 2");
+}
+
+// mpi ranks with GPUs: each rank sees its host's reserved devices, and the
+// wrapper hands local rank r device r (run here with /bin/sh for real).
+TEST_F(ClusterManagerTest, MpiRanksGetTheirHostsDevices) {
+  GpuInventory gpus({0, 1, 2, 3});
+  RegistryOptions ro;
+  ro.state_dir = root_ / "state";
+  ro.project_dir = project_;
+  ro.agent_path = "/bin/true";
+  ro.agent_url = "http://127.0.0.1:1";
+  ro.master_ip = "127.0.0.1";
+  ro.async_stops = false;
+  ro.gpus = &gpus;
+  manager_.reset();
+  registry_ = std::make_unique<WorkerRegistry>(ro, backend_, nullptr, clock_);
+  make_manager();
+  auto r = mpi_request(3, 1);
+  r.nvidia_gpu = 1;
+  auto c = create(r);
+  // Two workers share 10.0.0.5 (one host, 2 slots), one is on 10.0.0.6.
+  ASSERT_TRUE(registry_->agent_register(c.tasks[0].worker_id, "10.0.0.5", std::nullopt).is_ok());
+  ASSERT_TRUE(registry_->agent_register(c.tasks[1].worker_id, "10.0.0.6", std::nullopt).is_ok());
+  ASSERT_TRUE(registry_->agent_register(c.tasks[2].worker_id, "10.0.0.5", std::nullopt).is_ok());
+  auto running = now(c.id);
+  ASSERT_EQ(running.status, ClusterStatus::kRunning) << running.reason;
+  const auto& argv = launcher_->started.at(0).argv;
+  auto env = std::find(argv.begin(), argv.end(), "MUSTER_RANK_GPUS=0,2;0,2;1");
+  EXPECT_NE(env, argv.end()) << clusterspec::join_for_shell(argv);
+  auto sh = std::find(argv.begin(), argv.end(), "/bin/sh");
+  ASSERT_NE(sh, argv.end());
+  EXPECT_EQ(*(sh + 2), kRankGpuWrapper);
+  EXPECT_EQ(*(sh + 4), "python3");
+  // Global rank 1 is local rank 1 on the first host: devices 0,2, its own 2.
+  const std::string cmd = "MUSTER_RANK_GPUS='0,2;0,2;1' OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_LOCAL_RANK=1 "
+                          "/bin/sh -c '" + std::string(kRankGpuWrapper) + "' muster-rank /bin/sh -c "
+                          "'echo $CUDA_VISIBLE_DEVICES/$NVIDIA_VISIBLE_DEVICES/$MUSTER_GPU_DEVICE'";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[128] = {};
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, p);
+  ::pclose(p);
+  EXPECT_EQ(std::string(buf, n), "0,2/0,2/2\n");
+  // ps clusters: the workers get their GPUs, the parameter servers none
+  // (one device is left: a PS that took one would make this fail).
+  auto ps = ps_request(1, 1);
+  ps.nvidia_gpu = 1;
+  auto pc = create(ps);
+  ASSERT_EQ(pc.tasks.size(), 2u);
+  EXPECT_EQ(worker(pc.tasks[0].worker_id).gpu_devices, "");
+  EXPECT_EQ(worker(pc.tasks[1].worker_id).gpu_devices, "3");
+  manager_.reset();  // before `gpus` goes
+  registry_.reset();
 }
 
 TEST_F(ClusterManagerTest, RestartFailsClustersThatHadNotEnded) {

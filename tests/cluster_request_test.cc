@@ -52,6 +52,44 @@ TEST(ClusterRequestTest, WholeNumbersWrittenAsFloatsAreIntegers) {
   EXPECT_EQ(r->slots, 3);
 }
 
+TEST(ClusterRequestTest, HorovodOptionsAndTf2Roles) {
+  auto r = parse_cluster_request(json::parse(R"({"mode":"mpi","n_workers":2,"worker_script":"t.py",
+      "network_interfaces":["eth0","ib0"],"fusion_threshold_mb":0,"cycle_time_ms":2.5,
+      "timeline_filename":"/tmp/tl.json","start_timeout":30,"verbose":true})"),
+                                 64);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->network_interfaces, (std::vector<std::string>{"eth0", "ib0"}));
+  EXPECT_EQ(r->fusion_threshold_mb, 0);
+  EXPECT_EQ(r->cycle_time_ms, 2.5);
+  EXPECT_EQ(r->timeline_filename, "/tmp/tl.json");
+  EXPECT_EQ(r->start_timeout, 30);
+  EXPECT_TRUE(r->verbose);
+  auto back = cluster_request_from_json(r->to_json());
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ(back->to_json(), r->to_json());
+  // The older single name is still accepted, as a list of one.
+  auto one = parse_cluster_request(json::parse(R"({"mode":"mpi","n_workers":1,"worker_script":"t.py",
+      "network_interface":"eth0"})"), 64);
+  ASSERT_TRUE(one.is_ok());
+  EXPECT_EQ(one->network_interfaces, (std::vector<std::string>{"eth0"}));
+  EXPECT_FALSE(one->fusion_threshold_mb.has_value());
+  auto ps = parse_cluster_request(json::parse(R"({"n_workers":2,"n_ps":1,"n_chief":1,"n_evaluator":1})"), 64);
+  ASSERT_TRUE(ps.is_ok()) << ps.status().message();
+  EXPECT_EQ(ps->n_chief, 1);
+  EXPECT_EQ(ps->n_evaluator, 1);
+  EXPECT_EQ(cluster_request_from_json(ps->to_json())->n_evaluator, 1);
+  // A record written before these fields existed still loads.
+  json old = one->to_json();
+  for (const char* key : {"network_interfaces", "fusion_threshold_mb", "cycle_time_ms", "timeline_filename",
+                          "start_timeout", "verbose", "n_chief", "n_evaluator"}) {
+    old.erase(key);
+  }
+  old["network_interface"] = "eth9";
+  auto loaded = cluster_request_from_json(old);
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  EXPECT_EQ(loaded->network_interfaces, (std::vector<std::string>{"eth9"}));
+}
+
 TEST(ClusterRequestTest, BadBodiesNameTheField) {
   const BadCase cases[] = {
       {R"([])", "", "must be a JSON object"},
@@ -89,6 +127,25 @@ TEST(ClusterRequestTest, BadBodiesNameTheField) {
       {R"({"n_workers": 1, "timeout_seconds": -1})", "timeout_seconds", ">= 0"},
       {R"({"n_workers": 1, "launch": "yes"})", "launch", "true or false"},
       {R"({"n_workers": 1, "n_wokers": 2})", "n_wokers", "unknown field"},
+      {R"({"n_workers": 1, "n_chief": 2})", "n_chief", "0..1"},
+      {R"({"n_workers": 1, "n_evaluator": -1})", "n_evaluator", "0..1"},
+      {R"({"n_workers": 1, "n_evaluator": true})", "n_evaluator", "must be an integer"},
+      {R"({"n_workers": 6, "n_ps": 1, "n_chief": 1, "n_evaluator": 1})", "n_workers", "n_chief + n_evaluator is 9"},
+      {R"({"n_workers": 1, "mode": "mpi", "worker_script": "t.py", "n_chief": 1})", "n_chief", "ps mode only"},
+      {R"({"n_workers": 1, "mode": "mpi", "worker_script": "t.py", "n_evaluator": 1})", "n_evaluator", "ps mode only"},
+      {R"({"n_workers": 1, "mode": "mpi", "worker_script": "t.py", "network_interfaces": "eth0"})", "network_interfaces", "list"},
+      {R"({"n_workers": 1, "mode": "mpi", "worker_script": "t.py", "network_interfaces": ["eth0", "a b"]})", "network_interfaces", "not an interface name"},
+      {R"({"n_workers": 1, "mode": "mpi", "worker_script": "t.py", "network_interfaces": [3]})", "network_interfaces", "not an interface name"},
+      {R"({"n_workers": 1, "mode": "mpi", "worker_script": "t.py", "network_interface": "eth0", "network_interfaces": ["eth1"]})", "network_interfaces", "give one of them"},
+      {R"({"n_workers": 1, "mode": "mpi", "worker_script": "t.py", "fusion_threshold_mb": -1})", "fusion_threshold_mb", "0..1048576"},
+      {R"({"n_workers": 1, "mode": "mpi", "worker_script": "t.py", "fusion_threshold_mb": 1.5})", "fusion_threshold_mb", "integer"},
+      {R"({"n_workers": 1, "mode": "mpi", "worker_script": "t.py", "cycle_time_ms": 0})", "cycle_time_ms", "greater than 0"},
+      {R"({"n_workers": 1, "mode": "mpi", "worker_script": "t.py", "timeline_filename": "--x"})", "timeline_filename", "must not start with '-'"},
+      {R"({"n_workers": 1, "mode": "mpi", "worker_script": "t.py", "timeline_filename": 1})", "timeline_filename", "must be a string"},
+      {R"({"n_workers": 1, "mode": "mpi", "worker_script": "t.py", "start_timeout": 0})", "start_timeout", "1..86400"},
+      {R"({"n_workers": 1, "mode": "mpi", "worker_script": "t.py", "verbose": 1})", "verbose", "true or false"},
+      {R"({"n_workers": 1, "fusion_threshold_mb": 64})", "fusion_threshold_mb", "mpi mode only"},
+      {R"({"n_workers": 1, "verbose": true})", "verbose", "mpi mode only"},
   };
   for (const auto& c : cases) {
     auto r = parse_cluster_request(json::parse(c.body), 8);

@@ -407,6 +407,27 @@ TEST(DistributedOptimizer, ThresholdFromEnvironment) {
   EXPECT_EQ(c.options().fusion_threshold_bytes, kDefaultFusionThresholdBytes);
 }
 
+// What horovodrun --fusion-threshold-mb / --timeline-filename (and musterd's
+// mpi clusters) export; muster's own variables win when both are set.
+TEST(DistributedOptimizer, HonoursHorovodEnvironment) {
+  FakeWorld world(1);
+  ::setenv("HOROVOD_FUSION_THRESHOLD", "33554432", 1);
+  ::setenv("HOROVOD_TIMELINE", "/tmp/hvd-timeline.json", 1);
+  DistributedOptimizer a(world.rank(0), optim::make_sgd({}));
+  EXPECT_EQ(a.options().fusion_threshold_bytes, 32u << 20);
+  EXPECT_EQ(a.options().timeline_path, "/tmp/hvd-timeline.json");
+  ::setenv("HOROVOD_FUSION_THRESHOLD", "0", 1);  // Horovod: fusion off
+  EXPECT_EQ(DistributedOptimizer(world.rank(0), optim::make_sgd({})).options().fusion_threshold_bytes, 1u);
+  ::setenv("MUSTER_FUSION_THRESHOLD_MB", "2", 1);
+  EXPECT_EQ(DistributedOptimizer(world.rank(0), optim::make_sgd({})).options().fusion_threshold_bytes, 2u << 20);
+  ::unsetenv("MUSTER_FUSION_THRESHOLD_MB");
+  ::setenv("HOROVOD_FUSION_THRESHOLD", "-5", 1);
+  EXPECT_THROW(DistributedOptimizer(world.rank(0), optim::make_sgd({})), InvalidArgument);
+  ::unsetenv("HOROVOD_FUSION_THRESHOLD");
+  ::unsetenv("HOROVOD_TIMELINE");
+  std::filesystem::remove("/tmp/hvd-timeline.json");
+}
+
 TEST(DistributedOptimizer, TimelineRecordsEveryBucketPhase) {
   char tmpl[] = "/tmp/muster_dopt_XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);

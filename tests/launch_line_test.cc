@@ -41,17 +41,19 @@ TEST(HorovodrunTest, EveryFlagInHorovodsSpelling) {
   h.num_proc = 3;
   h.ssh_port = 2222;
   h.ssh_identity_file = "/root/.ssh/id_rsa";
-  h.network_interface = "eth0";
+  h.network_interfaces = {"eth0", "ib0"};
   h.fusion_threshold_mb = 64;
   h.cycle_time_ms = 2.5;
   h.timeline_filename = "/tmp/timeline.json";
   h.start_timeout_s = 30;
+  h.verbose = true;
   h.command = {"python3", "train.py", "--epochs", "2"};
+  // --network-interfaces, not the deprecated --network-interface (horovod#3506).
   EXPECT_EQ(horovodrun_argv(h),
             (Argv{"horovodrun", "-np", "3", "-H", "a:2,b:2", "-p", "2222", "-i", "/root/.ssh/id_rsa",
-                  "--network-interface", "eth0", "--fusion-threshold-mb", "64", "--cycle-time-ms", "2.5",
-                  "--timeline-filename", "/tmp/timeline.json", "--start-timeout", "30", "python3", "train.py",
-                  "--epochs", "2"}));
+                  "--network-interfaces", "eth0,ib0", "--fusion-threshold-mb", "64", "--cycle-time-ms", "2.5",
+                  "--timeline-filename", "/tmp/timeline.json", "--start-timeout", "30", "--verbose", "python3",
+                  "train.py", "--epochs", "2"}));
 }
 
 TEST(HorovodrunTest, OneToManyHostsAndSlots) {
@@ -85,8 +87,8 @@ TEST(HorovodrunTest, RejectsBadOptions) {
   h.ssh_port = 0;
   EXPECT_EQ(error_of([&] { horovodrun_argv(h); }), "ssh_port 0 is not in 1..65535");
   h = two_hosts();
-  h.network_interface = "eth0;id";
-  EXPECT_NE(error_of([&] { horovodrun_argv(h); }).find("network_interface"), std::string::npos);
+  h.network_interfaces = {"eth0", "eth0;id"};
+  EXPECT_NE(error_of([&] { horovodrun_argv(h); }).find("network_interfaces[1]"), std::string::npos);
   h = two_hosts();
   h.command = {};
   EXPECT_NE(error_of([&] { horovodrun_argv(h); }).find("command is empty"), std::string::npos);
@@ -116,18 +118,23 @@ TEST(HorovodrunTest, RejectsBadOptions) {
 TEST(MpirunTest, MatchesWhatHorovodrunWouldRun) {
   auto h = two_hosts();
   h.ssh_port = 2222;
-  h.network_interface = "eth0";
+  h.network_interfaces = {"eth0"};
   auto m = mpirun_options_for(h);
   m.forward_env = {"PATH", "PYTHONPATH"};
   EXPECT_EQ(mpirun_argv(m),
             (Argv{"mpirun", "--allow-run-as-root", "--tag-output", "-np", "2", "-H", "10.0.0.5:1,10.0.0.6:1",
                   "-bind-to", "none", "-map-by", "slot", "-mca", "pml", "ob1", "-mca", "btl", "^openib", "-mca",
-                  "plm_rsh_args", "-p 2222", "-mca", "btl_tcp_if_include", "eth0", "-x", "NCCL_SOCKET_IFNAME=eth0",
-                  "-x", "PATH", "-x", "PYTHONPATH", "python3", "train.py"}));
+                  "plm_rsh_args", "-p 2222", "-mca", "btl_tcp_if_include", "eth0", "-mca", "oob_tcp_if_include",
+                  "eth0", "-x", "NCCL_SOCKET_IFNAME=eth0", "-x", "PATH", "-x", "PYTHONPATH", "python3", "train.py"}));
   EXPECT_EQ(join_for_shell(mpirun_argv(m)),
             "mpirun --allow-run-as-root --tag-output -np 2 -H 10.0.0.5:1,10.0.0.6:1 -bind-to none -map-by slot "
             "-mca pml ob1 -mca btl '^openib' -mca plm_rsh_args '-p 2222' -mca btl_tcp_if_include eth0 "
-            "-x NCCL_SOCKET_IFNAME=eth0 -x PATH -x PYTHONPATH python3 train.py");
+            "-mca oob_tcp_if_include eth0 -x NCCL_SOCKET_IFNAME=eth0 -x PATH -x PYTHONPATH python3 train.py");
+  // Several interfaces: one comma-separated list for each of the three.
+  m.network_interfaces = {"eth0", "ib0"};
+  EXPECT_NE(join_for_shell(mpirun_argv(m)).find("-mca btl_tcp_if_include eth0,ib0 -mca oob_tcp_if_include eth0,ib0 "
+                                                "-x NCCL_SOCKET_IFNAME=eth0,ib0"),
+            std::string::npos);
 }
 
 TEST(MpirunTest, TunablesBecomeHorovodEnvironment) {
@@ -136,6 +143,7 @@ TEST(MpirunTest, TunablesBecomeHorovodEnvironment) {
   h.cycle_time_ms = 5;
   h.timeline_filename = "/tmp/t.json";
   h.start_timeout_s = 60;
+  h.verbose = true;
   auto m = mpirun_options_for(h);
   EXPECT_EQ(m.set_env.at("HOROVOD_FUSION_THRESHOLD"), "33554432");
   EXPECT_EQ(m.set_env.at("HOROVOD_CYCLE_TIME"), "5");

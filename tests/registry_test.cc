@@ -405,4 +405,47 @@ TEST_F(RegistryTest, RestoreKeepsStatusesAndAdoptsAgents) {
   EXPECT_EQ(restored.get(ids[1])->status, WorkerStatus::kSucceeded);
 }
 
+// cdsw parity: the engine variables a ported worker script reads, and the
+// worker dict's running_at / duration.
+TEST_F(RegistryTest, WorkersGetCdswVariablesRunningAtAndDuration) {
+  auto ids = launch(1);
+  const auto& env = backend_.launched[0].env;
+  EXPECT_EQ(env.at("CDSW_ENGINE_ID"), ids[0]);
+  EXPECT_EQ(env.at("CDSW_MASTER_IP"), "127.0.0.1");
+  EXPECT_EQ(env.at("CML_MASTER_IP"), "127.0.0.1");
+  EXPECT_EQ(env.at("CDSW_PROJECT"), dir_.filename().string());
+  EXPECT_EQ(env.at("CDSW_CPU_MILLICORES"), "500");
+  EXPECT_EQ(env.at("CDSW_MEMORY_MB"), "2048");
+  EXPECT_EQ(env.count("CDSW_IP_ADDRESS"), 0u);  // only the agent knows it
+
+  auto starting = *registry_->get(ids[0]);
+  auto j = muster::api::to_json(starting, clock_.now());
+  EXPECT_TRUE(j.at("running_at").is_null());
+  EXPECT_TRUE(j.at("duration").is_null());
+
+  clock_.advance(1500ms);
+  ASSERT_TRUE(registry_->agent_register(ids[0], "10.0.0.5", std::nullopt).is_ok());
+  auto running = *registry_->get(ids[0]);
+  ASSERT_TRUE(running.running_at.has_value());
+  EXPECT_EQ(running.running_at, running.started_at);
+  clock_.advance(2250ms);
+  j = muster::api::to_json(running, clock_.now());
+  EXPECT_DOUBLE_EQ(j.at("duration").get<double>(), 2.25);
+  EXPECT_EQ(j.at("running_at"), *running.running_at);
+
+  ASSERT_TRUE(registry_->agent_exit(ids[0], 0).is_ok());
+  clock_.advance(60s);  // a finished worker's duration no longer grows
+  j = muster::api::to_json(*registry_->get(ids[0]), clock_.now());
+  EXPECT_DOUBLE_EQ(j.at("duration").get<double>(), 2.25);
+  // running_at survives the store (and records of older daemons fall back to started_at).
+  auto back = muster::api::worker_from_json(j);
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ(back->running_at, running.running_at);
+  j.erase("running_at");
+  EXPECT_EQ(muster::api::worker_from_json(j)->running_at, running.started_at);
+  EXPECT_EQ(muster::api::parse_rfc3339("2026-11-22T02:03:04.250Z").value().time_since_epoch(),
+            std::chrono::system_clock::time_point(std::chrono::seconds(1795312984) + 250ms).time_since_epoch());
+  EXPECT_FALSE(muster::api::parse_rfc3339("yesterday").has_value());
+}
+
 }  // namespace

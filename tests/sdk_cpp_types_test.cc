@@ -88,6 +88,42 @@ TEST(SdkCppTypes, RequestBodiesMatchTheApi) {
   EXPECT_EQ(mj["ssh_port"], 2200);
 }
 
+TEST(SdkCppTypes, CdswTimesWarningsAndTheNewClusterFields) {
+  Worker w = Worker::from_json(json{{"id", "a"}, {"running_at", "2026-01-01T00:00:00Z"}, {"duration", 1.5}});
+  EXPECT_EQ(w.running_at, "2026-01-01T00:00:00Z");
+  ASSERT_TRUE(w.duration.has_value());
+  EXPECT_DOUBLE_EQ(*w.duration, 1.5);
+  Worker pending = Worker::from_json(json{{"id", "b"}, {"running_at", nullptr}, {"duration", nullptr}});
+  EXPECT_EQ(pending.running_at, "");
+  EXPECT_FALSE(pending.duration.has_value());
+  EXPECT_EQ(strings(json{{"warnings", {"script wins", "x"}}}, "warnings"), (std::vector<std::string>{"script wins", "x"}));
+  EXPECT_TRUE(strings(json::object(), "warnings").empty());
+
+  ClusterOptions ps;
+  ps.n_chief = 1;
+  ps.n_evaluator = 1;
+  json body = ps.to_json();
+  EXPECT_EQ(body["n_chief"], 1);
+  EXPECT_EQ(body["n_evaluator"], 1);
+  EXPECT_FALSE(ClusterOptions{}.to_json().contains("n_chief"));  // an older daemon rejects unknown fields
+
+  ClusterOptions mpi;
+  mpi.mode = "mpi";
+  mpi.fusion_threshold_mb = 32;
+  mpi.cycle_time_ms = 5;
+  mpi.timeline_filename = "tl.json";
+  mpi.start_timeout = 60;
+  mpi.verbose = true;
+  mpi.network_interfaces = {"eth0", "eth1"};
+  body = mpi.to_json();
+  EXPECT_EQ(body["fusion_threshold_mb"], 32);
+  EXPECT_EQ(body["cycle_time_ms"], 5.0);
+  EXPECT_EQ(body["timeline_filename"], "tl.json");
+  EXPECT_EQ(body["start_timeout"], 60);
+  EXPECT_EQ(body["verbose"], true);
+  EXPECT_EQ(body["network_interfaces"], json({"eth0", "eth1"}));
+}
+
 TEST(SdkCppTypes, SessionAddressIsChiefElseWorkerZero) {
   EXPECT_EQ(session_address({{"worker", {"a:1", "b:2"}}, {"ps", {"p:3"}}}), "grpc://a:1");
   EXPECT_EQ(session_address({{"chief", {"c:9"}}, {"worker", {"a:1"}}}), "grpc://c:9");

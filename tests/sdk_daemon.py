@@ -170,3 +170,20 @@ def pid_alive(pid):
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def processes_with_env(entry):
+    """pids (not zombies) whose environment holds `entry` ("NAME=value"), e.g. MUSTER_CLUSTER_ID=c-1."""
+    needle = entry.encode()
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if needle in env and pid_alive(int(pid)):
+            found.append(int(pid))
+    return found

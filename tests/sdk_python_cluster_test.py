@@ -26,9 +26,11 @@ SCRIPTS = {
         with open(path + ".tmp", "w") as f:
             f.write(cfg)
         os.rename(path + ".tmp", path)
+        # ...and those named in WAIT_FOR too (the evaluator's: the daemon stops it once the workers end).
         deadline = time.monotonic() + 60
-        while not os.path.exists(os.path.join(os.environ["OUT_DIR"], "ps-0.json")) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        for name in ["ps-0.json"] + [n for n in os.environ.get("WAIT_FOR", "").split(",") if n]:
+            while not os.path.exists(os.path.join(os.environ["OUT_DIR"], name)) and time.monotonic() < deadline:
+                time.sleep(0.05)
     """,
     "ps.py": """
         import json, os, time
@@ -118,12 +120,31 @@ def test_run_cluster_with_script_gives_every_task_its_own_tf_config(daemon, tmp_
     assert ps["status"] not in ("running", "starting", "scheduling"), ps
 
 
+def test_tf2_chief_and_evaluator_get_tensorflow_valid_tf_configs(daemon, tmp_path):
+    result = muster.run_cluster(n_workers=2, n_ps=1, n_chief=1, n_evaluator=1, cpu=0.5, memory=1,
+                                worker_script="show_tf_config.py", ps_script="ps.py", timeout_seconds=60,
+                                env={"OUT_DIR": str(tmp_path), "WAIT_FOR": "evaluator-0.json"}, progress=False)
+    spec, session_addr = result
+    # TensorFlow's rules: the chief is in the cluster spec, the evaluator is not.
+    assert sorted(spec) == ["chief", "ps", "worker"] and len(spec["chief"]) == 1, spec
+    assert session_addr == "grpc://" + spec["chief"][0]
+    assert result.cluster_id == result.cluster["id"] and result.cluster["status"] == "succeeded"
+    assert sorted(os.listdir(tmp_path)) == ["chief-0.json", "evaluator-0.json", "ps-0.json", "worker-0.json",
+                                            "worker-1.json"]
+    for name in os.listdir(tmp_path):
+        task_type, index = name[:-len(".json")].split("-")
+        cfg = json.loads((tmp_path / name).read_text())
+        assert cfg["cluster"] == spec, name
+        assert cfg["task"] == {"type": task_type, "index": int(index)}, name
+
+
 def test_a_failing_task_fails_the_cluster_and_is_named(daemon):
     with pytest.raises(muster.ClusterFailed) as err:
         muster.run_cluster(n_workers=2, n_ps=1, cpu=0.5, memory=1, worker_script="crash_worker_1.py",
                            ps_script="ps.py", timeout_seconds=60, completion_timeout_seconds=120)
     e = err.value
     assert e.task == "worker:1", e
+    assert e.cluster_id == e.cluster["id"] and e.cluster_id.startswith("c-")
     assert "exit code 3" in e.message and "worker 1 gives up" in e.message
     assert e.cluster["status"] == "failed"
     # Nobody is left waiting: every task of the cluster has ended.

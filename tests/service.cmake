@@ -15,3 +15,14 @@ if(TARGET musterd)
     LABEL integration TIMEOUT 180)
   add_dependencies(musterd_integration_test musterd muster_agent)
 endif()
+# Issue 13: GPU reservation (fake inventory) and followed logs (fake stream).
+if(TARGET muster_service)
+  muster_gtest(gpu_inventory_test SOURCES gpu_inventory_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
+  muster_gtest(log_follower_test SOURCES log_follower_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
+endif()
+if(TARGET musterd)
+  muster_python_test(notebook_daemon_integration_test
+    SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/notebook_daemon_integration_test.py
+    LABEL integration
+    TIMEOUT 240)
+endif()

@@ -75,7 +75,6 @@ TEST_F(ProjectDir, BadLaunchRequestsNameTheirField) {
       {"kernel unknown", {{"kernel", "ruby"}}, "kernel"},
       {"kernel number", {{"kernel", 3}}, "kernel"},
       {"no script nor code", {{"script", nullptr}}, "script"},
-      {"script and code", {{"code", "print(1)"}}, "code"},
       {"script absolute", {{"script", "/etc/passwd"}}, "script"},
       {"script dotdot", {{"script", "../secret.py"}}, "script"},
       {"script inner dotdot", {{"script", "sub/../../secret.py"}}, "script"},
@@ -136,6 +135,19 @@ TEST_F(ProjectDir, GoodLaunchRequest) {
   EXPECT_EQ(r->script_path, fs::canonical(project_ / "train.py"));
   EXPECT_EQ(r->env.at("LR"), "0.1");
   EXPECT_EQ(r->args, (std::vector<std::string>{"--epochs", "2"}));
+}
+
+// cdsw runs the script when both are given; muster does too, with a warning.
+TEST_F(ProjectDir, ScriptWinsOverCodeWithAWarning) {
+  json body = good();
+  body["code"] = "print(1)";
+  auto r = parse_launch_request(body, options_);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->script_path, fs::canonical(project_ / "train.py"));
+  EXPECT_TRUE(r->code.empty());
+  ASSERT_EQ(r->warnings.size(), 1u);
+  EXPECT_NE(r->warnings[0].find("script runs and code is ignored"), std::string::npos) << r->warnings[0];
+  EXPECT_TRUE(parse_launch_request(good(), options_)->warnings.empty());
 }
 
 TEST_F(ProjectDir, CodeAndKernels) {

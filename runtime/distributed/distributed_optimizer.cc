@@ -19,7 +19,18 @@ namespace {
 std::size_t resolve_threshold(std::size_t configured) {
   if (configured != 0) return configured;
   const char* env = std::getenv("MUSTER_FUSION_THRESHOLD_MB");
-  if (env == nullptr || *env == '\0') return kDefaultFusionThresholdBytes;
+  if (env == nullptr || *env == '\0') {
+    // Horovod's variable (bytes; 0 turns fusion off), as horovodrun
+    // --fusion-threshold-mb and musterd's mpi clusters export it.
+    const char* hvd = std::getenv("HOROVOD_FUSION_THRESHOLD");
+    if (hvd == nullptr || *hvd == '\0') return kDefaultFusionThresholdBytes;
+    char* end = nullptr;
+    const double bytes = std::strtod(hvd, &end);
+    if (end == hvd || *end != '\0' || !(bytes >= 0)) {
+      throw InvalidArgument(std::string("HOROVOD_FUSION_THRESHOLD must be a number of bytes >= 0, got '") + hvd + "'");
+    }
+    return bytes < 1.0 ? 1 : static_cast<std::size_t>(bytes);
+  }
   char* end = nullptr;
   const double mb = std::strtod(env, &end);
   if (end == env || *end != '\0' || !(mb > 0)) {
@@ -34,6 +45,7 @@ DistributedOptions resolve(DistributedOptions o) {
   o.fusion_threshold_bytes = resolve_threshold(o.fusion_threshold_bytes);
   if (o.timeline_path.empty()) {
     const char* env = std::getenv("MUSTER_TIMELINE");
+    if (env == nullptr || *env == '\0') env = std::getenv("HOROVOD_TIMELINE");  // horovodrun --timeline-filename
     if (env != nullptr) o.timeline_path = env;
   }
   return o;

@@ -37,7 +37,7 @@
 // destructor never blocks longer than the communicator's timeout plus a few
 // seconds, even with a collective stuck.
 //
-// Timeline: with timeline_path (or $MUSTER_TIMELINE) set, rank 0 writes a
+// Timeline: with timeline_path (or $MUSTER_TIMELINE / $HOROVOD_TIMELINE) set, rank 0 writes a
 // Chrome-trace JSON of each bucket's phases (queued, pack, allreduce,
 // unpack), one row per bucket; open it in chrome://tracing or Perfetto.
 //
@@ -98,11 +98,14 @@ inline constexpr std::size_t kDefaultFusionThresholdBytes = 64u << 20;
 
 struct DistributedOptions {
   // Bytes of float32 gradients fused into one allreduce. 0: the environment
-  // variable MUSTER_FUSION_THRESHOLD_MB, else 64 MB. 1 puts every tensor in a
-  // bucket of its own.
+  // variable MUSTER_FUSION_THRESHOLD_MB, else Horovod's
+  // HOROVOD_FUSION_THRESHOLD (bytes; 0 = no fusion), else 64 MB. 1 puts
+  // every tensor in a bucket of its own. (HOROVOD_CYCLE_TIME has no
+  // equivalent: a bucket goes as soon as its last gradient is ready.)
   std::size_t fusion_threshold_bytes = 0;
   Compression compression = Compression::kNone;
-  // Chrome-trace output written by rank 0. Empty: $MUSTER_TIMELINE, else none.
+  // Chrome-trace output written by rank 0. Empty: $MUSTER_TIMELINE, else
+  // $HOROVOD_TIMELINE, else none.
   std::string timeline_path;
   // Algorithm for the bucket allreduces (kAuto: by size, see communicator.h).
   comm::Algorithm algorithm = comm::Algorithm::kAuto;

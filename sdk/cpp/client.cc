@@ -112,9 +112,12 @@ json Client::send_json(const std::string& method, const std::string& path, const
   return j;
 }
 
-std::vector<Worker> Client::launch_workers(const LaunchOptions& opts) {
+std::vector<Worker> Client::launch_workers(const LaunchOptions& opts) { return launch(opts).workers; }
+
+LaunchResult Client::launch(const LaunchOptions& opts) {
   json body = opts.to_json();
-  return workers_of(send_json("POST", "/api/v1/workers", &body, request_timeout_seconds_));
+  json answer = send_json("POST", "/api/v1/workers", &body, request_timeout_seconds_);
+  return LaunchResult{workers_of(answer), strings(answer, "warnings")};
 }
 
 AwaitResult Client::await_workers(const std::vector<std::string>& ids, const AwaitOptions& opts) {

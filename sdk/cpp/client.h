@@ -18,6 +18,7 @@
 //   client.stop_workers(muster::sdk::ids_of(workers));
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -39,6 +40,18 @@ struct Exchange {
   std::string content_type;
   std::string body;
 };
+
+// How follow_worker_logs / follow_cluster_logs start and how hard they retry.
+struct FollowOptions {
+  std::optional<int> tail;               // start with the last N lines
+  std::optional<std::uint64_t> offset;   // start at this byte (wins over tail); neither: the start
+  double read_timeout_seconds = 30;      // a quiet connection is re-opened after this long
+  int retries = 20;                      // failed connections in a row before MusterError("unavailable")
+  double poll_seconds = 0.25;            // a daemon that does not stream is polled this often
+};
+
+// Called with each line (without its newline) as it is written; return false to stop following.
+using LineCallback = std::function<bool(const std::string& line)>;
 
 struct ClientOptions {
   std::string url;     // empty: discover (MUSTER_URL, state dir)
@@ -66,6 +79,10 @@ class Client {
   //   LaunchOptions o; o.n = 2; o.script = "train.py";
   //   auto ws = client.launch_workers(o);
   std::vector<Worker> launch_workers(const LaunchOptions& opts);
+  // The same, with the daemon's notes (e.g. script given with code: the
+  // script runs, as in cdsw). Example:
+  //   auto r = client.launch(o); for (auto& w : r.warnings) std::cerr << w << "\n";
+  LaunchResult launch(const LaunchOptions& opts);
   // Waits in the daemon; see AwaitOptions. Example:
   //   auto r = client.await_workers(ids_of(ws), {/*wait_for_completion=*/false, 60});
   AwaitResult await_workers(const std::vector<std::string>& ids, const AwaitOptions& opts = {});
@@ -80,6 +97,13 @@ class Client {
   Worker get_worker(const std::string& id);
   // Combined stdout/stderr; tail = last N lines. Example: client.worker_logs(id, 20)
   std::string worker_logs(const std::string& id, std::optional<int> tail = std::nullopt);
+  // Follows the worker's log (GET .../logs?follow=true): on_line gets each
+  // line within a second of the worker writing it, until the worker has
+  // ended (the last partial line too) or on_line returns false. Reconnects
+  // from the byte offset reached if the connection drops. Returns that
+  // offset. Example:
+  //   client.follow_worker_logs(id, [](const std::string& l) { std::cout << l << "\n"; return true; });
+  std::uint64_t follow_worker_logs(const std::string& id, const LineCallback& on_line, const FollowOptions& opts = {});
 
   // ---- clusters ----
   // POST /api/v1/clusters as is; returns at once (status "starting"). Example:
@@ -94,6 +118,9 @@ class Client {
   // log; ps mode, the chief's (worker 0's). Empty while there is none yet;
   // tail = last N lines. Example: std::cout << client.cluster_logs(c.id, 20);
   std::string cluster_logs(const std::string& id, std::optional<int> tail = std::nullopt);
+  // follow_worker_logs for a cluster's log, until the cluster has ended.
+  std::uint64_t follow_cluster_logs(const std::string& id, const LineCallback& on_line,
+                                    const FollowOptions& opts = {});
   // Until the cluster ended (or, wait_for_completion=false, is up); never
   // throws for a failed cluster, throws MusterError("deadline_exceeded") after
   // timeout_seconds (0: no limit). Example: client.await_cluster(c.id, 600);
@@ -122,6 +149,9 @@ class Client {
   nlohmann::json send_json(const std::string& method, const std::string& path, const nlohmann::json* body,
                            double timeout_seconds);
   [[noreturn]] void throw_cluster_failed(const Cluster& cluster);
+  // follow.cc: the loop behind both follow calls.
+  std::uint64_t follow_log(const std::string& path, const std::function<bool()>& is_done,
+                           const LineCallback& on_line, const FollowOptions& opts);
 
   Endpoint endpoint_;
   double request_timeout_seconds_;

@@ -31,6 +31,14 @@ std::string command(const json& j, const char* key) {
 
 }  // namespace
 
+std::vector<std::string> strings(const json& j, const char* key) {
+  std::vector<std::string> out;
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_array()) return out;
+  for (const auto& s : *it) out.push_back(s.is_string() ? s.get<std::string>() : s.dump());
+  return out;
+}
+
 Worker Worker::from_json(const json& j) {
   Worker w;
   w.id = text(j, "id");
@@ -44,7 +52,9 @@ Worker Worker::from_json(const json& j) {
   w.cluster_id = text(j, "cluster_id");
   w.created_at = text(j, "created_at");
   w.started_at = text(j, "started_at");
+  w.running_at = text(j, "running_at");
   w.finished_at = text(j, "finished_at");
+  if (auto it = j.find("duration"); it != j.end() && it->is_number()) w.duration = it->get<double>();
   if (auto it = j.find("exit_code"); it != j.end() && it->is_number_integer()) w.exit_code = it->get<int>();
   w.reason = text(j, "reason");
   w.raw = j;
@@ -74,6 +84,7 @@ Cluster Cluster::from_json(const json& j) {
   c.mpirun_command = command(j, "mpirun_command");
   c.hostfile = text(j, "hostfile");
   c.reason = text(j, "reason");
+  c.warnings = strings(j, "warnings");
   c.raw = j;
   return c;
 }
@@ -96,6 +107,14 @@ json ClusterOptions::to_json() const {
   if (ssh_port) j["ssh_port"] = *ssh_port;
   if (!network_interface.empty()) j["network_interface"] = network_interface;
   if (launch) j["launch"] = *launch;
+  if (n_chief) j["n_chief"] = n_chief;
+  if (n_evaluator) j["n_evaluator"] = n_evaluator;
+  if (fusion_threshold_mb) j["fusion_threshold_mb"] = *fusion_threshold_mb;
+  if (cycle_time_ms) j["cycle_time_ms"] = *cycle_time_ms;
+  if (!timeline_filename.empty()) j["timeline_filename"] = timeline_filename;
+  if (start_timeout) j["start_timeout"] = *start_timeout;
+  if (verbose) j["verbose"] = *verbose;
+  if (!network_interfaces.empty()) j["network_interfaces"] = network_interfaces;
   return j;
 }
 

@@ -27,12 +27,21 @@ struct Worker {
   std::string cluster_id;
   std::string created_at;
   std::string started_at;
+  std::string running_at;             // cdsw's: when it started running; "" until then
   std::string finished_at;
+  std::optional<double> duration;     // seconds running (so far, or in all); unset until known
   std::optional<int> exit_code;
   std::string reason;
   nlohmann::json raw;
 
   static Worker from_json(const nlohmann::json& j);
+};
+
+// launch_workers' full answer: the workers and the daemon's notes (e.g.
+// "script wins over code" when both were given, as in cdsw).
+struct LaunchResult {
+  std::vector<Worker> workers;
+  std::vector<std::string> warnings;
 };
 
 // await_workers' answer: `workers` met the condition, `failures` did not.
@@ -52,6 +61,7 @@ struct Cluster {
   std::string mpirun_command;
   std::string hostfile;
   std::string reason;
+  std::vector<std::string> warnings;  // the daemon's notes on a create answer
   nlohmann::json raw;
 
   static Cluster from_json(const nlohmann::json& j);
@@ -95,6 +105,17 @@ struct ClusterOptions {
   std::string network_interface;
   double timeout_seconds = 60;         // start-up limit
   std::optional<bool> launch;          // mpi: run the mpirun line (daemon default true)
+  // ps mode, TensorFlow 2's roles: a chief (coordinator, in the cluster spec)
+  // and an evaluator (outside it); 0 or 1 each, sent only when 1.
+  int n_chief = 0;
+  int n_evaluator = 0;
+  // mpi mode, horovodrun's tuning options; sent only when set.
+  std::optional<int> fusion_threshold_mb;
+  std::optional<double> cycle_time_ms;
+  std::string timeline_filename;
+  std::optional<int> start_timeout;      // seconds
+  std::optional<bool> verbose;
+  std::vector<std::string> network_interfaces;
 
   nlohmann::json to_json() const;
 };
@@ -106,6 +127,9 @@ struct RunClusterResult {
   std::string session_addr;
   Cluster cluster;
 };
+
+// The strings of an array field ("warnings"); [] when absent.
+std::vector<std::string> strings(const nlohmann::json& j, const char* key);
 
 // Ids of workers, e.g. for await_workers(ids_of(launch_workers(...))).
 std::vector<std::string> ids_of(const std::vector<Worker>& workers);

@@ -121,13 +121,43 @@ pid_t spawn_script(const std::vector<std::string>& command, const std::map<std::
 
 }  // namespace
 
+std::string python_with_shell_lines(const std::string& code) {
+  std::string out;
+  size_t start = 0;
+  while (start <= code.size()) {
+    size_t end = code.find('\n', start);
+    if (end == std::string::npos) end = code.size();
+    const std::string line = code.substr(start, end - start);
+    const size_t first = line.find_first_not_of(" \t");
+    if (first != std::string::npos && line[first] == '!') {
+      // A JSON string is a valid Python string literal.
+      out += line.substr(0, first) + "__import__('subprocess').call(" + json(line.substr(first + 1)).dump() +
+             ", shell=True, executable='/bin/bash')";
+    } else {
+      out += line;
+    }
+    if (end == code.size()) break;
+    out += '\n';
+    start = end + 1;
+  }
+  return out;
+}
+
 std::vector<std::string> script_command(const AgentOptions& o) {
   const std::string python = "/usr/bin/python3";
   const std::string bash = "/bin/bash";
   std::vector<std::string> cmd;
   if (!o.code.empty()) {
+    const size_t first = o.code.find_first_not_of(" \t\n");
+    const bool shell_only = first != std::string::npos && o.code[first] == '!' &&
+                            o.code.find('\n', first) == std::string::npos;
     if (o.kernel == "bash") {
       cmd = {bash, "-c", o.code, "muster-worker"};
+    } else if (shell_only) {
+      // cdsw's `code="!nvidia-smi"`: one shell command, its exit code is the worker's.
+      cmd = {bash, "-c", o.code.substr(first + 1), "muster-worker"};
+    } else if (o.code.find('!') != std::string::npos) {
+      cmd = {python, "-u", "-c", python_with_shell_lines(o.code)};
     } else {
       cmd = {python, "-u", "-c", o.code};
     }
@@ -172,7 +202,8 @@ int run_agent(const AgentOptions& o) {
     return 3;
   }
   const bool hold = json::parse(reply->body, nullptr, false).value("hold", false);
-  std::map<std::string, std::string> env = {{"MUSTER_IP_ADDRESS", *ip}, {"PYTHONUNBUFFERED", "1"}};
+  std::map<std::string, std::string> env = {
+      {"MUSTER_IP_ADDRESS", *ip}, {"CDSW_IP_ADDRESS", *ip}, {"PYTHONUNBUFFERED", "1"}};
   if (port) env["MUSTER_PORT"] = std::to_string(port->port());
 
   // 5 (early). Heartbeats run from registration on, also while held.

@@ -9,7 +9,7 @@
 //     (tmp + rename) and add the env;
 //  4. apply cpu/memory limits where possible (limits.h) and start the script
 //     by kernel, in the agent's process group, output to the agent's stdout
-//     (the worker's log), MUSTER_IP_ADDRESS set;
+//     (the worker's log), MUSTER_IP_ADDRESS and CDSW_IP_ADDRESS set;
 //  5. heartbeat every MUSTER_HEARTBEAT_S on a second thread; a 404/409 reply
 //     (stopped, lost), or no answer for MUSTER_ORPHAN_TIMEOUT_S, ends the
 //     script's whole process group;
@@ -45,7 +45,13 @@ struct AgentOptions {
 };
 
 // The script's command line for `options` (kernel rules in api/openapi.yaml).
+// python3 code as in cdsw's IPython engines: code that is one `!command`
+// line runs that command with bash (its exit code is the worker's); in
+// longer code every line starting with `!` (after indentation) runs its
+// rest as a shell command, the other lines are Python.
 std::vector<std::string> script_command(const AgentOptions& options);
+// The Python for `code` with each `!command` line turned into a shell call.
+std::string python_with_shell_lines(const std::string& code);
 
 // Runs steps 1-6; returns the agent's exit code.
 int run_agent(const AgentOptions& options);

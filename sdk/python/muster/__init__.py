@@ -14,13 +14,16 @@ else the files musterd wrote in $MUSTER_STATE_DIR or ~/.muster; see
 muster.config) and raises muster.MusterError on any error. Use muster.Client
 for an explicit URL and token.
 """
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
+
 from . import clusters as _clusters
-from .client import Client
+from .client import Args, Client, Cluster, Worker, WorkerRef
+from .clusters import ClusterResult
 from .config import discover, state_dir
-from .errors import ClusterFailed, MusterError
+from .errors import ClusterFailed, MusterError, MusterWarning
 
 __all__ = [
-    "Client", "MusterError", "ClusterFailed", "discover", "state_dir",
+    "Client", "MusterError", "ClusterFailed", "MusterWarning", "ClusterResult", "discover", "state_dir",
     "launch_workers", "await_workers", "stop_workers", "list_workers", "get_worker", "worker_logs",
     "run_cluster", "horovodrun", "await_cluster", "list_clusters", "get_cluster", "stop_cluster",
     "cluster_logs",
@@ -29,19 +32,25 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def _client():
+def _client() -> Client:
     return Client()
 
 
-def launch_workers(n, cpu, memory, nvidia_gpu=0, kernel="python3", script="", code="", env={},  # noqa: B006
-                   args=None):
+def launch_workers(n: int, cpu: float, memory: float, nvidia_gpu: int = 0, kernel: str = "python3",
+                   script: str = "", code: str = "", env: Mapping[str, Any] = {},  # noqa: B006
+                   args: Args = None, accelerator_label_id: Any = None, resource_profile_id: Any = None,
+                   resource_group_id: Any = None) -> List[Worker]:
     """Launches n workers, each running `script` (a file in the project) or inline `code`.
 
     kernel "python3" runs a .py (or `code`); an executable runs directly; a
     .sh runs with bash. env is added to each worker's environment, args are
     passed to the script (a list, or a string split like a shell would).
-    Returns the worker dicts in launch order (id, status, ip_address, ...).
-    All or nothing: if the daemon rejects the request, nothing runs.
+    Returns the worker dicts in launch order (id, status, ip_address,
+    running_at, duration, ...). All or nothing: if the daemon rejects the
+    request, nothing runs. As in cdsw, `script` wins when both `script` and
+    `code` are given (the daemon's note comes as a muster.MusterWarning).
+    CML cloud's accelerator_label_id, resource_profile_id and
+    resource_group_id are accepted and ignored, with a MusterWarning.
 
     Example::
 
@@ -49,17 +58,23 @@ def launch_workers(n, cpu, memory, nvidia_gpu=0, kernel="python3", script="", co
                                         env={"SECONDS": "5"})
         print([w["id"] for w in workers])
     """
-    return _client().launch_workers(n, cpu, memory, nvidia_gpu, kernel, script, code, env, args)
+    return _client().launch_workers(n, cpu, memory, nvidia_gpu, kernel, script, code, env, args,
+                                    accelerator_label_id, resource_profile_id, resource_group_id)
 
 
-def await_workers(ids, wait_for_completion=True, timeout_seconds=60):
+def await_workers(ids: Any, wait_for_completion: bool = True, timeout_seconds: float = 60, progress: bool = True,
+                  stop_on_interrupt: bool = True) -> Dict[str, List[Worker]]:
     """Waits for workers (ids or worker dicts); returns {"workers": [...], "failures": [...]}.
 
     With wait_for_completion=False a worker is ready once `running` with a
     known ip_address; with True once it has `succeeded`. Failed, timed-out
     and stopped workers, and those still pending after timeout_seconds (0 =
     no timeout), are in "failures" with a "reason". The wait happens in the
-    daemon, not by polling.
+    daemon, not by polling. While waiting it shows "k/n workers running"
+    (Jupyter: a display updated in place; terminal: a stderr line;
+    progress=False: nothing). Ctrl-C (interrupting the cell) stops these
+    workers and re-raises KeyboardInterrupt; stop_on_interrupt=False leaves
+    them running.
 
     Example::
 
@@ -68,10 +83,10 @@ def await_workers(ids, wait_for_completion=True, timeout_seconds=60):
         for f in res["failures"]:
             print(f["id"], f["status"], f["reason"])
     """
-    return _client().await_workers(ids, wait_for_completion, timeout_seconds)
+    return _client().await_workers(ids, wait_for_completion, timeout_seconds, progress, stop_on_interrupt)
 
 
-def stop_workers(*worker_id):
+def stop_workers(*worker_id: Any) -> List[Worker]:
     """Stops workers (ids or dicts) and their whole process trees; no argument stops all.
 
     Returns the stopped workers' dicts. An explicitly empty list
@@ -85,7 +100,7 @@ def stop_workers(*worker_id):
     return _client().stop_workers(*worker_id)
 
 
-def list_workers():
+def list_workers() -> List[Worker]:
     """Every worker the daemon knows (finished ones too), as dicts.
 
     Example::
@@ -96,7 +111,7 @@ def list_workers():
     return _client().list_workers()
 
 
-def get_worker(worker_id):
+def get_worker(worker_id: WorkerRef) -> Worker:
     """One worker's dict (worker_id: id string or dict).
 
     Example::
@@ -107,18 +122,29 @@ def get_worker(worker_id):
     return _client().get_worker(worker_id)
 
 
-def worker_logs(worker_id, tail=None):
+def worker_logs(worker_id: WorkerRef, tail: Optional[int] = None, follow: bool = False,
+                offset: Optional[int] = None) -> Union[str, Iterator[str]]:
     """A worker's combined stdout and stderr as a string; tail=N keeps the last N lines.
+
+    follow=True: a generator of lines (no trailing newline) that yields each
+    line within a second of the worker writing it and ends when the worker
+    has ended; tail=N starts it with the last N lines. It reconnects from
+    where it was if the connection drops.
 
     Example::
 
         print(muster.worker_logs(workers[0], tail=20))
+        for line in muster.worker_logs(workers[0], follow=True):
+            print(line)
     """
-    return _client().worker_logs(worker_id, tail)
+    return _client().worker_logs(worker_id, tail, follow, offset)
 
 
-def run_cluster(n_workers, n_ps, cpu, memory, nvidia_gpu=0, worker_script=None, timeout_seconds=60,
-                mode="ps", ps_script=None, env=None, args=None, **extra):
+def run_cluster(n_workers: int, n_ps: int, cpu: float, memory: float, nvidia_gpu: int = 0,
+                worker_script: Optional[str] = None, timeout_seconds: float = 60, mode: str = "ps",
+                ps_script: Optional[str] = None, env: Optional[Mapping[str, Any]] = None, args: Args = None,
+                n_chief: int = 0, n_evaluator: int = 0, progress: bool = True, stop_on_interrupt: bool = True,
+                **extra: Any) -> ClusterResult:
     """Starts a TensorFlow parameter-server cluster; returns (cluster_spec, session_addr).
 
     musterd launches n_ps parameter servers and n_workers workers, collects
@@ -132,9 +158,18 @@ def run_cluster(n_workers, n_ps, cpu, memory, nvidia_gpu=0, worker_script=None, 
       naming the failing task ("worker:1") and its log tail, if any failed.
 
     timeout_seconds bounds the start-up: every task must be up by then.
-    cluster_spec is {"ps": ["ip:port", ...], "worker": [...]}; session_addr
-    is "grpc://<chief or worker 0>". Extra keyword arguments (e.g.
-    network_interface) go to POST /api/v1/clusters unchanged.
+    cluster_spec is {"ps": ["ip:port", ...], "worker": [...]} (plus "chief"
+    with n_chief=1); session_addr is "grpc://<chief or worker 0>". The pair
+    also carries .cluster_id and .cluster. n_chief=1 adds TensorFlow 2's
+    coordinator task ("chief", in the cluster spec), n_evaluator=1 an
+    "evaluator" task (outside it, per TensorFlow's rules). Extra keyword
+    arguments (e.g. network_interface) go to POST /api/v1/clusters
+    unchanged.
+
+    While waiting it shows the cluster's status (progress=False: silent).
+    Ctrl-C stops the cluster and re-raises KeyboardInterrupt with the id as
+    its .cluster_id (stop_on_interrupt=False: leaves it running); every
+    MusterError raised once the cluster exists carries .cluster_id too.
 
     Example::
 
@@ -143,19 +178,24 @@ def run_cluster(n_workers, n_ps, cpu, memory, nvidia_gpu=0, worker_script=None, 
         print(cluster_spec["worker"], session_addr)
     """
     return _client().run_cluster(n_workers, n_ps, cpu, memory, nvidia_gpu, worker_script, timeout_seconds,
-                                 mode, ps_script, env, args, **extra)
+                                 mode, ps_script, env, args, n_chief=n_chief, n_evaluator=n_evaluator,
+                                 progress=progress, stop_on_interrupt=stop_on_interrupt, **extra)
 
 
-def horovodrun(n, script, slots=1, **options):
+def horovodrun(n: int, script: str, slots: int = 1, **options: Any) -> Cluster:
     """Starts an allreduce (mpi mode) cluster of n workers; returns the cluster dict.
 
-    The dict carries "horovodrun_command" and "mpirun_command" (the exact
-    lines, built from the workers' IPs), "hostfile", "workers" and "status".
-    Options: cpu=1, memory=1, nvidia_gpu=0, args, env, ssh_port (daemon
-    default 2222), network_interface, launch=True (the daemon runs the
-    mpirun line itself; False only builds the lines), timeout_seconds=60 for
-    start-up, wait_for_completion=False (True: wait for the end and raise
-    muster.ClusterFailed if it failed).
+    The dict carries "id", "horovodrun_command" and "mpirun_command" (the
+    exact lines, built from the workers' IPs), "hostfile", "workers" and
+    "status". Options: cpu=1, memory=1, nvidia_gpu=0, args, env, ssh_port
+    (daemon default 2222), network_interface, launch=True (the daemon runs
+    the mpirun line itself; False only builds the lines), timeout_seconds=60
+    for start-up, wait_for_completion=False (True: wait for the end and raise
+    muster.ClusterFailed if it failed), completion_timeout_seconds=0,
+    progress=True, stop_on_interrupt=True (Ctrl-C stops the cluster; the
+    KeyboardInterrupt and any MusterError carry .cluster_id). Horovod's
+    tuning options: fusion_threshold_mb, cycle_time_ms, timeline_filename,
+    start_timeout (s), verbose, network_interfaces (a list, or "eth0,eth1").
 
     Example::
 
@@ -166,22 +206,25 @@ def horovodrun(n, script, slots=1, **options):
     return _client().horovodrun(n, script, slots, **options)
 
 
-def await_cluster(cluster_id, timeout_seconds=60, wait_for_completion=True):
+def await_cluster(cluster_id: WorkerRef, timeout_seconds: float = 60, wait_for_completion: bool = True,
+                  progress: bool = True, stop_on_interrupt: bool = True) -> Cluster:
     """Waits for a cluster (id or dict) to end, or with wait_for_completion=False to be up.
 
     Returns the cluster dict; a failed cluster is returned, not raised (see
     its "status" and "reason"). Raises MusterError(code="deadline_exceeded")
-    after timeout_seconds (0 = wait forever).
+    after timeout_seconds (0 = wait forever). Shows progress
+    (progress=False: silent); Ctrl-C stops the cluster and re-raises
+    (stop_on_interrupt=False: leaves it running).
 
     Example::
 
         c = muster.await_cluster(cluster, timeout_seconds=600)
         print(c["status"], c["reason"])
     """
-    return _client().await_cluster(cluster_id, timeout_seconds, wait_for_completion)
+    return _client().await_cluster(cluster_id, timeout_seconds, wait_for_completion, progress, stop_on_interrupt)
 
 
-def list_clusters():
+def list_clusters() -> List[Cluster]:
     """Every cluster the daemon knows, as dicts.
 
     Example::
@@ -192,7 +235,7 @@ def list_clusters():
     return _client().list_clusters()
 
 
-def get_cluster(cluster_id):
+def get_cluster(cluster_id: WorkerRef) -> Cluster:
     """One cluster's dict (id or dict).
 
     Example::
@@ -202,7 +245,7 @@ def get_cluster(cluster_id):
     return _client().get_cluster(cluster_id)
 
 
-def stop_cluster(cluster_id):
+def stop_cluster(cluster_id: WorkerRef) -> Cluster:
     """Stops a cluster's tasks and launcher; returns the cluster dict.
 
     Example::
@@ -212,12 +255,17 @@ def stop_cluster(cluster_id):
     return _client().stop_cluster(cluster_id)
 
 
-def cluster_logs(cluster, tail=None):
+def cluster_logs(cluster: WorkerRef, tail: Optional[int] = None, follow: bool = False,
+                 offset: Optional[int] = None) -> Union[str, Iterator[str]]:
     """A cluster's output as a string (cluster: id or dict); tail=N keeps the last N lines.
+
+    follow=True: a generator of its lines as they are written, ending when
+    the cluster has ended (see worker_logs).
 
     mpi mode (horovodrun with launch=True): the launcher's log, i.e.
     mpirun's combined output, where each line starts with its rank's tag
-    ("[1,0]<stdout>:" for rank 0). ps mode: the chief's (worker 0's) log.
+    ("[1,0]<stdout>:" for rank 0). ps mode: the chief's log (the "chief"
+    task with n_chief=1, else worker 0).
     Empty while the cluster has no log yet. Works wherever the notebook
     runs: the text comes over the REST API, not from the daemon's disk.
 
@@ -226,7 +274,7 @@ def cluster_logs(cluster, tail=None):
         c = muster.horovodrun(2, "train.py", wait_for_completion=True)
         print(muster.cluster_logs(c, tail=20))
     """
-    return _client().cluster_logs(cluster, tail)
+    return _client().cluster_logs(cluster, tail, follow, offset)
 
 
 # Helpers for cluster tasks and tests.

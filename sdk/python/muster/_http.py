@@ -4,11 +4,14 @@ One Transport per Client. Each call opens its own connection, so a Client can
 be shared by threads. Proxies from the environment are ignored on purpose:
 musterd is local or on the cluster's own network, never behind a web proxy.
 """
+import http.client
 import json
 import socket
 import urllib.error
 import urllib.parse
 import urllib.request
+
+from typing import Optional, Tuple
 
 from .errors import MusterError
 
@@ -43,10 +46,41 @@ def error_from_response(status, body):
 class Transport:
     """Sends one request and returns the decoded answer (JSON or text)."""
 
-    def __init__(self, url, token):
+    def __init__(self, url: str, token: str) -> None:
         self.url = url.rstrip("/")
         self.token = token
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def open_stream(self, path: str, query: Optional[dict] = None,
+                    timeout: Optional[float] = DEFAULT_TIMEOUT_S) -> Tuple[http.client.HTTPConnection,
+                                                                         http.client.HTTPResponse]:
+        """GET path and return (connection, response) with the body still unread.
+
+        For answers that arrive over time (followed logs, chunked): the caller
+        reads the response as it comes and closes the connection. An error
+        answer raises MusterError as request() does; a connection that cannot
+        be made raises MusterError(code="unavailable").
+        """
+        parts = urllib.parse.urlsplit(self.url)
+        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        target = (parts.path.rstrip("/") + path) + ("?" + urllib.parse.urlencode(query) if query else "")
+        conn = cls(parts.hostname, parts.port, timeout=timeout)
+        try:
+            conn.request("GET", target, headers={"Authorization": "Bearer " + self.token, "Accept": "text/plain"})
+            resp = conn.getresponse()
+        except (socket.timeout, TimeoutError):
+            conn.close()
+            raise MusterError("GET %s: no answer from musterd within %s s" % (path, timeout),
+                              code="deadline_exceeded") from None
+        except (ConnectionError, OSError, http.client.HTTPException) as err:
+            conn.close()
+            raise MusterError("cannot reach musterd at %s: %s (is it running? see MUSTER_URL)"
+                              % (self.url, err), code="unavailable") from None
+        if resp.status >= 400:
+            body = resp.read()
+            conn.close()
+            raise error_from_response(resp.status, body)
+        return conn, resp
 
     def request(self, method, path, body=None, query=None, timeout=DEFAULT_TIMEOUT_S, text=False):
         """method "GET"/"POST"; path like "/api/v1/workers"; timeout None = wait forever."""

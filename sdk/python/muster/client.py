@@ -5,13 +5,26 @@ the environment on each call; use a Client directly to talk to a daemon other
 than the discovered one, or to set the request timeout.
 """
 import shlex
+import time
 import urllib.parse
+import warnings
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import clusters as _clusters
 from ._http import DEFAULT_TIMEOUT_S, Transport
 from .config import discover
-from .errors import MusterError
+from .errors import MusterError, MusterWarning
+from .follow import WORKER_TERMINAL, follow_log, log_path
 from .ids import many_ids, one_id
+from .progress import Progress, on_interrupt
+
+Worker = Dict[str, Any]
+Cluster = Dict[str, Any]
+WorkerRef = Union[str, Mapping[str, Any]]
+Args = Union[None, str, Sequence[Any]]
+
+# CML cloud's launch arguments: accepted for portability, no meaning on musterd.
+CML_ONLY_ARGS = ("accelerator_label_id", "resource_profile_id", "resource_group_id")
 
 # Extra seconds an await's HTTP request may take beyond the server-side wait.
 _AWAIT_SLACK_S = 30.0
@@ -37,6 +50,62 @@ def _path_id(value, what="worker"):
     return urllib.parse.quote(one_id(value, what), safe="")
 
 
+_SHELL_HELPER = (
+    "def _muster_shell(command):\n"
+    "    import subprocess, sys\n"
+    "    sys.stdout.flush(); sys.stderr.flush()\n"
+    "    code = subprocess.call(command, shell=True)\n"
+    "    if code:\n"
+    "        sys.exit(code)\n")
+
+
+def shell_lines_to_python(code: str) -> str:
+    """cdsw's `code` convention in the python3 kernel: a line starting with "!" is a shell command.
+
+    "!nvidia-smi" becomes a call that runs it with /bin/sh and ends the
+    worker with the command's exit code if that is not 0; other lines stay
+    Python. Code without such lines is returned unchanged.
+
+    Example::
+
+        shell_lines_to_python("!echo hi")   # -> Python that runs `echo hi`
+    """
+    lines = code.split("\n")
+    if not any(line.lstrip().startswith("!") for line in lines):
+        return code
+    out = []
+    for line in lines:
+        stripped = line.lstrip()
+        if stripped.startswith("!"):
+            indent = line[:len(line) - len(stripped)]
+            out.append("%s_muster_shell(%r)" % (indent, stripped[1:].strip()))
+        else:
+            out.append(line)
+    return _SHELL_HELPER + "\n".join(out)
+
+
+def surface_warnings(answer: Any, stacklevel: int = 4) -> None:
+    """warnings.warn (category MusterWarning) each string of the daemon's "warnings" array."""
+    if isinstance(answer, dict):
+        for text in answer.get("warnings") or []:
+            warnings.warn("musterd: %s" % text, MusterWarning, stacklevel=stacklevel)
+
+
+def warn_cml_only(**given: Any) -> None:
+    """One warning naming the CML cloud arguments that were given (not None) and are ignored."""
+    names = [k for k in CML_ONLY_ARGS if given.get(k) is not None]
+    if names:
+        warnings.warn("%s: CML cloud resource arguments, ignored by muster (workers get cpu, memory and "
+                      "nvidia_gpu as asked)" % ", ".join(names), MusterWarning, stacklevel=4)
+
+
+def _await_counts(ids: List[str], ready: Dict[str, Worker], failed: Dict[str, Worker], what: str) -> str:
+    text = "%d/%d workers %s" % (len(ready), len(ids), what)
+    if failed:
+        text += ", %d failed" % len(failed)
+    return text
+
+
 class Client:
     """A musterd connection. url/token default to discovery (see muster.config).
 
@@ -46,7 +115,8 @@ class Client:
         workers = c.launch_workers(n=2, cpu=1, memory=1, script="train.py")
     """
 
-    def __init__(self, url=None, token=None, timeout_seconds=DEFAULT_TIMEOUT_S):
+    def __init__(self, url: Optional[str] = None, token: Optional[str] = None,
+                 timeout_seconds: float = DEFAULT_TIMEOUT_S) -> None:
         self.url, self.token = discover(url, token)
         self.timeout_seconds = timeout_seconds
         self._http = Transport(self.url, self.token)
@@ -56,11 +126,18 @@ class Client:
 
     # ---- workers ---------------------------------------------------------
 
-    def launch_workers(self, n, cpu, memory, nvidia_gpu=0, kernel="python3", script="", code="",
-                       env={}, args=None):  # noqa: B006 - cdsw's signature; never mutated
+    def launch_workers(self, n: int, cpu: float, memory: float, nvidia_gpu: int = 0, kernel: str = "python3",
+                       script: str = "", code: str = "", env: Mapping[str, Any] = {},  # noqa: B006 - never mutated
+                       args: Args = None, accelerator_label_id: Any = None, resource_profile_id: Any = None,
+                       resource_group_id: Any = None) -> List[Worker]:
         """Launches n workers; returns their worker dicts in launch order.
 
         All or nothing: if the daemon rejects the request, nothing runs.
+        The daemon's notes (e.g. "script wins over code" when both are
+        given, as in cdsw) come as MusterWarning warnings. CML cloud's
+        accelerator_label_id / resource_profile_id / resource_group_id are
+        accepted and ignored, with a MusterWarning saying so. As in cdsw's
+        examples, a `code` line starting with "!" runs as a shell command.
 
         Example::
 
@@ -68,31 +145,74 @@ class Client:
                                             env={"EPOCHS": "3"}, args=["--lr", "0.1"])
             ids = [w["id"] for w in workers]
         """
+        if code and kernel == "python3":
+            code = shell_lines_to_python(code)
         body = {"n": n, "cpu": cpu, "memory": memory, "nvidia_gpu": nvidia_gpu, "kernel": kernel,
                 "script": script or "", "code": code or "", "env": _env_dict(env),
                 "args": _args_list(args)}
+        warn_cml_only(accelerator_label_id=accelerator_label_id, resource_profile_id=resource_profile_id,
+                      resource_group_id=resource_group_id)
         answer = self._http.request("POST", "/api/v1/workers", body, timeout=self.timeout_seconds)
+        surface_warnings(answer)
         return answer["workers"]
 
-    def await_workers(self, ids, wait_for_completion=True, timeout_seconds=60):
+    def await_workers(self, ids: Any, wait_for_completion: bool = True, timeout_seconds: float = 60,
+                      progress: bool = True, stop_on_interrupt: bool = True) -> Dict[str, List[Worker]]:
         """Waits (on the server) for workers; returns {"workers": [...], "failures": [...]}.
 
         wait_for_completion=False: a worker is done once `running` with an
         ip_address; True: once `succeeded`. Workers that fail, stop, or are
         still pending at the timeout are in "failures" (timeout_seconds=0:
-        no timeout).
+        no timeout). While it waits it shows how many are ready (see
+        muster.progress; progress=False: silent); on Ctrl-C it stops the
+        awaited workers and re-raises (stop_on_interrupt=False: leaves them).
 
         Example::
 
             done = client.await_workers(workers, wait_for_completion=False, timeout_seconds=60)
             ips = [w["ip_address"] for w in done["workers"]]
         """
-        body = {"ids": many_ids(ids), "wait_for_completion": bool(wait_for_completion),
-                "timeout_seconds": timeout_seconds}
+        id_list = many_ids(ids)
+        bar = Progress(progress)
+        what = "worker%s %s" % ("s" if len(id_list) != 1 else "", ", ".join(id_list))
+        with on_interrupt(stop_on_interrupt and bool(id_list), lambda: self.stop_workers(id_list), what, bar):
+            if not bar.active:
+                return self._await_once(id_list, wait_for_completion, timeout_seconds)
+            result = self._await_with_progress(id_list, wait_for_completion, timeout_seconds, bar)
+        return result
+
+    def _await_once(self, ids: List[str], wait_for_completion: bool, timeout_seconds: float) -> Dict[str, Any]:
+        body = {"ids": ids, "wait_for_completion": bool(wait_for_completion), "timeout_seconds": timeout_seconds}
         timeout = None if not timeout_seconds else float(timeout_seconds) + _AWAIT_SLACK_S
         return self._http.request("POST", "/api/v1/workers/await", body, timeout=timeout)
 
-    def stop_workers(self, *worker_id):
+    def _await_with_progress(self, ids: List[str], wait_for_completion: bool, timeout_seconds: float,
+                             bar: Progress) -> Dict[str, List[Worker]]:
+        """The same wait as one await call, as server-side waits of at most a second each,
+        so the status line moves; the answer keeps the order of `ids`."""
+        word = "succeeded" if wait_for_completion else "running"
+        deadline = time.monotonic() + float(timeout_seconds) if timeout_seconds else None
+        ready: Dict[str, Worker] = {}
+        failed: Dict[str, Worker] = {}
+        pending = list(dict.fromkeys(ids))
+        bar.update(_await_counts(ids, ready, failed, word), force=True)
+        while pending:
+            left = None if deadline is None else deadline - time.monotonic()
+            final = left is not None and left <= 1.0
+            step = max(left, 0.001) if final else 1.0
+            answer = self._await_once(pending, wait_for_completion, step)
+            for w in answer.get("workers", []):
+                ready[w["id"]] = w
+            for w in answer.get("failures", []):
+                if final or w.get("status") in WORKER_TERMINAL or w.get("reason") != "await timed out":
+                    failed[w["id"]] = w
+            pending = [i for i in pending if i not in ready and i not in failed]
+            bar.update(_await_counts(ids, ready, failed, word))
+        bar.close(_await_counts(ids, ready, failed, word))
+        return {"workers": [ready[i] for i in dict.fromkeys(ids) if i in ready],
+                "failures": [failed[i] for i in dict.fromkeys(ids) if i in failed]}
+
+    def stop_workers(self, *worker_id: Any) -> List[Worker]:
         """Stops the given workers (ids or dicts), or every worker if none given.
 
         Returns the stopped workers' dicts. An explicitly empty list
@@ -113,7 +233,7 @@ class Client:
             return answer.get("workers", [])
         return answer or []
 
-    def list_workers(self):
+    def list_workers(self) -> List[Worker]:
         """Every worker this daemon knows, finished ones included.
 
         Example::
@@ -122,7 +242,7 @@ class Client:
         """
         return self._http.request("GET", "/api/v1/workers", timeout=self.timeout_seconds)["workers"]
 
-    def get_worker(self, worker_id):
+    def get_worker(self, worker_id: WorkerRef) -> Worker:
         """One worker's dict (id string or dict).
 
         Example::
@@ -131,20 +251,32 @@ class Client:
         """
         return self._http.request("GET", "/api/v1/workers/" + _path_id(worker_id), timeout=self.timeout_seconds)
 
-    def worker_logs(self, worker_id, tail=None):
+    def worker_logs(self, worker_id: WorkerRef, tail: Optional[int] = None, follow: bool = False,
+                    offset: Optional[int] = None) -> Union[str, Iterator[str]]:
         """The worker's combined stdout/stderr as text; tail=N: the last N lines.
+
+        follow=True returns a generator of lines (without their newline) that
+        yields each line as the worker writes it and ends when the worker has
+        ended (see muster.follow; it reconnects if the connection drops);
+        with tail=N it starts with the last N lines, offset=B at byte B.
 
         Example::
 
             print(client.worker_logs(ids[0], tail=20))
+            for line in client.worker_logs(ids[0], follow=True):
+                print(line)
         """
+        if follow:
+            wid = one_id(worker_id)
+            return follow_log(self._http, log_path("workers", wid),
+                              lambda: self.get_worker(wid).get("status") in WORKER_TERMINAL, tail, offset)
         query = {"tail": int(tail)} if tail is not None else None
         return self._http.request("GET", "/api/v1/workers/%s/logs" % _path_id(worker_id), query=query,
                                   timeout=self.timeout_seconds, text=True)
 
     # ---- clusters (REST) ---------------------------------------------------
 
-    def create_cluster(self, **body):
+    def create_cluster(self, **body: Any) -> Cluster:
         """POST /api/v1/clusters with the fields of issue 3; returns the cluster dict.
 
         Most notebooks want run_cluster or horovodrun instead. Fields left as
@@ -156,9 +288,11 @@ class Client:
                                       worker_script="train.py", slots=1)
         """
         body = {k: v for k, v in body.items() if v is not None}
-        return self._http.request("POST", "/api/v1/clusters", body, timeout=self.timeout_seconds)
+        answer = self._http.request("POST", "/api/v1/clusters", body, timeout=self.timeout_seconds)
+        surface_warnings(answer, stacklevel=5)
+        return answer
 
-    def get_cluster(self, cluster_id):
+    def get_cluster(self, cluster_id: WorkerRef) -> Cluster:
         """One cluster's dict.
 
         Example::
@@ -168,7 +302,7 @@ class Client:
         return self._http.request("GET", "/api/v1/clusters/" + _path_id(cluster_id, "cluster"),
                                   timeout=self.timeout_seconds)
 
-    def list_clusters(self):
+    def list_clusters(self) -> List[Cluster]:
         """Every cluster this daemon knows.
 
         Example::
@@ -179,7 +313,7 @@ class Client:
         answer = self._http.request("GET", "/api/v1/clusters", timeout=self.timeout_seconds)
         return answer.get("clusters", []) if isinstance(answer, dict) else answer
 
-    def stop_cluster(self, cluster_id):
+    def stop_cluster(self, cluster_id: WorkerRef) -> Cluster:
         """Stops every task of a cluster (and its launcher); returns the cluster.
 
         Example::
@@ -189,31 +323,44 @@ class Client:
         return self._http.request("POST", "/api/v1/clusters/%s/stop" % _path_id(cluster_id, "cluster"),
                                   {}, timeout=self.timeout_seconds)
 
-    def cluster_logs(self, cluster_id, tail=None):
+    def cluster_logs(self, cluster_id: WorkerRef, tail: Optional[int] = None, follow: bool = False,
+                     offset: Optional[int] = None) -> Union[str, Iterator[str]]:
         """The cluster's output as text: mpi, the launcher's (mpirun's) log; ps, the chief's.
 
         Empty text while the cluster has no log yet. tail=N: the last N lines.
+        follow=True: a generator of lines as they are written, ending when
+        the cluster has ended (as worker_logs(follow=True)).
 
         Example::
 
             print(client.cluster_logs(cluster["id"], tail=20))
+            for line in client.cluster_logs(cluster, follow=True):
+                print(line)
         """
+        if follow:
+            cid = one_id(cluster_id, "cluster")
+            return follow_log(self._http, log_path("clusters", cid),
+                              lambda: self.get_cluster(cid).get("status") in _clusters.TERMINAL, tail, offset)
         query = {"tail": int(tail)} if tail is not None else None
         return self._http.request("GET", "/api/v1/clusters/%s/logs" % _path_id(cluster_id, "cluster"),
                                   query=query, timeout=self.timeout_seconds, text=True)
 
     # ---- clusters (helpers; see clusters.py) -----------------------------------
 
-    def await_cluster(self, cluster_id, timeout_seconds=60, wait_for_completion=True):
+    def await_cluster(self, cluster_id: WorkerRef, timeout_seconds: float = 60, wait_for_completion: bool = True,
+                      progress: bool = True, stop_on_interrupt: bool = True) -> Cluster:
         """See muster.await_cluster."""
-        return _clusters.await_cluster(self, cluster_id, timeout_seconds, wait_for_completion)
+        return _clusters.await_cluster(self, cluster_id, timeout_seconds, wait_for_completion,
+                                       progress=progress, stop_on_interrupt=stop_on_interrupt)
 
-    def run_cluster(self, n_workers, n_ps, cpu, memory, nvidia_gpu=0, worker_script=None,
-                    timeout_seconds=60, mode="ps", ps_script=None, env=None, args=None, **extra):
+    def run_cluster(self, n_workers: int, n_ps: int, cpu: float, memory: float, nvidia_gpu: int = 0,
+                    worker_script: Optional[str] = None, timeout_seconds: float = 60, mode: str = "ps",
+                    ps_script: Optional[str] = None, env: Optional[Mapping[str, Any]] = None, args: Args = None,
+                    **extra: Any) -> "_clusters.ClusterResult":
         """See muster.run_cluster."""
         return _clusters.run_cluster(self, n_workers, n_ps, cpu, memory, nvidia_gpu, worker_script,
                                      timeout_seconds, mode, ps_script, env, args, **extra)
 
-    def horovodrun(self, n, script, slots=1, **extra):
+    def horovodrun(self, n: int, script: str, slots: int = 1, **extra: Any) -> Cluster:
         """See muster.horovodrun."""
         return _clusters.horovodrun(self, n, script, slots, **extra)

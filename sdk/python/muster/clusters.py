@@ -11,36 +11,76 @@ GET /api/v1/clusters/{id} with a growing interval (20 ms up to 250 ms).
 """
 import shlex
 import time
+from typing import Any, Dict, Optional
 
 from .errors import ClusterFailed, MusterError
 from .ids import one_id
+from .progress import Progress, on_interrupt
 
 TERMINAL = ("succeeded", "failed", "stopped")
 _FAILED_WORKER = ("failed", "timedout", "lost")
 
+# horovodrun's tuning options, sent to POST /api/v1/clusters as given (mpi mode).
+HOROVOD_OPTIONS = ("fusion_threshold_mb", "cycle_time_ms", "timeline_filename", "start_timeout", "verbose",
+                   "network_interfaces")
 
-def await_cluster(client, cluster_id, timeout_seconds=60, wait_for_completion=True):
+
+class ClusterResult(tuple):
+    """run_cluster's answer: the cdsw pair (cluster_spec, session_addr), plus the cluster.
+
+    Unpacks as before (`spec, addr = muster.run_cluster(...)`); `.cluster_id`
+    and `.cluster` say which cluster it was, so it can be stopped or its
+    logs read.
+    """
+
+    def __new__(cls, spec: Dict[str, Any], addr: Optional[str], cluster: Dict[str, Any]) -> "ClusterResult":
+        self = super().__new__(cls, (spec, addr))
+        self.cluster = cluster
+        self.cluster_id = cluster.get("id")
+        return self
+
+
+def _cluster_line(cluster: Dict[str, Any]) -> str:
+    tasks = cluster.get("workers") or {}
+    n = sum(len(v or []) for v in tasks.values()) if isinstance(tasks, dict) else len(tasks)
+    return "cluster %s (%s, %d tasks) %s" % (cluster.get("id"), cluster.get("mode"), n, cluster.get("status"))
+
+
+def await_cluster(client, cluster_id, timeout_seconds=60, wait_for_completion=True, progress=True,
+                  stop_on_interrupt=True, bar=None):
     """Waits for a cluster; returns its dict.
 
     wait_for_completion=True: until it has ended (succeeded, failed, stopped);
     False: until every task is up (status no longer "starting"), or ended.
-    timeout_seconds=0 waits forever; otherwise MusterError("deadline_exceeded").
-    Does not raise for a failed cluster: check cluster["status"].
+    timeout_seconds=0 waits forever; otherwise MusterError("deadline_exceeded")
+    with .cluster_id. Does not raise for a failed cluster: check
+    cluster["status"]. Shows progress (progress=False: silent); on Ctrl-C
+    stops the cluster (stop_on_interrupt=False: leaves it) and re-raises,
+    with the id as the KeyboardInterrupt's .cluster_id.
     """
     cid = one_id(cluster_id, "cluster")
-    deadline = time.monotonic() + float(timeout_seconds) if timeout_seconds else None
-    interval = 0.02
-    while True:
-        cluster = client.get_cluster(cid)
-        status = cluster.get("status")
-        if status in TERMINAL or (not wait_for_completion and status != "starting"):
-            return cluster
-        if deadline is not None and time.monotonic() >= deadline:
-            raise MusterError("cluster %s is still %r after %s s" % (cid, status, timeout_seconds),
-                              code="deadline_exceeded")
-        pause = interval if deadline is None else min(interval, max(0.0, deadline - time.monotonic()))
-        time.sleep(pause)
-        interval = min(interval * 2, 0.25)
+    own_bar = bar is None
+    bar = Progress(progress) if own_bar else bar
+    with on_interrupt(stop_on_interrupt, lambda: client.stop_cluster(cid), "cluster " + cid, bar, cluster_id=cid):
+        deadline = time.monotonic() + float(timeout_seconds) if timeout_seconds else None
+        interval = 0.02
+        while True:
+            cluster = client.get_cluster(cid)
+            status = cluster.get("status")
+            bar.update(_cluster_line(cluster))
+            if status in TERMINAL or (not wait_for_completion and status != "starting"):
+                if own_bar:
+                    bar.close(_cluster_line(cluster))
+                return cluster
+            if deadline is not None and time.monotonic() >= deadline:
+                bar.close()
+                err = MusterError("cluster %s is still %r after %s s" % (cid, status, timeout_seconds),
+                                  code="deadline_exceeded")
+                err.cluster_id = cid
+                raise err
+            pause = interval if deadline is None else min(interval, max(0.0, deadline - time.monotonic()))
+            time.sleep(pause)
+            interval = min(interval * 2, 0.25)
 
 
 def task_ids(cluster):
@@ -106,7 +146,7 @@ def _spec_of(cluster):
     return spec
 
 
-def session_address(cluster_spec):
+def session_address(cluster_spec: Dict[str, Any]) -> Optional[str]:
     """"grpc://host:port" of the chief, else of worker 0: where a tf.Session connects."""
     for kind in ("chief", "worker"):
         tasks = cluster_spec.get(kind) or []
@@ -123,37 +163,58 @@ def _args(args):
     return shlex.split(args) if isinstance(args, str) else [str(a) for a in args]
 
 
+def wait_for(client, cluster, timeout_seconds, completion, completion_timeout_seconds, progress, stop_on_interrupt):
+    """Start-up wait, then (completion) the wait for the end; raises ClusterFailed, and tags
+    every MusterError and KeyboardInterrupt on the way with the cluster's id."""
+    cid = cluster["id"]
+    bar = Progress(progress)
+    try:
+        cluster = await_cluster(client, cid, timeout_seconds, False, stop_on_interrupt=stop_on_interrupt, bar=bar)
+        if cluster.get("status") in ("failed", "stopped"):
+            bar.close(_cluster_line(cluster))
+            _raise_failed(client, cluster)
+        if completion:
+            cluster = await_cluster(client, cid, completion_timeout_seconds, True,
+                                    stop_on_interrupt=stop_on_interrupt, bar=bar)
+            bar.close(_cluster_line(cluster))
+            if cluster.get("status") != "succeeded":
+                _raise_failed(client, cluster)
+        bar.close()
+        return cluster
+    except MusterError as err:
+        err.cluster_id = cid
+        raise
+
+
 def run_cluster(client, n_workers, n_ps, cpu, memory, nvidia_gpu=0, worker_script=None,
                 timeout_seconds=60, mode="ps", ps_script=None, env=None, args=None,
-                completion_timeout_seconds=0, **extra):
+                completion_timeout_seconds=0, n_chief=0, n_evaluator=0, progress=True,
+                stop_on_interrupt=True, **extra):
     cluster = client.create_cluster(
         mode=mode, n_workers=n_workers, n_ps=n_ps if mode == "ps" else None, cpu=cpu, memory=memory,
         nvidia_gpu=nvidia_gpu, worker_script=worker_script, ps_script=ps_script, env=env,
-        args=_args(args), timeout_seconds=timeout_seconds, **extra)
-    cluster = await_cluster(client, cluster["id"], timeout_seconds, wait_for_completion=False)
-    if cluster.get("status") in ("failed", "stopped"):
-        _raise_failed(client, cluster)
-    if worker_script:
-        cluster = await_cluster(client, cluster["id"], completion_timeout_seconds, wait_for_completion=True)
-        if cluster.get("status") != "succeeded":
-            _raise_failed(client, cluster)
+        args=_args(args), timeout_seconds=timeout_seconds,
+        n_chief=int(n_chief) if n_chief else None, n_evaluator=int(n_evaluator) if n_evaluator else None, **extra)
+    cluster = wait_for(client, cluster, timeout_seconds, bool(worker_script), completion_timeout_seconds, progress,
+                    stop_on_interrupt)
     spec = _spec_of(cluster)
-    return spec, session_address(spec)
+    return ClusterResult(spec, session_address(spec), cluster)
 
 
 def horovodrun(client, n, script, slots=1, cpu=1, memory=1, nvidia_gpu=0, args=None, env=None,
                ssh_port=None, network_interface=None, launch=True, timeout_seconds=60,
-               wait_for_completion=False, completion_timeout_seconds=0):
+               wait_for_completion=False, completion_timeout_seconds=0, progress=True, stop_on_interrupt=True,
+               **options):
+    unknown = sorted(set(options) - set(HOROVOD_OPTIONS))
+    if unknown:
+        raise MusterError("horovodrun() got unknown option(s) %s; known: %s" % (", ".join(unknown),
+                          ", ".join(HOROVOD_OPTIONS)), code="invalid_argument", field=unknown[0])
+    if isinstance(options.get("network_interfaces"), str):
+        options["network_interfaces"] = [x for x in options["network_interfaces"].split(",") if x]
     cluster = client.create_cluster(
         mode="mpi", n_workers=n, slots=slots, cpu=cpu, memory=memory, nvidia_gpu=nvidia_gpu,
         worker_script=script, args=_args(args), env=env,
         ssh_port=ssh_port, network_interface=network_interface, launch=launch,
-        timeout_seconds=timeout_seconds)
-    cluster = await_cluster(client, cluster["id"], timeout_seconds, wait_for_completion=False)
-    if cluster.get("status") in ("failed", "stopped"):
-        _raise_failed(client, cluster)
-    if wait_for_completion:
-        cluster = await_cluster(client, cluster["id"], completion_timeout_seconds, wait_for_completion=True)
-        if cluster.get("status") != "succeeded":
-            _raise_failed(client, cluster)
-    return cluster
+        timeout_seconds=timeout_seconds, **options)
+    return wait_for(client, cluster, timeout_seconds, wait_for_completion, completion_timeout_seconds, progress,
+                 stop_on_interrupt)

@@ -10,16 +10,17 @@ needs no configuration at all.
 """
 import json
 import os
+from typing import Optional, Tuple
 
 from .errors import MusterError
 
 
-def state_dir():
+def state_dir() -> str:
     """The daemon's state directory: $MUSTER_STATE_DIR, else ~/.muster."""
     return os.environ.get("MUSTER_STATE_DIR") or os.path.join(os.path.expanduser("~"), ".muster")
 
 
-def _read_url(directory):
+def _read_url(directory: str) -> Optional[str]:
     path = os.path.join(directory, "musterd.json")
     try:
         with open(path) as f:
@@ -34,7 +35,7 @@ def _read_url(directory):
     return url
 
 
-def _read_token(directory):
+def _read_token(directory: str) -> Optional[str]:
     path = os.path.join(directory, "token")
     try:
         with open(path) as f:
@@ -45,7 +46,7 @@ def _read_token(directory):
         raise MusterError("cannot read %s: %s" % (path, err), code="unconfigured")
 
 
-def discover(url=None, token=None):
+def discover(url: Optional[str] = None, token: Optional[str] = None) -> Tuple[str, str]:
     """Returns (url, token) following the order above.
 
     Raises MusterError(code="unconfigured") naming what is missing and where

@@ -10,6 +10,18 @@ token found), "unavailable" (connection refused, reset, DNS) and
 """
 
 
+from typing import Optional
+
+
+class MusterWarning(UserWarning):
+    """A note from musterd or the SDK that did not stop the call (warnings.warn category).
+
+    Examples: the daemon ran `script` and ignored `code` given with it; a CML
+    cloud argument (resource_profile_id, ...) that has no meaning here.
+    Silence them with warnings.simplefilter("ignore", muster.MusterWarning).
+    """
+
+
 class MusterError(Exception):
     """An error from musterd or from reaching it.
 
@@ -21,12 +33,16 @@ class MusterError(Exception):
             print(err.code, err.field, err.message)   # invalid_argument n ...
     """
 
-    def __init__(self, message, code="unknown", field=None, http_status=None):
+    def __init__(self, message: str, code: str = "unknown", field: Optional[str] = None,
+                 http_status: Optional[int] = None) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
         self.field = field or None
         self.http_status = http_status
+        # Set by run_cluster/horovodrun/await_cluster once a cluster exists, so
+        # a caller can still stop or inspect it after the error.
+        self.cluster_id: Optional[str] = None
 
     def __str__(self):
         where = " (field %s)" % self.field if self.field else ""
@@ -53,7 +69,8 @@ class ClusterFailed(MusterError):
             print(err.task, err.message)
     """
 
-    def __init__(self, message, cluster, task=None):
+    def __init__(self, message: str, cluster: dict, task: Optional[str] = None) -> None:
         super().__init__(message, code="cluster_failed")
         self.cluster = cluster
         self.task = task
+        self.cluster_id = cluster.get("id") if isinstance(cluster, dict) else None

@@ -3,10 +3,12 @@
 cdsw accepts both `["id1", "id2"]` and the worker dicts launch_workers
 returned; so do we, and also a single id or dict where a list is expected.
 """
+from typing import Any, List
+
 from .errors import MusterError
 
 
-def one_id(value, what="worker"):
+def one_id(value: Any, what: str = "worker") -> str:
     """"abc" -> "abc"; {"id": "abc", ...} -> "abc"; anything else raises."""
     if isinstance(value, dict):
         value = value.get("id")
@@ -23,7 +25,7 @@ def one_id(value, what="worker"):
     return value
 
 
-def many_ids(values, what="worker"):
+def many_ids(values: Any, what: str = "worker") -> List[str]:
     """A list (or tuple, or single item, nested once) of ids/dicts -> list of strings."""
     if values is None:
         return []

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Writes the example notebooks (examples/notebook/*.ipynb) from the cells below.
+
+Each notebook is the matching .py example (workers_basics.py, ps_training.py,
+allreduce_training.py) cut into the steps a notebook user runs one at a time,
+with a markdown cell before each step saying what it does. Edit the cells
+here and re-run `python3 examples/notebook/make_notebooks.py`; the .ipynb files
+are committed so Jupyter opens them directly, and tests/sdk_python_notebook_test.py
+checks they are what this script writes.
+
+The first code cell of each notebook is tagged "parameters" (papermill's
+convention): the test and `make demo` insert a cell after it to shrink the
+run (fewer images, one epoch). The PyTorch example (pytorch_training.py,
+written elsewhere) gets its notebook by adding a NOTEBOOKS entry here.
+"""
+import json
+import os
+import sys
+
+PROGRAM_CELL = '''\
+def program(name="fashion_mnist"):
+    """build/bin/<name> relative to musterd's --project-dir (where it resolves scripts)."""
+    build = os.environ.get("MUSTER_BINARY_DIR") or os.path.join(os.getcwd(), "build")
+    project = os.environ.get("MUSTER_PROJECT_DIR") or os.getcwd()
+    return os.path.relpath(os.path.join(os.path.abspath(build), "bin", name), os.path.abspath(project))'''
+
+WORKERS_BASICS = [
+    ("md", "# Workers with muster, the way cdsw notebooks do it\n\n"
+           "This notebook talks to a running `musterd` through the Python SDK and keeps Cloudera's spelling, "
+           "`import muster as cdsw`. It launches 4 workers, waits until they run, follows one worker's output "
+           "live, stops them, and shows what a crashing worker looks like.\n\n"
+           "The workers run `examples/notebook/workers_basics.py` (its `worker_main`): scripts are paths "
+           "relative to musterd's `--project-dir`."),
+    ("code", "import os\n\nimport muster as cdsw  # a cdsw notebook ported to muster keeps its spelling\n\n"
+             "N_WORKERS = 4\nWORK_SECONDS = 120", {"tags": ["parameters"]}),
+    ("md", "## Launch and wait\n\n`launch_workers` returns at once with the worker dicts; `await_workers` "
+           "with `wait_for_completion=False` returns once every worker is running with an IP address "
+           "(a status line shows the progress; Ctrl-C / *Interrupt* stops the workers)."),
+    ("code", "workers = cdsw.launch_workers(n=N_WORKERS, cpu=0.5, memory=1, script=\"examples/notebook/workers_basics.py\",\n"
+             "                              env={\"WORK_SECONDS\": str(WORK_SECONDS)})\n"
+             "running = cdsw.await_workers(workers, wait_for_completion=False, timeout_seconds=60)\n"
+             "worker_ips = [w[\"ip_address\"] for w in running[\"workers\"]]\n"
+             "for w in running[\"workers\"]:\n"
+             "    print(\"%-12s %-8s ip %-15s running since %s\" % (w[\"id\"], w[\"status\"], w[\"ip_address\"], w[\"running_at\"]))\n"
+             "print(\"failures:\", running[\"failures\"] or \"none\")\n"
+             "assert len(worker_ips) == N_WORKERS and not running[\"failures\"]"),
+    ("md", "## Follow a worker's output live\n\n`worker_logs(id, follow=True)` is a generator: each line arrives "
+           "as the worker writes it. These workers wait to be stopped, so we stop reading once the first "
+           "worker says so."),
+    ("code", "for line in cdsw.worker_logs(workers[0], follow=True):\n"
+             "    print(\"  | \" + line)\n"
+             "    if \"waiting to be stopped\" in line:\n"
+             "        break"),
+    ("md", "## Stop them\n\n`stop_workers(*workers)` stops these workers and their process trees "
+           "(`stop_workers()` with no argument stops every worker)."),
+    ("code", "stopped = cdsw.stop_workers(*workers)\n"
+             "print(\", \".join(\"%s=%s\" % (w[\"id\"], w[\"status\"]) for w in stopped))\n"
+             "assert all(w[\"status\"] == \"stopped\" for w in stopped)"),
+    ("md", "## A worker that crashes\n\nIts code raises `SystemExit(2)`: `await_workers` lists it in "
+           "`failures` with its exit code, and its log is still there."),
+    ("code", "bad = cdsw.launch_workers(n=1, cpu=0.5, memory=1, code=\"print('loading data'); raise SystemExit(2)\")\n"
+             "res = cdsw.await_workers(bad, wait_for_completion=True, timeout_seconds=60)\n"
+             "for f in res[\"failures\"]:\n"
+             "    print(f[\"id\"], f[\"status\"], \"exit code\", f.get(\"exit_code\"), \"-\", f.get(\"reason\"))\n"
+             "    print(\"log:\", cdsw.worker_logs(f).strip())\n"
+             "assert [f[\"exit_code\"] for f in res[\"failures\"]] == [2]"),
+]
+
+PS_TRAINING = [
+    ("md", "# Parameter-server training of Fashion-MNIST\n\n"
+           "What a TensorFlow user does with `tf.train.SyncReplicasOptimizer`, with muster's C++ runtime: one "
+           "`run_cluster` call starts parameter servers (`muster-ps`) and workers running the `fashion_mnist` "
+           "program; musterd hands every task its `TF_CONFIG`; the workers push gradients, the PS averages "
+           "them and applies the optimizer; the chief (worker 0) prints progress and the test accuracy."),
+    ("code", "import os\nimport re\n\nimport muster\n\n"
+             "MODEL = \"mlp\"\nEPOCHS = 3\nLIMIT = 0          # train on the first N images (0: all 60,000)\n"
+             "TEST_LIMIT = 0\nMIN_ACCURACY = 0.85", {"tags": ["parameters"]}),
+    ("code", PROGRAM_CELL),
+    ("md", "## Start the cluster and wait for the end\n\nWith a `worker_script`, `run_cluster` waits until "
+           "the cluster has ended (a status line shows where it is; Ctrl-C stops the cluster) and raises "
+           "`muster.ClusterFailed`, naming the failing task, if one failed. It returns cdsw's pair "
+           "`(cluster_spec, session_addr)`, which also carries `.cluster_id`."),
+    ("code", "args = [\"--model\", MODEL, \"--epochs\", str(EPOCHS), \"--batch-size\", \"64\", \"--log-every\", \"200\",\n"
+             "        \"--limit\", str(LIMIT), \"--test-limit\", str(TEST_LIMIT)]\n"
+             "result = muster.run_cluster(n_workers=2, n_ps=1, cpu=1, memory=2, worker_script=program(), args=args,\n"
+             "                            timeout_seconds=120, completion_timeout_seconds=900)\n"
+             "cluster_spec, session_addr = result\n"
+             "print(\"cluster\", result.cluster_id)\nprint(\"ClusterSpec:\", cluster_spec)\n"
+             "print(\"session address:\", session_addr)"),
+    ("md", "## Read the chief's output\n\n`cluster_logs` of a ps cluster is the chief's log."),
+    ("code", "log = muster.cluster_logs(result.cluster_id)\n"
+             "for line in log.splitlines():\n"
+             "    if line.startswith((\"mode=\", \"epoch \", \"final \")):\n"
+             "        print(\"  \" + line)\n"
+             "accuracy = float(re.search(r\"^final test_accuracy=([0-9.]+)$\", log, re.M).group(1))\n"
+             "print(\"test accuracy %.2f%%\" % (100 * accuracy))\n"
+             "assert accuracy >= MIN_ACCURACY, \"below the expected %.0f%%\" % (100 * MIN_ACCURACY)"),
+]
+
+ALLREDUCE_TRAINING = [
+    ("md", "# Horovod-style allreduce training of Fashion-MNIST\n\n"
+           "What a Horovod user does with `horovodrun -np 2 python train.py`: muster starts 2 workers, builds "
+           "the horovodrun/mpirun line from their IP addresses and runs it; each rank averages its gradients "
+           "with the others (ring allreduce) and rank 0 prints progress and the test accuracy."),
+    ("code", "import os\nimport re\n\nimport muster\n\n"
+             "MODEL = \"mlp\"\nEPOCHS = 3\nLIMIT = 0\nTEST_LIMIT = 0\nMIN_ACCURACY = 0.85",
+     {"tags": ["parameters"]}),
+    ("code", PROGRAM_CELL),
+    ("md", "## Start it\n\n`horovodrun` returns once the workers are up and mpirun runs; the cluster dict "
+           "has the exact lines it ran. Horovod's tuning options (`fusion_threshold_mb`, `cycle_time_ms`, "
+           "`timeline_filename`, `start_timeout`, `verbose`, `network_interfaces`) are keyword arguments."),
+    ("code", "args = [\"--model\", MODEL, \"--epochs\", str(EPOCHS), \"--batch-size\", \"64\", \"--log-every\", \"200\",\n"
+             "        \"--limit\", str(LIMIT), \"--test-limit\", str(TEST_LIMIT)]\n"
+             "cluster = muster.horovodrun(2, program(), slots=1, cpu=1, memory=2, args=args, timeout_seconds=120)\n"
+             "print(\"cluster\", cluster[\"id\"])\nprint(\"horovodrun line:\", cluster[\"horovodrun_command\"])\n"
+             "print(\"mpirun line:    \", cluster[\"mpirun_command\"])"),
+    ("md", "## Follow rank 0 live\n\n`cluster_logs(cluster, follow=True)` yields mpirun's output as it is "
+           "written (each line tagged `[1,rank]<stdout>:`) and ends with the cluster."),
+    ("code", "lines = []\n"
+             "for line in muster.cluster_logs(cluster, follow=True):\n"
+             "    line = re.sub(r\"^\\[\\d+,\\d+\\]<std\\w+>:\", \"\", line)\n"
+             "    lines.append(line)\n"
+             "    if line.startswith((\"mode=\", \"epoch \", \"final \")):\n"
+             "        print(\"  \" + line)"),
+    ("md", "## Check the outcome"),
+    ("code", "cluster = muster.await_cluster(cluster, timeout_seconds=120)\n"
+             "print(\"cluster %s %s\" % (cluster[\"id\"], cluster[\"status\"]))\n"
+             "assert cluster[\"status\"] == \"succeeded\", cluster.get(\"reason\")\n"
+             "accuracy = float(re.search(r\"^final test_accuracy=([0-9.]+)$\", \"\\n\".join(lines), re.M).group(1))\n"
+             "print(\"test accuracy %.2f%%\" % (100 * accuracy))\n"
+             "assert accuracy >= MIN_ACCURACY, \"below the expected %.0f%%\" % (100 * MIN_ACCURACY)"),
+]
+
+NOTEBOOKS = {
+    "workers_basics.ipynb": WORKERS_BASICS,
+    "ps_training.ipynb": PS_TRAINING,
+    "allreduce_training.ipynb": ALLREDUCE_TRAINING,
+}
+
+
+def cell(kind, source, metadata=None):
+    lines = source.splitlines(keepends=True)
+    if kind == "md":
+        return {"cell_type": "markdown", "metadata": metadata or {}, "source": lines}
+    return {"cell_type": "code", "execution_count": None, "metadata": metadata or {}, "outputs": [],
+            "source": lines}
+
+
+def notebook(cells):
+    return {
+        "cells": [cell(*c) for c in cells],
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+            "language_info": {"name": "python"},
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+def render(cells):
+    nb = notebook(cells)
+    for i, c in enumerate(nb["cells"]):
+        c["id"] = "cell-%d" % i  # stable ids: the committed files do not churn
+    return json.dumps(nb, indent=1, sort_keys=True) + "\n"
+
+
+def main(argv):
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name, cells in NOTEBOOKS.items():
+        with open(os.path.join(here, name), "w") as f:
+            f.write(render(cells))
+        print("wrote", os.path.join(here, name))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

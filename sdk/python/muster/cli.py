@@ -1,0 +1,294 @@
+"""The `muster` command line (also `python3 -m muster`): the SDK's calls from a shell.
+
+    muster ps [-a]                       workers (running ones; -a: all), a table
+    muster clusters [-a]                 clusters, a table
+    muster logs [-f] [--tail N] ID       a worker's or a cluster's output (-f: follow)
+    muster stop ID... | --all            stop workers and/or clusters
+    muster launch -n N --script S ...    launch workers (--wait: until they run / end)
+    muster run-cluster --workers N --ps N --script S ...
+    muster horovodrun -np N SCRIPT [ARGS...]
+
+--json prints the SDK's dicts as JSON instead of tables. The daemon is found
+as the SDK finds it (--url/--token, MUSTER_URL/MUSTER_TOKEN, the state dir).
+
+Exit codes follow the error model (muster.errors): 0 success; 1 a
+MusterError from the daemon not listed below; 2 bad usage or
+invalid_argument; 3 musterd unreachable or not configured (unavailable,
+unconfigured); 4 not_found; 5 a cluster or worker failed (cluster_failed,
+`launch --wait` with failures); 6 deadline_exceeded; 130 interrupted (Ctrl-C,
+after stopping what the command started). Errors print as
+"muster: error: <code>: <message>" on stderr.
+"""
+import argparse
+import json
+import sys
+from typing import Any, Dict, Iterable, List, Optional, Sequence
+
+from . import __version__
+from . import clusters as _clusters
+from .client import Client
+from .errors import MusterError
+from .follow import CLUSTER_TERMINAL, WORKER_TERMINAL
+
+EXIT_CODES = {"invalid_argument": 2, "unavailable": 3, "unconfigured": 3, "not_found": 4,
+              "cluster_failed": 5, "deadline_exceeded": 6}
+EXIT_FAILED = 5
+EXIT_INTERRUPTED = 130
+
+
+def _env_pairs(values: Optional[List[str]]) -> Dict[str, str]:
+    env = {}
+    for item in values or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise MusterError("--env wants NAME=VALUE, got %r" % item, code="invalid_argument", field="env")
+        env[name] = value
+    return env
+
+
+def _table(rows: Iterable[Sequence[Any]], header: Sequence[str]) -> str:
+    cells = [list(header)] + [["-" if v is None or v == "" else str(v) for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+
+
+def _seconds(value: Any) -> str:
+    return "%.1fs" % value if isinstance(value, (int, float)) else "-"
+
+
+def _is_cluster_id(client: Client, ident: str) -> bool:
+    """Cluster ids start with "c-"; anything else is looked up as a worker first."""
+    if ident.startswith("c-"):
+        return True
+    try:
+        client.get_worker(ident)
+        return False
+    except MusterError as err:
+        if err.code != "not_found":
+            raise
+    client.get_cluster(ident)  # raises not_found naming it if it is neither
+    return True
+
+
+def _print(args, value: Any, text: str) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True) if args.json else text)
+
+
+def cmd_ps(client: Client, args) -> int:
+    workers = [w for w in client.list_workers() if args.all or w.get("status") not in WORKER_TERMINAL]
+    rows = [(w["id"], w.get("status"), w.get("ip_address"), w.get("cpu"), w.get("memory"), w.get("nvidia_gpu"),
+             w.get("cluster_id"), _seconds(w.get("duration")), w.get("exit_code"), w.get("script")) for w in workers]
+    _print(args, workers, _table(rows, ("ID", "STATUS", "IP", "CPU", "MEM", "GPU", "CLUSTER", "DURATION", "EXIT",
+                                        "SCRIPT")))
+    return 0
+
+
+def cmd_clusters(client: Client, args) -> int:
+    clusters = [c for c in client.list_clusters() if args.all or c.get("status") not in CLUSTER_TERMINAL]
+    rows = []
+    for c in clusters:
+        tasks = c.get("workers") or {}
+        n = sum(len(v or []) for v in tasks.values()) if isinstance(tasks, dict) else len(tasks)
+        rows.append((c["id"], c.get("mode"), c.get("status"), n, c.get("created_at"), c.get("reason")))
+    _print(args, clusters, _table(rows, ("ID", "MODE", "STATUS", "TASKS", "CREATED", "REASON")))
+    return 0
+
+
+def cmd_logs(client: Client, args) -> int:
+    cluster = _is_cluster_id(client, args.id)
+    get = client.cluster_logs if cluster else client.worker_logs
+    if not args.follow:
+        sys.stdout.write(get(args.id, tail=args.tail))
+        return 0
+    for line in get(args.id, tail=args.tail, follow=True):
+        print(line, flush=True)
+    return 0
+
+
+def cmd_stop(client: Client, args) -> int:
+    if args.all == bool(args.ids):
+        raise MusterError("give worker/cluster ids or --all (not both)", code="invalid_argument", field="ids")
+    stopped: List[Dict[str, Any]] = []
+    if args.all:
+        for c in client.list_clusters():
+            if c.get("status") not in CLUSTER_TERMINAL:
+                stopped.append(client.stop_cluster(c["id"]))
+        stopped.extend(client.stop_workers())
+    else:
+        workers = []
+        for ident in args.ids:
+            if _is_cluster_id(client, ident):
+                stopped.append(client.stop_cluster(ident))
+            else:
+                workers.append(ident)
+        if workers:
+            stopped.extend(client.stop_workers(workers))
+    _print(args, stopped, "\n".join("%s %s" % (x.get("id"), x.get("status")) for x in stopped))
+    return 0
+
+
+def cmd_launch(client: Client, args) -> int:
+    workers = client.launch_workers(args.n, args.cpu, args.memory, args.gpu, args.kernel, args.script or "",
+                                    args.code or "", _env_pairs(args.env), args.args)
+    result: Any = workers
+    rc = 0
+    if args.wait:
+        result = client.await_workers(workers, wait_for_completion=args.wait == "completion",
+                                      timeout_seconds=args.timeout, progress=not args.json)
+        rc = EXIT_FAILED if result["failures"] else 0
+        text = "\n".join(["%s %s %s" % (w["id"], w.get("status"), w.get("ip_address")) for w in result["workers"]] +
+                         ["%s %s %s" % (f["id"], f.get("status"), f.get("reason")) for f in result["failures"]])
+    else:
+        text = "\n".join(w["id"] for w in workers)
+    _print(args, result, text)
+    return rc
+
+
+def _cluster_text(c: Dict[str, Any]) -> str:
+    lines = ["cluster %s %s" % (c.get("id"), c.get("status"))]
+    for key in ("cluster_spec", "horovodrun_command", "mpirun_command"):
+        if c.get(key):
+            lines.append("%s: %s" % (key, c[key] if isinstance(c[key], str) else json.dumps(c[key])))
+    return "\n".join(lines)
+
+
+def cmd_run_cluster(client: Client, args) -> int:
+    env = _env_pairs(args.env)
+    if args.wait:
+        result = client.run_cluster(args.workers, args.ps, args.cpu, args.memory, args.gpu, worker_script=args.script,
+                                    timeout_seconds=args.timeout, ps_script=args.ps_script, env=env, args=args.args,
+                                    n_chief=args.chief, n_evaluator=args.evaluator, progress=not args.json,
+                                    completion_timeout_seconds=args.completion_timeout)
+        cluster = client.get_cluster(result.cluster_id)
+    else:  # create it and wait for start-up only (run_cluster with a script waits for the end)
+        cluster = client.create_cluster(mode="ps", n_workers=args.workers, n_ps=args.ps, cpu=args.cpu,
+                                        memory=args.memory, nvidia_gpu=args.gpu, worker_script=args.script,
+                                        ps_script=args.ps_script, env=env, args=args.args,
+                                        timeout_seconds=args.timeout, n_chief=args.chief or None,
+                                        n_evaluator=args.evaluator or None)
+        cluster = _clusters.wait_for(client, cluster, args.timeout, False, 0, not args.json, True)
+    _print(args, cluster, _cluster_text(cluster))
+    return 0
+
+
+def cmd_horovodrun(client: Client, args) -> int:
+    options = {k: getattr(args, k) for k in ("fusion_threshold_mb", "cycle_time_ms", "timeline_filename",
+                                             "start_timeout") if getattr(args, k) is not None}
+    if args.verbose:
+        options["verbose"] = True
+    if args.network_interfaces:
+        options["network_interfaces"] = [x for x in args.network_interfaces.split(",") if x]
+    cluster = client.horovodrun(args.np, args.script, slots=args.slots, cpu=args.cpu, memory=args.memory,
+                                nvidia_gpu=args.gpu, args=args.args, env=_env_pairs(args.env),
+                                launch=not args.no_launch, timeout_seconds=args.timeout,
+                                wait_for_completion=args.wait, completion_timeout_seconds=args.completion_timeout,
+                                progress=not args.json, **options)
+    _print(args, cluster, _cluster_text(cluster))
+    return 0
+
+
+def _resources(p: argparse.ArgumentParser, cpu: float = 1, memory: float = 1) -> None:
+    p.add_argument("--cpu", type=float, default=cpu, help="vCPUs per worker (default %(default)s)")
+    p.add_argument("--memory", type=float, default=memory, help="GB of memory per worker (default %(default)s)")
+    p.add_argument("--gpu", type=int, default=0, help="NVIDIA GPUs per worker (default 0)")
+    p.add_argument("--env", action="append", metavar="NAME=VALUE", help="add to each worker's environment; repeat")
+    p.add_argument("--timeout", type=float, default=60, help="start-up timeout in seconds (default 60; 0: none)")
+
+
+def parser() -> argparse.ArgumentParser:
+    def common_options(suppress: bool) -> argparse.ArgumentParser:
+        # Accepted before and after the command; after it, only when given
+        # (argparse's SUPPRESS), so `muster --json ps` is not reset by ps.
+        extra = {"default": argparse.SUPPRESS} if suppress else {}
+        p = argparse.ArgumentParser(add_help=False)
+        p.add_argument("--json", action="store_true", help="print JSON (the SDK's dicts) instead of text", **extra)
+        p.add_argument("--url", help="musterd's URL (default: MUSTER_URL, else the state dir's musterd.json)",
+                       **extra)
+        p.add_argument("--token", help="bearer token (default: MUSTER_TOKEN, else the state dir's token)", **extra)
+        return p
+
+    common = common_options(True)
+    top = argparse.ArgumentParser(prog="muster", description="Workers and training clusters on musterd.",
+                                  epilog=__doc__.split("\n\n", 2)[2], parents=[common_options(False)],
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    top.add_argument("--version", action="version", version="muster " + __version__)
+    sub = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("ps", parents=[common], help="list workers (running ones; -a: all)")
+    p.add_argument("-a", "--all", action="store_true", help="also finished workers")
+    p.set_defaults(run=cmd_ps)
+    p = sub.add_parser("clusters", parents=[common], help="list clusters (active ones; -a: all)")
+    p.add_argument("-a", "--all", action="store_true", help="also ended clusters")
+    p.set_defaults(run=cmd_clusters)
+    p = sub.add_parser("logs", parents=[common], help="a worker's or cluster's output")
+    p.add_argument("id", metavar="ID", help="worker id, or cluster id (c-...)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing lines as they are written")
+    p.add_argument("--tail", type=int, help="only the last N lines (with -f: start there)")
+    p.set_defaults(run=cmd_logs)
+    p = sub.add_parser("stop", parents=[common], help="stop workers and/or clusters")
+    p.add_argument("ids", nargs="*", metavar="ID", help="worker or cluster ids")
+    p.add_argument("--all", action="store_true", help="every active cluster and worker")
+    p.set_defaults(run=cmd_stop)
+
+    p = sub.add_parser("launch", parents=[common], help="launch workers (prints their ids)")
+    p.add_argument("-n", type=int, required=True, help="number of workers")
+    p.add_argument("--script", help="program to run, relative to musterd's project dir")
+    p.add_argument("--code", help="inline Python code to run (kernel python3)")
+    p.add_argument("--kernel", default="python3", help="python3 (default) or the script's own interpreter")
+    _resources(p)
+    p.add_argument("--wait", nargs="?", const="running", choices=("running", "completion"),
+                   help="wait until running (default) or until completion; exit 5 if any failed")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script (after --)")
+    p.set_defaults(run=cmd_launch)
+
+    p = sub.add_parser("run-cluster", parents=[common], help="a TensorFlow parameter-server cluster")
+    p.add_argument("--workers", type=int, required=True, help="number of worker tasks")
+    p.add_argument("--ps", type=int, default=1, help="number of parameter servers (default 1)")
+    p.add_argument("--chief", type=int, choices=(0, 1), default=0, help="a TF2 chief (coordinator) task")
+    p.add_argument("--evaluator", type=int, choices=(0, 1), default=0, help="a TF2 evaluator task")
+    p.add_argument("--script", required=True, help="worker program, relative to the project dir")
+    p.add_argument("--ps-script", help="parameter server program (default: muster-ps)")
+    _resources(p)
+    p.add_argument("--wait", action="store_true", help="wait until the cluster has ended; exit 5 if it failed")
+    p.add_argument("--completion-timeout", type=float, default=0, help="with --wait: seconds (default 0: none)")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the worker program (after --)")
+    p.set_defaults(run=cmd_run_cluster)
+
+    p = sub.add_parser("horovodrun", parents=[common], help="an allreduce (mpi) cluster, like horovodrun -np N")
+    p.add_argument("-np", "--np", dest="np", type=int, required=True, help="number of workers")
+    p.add_argument("--slots", type=int, default=1, help="ranks per worker (default 1)")
+    _resources(p)
+    p.add_argument("--no-launch", action="store_true", help="only build the horovodrun/mpirun lines")
+    p.add_argument("--wait", action="store_true", help="wait until it has ended; exit 5 if it failed")
+    p.add_argument("--completion-timeout", type=float, default=0, help="with --wait: seconds (default 0: none)")
+    p.add_argument("--fusion-threshold-mb", type=int, help="Horovod tensor fusion buffer (MB)")
+    p.add_argument("--cycle-time-ms", type=float, help="Horovod cycle time (ms)")
+    p.add_argument("--timeline-filename", help="Horovod timeline file")
+    p.add_argument("--start-timeout", type=int, help="Horovod start-up timeout (s)")
+    p.add_argument("--verbose", action="store_true", help="Horovod verbose output")
+    p.add_argument("--network-interfaces", help="comma-separated interfaces, e.g. eth0,eth1")
+    p.add_argument("script", help="training program, relative to the project dir")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the program")
+    p.set_defaults(run=cmd_horovodrun)
+    return top
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Runs one command; returns its exit code (see the module comment)."""
+    args = parser().parse_args(argv)
+    if getattr(args, "args", None) and args.args[0] == "--":
+        args.args = args.args[1:]
+    try:
+        client = Client(args.url, args.token)
+        return args.run(client, args)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except MusterError as err:
+        print("muster: error: %s" % err, file=sys.stderr)
+        return EXIT_CODES.get(err.code, 1)
+    except BrokenPipeError:  # `muster logs -f ID | head`
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""Progress of the blocking calls, and what Ctrl-C does to them.
+
+Progress is one status line that the blocking calls (await_workers,
+await_cluster, run_cluster, horovodrun with wait_for_completion=True) keep
+up to date while they wait:
+
+- in a Jupyter kernel: a display updated in place
+  (IPython.display.display(..., display_id=True).update); IPython is only
+  used when the kernel already loaded it, never imported otherwise;
+- in a terminal (stderr is a tty): one stderr line rewritten with "\\r";
+- otherwise (a pipe, a log file, a test): nothing.
+`progress=False` on any of those calls turns it off.
+
+on_interrupt() is the other half: when the user interrupts the wait (Ctrl-C,
+a Jupyter "interrupt kernel"), the call stops what it started or waited on
+(stop_on_interrupt=True, the default) and then re-raises KeyboardInterrupt.
+"""
+import contextlib
+import sys
+import time
+from typing import Callable, Iterator, Optional, TextIO
+
+from .errors import MusterError
+
+
+def _jupyter_shell():
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return None
+    try:
+        shell = ipython.get_ipython()
+    except Exception:  # noqa: BLE001 - an odd IPython must never break a call
+        return None
+    return shell if shell is not None and getattr(shell, "kernel", None) is not None else None
+
+
+def elapsed_text(seconds: float) -> str:
+    """"7s", "2m05s", "1h02m"."""
+    s = int(seconds)
+    if s < 60:
+        return "%ds" % s
+    if s < 3600:
+        return "%dm%02ds" % (s // 60, s % 60)
+    return "%dh%02dm" % (s // 3600, (s % 3600) // 60)
+
+
+class _Status:
+    """What the Jupyter display shows: plain text, and the same in HTML."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def _repr_html_(self) -> str:
+        import html
+        return "<pre style=\"margin:0\">%s</pre>" % html.escape(self.text)
+
+
+class Progress:
+    """One status line, shown where the user can see it (see the module comment).
+
+    Example::
+
+        bar = Progress(enabled=True)
+        bar.update("2/4 workers running")
+        bar.close("4/4 workers running")
+    """
+
+    def __init__(self, enabled: bool = True, stream: Optional[TextIO] = None, min_interval: float = 0.2) -> None:
+        self.stream = stream or sys.stderr
+        self.started = time.monotonic()
+        self._min_interval = min_interval
+        self._last = 0.0
+        self._width = 0
+        self._handle = None
+        self.mode = None
+        if not enabled:
+            return
+        if _jupyter_shell() is not None:
+            self.mode = "jupyter"
+        else:
+            try:
+                self.mode = "tty" if self.stream.isatty() else None
+            except (AttributeError, ValueError):
+                self.mode = None
+
+    @property
+    def active(self) -> bool:
+        return self.mode is not None
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def update(self, text: str, force: bool = False) -> None:
+        """Shows `text` (plus the elapsed time); at most every min_interval unless forced."""
+        if self.mode is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < self._min_interval:
+            return
+        self._last = now
+        line = "muster: %s [%s]" % (text, elapsed_text(self.elapsed()))
+        if self.mode == "jupyter":
+            try:
+                if self._handle is None:
+                    from IPython.display import display
+                    self._handle = display(_Status(line), display_id=True)
+                else:
+                    self._handle.update(_Status(line))
+            except Exception:  # noqa: BLE001 - progress is a courtesy; the call goes on without it
+                self.mode = None
+            return
+        self.stream.write("\r" + line.ljust(self._width))
+        self.stream.flush()
+        self._width = len(line)
+
+    def close(self, text: Optional[str] = None) -> None:
+        """Shows the final text (if any) and ends the line; later updates are ignored."""
+        if self.mode is None:
+            return
+        if text is not None:
+            self.update(text, force=True)
+        if self.mode == "tty" and self._width:
+            self.stream.write("\n")
+            self.stream.flush()
+        self.mode = None
+
+
+@contextlib.contextmanager
+def on_interrupt(enabled: bool, stop: Callable[[], object], what: str,
+                 bar: Optional[Progress] = None, **attributes) -> Iterator[None]:
+    """On KeyboardInterrupt inside the block: close `bar`, run stop() if enabled
+    (once more if a second Ctrl-C hits it), set `attributes` on the exception
+    (e.g. cluster_id) and re-raise it."""
+    try:
+        yield
+    except KeyboardInterrupt as interrupt:
+        if bar is not None:
+            bar.close()
+        for name, value in attributes.items():
+            setattr(interrupt, name, value)
+        if enabled:
+            for _ in range(2):
+                try:
+                    stop()
+                    print("muster: interrupted; stopped %s" % what, file=sys.stderr, flush=True)
+                    break
+                except KeyboardInterrupt:
+                    continue
+                except MusterError as err:
+                    print("muster: interrupted; could not stop %s: %s" % (what, err), file=sys.stderr, flush=True)
+                    break
+        else:
+            print("muster: interrupted; %s left running (stop_on_interrupt=False)" % what,
+                  file=sys.stderr, flush=True)
+        raise

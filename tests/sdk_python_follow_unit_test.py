@@ -1,0 +1,176 @@
+"""Python SDK pieces without a daemon (unit): follow_log's wire protocol against an
+in-process HTTP server, Progress's three modes, the `!` shell lines, the CLI's parser."""
+import http.server
+import io
+import subprocess
+import sys
+import threading
+import types
+
+import pytest
+
+from muster import progress as progress_mod
+from muster._http import Transport
+from muster.cli import parser
+from muster.client import shell_lines_to_python
+from muster.follow import _tail_start, follow_log
+
+LOG = b"".join(b"line %d\n" % i for i in range(20)) + b"partial"
+
+
+class Stub(http.server.BaseHTTPRequestHandler):
+    """GET /log?follow=true&offset=N: chunked from N, X-Log-Offset; the first
+    answer is cut after `cut` bytes (no final chunk). Without follow support
+    (server.streams False): the whole log, no header."""
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        srv = self.server
+        srv.queries.append(self.path)
+        if not srv.streams:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(LOG)))
+            self.end_headers()
+            self.wfile.write(LOG)
+            return
+        query = dict(p.split("=") for p in self.path.split("?", 1)[1].split("&"))
+        start = int(query.get("offset", 0))
+        if "tail" in query:
+            start = _tail_start(LOG, int(query["tail"]))
+        self.send_response(200)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("X-Log-Offset", str(start))
+        self.end_headers()
+        body = LOG[start:]
+        if len(srv.queries) == 1 and srv.cut:
+            body = body[:srv.cut]
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(body), body))
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        for i in range(0, len(body), 7):
+            piece = body[i:i + 7]
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+        self.wfile.write(b"0\r\n\r\n")
+
+
+@pytest.fixture
+def stub():
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stub)
+    srv.queries, srv.streams, srv.cut = [], True, 0
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def lines_of(data):
+    return data.decode().split("\n")
+
+
+def test_follow_streams_every_line_then_the_partial_one(stub):
+    t = Transport("http://127.0.0.1:%d" % stub.server_address[1], "tok")
+    assert list(follow_log(t, "/log", lambda: True)) == lines_of(LOG)
+    assert stub.queries == ["/log?follow=true&offset=0"]
+
+
+def test_follow_reconnects_from_the_offset_after_a_cut(stub):
+    stub.cut = 45  # mid-line
+    t = Transport("http://127.0.0.1:%d" % stub.server_address[1], "tok")
+    assert list(follow_log(t, "/log", lambda: True)) == lines_of(LOG)
+    assert stub.queries == ["/log?follow=true&offset=0", "/log?follow=true&offset=45"]
+
+
+def test_follow_with_tail_and_polling_when_the_daemon_does_not_stream(stub):
+    t = Transport("http://127.0.0.1:%d" % stub.server_address[1], "tok")
+    assert list(follow_log(t, "/log", lambda: True, tail=3)) == ["line 18", "line 19", "partial"]
+    stub.streams = False
+    stub.queries.clear()
+    done = iter([False, True])
+    out = list(follow_log(t, "/log", lambda: next(done), tail=2, poll_seconds=0.01))
+    assert out == ["line 19", "partial"]  # the second poll adds nothing, and the follower ends
+
+
+def test_tail_start():
+    assert _tail_start(b"a\nb\nc\n", 2) == 2
+    assert _tail_start(b"a\nb\nc", 2) == 2
+    assert _tail_start(b"a\nb\n", 5) == 0
+    assert _tail_start(b"a\nb\n", 0) == 4
+
+
+def test_shell_lines_run_in_sh_and_end_the_worker_with_their_exit_code():
+    code = shell_lines_to_python("print('py')\n!echo sh $((2+3))\n!exit 7\nprint('not reached')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (r.returncode, r.stdout) == (7, "py\nsh 5\n")
+    assert shell_lines_to_python("print('!')") == "print('!')"
+
+
+class FakeTty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_on_a_tty_rewrites_one_line_and_is_silent_elsewhere():
+    tty = FakeTty()
+    bar = progress_mod.Progress(stream=tty, min_interval=0)
+    bar.update("1/2 up")
+    bar.update("2/2 up")
+    bar.close()
+    assert tty.getvalue().startswith("\rmuster: 1/2 up [0s]\rmuster: 2/2 up [0s]") and tty.getvalue().endswith("\n")
+    pipe = io.StringIO()
+    quiet = progress_mod.Progress(stream=pipe)
+    quiet.update("x", force=True)
+    quiet.close("y")
+    assert pipe.getvalue() == "" and not quiet.active
+    off = FakeTty()
+    progress_mod.Progress(enabled=False, stream=off).update("x", force=True)
+    assert off.getvalue() == ""
+
+
+def test_progress_in_jupyter_updates_one_display(monkeypatch):
+    shown = []
+
+    class Handle:
+        def update(self, obj):
+            shown.append(("update", repr(obj)))
+
+    def display(obj, display_id=False):
+        assert display_id is True
+        shown.append(("display", repr(obj)))
+        return Handle()
+
+    ipython = types.ModuleType("IPython")
+    ipython.get_ipython = lambda: types.SimpleNamespace(kernel=object())
+    ipython_display = types.ModuleType("IPython.display")
+    ipython_display.display = display
+    monkeypatch.setitem(sys.modules, "IPython", ipython)
+    monkeypatch.setitem(sys.modules, "IPython.display", ipython_display)
+    bar = progress_mod.Progress(stream=io.StringIO(), min_interval=0)
+    assert bar.mode == "jupyter"
+    bar.update("a")
+    bar.close("b")
+    assert [k for k, _ in shown] == ["display", "update"] and "muster: b" in shown[-1][1]
+
+
+def test_on_interrupt_stops_then_reraises_with_the_id():
+    stopped = []
+    with pytest.raises(KeyboardInterrupt) as info:
+        with progress_mod.on_interrupt(True, lambda: stopped.append(1), "cluster c-1", cluster_id="c-1"):
+            raise KeyboardInterrupt
+    assert stopped == [1] and info.value.cluster_id == "c-1"
+    with pytest.raises(KeyboardInterrupt):
+        with progress_mod.on_interrupt(False, lambda: stopped.append(2), "x"):
+            raise KeyboardInterrupt
+    assert stopped == [1]
+
+
+def test_cli_parser():
+    p = parser()
+    assert p.parse_args(["--json", "ps"]).json and p.parse_args(["ps", "--json"]).json
+    a = p.parse_args(["horovodrun", "-np", "2", "--cycle-time-ms", "5", "train.py", "--lr", "1"])
+    assert (a.np, a.cycle_time_ms, a.script, a.args) == (2, 5.0, "train.py", ["--lr", "1"])
+    with pytest.raises(SystemExit):
+        p.parse_args(["run-cluster", "--workers", "2", "--chief", "2", "--script", "x"])

@@ -1,0 +1,142 @@
+"""The example notebooks and a ported CML notebook, run end to end in a real ipykernel (integration).
+
+Each notebook runs through examples/notebook/run_notebook.py (nbclient, kernel
+"python3") against a real musterd whose project dir is the repository, and
+fails on any cell error (the notebooks assert their own outcomes). Training
+notebooks get tiny parameters (1 epoch on 3,000 images). Also checks the
+committed .ipynb files are what make_notebooks.py writes.
+"""
+import json
+import os
+import sys
+import time
+
+import pytest
+
+from sdk_daemon import Daemon, processes_with_env
+
+REPO = os.environ.get("MUSTER_SOURCE_DIR") or os.path.join(os.path.dirname(__file__), "..")
+NOTEBOOKS = os.path.join(REPO, "examples", "notebook")
+DATA = "/usr/share/datasets/fashion-mnist"
+sys.path.insert(0, NOTEBOOKS)
+
+import make_notebooks  # noqa: E402
+import run_notebook  # noqa: E402
+
+TINY_TRAINING = [("EPOCHS", "1"), ("LIMIT", "3000"), ("TEST_LIMIT", "1000"), ("MIN_ACCURACY", "0.5")]
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    d = Daemon(REPO, tmp_path_factory.mktemp("state"))
+    d.start()
+    saved = dict(os.environ)
+    os.environ.pop("MUSTER_URL", None)
+    os.environ.pop("MUSTER_TOKEN", None)
+    os.environ["MUSTER_STATE_DIR"] = d.state_dir
+    os.environ["MUSTER_PROJECT_DIR"] = REPO
+    os.environ["PYTHONPATH"] = os.path.join(REPO, "sdk", "python")
+    os.environ["OMP_NUM_THREADS"] = "1"
+    try:
+        yield d
+    finally:
+        try:
+            import muster
+            for c in muster.list_clusters():
+                if c["status"] not in ("succeeded", "failed", "stopped"):
+                    muster.stop_cluster(c)
+        except Exception:  # noqa: BLE001 - the daemon's stop below is the safety net
+            pass
+        os.environ.clear()
+        os.environ.update(saved)
+        d.stop()
+
+
+def execute(name, overrides=(), where=NOTEBOOKS):
+    nb = run_notebook.run(os.path.join(where, name), overrides, cwd=REPO, timeout=300)
+    return "".join(run_notebook.outputs_text(c) for c in nb.cells if c.cell_type == "code")
+
+
+def test_committed_notebooks_are_what_the_generator_writes():
+    for name, cells in make_notebooks.NOTEBOOKS.items():
+        with open(os.path.join(NOTEBOOKS, name)) as f:
+            assert f.read() == make_notebooks.render(cells), "%s is stale: run make_notebooks.py" % name
+        json.loads(make_notebooks.render(cells))
+
+
+def test_workers_basics(daemon):
+    text = execute("workers_basics.ipynb", [("WORK_SECONDS", "60")])
+    assert "waiting to be stopped" in text and "exit code 2" in text, text
+
+
+def test_ported_cml_notebook_runs_unchanged(daemon):
+    text = execute("cml_ported.ipynb", where=os.path.join(REPO, "tests", "notebooks"))
+    assert text.count(" succeeded 20") >= 2, text  # "<id> succeeded <running_at> <duration>"
+    # await_workers' progress went to a Jupyter display (display_data), updated in place.
+    assert "muster: 2/2 workers succeeded" in text, text
+
+
+def test_interrupting_the_kernel_stops_the_cluster_the_cell_started(daemon):
+    """Jupyter's "interrupt kernel" during a blocking horovodrun: the cell ends in KeyboardInterrupt
+    naming the cluster, and the cluster and all its processes are gone."""
+    import muster
+    from jupyter_client.manager import start_new_kernel
+    km, kc = start_new_kernel(kernel_name="python3", cwd=REPO)
+    try:
+        before = {c["id"] for c in muster.list_clusters()}
+        msg_id = kc.execute("import muster\n"
+                            "try:\n"
+                            "    muster.horovodrun(2, 'tests/notebooks/sleep_rank.py', cpu=0.5, memory=0.5,\n"
+                            "                      wait_for_completion=True)\n"
+                            "except KeyboardInterrupt as e:\n"
+                            "    print('interrupted cluster', e.cluster_id)\n"
+                            "    raise\n")
+        deadline = time.monotonic() + 60
+        cluster = None
+        while time.monotonic() < deadline and cluster is None:
+            new = [c for c in muster.list_clusters() if c["id"] not in before and c["status"] == "running"]
+            if new and "rank sleeping" in muster.cluster_logs(new[0]):
+                cluster = new[0]
+            time.sleep(0.2)
+        assert cluster is not None, "the cell's cluster never ran"
+        km.interrupt_kernel()
+        reply = kc.get_shell_msg(timeout=60)
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = kc.get_shell_msg(timeout=60)
+        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+        printed = ""
+        while True:
+            try:
+                msg = kc.get_iopub_msg(timeout=2)
+            except Exception:  # noqa: BLE001 - queue.Empty: nothing more was published
+                break
+            if msg["msg_type"] == "stream":
+                printed += msg["content"]["text"]
+        assert "interrupted cluster %s" % cluster["id"] in printed, printed
+        assert muster.get_cluster(cluster)["status"] == "stopped"
+        deadline = time.monotonic() + 15
+        while processes_with_env("MUSTER_CLUSTER_ID=" + cluster["id"]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not processes_with_env("MUSTER_CLUSTER_ID=" + cluster["id"])
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def need_training():
+    if not os.path.isdir(DATA):
+        pytest.skip("dataset-fashion-mnist not installed (scripts/setup.sh installs it)")
+    binary = os.path.join(os.environ.get("MUSTER_BINARY_DIR", ""), "bin", "fashion_mnist")
+    assert os.path.exists(binary), "fashion_mnist is not built at %s" % binary
+
+
+def test_ps_training(daemon):
+    need_training()
+    text = execute("ps_training.ipynb", TINY_TRAINING)
+    assert "ClusterSpec:" in text and "test accuracy" in text, text
+
+
+def test_allreduce_training(daemon):
+    need_training()
+    text = execute("allreduce_training.ipynb", TINY_TRAINING)
+    assert "horovodrun line:" in text and "test accuracy" in text, text
