@@ -553,6 +553,11 @@ api::Status ClusterManager::rendezvous_mpi(const std::string& id, const std::vec
     for (const auto& [name, value] : r.env) m.forward_env.push_back(name);
     m.forward_env.push_back("MUSTER_CLUSTER_ID");
     m.extra_mpi_args = options_.mpirun_extra_args;
+    // A backend that reaches its hosts otherwise than by ssh (Slurm: srun)
+    // says how, for this launch only.
+    if (!preflight.value().rsh_agent.empty()) {
+      m.extra_mpi_args.insert(m.extra_mpi_args.end(), {"-mca", "plm_rsh_agent", preflight.value().rsh_agent});
+    }
     mpirun = clusterspec::mpirun_argv(m);
     hostfile = clusterspec::write_hostfile(hosts);
   } catch (const clusterspec::SpecError& e) {
