@@ -13,7 +13,8 @@ packages=(
   libcli11-dev zlib1g-dev
   python3 python3-pytest
   dataset-fashion-mnist
-  iperf3 iproute2 openssh-server openssh-client procps psmisc
+  iperf3 iproute2 openssh-server openssh-client procps psmisc util-linux
+  slurm-wlm munge
 )
 
 missing=()
