@@ -6,7 +6,7 @@ MAKEFLAGS += --no-print-directory
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 
-.PHONY: setup build demo test bench bench-launch bench-allreduce bench-ps bench-train bench-torch clean
+.PHONY: setup build demo test bench bench-launch bench-allreduce bench-ps bench-train bench-torch bench-multihost clean
 
 setup:
 	@bash scripts/setup.sh
@@ -21,7 +21,7 @@ demo: build
 test: build
 	@cd $(BUILD) && ctest --output-on-failure --timeout 900 $(CTEST_ARGS)
 
-bench: bench-launch bench-allreduce bench-ps bench-train bench-torch
+bench: bench-launch bench-allreduce bench-ps bench-train bench-torch bench-multihost
 	@/usr/bin/python3 bench/report.py
 
 bench-launch: build
@@ -38,6 +38,9 @@ bench-train: build
 
 bench-torch: build
 	@bash bench/torch/run.sh $(BUILD)
+
+bench-multihost: build
+	@bash bench/multihost/run.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

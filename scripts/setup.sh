@@ -17,7 +17,8 @@ packages=(
   # offline into a venv (pip, setuptools, wheel, venv).
   python3-nbclient python3-ipykernel python3-pip python3-setuptools python3-wheel python3-venv
   dataset-fashion-mnist
-  iperf3 iproute2 openssh-server openssh-client procps psmisc
+  iperf3 iproute2 openssh-server openssh-client procps psmisc util-linux
+  slurm-wlm munge
 )
 
 missing=()

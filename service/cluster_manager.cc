@@ -622,6 +622,11 @@ api::Status ClusterManager::rendezvous_mpi(const std::string& id, const std::vec
       m.set_env["MUSTER_RANK_GPUS"] = gpus;
       m.command.insert(m.command.begin(), {"/bin/sh", "-c", kRankGpuWrapper, "muster-rank"});
     }
+    // A backend that reaches its hosts otherwise than by ssh (Slurm: srun)
+    // says how, for this launch only.
+    if (!preflight.value().rsh_agent.empty()) {
+      m.extra_mpi_args.insert(m.extra_mpi_args.end(), {"-mca", "plm_rsh_agent", preflight.value().rsh_agent});
+    }
     mpirun = clusterspec::mpirun_argv(m);
     hostfile = clusterspec::write_hostfile(hosts);
   } catch (const clusterspec::SpecError& e) {

@@ -219,7 +219,7 @@ api::Status WorkerRegistry::restore() {
     next_seq_ = std::max(next_seq_, r.seq + 1);
     if (!r.agent_token.empty()) token_to_id_[r.agent_token] = r.worker.id;
     auto& placed = records_[r.worker.id] = std::move(r);
-    if (placed.worker.status == WorkerStatus::kScheduling) {
+    if (placed.worker.status == WorkerStatus::kScheduling && !backend_.queues_workers()) {
       transition(placed, WorkerStatus::kFailed, "the daemon restarted before the worker was launched", fx);
     }
   }
@@ -318,7 +318,9 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::launch(const LaunchBatch& 
       auto& placed = records_[r.worker.id] = std::move(r);
       persist(placed);
       fx.changed.push_back(placed.worker);
-      transition(placed, WorkerStatus::kStarting, "", fx);
+      // A queueing backend's workers stay `scheduling` until the scheduler
+      // starts them (tick() sees it through poll()).
+      if (!backend_.queues_workers()) transition(placed, WorkerStatus::kStarting, "", fx);
       launched.push_back(placed.worker);
     }
     // GPUs, all or nothing for the batch.
@@ -473,6 +475,9 @@ api::Result<bool> WorkerRegistry::agent_register(const std::string& id, const st
       persist(r);  // re-registration (e.g. after a daemon restart)
       fx.changed.push_back(r.worker);
     } else {
+      // A queued worker's agent can call in before the backend's poll has
+      // seen its job start: it has started all the same.
+      if (r.worker.status == WorkerStatus::kScheduling) transition(r, WorkerStatus::kStarting, "", fx);
       transition(r, WorkerStatus::kRunning, r.hold ? "waiting for release" : "", fx);
     }
     hold = r.hold && !r.release;
@@ -595,6 +600,42 @@ size_t WorkerRegistry::pending_awaits() const {
   return waiters_.size();
 }
 
+void WorkerRegistry::tick_queued(Record& r, TimePoint now, Effects& fx) {
+  const workers::ProcessStatus process = backend_.poll(r.worker.id);
+  switch (process.state) {
+    case workers::ProcessState::kPending:
+      if (process.reason != r.worker.reason) {
+        r.worker.reason = process.reason;
+        persist(r);
+        fx.changed.push_back(r.worker);
+      }
+      return;
+    case workers::ProcessState::kRunning:
+      // The startup timeout counts from here, not from the submission.
+      r.launched_at = now;
+      transition(r, WorkerStatus::kStarting, "", fx);
+      return;
+    case workers::ProcessState::kExited:
+    case workers::ProcessState::kLost:
+      r.worker.exit_code = process.exit_code;
+      // (A worker that never ran cannot be lost: a node failure before the
+      // start fails it.)
+      transition(r,
+                 process.outcome == WorkerStatus::kLost ? WorkerStatus::kFailed
+                                                        : process.outcome.value_or(WorkerStatus::kFailed),
+                 process.reason.empty() ? "the scheduler ended the job before it started" : process.reason, fx);
+      return;
+    case workers::ProcessState::kUnknown:
+      // launch() records workers before it submits them; only a worker that
+      // stays unknown past the startup timeout was never submitted (the
+      // daemon died in between).
+      if (now - r.launched_at > options_.startup_timeout) {
+        transition(r, WorkerStatus::kFailed, "the scheduler has no job for this worker (the daemon restarted while launching it)", fx);
+      }
+      return;
+  }
+}
+
 void WorkerRegistry::tick() {
   Effects fx;
   {
@@ -602,9 +643,16 @@ void WorkerRegistry::tick() {
     const TimePoint now = clock_.now();
     for (auto& [id, r] : records_) {
       const WorkerStatus s = r.worker.status;
-      if (api::is_terminal(s) || s == WorkerStatus::kScheduling) continue;
+      if (api::is_terminal(s)) continue;
+      if (s == WorkerStatus::kScheduling) {
+        if (backend_.queues_workers()) tick_queued(r, now, fx);
+        continue;
+      }
       const workers::ProcessStatus process = backend_.poll(id);
-      if (process.state == workers::ProcessState::kExited) {
+      if (process.state == workers::ProcessState::kExited && process.outcome) {
+        r.worker.exit_code = process.exit_code;
+        transition(r, *process.outcome, process.reason, fx);
+      } else if (process.state == workers::ProcessState::kExited) {
         // The agent reports the script's exit before it exits itself, so
         // an agent that is gone while the worker is not finished died.
         r.worker.exit_code = process.exit_code;
@@ -625,7 +673,8 @@ void WorkerRegistry::tick() {
                    fx);
         fx.to_stop.push_back(id);
       } else if (process.state == workers::ProcessState::kLost) {
-        transition(r, WorkerStatus::kLost, "the backend lost the worker", fx);
+        transition(r, WorkerStatus::kLost, process.reason.empty() ? "the backend lost the worker" : process.reason,
+                   fx);
       }
     }
     for (auto w = release_waiters_.begin(); w != release_waiters_.end();) {

@@ -157,6 +157,8 @@ class WorkerRegistry {
 
   void transition(Record& r, api::WorkerStatus to, std::string reason, Effects& fx);
   void persist(const Record& r);
+  // tick() for a `scheduling` worker of a queueing backend.
+  void tick_queued(Record& r, TimePoint now, Effects& fx);
   void settle_waiters(Effects& fx, bool at_tick);
   void run(Effects fx);
   void stopper_loop();

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "muster/api/status.h"
+#include "muster/api/worker.h"
 
 namespace muster::workers {
 
@@ -47,6 +48,7 @@ struct LaunchSpec {
 
 // What a backend can tell of a worker's process without the agent's help.
 enum class ProcessState {
+  kPending,   // queued by a scheduler, not started yet (queueing backends only)
   kRunning,   // the process (tree) is alive
   kExited,    // it ended; exit_code says how
   kUnknown,   // the backend has no record (e.g. launched by an earlier daemon)
@@ -54,14 +56,27 @@ enum class ProcessState {
 };
 
 struct ProcessStatus {
+  ProcessStatus() = default;
+  ProcessStatus(ProcessState s, std::optional<int> code = std::nullopt) : state(s), exit_code(code) {}
+
   ProcessState state = ProcessState::kUnknown;
   std::optional<int> exit_code;  // set when kExited (128+signal if killed)
+  // What the backend can say about the state ("queued in Slurm (Resources)",
+  // "cancelled in Slurm"); "" when nothing. Becomes the worker's reason.
+  std::string reason;
+  // For kExited/kLost: the terminal status the backend's scheduler decided
+  // (a cancelled job is stopped, a failed node lost); empty = the registry's
+  // own rule (an agent that exited without reporting failed).
+  std::optional<api::WorkerStatus> outcome;
 };
 
 // Launch-line values found by checking the hosts of an mpi-mode launch.
 struct MpiPreflight {
   std::string prefix;             // Open MPI's --prefix on the hosts ("" = leave it out)
   std::string network_interface;  // btl_tcp_if_include / NCCL_SOCKET_IFNAME ("" = leave it out)
+  // The program (and its arguments, space-separated) mpirun starts its
+  // daemons on the hosts with (-mca plm_rsh_agent); "" = ssh as configured.
+  std::string rsh_agent;
 };
 
 class Backend {
@@ -75,6 +90,12 @@ class Backend {
   // (their MUSTER_MASTER_IP): 127.0.0.1 for local processes, the bridge
   // address for containers, the daemon host's routable address for ssh.
   virtual std::string master_address() const = 0;
+
+  // True for a backend that hands workers to a scheduler's queue (Slurm):
+  // launch() only submits them, and poll() answers kPending (with the
+  // scheduler's reason) until they start. The registry keeps such workers
+  // `scheduling` until then and counts the startup timeout from their start.
+  virtual bool queues_workers() const { return false; }
 
   // Starts all of `specs` or none (see the contract above).
   virtual api::Status launch(const std::vector<LaunchSpec>& specs) = 0;

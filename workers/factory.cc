@@ -3,6 +3,7 @@
 #include "muster/workers/local/local_backend.h"
 #include "muster/workers/container/container_backend.h"
 #include "muster/workers/ssh/ssh_backend.h"
+#include "muster/workers/slurm/slurm_backend.h"
 
 namespace muster::workers {
 
@@ -33,7 +34,15 @@ api::Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& optio
     if (!b) return b.status();
     return std::unique_ptr<Backend>(std::move(b.value()));
   }
-  return api::invalid_argument("unknown backend '" + options.name + "' (known: local, container, ssh)", "backend");
+  if (options.name == "slurm") {
+    auto sopts = slurm::SlurmOptions::from_map(options.state_dir, options.options);
+    if (!sopts) return sopts.status();
+    auto b = slurm::SlurmBackend::create(std::move(sopts.value()), slurm::make_command_client());
+    if (!b) return b.status();
+    return std::unique_ptr<Backend>(std::move(b.value()));
+  }
+  return api::invalid_argument("unknown backend '" + options.name + "' (known: local, container, ssh, slurm)",
+                               "backend");
 }
 
 }  // namespace muster::workers

@@ -413,7 +413,10 @@ api::Result<MpiPreflight> ContainerBackend::preflight_mpi(const std::vector<std:
   auto connector = ssh::make_libssh2_connector(connect);
   ssh::PreflightReport report = ssh::run_preflight(*connector, p);
   if (!report.ok) return api::unavailable(report.summary());
-  return MpiPreflight{report.prefix, report.interfaces};
+  MpiPreflight found;
+  found.prefix = report.prefix;
+  found.network_interface = report.interfaces;
+  return found;
 }
 
 std::string ContainerBackend::mpi_rsh_agent() const {

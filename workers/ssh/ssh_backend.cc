@@ -172,7 +172,10 @@ api::Result<MpiPreflight> SshBackend::preflight_mpi(const std::vector<std::strin
   p.master_address = master_address();
   PreflightReport report = run_preflight(*connector_, p);
   if (!report.ok) return api::unavailable(report.summary());
-  return MpiPreflight{report.prefix, report.interfaces};
+  MpiPreflight found;
+  found.prefix = report.prefix;
+  found.network_interface = report.interfaces;
+  return found;
 }
 
 std::string SshBackend::mpi_rsh_agent() const {

@@ -1,0 +1,220 @@
+"""bench/multihost: muster across hosts joined by network links (root only).
+
+    python3 bench/multihost/run.py BUILD OUT_DIR
+
+The hosts are network namespaces on one machine (tests/netns_hosts.py), each
+with a veth link onto a bridge: traffic between hosts crosses real TCP/IP
+links, but the hosts share this machine's 2 cores, so absolute figures are
+this machine's, and what is meaningful are the ratios to references measured
+on the same links in the same run:
+  - iperf3 from host 0 to host 1: the link (GB/s);
+  - for 2 and 4 hosts, one rank each, at 1, 16 and 64 MB: muster's allreduce
+    (its inter-host path: the ring over MPI point-to-point), Open MPI's
+    MPI_Allreduce (tcp btl) from the same mpirun (allreduce_bandwidth_bench),
+    and torch.distributed's gloo; plus the ring's bound from iperf3,
+    algbw <= link / (2 (p-1) / p);
+  - the PS step (1 PS + 2 workers on three hosts, 102 MB model) against
+    iperf3's aggregate into the PS host (two streams at once);
+  - fashion_mnist (MLP, allreduce) images/s on 2 and 4 hosts against one
+    process, as scaling efficiency.
+Writes OUT_DIR/multihost.json and multihost.md.
+"""
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from netns_hosts import NetnsHosts  # noqa: E402
+
+SIZES = [1 << 20, 16 << 20, 64 << 20]
+TARGET_VS_PEER, TARGET_VS_LINK, TARGET_PS = 1.2, 0.8, 0.7
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def iperf3(hosts, servers, client_hosts, seconds=3):
+    """Aggregate GB/s of one stream from each client host into servers[i]'s host (at once)."""
+    srv = []
+    port0 = 15201 + os.getpid() % 1000
+    try:
+        for i, s in enumerate(servers):
+            srv.append(hosts.run(s, ["iperf3", "-s", "-1", "-p", str(port0 + i)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        time.sleep(0.5)
+        clients = [hosts.run(c, ["iperf3", "-c", hosts.address(servers[i]), "-p", str(port0 + i), "-t", str(seconds),
+                                 "-J"], stdout=subprocess.PIPE, text=True)
+                   for i, c in enumerate(client_hosts)]
+        total = 0.0
+        for c in clients:
+            out, _ = c.communicate(timeout=60)
+            data = json.loads(out)
+            if "error" in data:
+                raise RuntimeError("iperf3: " + data["error"])
+            total += data["end"]["sum_received"]["bits_per_second"] / 8 / 1e9
+        return total
+    finally:
+        for p in srv:
+            p.kill()
+            p.wait()
+
+
+def mpirun(hosts, p, argv, timeout=900):
+    subnet = hosts.prefix + "0/24"
+    cmd = ["mpirun", "--allow-run-as-root", "-np", str(p), "-H", ",".join(hosts.address(i) for i in range(p)),
+           "-mca", "plm_rsh_agent", hosts.rsh_agent(), "-mca", "btl", "self,tcp",
+           "-mca", "btl_tcp_if_include", subnet, "-mca", "oob_tcp_if_include", subnet, "-x", "PATH",
+           "-x", "LD_LIBRARY_PATH"] + (["-x", "MUSTER_COMM_SPIN_US"] if "MUSTER_COMM_SPIN_US" in os.environ else []) + argv
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    if r.returncode != 0:
+        raise RuntimeError(f"mpirun {' '.join(argv[:1])} on {p} hosts failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    return r.stdout
+
+
+def muster_and_mpi(build, hosts, p, tmp):
+    out = os.path.join(tmp, f"allreduce{p}.json")
+    mpirun(hosts, p, [os.path.join(build, "bin", "allreduce_bandwidth_bench"), out, str(max(SIZES)), str(min(SIZES))])
+    with open(out) as f:
+        data = json.load(f)
+    by_size = {s["size_bytes"]: s for s in data["sizes"]}
+    return {b: (by_size[b]["ring_algbw_gbs"], by_size[b]["mpi_algbw_gbs"]) for b in SIZES if b in by_size}
+
+
+def gloo(hosts, p, tmp):
+    out = os.path.join(tmp, f"gloo{p}.json")
+    port = str(free_port())
+    procs = []
+    for r in range(p):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(p), MASTER_ADDR=hosts.address(0), MASTER_PORT=port,
+                   OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME=hosts.netns(r) + "c")
+        procs.append(hosts.run(r, ["/usr/bin/python3", os.path.join(HERE, "gloo_allreduce.py"), out]
+                               + [str(b) for b in SIZES], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True))
+    for pr in procs:
+        text, _ = pr.communicate(timeout=900)
+        if pr.returncode != 0:
+            raise RuntimeError("gloo rank failed:\n" + text[-2000:])
+    with open(out) as f:
+        return {int(b): b_ / t / 1e9 for b, t in json.load(f).items() for b_ in [int(b)]}
+
+
+def ps_step(build, hosts):
+    """1 PS on host 0, 2 workers on hosts 1 and 2 (bench/ps's worker, 25.6 M floats)."""
+    ps = f"{hosts.address(0)}:{free_port()}"
+    workers = [f"{hosts.address(1)}:{free_port()}", f"{hosts.address(2)}:{free_port()}"]
+    cluster = {"ps": [ps], "chief": workers[:1], "worker": workers[1:]}
+
+    def env(kind, i):
+        return dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": kind, "index": i}}),
+                    MUSTER_PS_TIMEOUT_MS="60000")
+
+    args = [os.path.join(build, "bin", "ps_bench_worker"), "--params", "25600000", "--steps", "6", "--warmup", "2"]
+    procs = [hosts.run(0, [os.path.join(build, "bin", "muster-ps")], env=env("ps", 0),
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        chief = hosts.run(1, args, env=env("chief", 0), stdout=subprocess.PIPE, text=True)
+        other = hosts.run(2, args, env=env("worker", 0), stdout=subprocess.DEVNULL)
+        procs += [chief, other]
+        out, _ = chief.communicate(timeout=600)
+        if chief.returncode != 0 or other.wait(timeout=120) != 0:
+            raise RuntimeError("a PS benchmark worker failed")
+        result = json.loads(out.strip().splitlines()[-1])
+        step = statistics.median(result["step_s"])
+        return {"step_s": round(step, 4), "aggregate_gbs": round(2 * result["bytes_per_step"] / step / 1e9, 3)}
+    finally:
+        for pr in procs:
+            if pr.poll() is None:
+                pr.kill()
+                pr.wait()
+
+
+def images_per_sec(text):
+    for line in text.splitlines():
+        if line.startswith("final images_per_sec="):
+            return float(line.split("=", 1)[1])
+    raise RuntimeError("fashion_mnist printed no images_per_sec:\n" + text[-1500:])
+
+
+def scaling(build, hosts, p):
+    argv = [os.path.join(build, "bin", "fashion_mnist"), "--model", "mlp", "--epochs", "1", "--limit", "12000",
+            "--test-limit", "1000"]
+    return images_per_sec(mpirun(hosts, p, argv))
+
+
+def main():
+    build, out_dir = sys.argv[1], sys.argv[2]
+    if os.geteuid() != 0:
+        raise SystemExit("bench/multihost needs root (network namespaces)")
+    os.makedirs(out_dir, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="muster-multihost-")
+    fm = os.path.join(build, "bin", "fashion_mnist")
+    single = images_per_sec(subprocess.run([fm, "--model", "mlp", "--epochs", "1", "--limit", "12000",
+                                            "--test-limit", "1000"], capture_output=True, text=True,
+                                           check=True).stdout)
+    result = {"hosts": {}, "ps": {}, "train": {"single_images_per_sec": single}, "targets": {
+        "ratio_vs_best_peer": TARGET_VS_PEER, "ratio_vs_link_bound": TARGET_VS_LINK, "ps_vs_iperf3": TARGET_PS}}
+    for p in (2, 4):
+        with NetnsHosts(p, "b") as hosts:
+            link = iperf3(hosts, [1], [0])
+            ours = muster_and_mpi(build, hosts, p, tmp)
+            theirs = gloo(hosts, p, tmp)
+            bound = link / (2 * (p - 1) / p)
+            per = {}
+            for b in SIZES:
+                ring, mpi = ours.get(b, (None, None))
+                g = theirs.get(b)
+                best = max(x for x in (mpi, g) if x)
+                per[str(b)] = {"muster_gbs": round(ring, 3), "mpi_gbs": round(mpi, 3), "gloo_gbs": round(g, 3),
+                               "iperf3_gbs": round(link, 3), "ring_bound_gbs": round(bound, 3),
+                               "ratio_vs_best_peer": round(ring / best, 2), "ratio_vs_link_bound": round(ring / bound, 2)}
+            result["hosts"][str(p)] = per
+            ips = scaling(build, hosts, p)
+            result["train"][str(p)] = {"images_per_sec": ips, "efficiency": round(ips / (p * single), 2)}
+            if p == 4:
+                ps = ps_step(build, hosts)
+                agg = iperf3(hosts, [0, 0], [1, 2])
+                result["ps"] = dict(ps, iperf3_aggregate_gbs=round(agg, 3), ratio=round(ps["aggregate_gbs"] / agg, 2))
+    with open(os.path.join(out_dir, "multihost.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    with open(os.path.join(out_dir, "multihost.md"), "w") as f:
+        f.write(report(result))
+    print(report(result))
+
+
+def report(r):
+    lines = ["## Multi-host (network namespaces joined by veth links on this machine)\n",
+             "Hosts share this machine's cores: the references (iperf3 on the same link, MPI_Allreduce and gloo "
+             "on the same hosts) are what to read the figures against.\n",
+             "| hosts | size | muster GB/s | MPI GB/s | gloo GB/s | iperf3 GB/s | ring bound | vs best peer "
+             f"(target {TARGET_VS_PEER}) | vs bound (target {TARGET_VS_LINK}) |", "|---|---|---|---|---|---|---|---|---|"]
+    for p, per in r["hosts"].items():
+        for b, x in per.items():
+            lines.append(f"| {p} | {int(b) >> 20} MB | {x['muster_gbs']} | {x['mpi_gbs']} | {x['gloo_gbs']} | "
+                         f"{x['iperf3_gbs']} | {x['ring_bound_gbs']} | {x['ratio_vs_best_peer']} | "
+                         f"{x['ratio_vs_link_bound']} |")
+    if r.get("ps"):
+        ps = r["ps"]
+        lines += ["", f"PS step, 1 PS + 2 workers on three hosts, 102 MB model: {ps['step_s']} s, "
+                      f"{ps['aggregate_gbs']} GB/s aggregate = **{ps['ratio']}x** iperf3's two-stream aggregate "
+                      f"({ps['iperf3_aggregate_gbs']} GB/s; target {TARGET_PS})."]
+    t = r["train"]
+    lines += ["", f"fashion_mnist MLP, allreduce, one rank per host: single process {t['single_images_per_sec']:.0f} "
+                  "images/s; " + "; ".join(f"{p} hosts {t[p]['images_per_sec']:.0f} images/s (efficiency "
+                                           f"{t[p]['efficiency']})" for p in ("2", "4") if p in t) +
+              ". All hosts share 2 cores, so efficiency above 2 processes measures the machine, not the links.", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

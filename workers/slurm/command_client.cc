@@ -1,0 +1,165 @@
+// The real SlurmClient: Slurm's own commands with machine-readable output.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "muster/workers/slurm/slurm_client.h"
+
+extern char** environ;
+
+namespace muster::workers::slurm {
+
+namespace {
+
+struct Output {
+  int exit_code = -1;  // 128+signal when killed; -1 when it could not start
+  std::string out, err;
+};
+
+// Runs argv (looked up on PATH) with stdin /dev/null, collecting stdout and
+// stderr; kills it after `limit`.
+Output run(const std::vector<std::string>& argv, std::chrono::milliseconds limit) {
+  Output result;
+  int out_pipe[2], err_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) return result;
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+    ::close(out_pipe[0]);
+    ::close(out_pipe[1]);
+    return result;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);  // musterd blocks SIGTERM/SIGINT; the child must not
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = ::posix_spawnp(&pid, args[0], &fa, &attr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  if (rc != 0) {
+    ::close(out_pipe[0]);
+    ::close(err_pipe[0]);
+    result.err = argv[0] + ": " + std::strerror(rc);
+    return result;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  std::string* sinks[2] = {&result.out, &result.err};
+  int open_fds = 2;
+  bool killed = false;
+  while (open_fds > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      ::kill(pid, SIGKILL);
+      killed = true;
+      break;
+    }
+    if (::poll(fds, 2, static_cast<int>(left.count())) < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[8192];
+      const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        sinks[i]->append(buf, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  for (auto& f : fds) {
+    if (f.fd >= 0) ::close(f.fd);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (killed) {
+    result.exit_code = -1;
+    result.err += argv[0] + " did not finish within " + std::to_string(limit.count() / 1000) + " s";
+  } else {
+    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  return result;
+}
+
+std::string trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
+  return s;
+}
+
+std::string failure(const std::string& what, const Output& o) {
+  return what + " failed (exit " + std::to_string(o.exit_code) + "): " + trimmed(o.err.empty() ? o.out : o.err);
+}
+
+class CommandClient final : public SlurmClient {
+ public:
+  api::Result<std::string> submit(const JobSpec& spec) override {
+    const Output o = run(sbatch_argv(spec), kLimit);
+    if (o.exit_code != 0) return api::unavailable(failure("sbatch", o));
+    // --parsable prints "<job id>" or "<job id>;<cluster>".
+    std::string id = trimmed(o.out);
+    id = id.substr(0, id.find(';'));
+    if (id.empty() || id.find_first_not_of("0123456789") != std::string::npos) {
+      return api::unavailable("sbatch printed no job id: '" + trimmed(o.out) + "'");
+    }
+    return id;
+  }
+
+  api::Status cancel(const std::string& job_id) override {
+    const Output o = run({"scancel", job_id}, kLimit);
+    // scancel of a job that already ended prints an error and exits non-zero.
+    if (o.exit_code != 0 && o.err.find("already completed") == std::string::npos &&
+        o.err.find("Invalid job id") == std::string::npos) {
+      return api::unavailable(failure("scancel " + job_id, o));
+    }
+    return api::Status::ok();
+  }
+
+  api::Result<std::map<std::string, JobInfo>> query(const std::vector<std::string>& job_ids) override {
+    if (job_ids.empty()) return std::map<std::string, JobInfo>{};
+    std::string list;
+    for (const auto& id : job_ids) list += (list.empty() ? "" : ",") + id;
+    const Output o = run({"squeue", "--json", "--states=all", "--jobs=" + list}, kLimit);
+    // squeue exits non-zero when none of the ids is known any more.
+    if (o.exit_code != 0) {
+      if (o.err.find("Invalid job id") != std::string::npos) return std::map<std::string, JobInfo>{};
+      return api::unavailable(failure("squeue", o));
+    }
+    return parse_squeue_json(o.out);
+  }
+
+  api::Result<std::map<std::string, NodeInfo>> nodes() override {
+    const Output o = run({"sinfo", "--json"}, kLimit);
+    if (o.exit_code != 0) return api::unavailable(failure("sinfo", o));
+    return parse_sinfo_nodes_json(o.out);
+  }
+
+ private:
+  static constexpr std::chrono::milliseconds kLimit{20000};
+};
+
+}  // namespace
+
+std::unique_ptr<SlurmClient> make_command_client() { return std::make_unique<CommandClient>(); }
+
+}  // namespace muster::workers::slurm
