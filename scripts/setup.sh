@@ -14,6 +14,7 @@ packages=(
   python3 python3-pytest
   dataset-fashion-mnist
   iperf3 iproute2 openssh-server openssh-client procps psmisc
+  clang libfuzzer-14-dev libclang-rt-14-dev   # tests/fuzz: libFuzzer + ASan/UBSan runtimes
 )
 
 missing=()

@@ -5,6 +5,8 @@
 
 #include "muster/runtime/ps/server_connection.h"
 
+#include <cmath>
+
 namespace muster::runtime::ps {
 
 void PsServer::Impl::accept() {
@@ -83,6 +85,9 @@ std::string PsServer::Impl::hello(Connection& c, const HelloPayload& h) {
   if (h.replicas_to_aggregate < 1 || h.total_num_replicas < h.replicas_to_aggregate) {
     return "hello: replicas_to_aggregate " + std::to_string(h.replicas_to_aggregate) + " must be in 1..total_num_replicas (" +
            std::to_string(h.total_num_replicas) + ")";
+  }
+  if (!std::isfinite(h.learning_rate) || h.learning_rate <= 0.0f) {
+    return "hello: learning rate " + std::to_string(h.learning_rate) + " must be a finite number > 0";
   }
   if (h.mode != Mode::kSync && h.mode != Mode::kAsync) return "hello: unknown mode " + std::to_string(static_cast<int>(h.mode));
   if (h.worker_index >= h.total_num_replicas) {
