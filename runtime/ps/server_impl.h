@@ -88,6 +88,10 @@ class PsServer::Impl {
   void stop();
 
   ServerOptions opt_;
+  // Declared before everything that can hold a Connection (io_, slices_,
+  // orphan_pulls_): a Connection's destructor gives back its slot here.
+  std::atomic<uint64_t> auth_failures_{0}, refused_{0}, timed_out_{0}, init_buffered_{0};
+  std::atomic<int> open_{0};  // sockets accepted and not yet closed
   asio::io_context io_;
   tcp::acceptor acceptor_;
   asio::steady_timer watchdog_timer_;
@@ -114,8 +118,6 @@ class PsServer::Impl {
   std::map<int, int> live_;  // open connections per worker index
   std::atomic<uint64_t> pushes_accepted_{0}, stale_dropped_{0}, steps_applied_{0}, bad_frames_{0};
   std::atomic<uint64_t> bytes_in_{0}, bytes_out_{0};
-  std::atomic<uint64_t> auth_failures_{0}, refused_{0}, timed_out_{0}, init_buffered_{0};
-  std::atomic<int> open_{0};  // sockets accepted and not yet closed
 };
 
 }  // namespace muster::runtime::ps
