@@ -38,8 +38,9 @@ api::Status get_int(const json& body, const char* field, int* out) {
   if (!body.contains(field)) return api::Status::ok();
   const json& v = body.at(field);
   if (!v.is_number_integer()) return api::invalid_argument(std::string(field) + " must be an integer", field);
+  // No llabs: it overflows for INT64_MIN, which then passed as 0 (found by tests/fuzz).
   if (v.is_number_unsigned() ? v.get<uint64_t>() > 1'000'000'000ull
-                             : std::llabs(v.get<int64_t>()) > 1'000'000'000ll) {
+                             : v.get<int64_t>() < -1'000'000'000ll || v.get<int64_t>() > 1'000'000'000ll) {
     return api::invalid_argument(std::string(field) + " is out of range", field);
   }
   *out = static_cast<int>(v.get<int64_t>());

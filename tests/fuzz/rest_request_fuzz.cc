@@ -97,6 +97,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 0: {
       auto r = muster::service::parse_launch_request(body, w.validation);
       check(r.is_ok(), r.is_ok() ? "" : r.status().message());
+      if (r.is_ok()) {  // what was accepted is what was sent, in range
+        const auto& q = r.value();
+        if (q.n < 1 || q.n > w.validation.max_workers || q.n != body.at("n").get<int64_t>()) std::abort();
+        if (q.nvidia_gpu < 0) std::abort();
+        if (body.contains("nvidia_gpu") && body.at("nvidia_gpu").get<int64_t>() != q.nvidia_gpu) std::abort();
+      }
       break;
     }
     case 1: {
