@@ -224,7 +224,8 @@ TEST(PsHostile, HugeDeclaredInitLengthAllocatesNothingUntilItArrives) {
     conns.push_back(std::make_unique<Raw>(ps.port()));
     conns.back()->send(hello(0, kSecret) + frame(init, 4096));
   }
-  std::this_thread::sleep_for(150ms);
+  // Each connection holds its first piece once its header is through.
+  for (int i = 0; i < 300 && ps.stats().init_bytes_buffered < 3 * kPayloadPieceBytes; ++i) std::this_thread::sleep_for(10ms);
   const auto held = ps.stats().init_bytes_buffered;
   EXPECT_GT(held, 0u);
   EXPECT_LE(held, 3 * kPayloadPieceBytes);

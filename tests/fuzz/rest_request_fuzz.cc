@@ -60,6 +60,10 @@ struct World {
     std::ofstream(validation.project_dir / "sub" / "run.sh") << "#!/bin/sh\n";
     validation.max_workers = 64;
   }
+  ~World() {
+    std::error_code ec;
+    std::filesystem::remove_all(validation.project_dir, ec);
+  }
 };
 
 World& world() {
