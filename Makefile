@@ -2,11 +2,13 @@
 #   make demo   set up, build, start musterd and run the notebook examples
 #   make test   set up, build, run every test (ctest: unit, mpi, integration)
 #   make bench  run every benchmark, rewrite bench/RESULTS.md
+#   make fuzz   run every libFuzzer target for FUZZ_SECONDS (default 60) each
 MAKEFLAGS += --no-print-directory
 BUILD ?= build
 JOBS  ?= $(shell nproc)
+FUZZ_SECONDS ?= 60
 
-.PHONY: setup build demo test bench bench-launch bench-allreduce bench-ps bench-train bench-torch bench-multihost clean
+.PHONY: setup build demo test fuzz bench bench-launch bench-allreduce bench-ps bench-train bench-torch bench-multihost clean
 
 setup:
 	@bash scripts/setup.sh
@@ -20,6 +22,9 @@ demo: build
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure --timeout 900 $(CTEST_ARGS)
+
+fuzz: setup
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) bash scripts/fuzz.sh run
 
 bench: bench-launch bench-allreduce bench-ps bench-train bench-torch bench-multihost
 	@/usr/bin/python3 bench/report.py

@@ -18,7 +18,8 @@ packages=(
   python3-nbclient python3-ipykernel python3-pip python3-setuptools python3-wheel python3-venv
   dataset-fashion-mnist
   iperf3 iproute2 openssh-server openssh-client procps psmisc util-linux
-  slurm-wlm munge
+  slurm-wlm munge                              # the Slurm backend's tests run a real Slurm
+  clang libfuzzer-14-dev libclang-rt-14-dev   # tests/fuzz: libFuzzer + ASan/UBSan runtimes
 )
 
 missing=()

@@ -553,8 +553,11 @@ api::Status ClusterManager::rendezvous_ps(const std::string& id, const std::vect
     persist_locked(e);
   }
   spdlog::info("cluster {} running, releasing every task with ClusterSpec {}", id, spec.dump());
-  // Every task gets its own TF_CONFIG; a release that fails (the task ended
-  // meanwhile) shows up as that task's end on the next pass.
+  // Every task gets its own TF_CONFIG and the cluster's secret (the ps tasks
+  // serve only clients presenting it; it is never stored or shown); a release
+  // that fails (the task ended meanwhile) shows up as that task's end on the
+  // next pass.
+  const std::string secret = random_hex(32);
   for (const auto& t : c.tasks) {
     clusterspec::TfConfig config;
     config.cluster = spec;
@@ -565,6 +568,7 @@ api::Status ClusterManager::rendezvous_ps(const std::string& id, const std::vect
     release.env["MUSTER_CLUSTER_ID"] = id;
     release.env["MUSTER_TASK_TYPE"] = t.type;
     release.env["MUSTER_TASK_INDEX"] = std::to_string(t.index);
+    release.env["MUSTER_PS_SECRET"] = secret;
     release.files["cluster.json"] = config.to_json().dump(2) + "\n";
     (void)registry_.release(t.worker_id, std::move(release));
   }

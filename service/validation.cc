@@ -44,7 +44,10 @@ api::Status get_int(const json& body, const char* field, int* out) {
   const json& v = body.at(field);
   const auto n = api::json_integer(v);
   if (!n) return api::invalid_argument(std::string(field) + " must be an integer", field);
-  if (std::llabs(*n) > 1'000'000'000ll) return api::invalid_argument(std::string(field) + " is out of range", field);
+  // No llabs: it overflows for INT64_MIN, which then passed as 0 (found by tests/fuzz).
+  if (*n < -1'000'000'000ll || *n > 1'000'000'000ll) {
+    return api::invalid_argument(std::string(field) + " is out of range", field);
+  }
   *out = static_cast<int>(*n);
   return api::Status::ok();
 }

@@ -190,10 +190,16 @@ TEST_F(ClusterManagerTest, PsRendezvousReleasesEveryTaskWithItsOwnTfConfig) {
   ASSERT_EQ(running.status, ClusterStatus::kRunning) << running.reason;
   EXPECT_EQ(running.cluster_spec.dump(), R"({"ps":["127.0.0.1:40000"],"worker":["127.0.0.1:40001","127.0.0.1:40002"]})");
 
-  std::set<std::string> seen;
+  std::set<std::string> seen, secrets;
   for (const auto& t : c.tasks) {
     auto release = release_of(t.worker_id);
     ASSERT_TRUE(release.has_value()) << t.worker_id;
+    // One secret per cluster for its muster-ps tasks, the same for every task, never in the record.
+    const std::string secret = release->env.at("MUSTER_PS_SECRET");
+    EXPECT_EQ(secret.size(), 64u);
+    EXPECT_EQ(secret.find_first_not_of("0123456789abcdef"), std::string::npos) << secret;
+    EXPECT_EQ(now(c.id).to_json().dump().find(secret), std::string::npos);
+    secrets.insert(secret);
     auto config = clusterspec::TfConfig::parse(release->env.at("TF_CONFIG"));
     EXPECT_EQ(config.task_type, t.type);
     EXPECT_EQ(config.task_index, t.index);
@@ -202,6 +208,7 @@ TEST_F(ClusterManagerTest, PsRendezvousReleasesEveryTaskWithItsOwnTfConfig) {
     seen.insert(t.type + std::to_string(t.index));
   }
   EXPECT_EQ(seen, (std::set<std::string>{"ps0", "worker0", "worker1"}));
+  EXPECT_EQ(secrets.size(), 1u);
 
   // Workers end well -> the PS is stopped and the cluster succeeded.
   ASSERT_TRUE(registry_->agent_exit(c.tasks[1].worker_id, 0).is_ok());

@@ -30,11 +30,14 @@ unsigned short free_port() {
 // A child process that is killed (and reaped) if the test ends early.
 class Child {
  public:
-  Child(const std::string& program, const std::string& tf_config, int timeout_ms) {
+  Child(const std::string& program, const std::string& tf_config, int timeout_ms, const std::string& secret = "") {
     std::vector<std::string> env_strings{"TF_CONFIG=" + tf_config, "MUSTER_PS_TIMEOUT_MS=" + std::to_string(timeout_ms)};
+    if (!secret.empty()) env_strings.push_back("MUSTER_PS_SECRET=" + secret);
     for (char** e = environ; *e; ++e) {
       std::string s(*e);
-      if (s.rfind("TF_CONFIG=", 0) != 0 && s.rfind("MUSTER_PS_TIMEOUT_MS=", 0) != 0) env_strings.push_back(s);
+      if (s.rfind("TF_CONFIG=", 0) != 0 && s.rfind("MUSTER_PS_TIMEOUT_MS=", 0) != 0 && s.rfind("MUSTER_PS_SECRET=", 0) != 0) {
+        env_strings.push_back(s);
+      }
     }
     std::vector<char*> env;
     for (auto& s : env_strings) env.push_back(s.data());
@@ -71,13 +74,13 @@ class Child {
 struct Job {
   nlohmann::json cluster;
   std::vector<std::unique_ptr<Child>> ps;
-  Job(int n_ps, int n_workers, int timeout_ms) {
+  Job(int n_ps, int n_workers, int timeout_ms, const std::string& secret = "") {
     for (int i = 0; i < n_ps; ++i) cluster["ps"].push_back("127.0.0.1:" + std::to_string(free_port()));
     cluster["chief"].push_back("127.0.0.1:" + std::to_string(free_port()));
     for (int i = 1; i < n_workers; ++i) cluster["worker"].push_back("127.0.0.1:" + std::to_string(free_port()));
     const std::string program = std::string(std::getenv("MUSTER_BINARY_DIR")) + "/bin/muster-ps";
     for (int i = 0; i < n_ps; ++i) {
-      ps.push_back(std::make_unique<Child>(program, tf_config("ps", i), timeout_ms));
+      ps.push_back(std::make_unique<Child>(program, tf_config("ps", i), timeout_ms, secret));
       EXPECT_GT(ps.back()->pid(), 0) << "cannot start " << program;
     }
   }
@@ -91,10 +94,25 @@ struct Job {
 };
 
 TEST(PsProcess, MusterPsServesATfConfigJobAndExitsZeroWhenAllAreDone) {
-  Job job(2, 2, 20000);
+  const std::string secret = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+  Job job(2, 2, 20000, secret);  // as musterd starts it: MUSTER_PS_SECRET set
   ClientOptions opt = small_slices({});
   opt.optimizer = "momentum";
   opt.learning_rate = 0.05f;
+  {
+    ClientOptions wrong = opt;
+    wrong.secret = "";  // a client outside the cluster
+    Model m;
+    SyncReplicasClient intruder(job.worker_cluster(0), wrong);
+    intruder.register_variables({{"w", m.w.data(), m.w.size()}, {"b", m.b.data(), m.b.size()}});
+    try {
+      intruder.initialize_or_wait();
+      ADD_FAILURE() << "muster-ps served a client without the cluster's secret";
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("wrong or missing secret"), std::string::npos) << e.what();
+    }
+  }
+  opt.secret = secret;
   const int64_t steps = 15;
   std::vector<Model> models(2);
   std::vector<std::string> errors(2);

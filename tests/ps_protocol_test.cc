@@ -53,6 +53,26 @@ TEST(PsProtocol, HeaderIsLittleEndianAndRoundTrips) {
   HelloPayload back = decode_hello(buf);
   EXPECT_EQ(back.worker_index, 3u);
   EXPECT_TRUE(same_options(hello, back));
+  EXPECT_EQ(back.secret, "");
+
+  hello.secret = "c0ffee";
+  std::vector<unsigned char> with(hello_size(hello));
+  ASSERT_EQ(with.size(), kHelloSize + 6);
+  encode_hello(hello, with.data());
+  EXPECT_EQ(decode_hello(with.data(), with.size()).secret, "c0ffee");
+  EXPECT_THROW(decode_hello(with.data(), kHelloSize - 1), InvalidArgument);
+  EXPECT_THROW(decode_hello(with.data(), kHelloSize + kMaxSecretBytes + 1), InvalidArgument);
+  hello.secret.assign(kMaxSecretBytes + 1, 'x');
+  EXPECT_THROW(hello_size(hello), InvalidArgument);
+}
+
+TEST(PsProtocol, SecretsCompareWholeAndExact) {
+  EXPECT_TRUE(secrets_equal("abc", "abc"));
+  EXPECT_FALSE(secrets_equal("abc", "abd"));
+  EXPECT_FALSE(secrets_equal("abc", "ab"));
+  EXPECT_FALSE(secrets_equal("abc", "abcd"));
+  EXPECT_FALSE(secrets_equal("abc", ""));
+  EXPECT_TRUE(secrets_equal("", ""));
 }
 
 TEST(PsPlacement, BalancesBytesAndSplitsLargeVariables) {
@@ -204,8 +224,10 @@ TEST(PsBadFrames, MalformedFramesCloseOnlyTheirConnection) {
   bad.length = 8;
   expect_closed(frame(bad, 8), "push before hello");
   bad = good;
-  bad.length = kHelloSize + 4;
-  expect_closed(frame(bad, kHelloSize + 4), "hello of the wrong length");
+  bad.length = kHelloSize - 4;
+  expect_closed(frame(bad, kHelloSize - 4), "hello too short");
+  bad.length = kHelloSize + kMaxSecretBytes + 1;
+  expect_closed(frame(bad, kHelloSize + kMaxSecretBytes + 1), "hello with an oversize secret");
 
   // After a valid hello: a push whose length does not match the slice, a
   // push to a slice that does not exist, a truncated push, a bad dtype.

@@ -91,6 +91,9 @@ SyncReplicasClient::SyncReplicasClient(PsCluster cluster, ClientOptions options)
                           " > total_num_replicas " + std::to_string(options_.total_num_replicas));
   }
   if (options_.optimizer.size() >= kOptimizerNameBytes) throw InvalidArgument("ps client: optimizer name too long");
+  if (options_.secret.size() > kMaxSecretBytes) {
+    throw InvalidArgument("ps client: the secret (MUSTER_PS_SECRET) is longer than " + std::to_string(kMaxSecretBytes) + " bytes");
+  }
   links_ = std::make_unique<Links>(cluster_.ps, options_.timeout_ms, options_.socket_buffer_bytes);
 }
 
@@ -115,6 +118,7 @@ int64_t SyncReplicasClient::initialize_or_wait() {
   hello.mode = options_.mode;
   hello.learning_rate = options_.learning_rate;
   hello.optimizer = options_.optimizer;
+  hello.secret = options_.secret;
   links_->connect_all(hello);
 
   Round round(cluster_.ps.size());

@@ -66,6 +66,7 @@ struct ClientOptions {
   int checkpoint_every = 0;       // chief: steps between checkpoints (0: only in done())
   int timeout_ms = default_timeout_ms();
   int socket_buffer_bytes = default_socket_buffer_bytes();
+  std::string secret = default_secret();  // MUSTER_PS_SECRET: sent in every hello
   PlacementOptions placement;
 };
 

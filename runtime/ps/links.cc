@@ -164,12 +164,12 @@ int Links::size() const { return static_cast<int>(impl_->links.size()); }
 
 void Links::connect_all(const HelloPayload& hello) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(impl_->timeout_ms);
-  unsigned char payload[kHelloSize];
-  encode_hello(hello, payload);
+  std::vector<unsigned char> payload(hello_size(hello));
+  encode_hello(hello, payload.data());
   FrameHeader h;
   h.op = Op::kHello;
   h.slice = hello.worker_index;
-  h.length = kHelloSize;
+  h.length = payload.size();
   HeaderBytes hb = encode_header(h);
   for (auto& l : impl_->links) {
     impl_->connect(l, deadline);

@@ -28,4 +28,13 @@ inline int default_socket_buffer_bytes() {
   return 4 << 20;
 }
 
+// MUSTER_PS_SECRET, else "": the per-cluster secret every hello carries and
+// every PS checks. musterd generates one per ps cluster and hands it to each
+// of its tasks; a PS started by hand without it accepts any client (and
+// warns once).
+inline std::string default_secret() {
+  const char* s = std::getenv("MUSTER_PS_SECRET");
+  return s == nullptr ? std::string() : std::string(s);
+}
+
 }  // namespace muster::runtime::ps

@@ -1,5 +1,9 @@
 #include "muster/runtime/ps/protocol.h"
 
+#include <algorithm>
+
+#include "muster/runtime/error.h"
+
 namespace muster::runtime::ps {
 namespace {
 
@@ -58,8 +62,18 @@ FrameHeader decode_header(const unsigned char* in) {
   return h;
 }
 
+std::size_t hello_size(const HelloPayload& h) {
+  if (h.secret.size() > kMaxSecretBytes) {
+    throw InvalidArgument("ps secret is " + std::to_string(h.secret.size()) + " bytes; at most " +
+                          std::to_string(kMaxSecretBytes) + " (MUSTER_PS_SECRET)");
+  }
+  return kHelloSize + h.secret.size();
+}
+
 void encode_hello(const HelloPayload& h, unsigned char* out) {
+  const std::size_t n = hello_size(h);
   std::memset(out, 0, kHelloSize);
+  std::memcpy(out + kHelloSize, h.secret.data(), n - kHelloSize);
   put<uint32_t>(out + 0, h.worker_index);
   put<uint32_t>(out + 4, h.replicas_to_aggregate);
   put<uint32_t>(out + 8, h.total_num_replicas);
@@ -70,7 +84,11 @@ void encode_hello(const HelloPayload& h, unsigned char* out) {
   std::memcpy(out + 20, h.optimizer.data(), std::min(h.optimizer.size(), kOptimizerNameBytes - 1));
 }
 
-HelloPayload decode_hello(const unsigned char* in) {
+HelloPayload decode_hello(const unsigned char* in, std::size_t n) {
+  if (n < kHelloSize || n > kHelloSize + kMaxSecretBytes) {
+    throw InvalidArgument("hello of " + std::to_string(n) + " bytes; expected " + std::to_string(kHelloSize) + ".." +
+                          std::to_string(kHelloSize + kMaxSecretBytes));
+  }
   HelloPayload h;
   h.worker_index = get<uint32_t>(in + 0);
   h.replicas_to_aggregate = get<uint32_t>(in + 4);
@@ -80,7 +98,19 @@ HelloPayload decode_hello(const unsigned char* in) {
   std::memcpy(&h.learning_rate, &lr_bits, 4);
   const char* name = reinterpret_cast<const char*>(in + 20);
   h.optimizer.assign(name, strnlen(name, kOptimizerNameBytes - 1));
+  h.secret.assign(reinterpret_cast<const char*>(in + kHelloSize), n - kHelloSize);
   return h;
+}
+
+bool secrets_equal(const std::string& expected, const std::string& presented) {
+  // Every byte of `expected` is compared whatever `presented` holds; a
+  // length mismatch is folded into the same accumulator.
+  unsigned diff = expected.size() == presented.size() ? 0u : 1u;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const unsigned char p = i < presented.size() ? static_cast<unsigned char>(presented[i]) : 0;
+    diff |= static_cast<unsigned char>(expected[i]) ^ p;
+  }
+  return diff == 0;
 }
 
 bool same_options(const HelloPayload& a, const HelloPayload& b) {

@@ -18,8 +18,15 @@
 // Protocol (one TCP connection per worker and PS task; requests are handled
 // strictly in order on a connection):
 //   a) The worker connects and sends kHello, payload = HelloPayload (its
-//      worker index and the SyncReplicas options). The first hello fixes the
-//      options of the PS; a hello with different options closes the connection.
+//      worker index, the SyncReplicas options, then the cluster's secret:
+//      kHelloSize fixed bytes followed by 0..kMaxSecretBytes secret bytes,
+//      header.length says how many). A PS with a secret (MUSTER_PS_SECRET)
+//      compares it in constant time and answers a wrong or missing one with
+//      kError and a close. The hello binds the connection to that worker
+//      index: a second hello closes it, and so does a kDone for another
+//      worker, or a kInit / kPullState from a worker other than the chief (0).
+//      The first hello fixes the options of the PS; a hello with different
+//      options closes the connection.
 //   b) The chief sends kInit per slice it owns on that PS (payload = initial
 //      values, step = starting global step, from a checkpoint or 0; when
 //      resuming, aux = the optimizer's state buffers per slice and the
@@ -28,6 +35,8 @@
 //   c) Every worker sends kPull(slice, step = s) and gets kParams(slice,
 //      step = global step, payload = values) once the slice exists and its
 //      global step is >= s. Pull(0) therefore waits for the chief's init.
+//      The chief's first frame after its inits seals the slice set: a pull
+//      of a slice that does not exist then gets kError (that connection only).
 //   d) Each training step a worker sends kPush(slice, step = its local step,
 //      payload = gradient), no reply. Sync mode: accepted only when the step
 //      equals the slice's global step (older = stale: dropped and counted);
@@ -103,7 +112,8 @@ inline HeaderBytes encode_header(const FrameHeader& h) {
 // Synchronisation modes of the PS.
 enum class Mode : uint8_t { kSync = 1, kAsync = 2 };
 
-// kHello payload: who the worker is and the options every worker must agree on.
+// kHello payload: who the worker is, the options every worker must agree on
+// and the cluster's secret (empty when none is configured).
 struct HelloPayload {
   uint32_t worker_index = 0;
   uint32_t replicas_to_aggregate = 1;
@@ -111,12 +121,23 @@ struct HelloPayload {
   Mode mode = Mode::kSync;
   float learning_rate = 0.01f;
   std::string optimizer = "sgd";  // at most kOptimizerNameBytes - 1 characters
+  std::string secret;             // at most kMaxSecretBytes bytes
 };
 inline constexpr std::size_t kOptimizerNameBytes = 16;
-inline constexpr std::size_t kHelloSize = 4 + 4 + 4 + 1 + 3 + 4 + kOptimizerNameBytes;  // 36
+inline constexpr std::size_t kHelloSize = 4 + 4 + 4 + 1 + 3 + 4 + kOptimizerNameBytes;  // 36, without the secret
+inline constexpr std::size_t kMaxSecretBytes = 256;
 
-void encode_hello(const HelloPayload& h, unsigned char* out);
-HelloPayload decode_hello(const unsigned char* in);
+// The payload bytes of a hello: kHelloSize + secret.size() (a longer secret
+// throws InvalidArgument).
+std::size_t hello_size(const HelloPayload& h);
+void encode_hello(const HelloPayload& h, unsigned char* out);  // hello_size(h) bytes
+// `n` payload bytes, kHelloSize..kHelloSize + kMaxSecretBytes; throws
+// InvalidArgument for any other length.
+HelloPayload decode_hello(const unsigned char* in, std::size_t n = kHelloSize);
+
+// Constant-time comparison of a configured secret and a presented one (the
+// time depends on the configured length only).
+bool secrets_equal(const std::string& expected, const std::string& presented);
 
 // True when two hellos carry the same options (worker index aside).
 bool same_options(const HelloPayload& a, const HelloPayload& b);

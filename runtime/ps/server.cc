@@ -21,60 +21,10 @@ PsServer::Impl::Impl(const ServerOptions& o) : opt_(o), acceptor_(io_), watchdog
   }
   acceptor_.listen(asio::socket_base::max_listen_connections);
   port_ = acceptor_.local_endpoint().port();
-}
-
-void PsServer::Impl::accept() {
-  acceptor_.async_accept(asio::make_strand(io_), [this](boost::system::error_code ec, tcp::socket sock) {
-    if (ec) {
-      if (!acceptor_.is_open() || stopping()) return;
-      spdlog::warn("{}: accept failed: {}", name(), ec.message());
-      return accept();
-    }
-    boost::system::error_code ignore;
-    sock.set_option(tcp::no_delay(true), ignore);
-    if (opt_.socket_buffer_bytes > 0) {
-      sock.set_option(asio::socket_base::send_buffer_size(opt_.socket_buffer_bytes), ignore);
-      sock.set_option(asio::socket_base::receive_buffer_size(opt_.socket_buffer_bytes), ignore);
-    }
-    auto c = std::make_shared<Connection>(*this, std::move(sock));
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      conns_.push_back(c);
-    }
-    c->start();
-    accept();
-  });
-}
-
-std::string PsServer::Impl::hello(Connection& c, const HelloPayload& h) {
-  if (h.replicas_to_aggregate < 1 || h.total_num_replicas < h.replicas_to_aggregate) {
-    return "hello: replicas_to_aggregate " + std::to_string(h.replicas_to_aggregate) + " must be in 1..total_num_replicas (" +
-           std::to_string(h.total_num_replicas) + ")";
+  if (opt_.secret.empty()) {
+    spdlog::warn("{}: no secret configured (MUSTER_PS_SECRET): any client that reaches port {} can join this job", name(),
+                 port_);
   }
-  if (h.mode != Mode::kSync && h.mode != Mode::kAsync) return "hello: unknown mode " + std::to_string(static_cast<int>(h.mode));
-  if (h.worker_index >= h.total_num_replicas) {
-    return "hello: worker index " + std::to_string(h.worker_index) + " >= total_num_replicas " + std::to_string(h.total_num_replicas);
-  }
-  try {
-    optim::make_optimizer(h.optimizer, h.learning_rate);
-  } catch (const std::exception& e) {
-    return std::string("hello: ") + e.what();
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!have_options_) {
-    have_options_ = true;
-    options_ = h;
-    spdlog::info("{}: {} mode, {} of {} replicas per step, optimizer {} lr {}", name(),
-                 h.mode == Mode::kSync ? "sync" : "async", h.replicas_to_aggregate, h.total_num_replicas, h.optimizer,
-                 h.learning_rate);
-  } else if (!same_options(options_, h)) {
-    return "worker " + std::to_string(h.worker_index) + " has options (replicas_to_aggregate, total_num_replicas, mode, optimizer, "
-           "learning rate) different from the first worker's; start every worker with the same options";
-  }
-  c.worker_ = static_cast<int>(h.worker_index);
-  ++live_[c.worker_];
-  lost_.erase(c.worker_);
-  return "";
 }
 
 Slice* PsServer::Impl::find_slice(uint32_t id) {
@@ -199,6 +149,7 @@ void PsServer::Impl::pull(const std::shared_ptr<Connection>& c, uint32_t id, int
     if (!failure_.empty()) return c->send_error(failure_, failure_is_timeout_);
     auto it = slices_.find(id);
     if (it == slices_.end()) {
+      if (sealed_) return c->send_error(missing_slice(id));
       orphan_pulls_.push_back({c, min_step, id, Clock::now()});
       return;
     }
@@ -287,8 +238,10 @@ void PsServer::Impl::watchdog() {
     if (ec) return;
     const auto now = Clock::now();
     const auto limit = std::chrono::milliseconds(opt_.timeout_ms);
+    sweep();
     std::string reason;
     bool finish_anyway = false;
+    std::vector<PendingPull> expired;  // pulls of slices that never appeared, the chief being there
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (finished_) return;
@@ -297,10 +250,16 @@ void PsServer::Impl::watchdog() {
         for (int w : lost_) l += (l.empty() ? "" : ", ") + std::to_string(w);
         return l.empty() ? std::string("none disconnected") : "lost worker(s): " + l;
       };
-      for (auto& p : orphan_pulls_) {
-        if (now - p.since > limit) {
-          reason = name() + ": slice " + std::to_string(p.slice) + " was not initialised by the chief within " +
+      for (auto it = orphan_pulls_.begin(); it != orphan_pulls_.end();) {
+        if (now - it->since <= limit) {
+          ++it;
+        } else if (chief_seen_) {  // only that puller loses its connection
+          expired.push_back(std::move(*it));
+          it = orphan_pulls_.erase(it);
+        } else {
+          reason = name() + ": slice " + std::to_string(it->slice) + " was not initialised by the chief within " +
                    std::to_string(opt_.timeout_ms) + " ms (is worker 0 / the chief running?)";
+          ++it;
         }
       }
       for (auto& [id, s] : slices_) {
@@ -321,6 +280,7 @@ void PsServer::Impl::watchdog() {
       }
       if (reason.empty() && !done_.empty() && now - first_done_ > limit) finish_anyway = true;
     }
+    for (auto& p : expired) p.conn->send_error(missing_slice(p.slice));
     if (!reason.empty()) return fail(reason, true);
     if (finish_anyway) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -424,6 +384,11 @@ ServerStats PsServer::stats() const {
   s.bad_frames = impl_->bad_frames_;
   s.bytes_in = impl_->bytes_in_;
   s.bytes_out = impl_->bytes_out_;
+  s.auth_failures = impl_->auth_failures_;
+  s.refused = impl_->refused_;
+  s.timed_out = impl_->timed_out_;
+  s.init_bytes_buffered = impl_->init_buffered_;
+  s.open_connections = impl_->open_;
   std::lock_guard<std::mutex> lock(impl_->mu_);
   s.workers_done = static_cast<int>(impl_->done_.size());
   return s;

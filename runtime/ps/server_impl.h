@@ -59,8 +59,19 @@ class PsServer::Impl {
   explicit Impl(const ServerOptions& o);
 
   void accept();
+  // At max_connections: evicts the oldest connection without a hello, or
+  // returns false (the new one is refused). Under mu_.
+  bool make_room_locked();
   void watchdog();
+  // Closes connections past their deadline and forgets closed ones (each
+  // watchdog tick).
+  void sweep();
+  // The chief has sent its inits to this PS: pulls of missing slices fail.
+  void seal();
   std::string name() const { return "ps task " + std::to_string(opt_.task_index); }
+  std::string missing_slice(uint32_t id) const {
+    return name() + ": pull of slice " + std::to_string(id) + ", which does not exist on this ps task";
+  }
   bool stopping() const { return stopping_; }
 
   // Returns an empty string when accepted, else why the connection must close.
@@ -77,6 +88,10 @@ class PsServer::Impl {
   void stop();
 
   ServerOptions opt_;
+  // Declared before everything that can hold a Connection (io_, slices_,
+  // orphan_pulls_): a Connection's destructor gives back its slot here.
+  std::atomic<uint64_t> auth_failures_{0}, refused_{0}, timed_out_{0}, init_buffered_{0};
+  std::atomic<int> open_{0};  // sockets accepted and not yet closed
   asio::io_context io_;
   tcp::acceptor acceptor_;
   asio::steady_timer watchdog_timer_;
@@ -88,6 +103,8 @@ class PsServer::Impl {
   HelloPayload options_;
   std::map<uint32_t, std::unique_ptr<Slice>> slices_;
   std::vector<PendingPull> orphan_pulls_;  // pulls of slices the chief has not initialised yet
+  std::atomic<bool> sealed_{false};        // seal(): no slice will appear any more
+  bool chief_seen_ = false;                // worker 0 has said hello
   std::set<int> done_, lost_;
   Clock::time_point first_done_;
   std::vector<std::weak_ptr<Connection>> conns_;

@@ -2,6 +2,8 @@
 // index i), listens on the port of cluster.ps[i] and serves until every
 // worker has sent DONE (exit 0), or fails with the reason (exit 1) when a
 // worker is lost without backups to replace it (after --timeout-ms).
+// MUSTER_PS_SECRET (set by musterd for every task of a ps cluster): only
+// clients presenting it in their hello are served.
 //
 //   TF_CONFIG='{"cluster":{"ps":["127.0.0.1:4000"],"worker":["127.0.0.1:4100"]},
 //               "task":{"type":"ps","index":0}}' muster-ps
@@ -27,11 +29,14 @@ int main(int argc, char** argv) {
   // step answers every waiting pull while the others keep reading.
   int threads = static_cast<int>(std::min(8u, std::max(4u, std::thread::hardware_concurrency())));
   int timeout_ms = ps::default_timeout_ms();
+  int max_connections = 0;
   app.add_option("--tf-config", tf_config, "TF_CONFIG JSON (default: the TF_CONFIG environment variable)");
   app.add_option("--host", host, "address to listen on (default 0.0.0.0)");
   app.add_option("--port", port, "port to listen on (default: this task's port in TF_CONFIG)");
   app.add_option("--threads", threads, "io threads");
   app.add_option("--timeout-ms", timeout_ms, "fail after waiting this long for a missing worker (env MUSTER_PS_TIMEOUT_MS)");
+  app.add_option("--max-connections", max_connections,
+                 "open connections at most (default: 4 x the cluster's tasks, at least 16)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -48,6 +53,8 @@ int main(int argc, char** argv) {
     opt.task_index = cluster.task_index;
     opt.threads = threads;
     opt.timeout_ms = timeout_ms;
+    const int tasks = cluster.num_workers() + static_cast<int>(cluster.ps.size());
+    opt.max_connections = max_connections > 0 ? max_connections : std::max(16, 4 * tasks);  // secret: MUSTER_PS_SECRET
     ps::PsServer server(opt);
     server.start();
     spdlog::info("ps task {} listening on {}:{} ({} workers in the cluster)", cluster.task_index, host, server.port(),
