@@ -6,7 +6,7 @@ MAKEFLAGS += --no-print-directory
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 
-.PHONY: setup build demo test bench bench-launch bench-allreduce bench-ps bench-train clean
+.PHONY: setup build demo test bench bench-launch bench-allreduce bench-ps bench-train bench-api clean
 
 setup:
 	@bash scripts/setup.sh
@@ -21,7 +21,7 @@ demo: build
 test: build
 	@cd $(BUILD) && ctest --output-on-failure --timeout 900 $(CTEST_ARGS)
 
-bench: bench-launch bench-allreduce bench-ps bench-train
+bench: bench-launch bench-allreduce bench-ps bench-train bench-api
 	@/usr/bin/python3 bench/report.py
 
 bench-launch: build
@@ -35,6 +35,9 @@ bench-ps: build
 
 bench-train: build
 	@bash bench/train/run.sh $(BUILD)
+
+bench-api: build
+	@bash bench/api/run.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

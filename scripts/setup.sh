@@ -14,6 +14,7 @@ packages=(
   python3 python3-pytest
   dataset-fashion-mnist
   iperf3 iproute2 openssh-server openssh-client procps psmisc
+  wrk  # bench/api: load against musterd's REST API
 )
 
 missing=()
