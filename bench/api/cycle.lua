@@ -1,10 +1,9 @@
--- wrk script: a launch+stop cycle. Each wrk thread launches one worker
--- (POST /api/v1/workers), and stops every id a launch returned (POST
--- /api/v1/workers/stop) before launching again, so live workers stay few.
--- The token comes from the environment (MUSTER_TOKEN).
+-- wrk script: a launch+stop cycle. A connection ready to send stops a worker
+-- an earlier launch returned (POST /api/v1/workers/stop) if there is one,
+-- else launches one (POST /api/v1/workers), so live workers stay at most
+-- one per connection. The token comes from the environment (MUSTER_TOKEN).
 local token = os.getenv("MUSTER_TOKEN")
 local ids = {}
-local launching = 0
 local launch_body = '{"n":1,"cpu":0.01,"memory":0.01,"script":"sleep.py"}'
 
 function request()
@@ -13,7 +12,6 @@ function request()
     local id = table.remove(ids)
     return wrk.format("POST", "/api/v1/workers/stop", headers, '{"ids":["' .. id .. '"]}')
   end
-  launching = launching + 1
   return wrk.format("POST", "/api/v1/workers", headers, launch_body)
 end
 
