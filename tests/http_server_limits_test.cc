@@ -6,6 +6,9 @@
 // clients plus parked requests leave a fresh request answering at once.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+
+#include <filesystem>
 #include <thread>
 
 #include "http_test_server.h"
@@ -204,6 +207,24 @@ TEST(HttpServerLimits, ManyIdleClientsAndParkedRequestsDoNotBlockAFreshOne) {
   EXPECT_EQ(again.read_response(1s).status, 200);
   s.release_parked();
   for (auto& c : parked) EXPECT_EQ(c.read_response().status, 200);
+}
+
+// Launched programs (mpirun) must not inherit the port or a client's socket.
+TEST(HttpServerLimits, EverySocketIsCloseOnExec) {
+  TestServer s;
+  RawHttpClient c(s.port());
+  c.send(http_get("/healthz"));
+  ASSERT_EQ(c.read_response().status, 200);
+  int sockets = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const auto target = std::filesystem::read_symlink(entry.path(), ec);
+    if (ec || target.string().rfind("socket:", 0) != 0) continue;
+    const int fd = std::stoi(entry.path().filename().string());
+    ++sockets;
+    EXPECT_TRUE(::fcntl(fd, F_GETFD) & FD_CLOEXEC) << "socket fd " << fd << " is inherited by exec";
+  }
+  EXPECT_GE(sockets, 3);  // the listener, the accepted connection, the client
 }
 
 TEST(HttpServerLimits, StopClosesEverythingPromptlyAndLateRepliesAreHarmless) {
