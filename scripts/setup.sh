@@ -20,6 +20,7 @@ packages=(
   iperf3 iproute2 openssh-server openssh-client procps psmisc util-linux
   slurm-wlm munge                              # the Slurm backend's tests run a real Slurm
   clang libfuzzer-14-dev libclang-rt-14-dev   # tests/fuzz: libFuzzer + ASan/UBSan runtimes
+  wrk                                          # bench/api: load against musterd's REST API
 )
 
 missing=()

@@ -71,7 +71,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> backend_opts;
   int max_workers = 64;
   double startup_timeout = 60, heartbeat_timeout = 10, heartbeat_interval = 2, stop_grace = 3;
-  size_t max_body = 1 << 20;
+  service::HttpServerOptions http;  // limits: docs/ARCHITECTURE.md, "Limits"
+  double read_timeout = 10, idle_timeout = 60;
   std::string agent_path;
   std::string log_level = "info";
   std::optional<std::string> gpus_flag;
@@ -86,7 +87,17 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat-timeout", heartbeat_timeout, "seconds without heartbeat before lost");
   app.add_option("--heartbeat-interval", heartbeat_interval, "seconds between agent heartbeats");
   app.add_option("--stop-grace", stop_grace, "seconds between SIGTERM and SIGKILL when stopping");
-  app.add_option("--max-body-bytes", max_body, "largest request body accepted (413 above)");
+  app.add_option("--max-body-bytes", http.max_body_bytes, "largest request body accepted (413 above)");
+  app.add_option("--http-max-header-bytes", http.max_header_bytes, "largest request line + headers (431 above)");
+  app.add_option("--http-max-connections", http.max_connections, "open connections (503 above)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--http-read-timeout", read_timeout, "seconds a client has to send one whole request")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--http-idle-timeout", idle_timeout, "seconds a keep-alive connection may idle")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--http-io-threads", http.io_threads, "threads serving sockets")->check(CLI::Range(1, 64));
+  app.add_option("--http-handler-threads", http.handler_threads, "threads running request handlers")
+      ->check(CLI::Range(1, 1024));
   app.add_option("--agent-path", agent_path, "the agent program (default: muster-agent beside musterd)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   app.add_option("--gpus", gpus_flag,
@@ -147,10 +158,10 @@ int main(int argc, char** argv) {
   // 3. Port, store, registry, routes.
   const auto colon = listen.rfind(':');
   if (colon == std::string::npos) return fail("--listen", api::invalid_argument("expected HOST:PORT: " + listen));
-  service::HttpServerOptions http;
   http.host = listen.substr(0, colon);
   http.port = std::atoi(listen.c_str() + colon + 1);
-  http.max_body_bytes = max_body;
+  http.read_timeout = seconds(read_timeout);
+  http.idle_timeout = seconds(idle_timeout);
   const bool any_port = http.port == 0;
   if (any_port) {
     auto port = service::pick_free_port(http.host);

@@ -7,7 +7,7 @@
 // Agents report back (register / heartbeat / exit) through the agent routes,
 // which land in the agent_* methods.
 //
-// Threads: any method may be called from any thread (cpprest's pool). Nothing
+// Threads: any method may be called from any thread (the HTTP handler pool). Nothing
 // here blocks waiting for a worker: await_workers() and agent_wait_release()
 // take a callback that is called once, later, from whichever thread makes the
 // awaited change (or from tick() at the deadline). Callbacks, subscriber

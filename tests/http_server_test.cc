@@ -69,8 +69,12 @@ class HttpTest : public ::testing::Test {
     req.set_request_uri(path);
     if (!token.empty()) req.headers().add("Authorization", "Bearer " + token);
     if (!body.empty()) req.set_body(body, "application/json");
+    // Chained, not .get() inside the continuation: that would block one of
+    // cpprest's client threads per response, and 48 answers arriving at once
+    // would wedge the client's own pool.
     return client_->request(req).then([](web::http::http_response r) {
-      return Reply{r.status_code(), r.extract_string(true).get()};
+      const int status = r.status_code();
+      return r.extract_string(true).then([status](std::string body) { return Reply{status, std::move(body)}; });
     });
   }
   Reply send(const std::string& method, const std::string& path, const json& body = nullptr,

@@ -7,7 +7,7 @@ if(TARGET muster_service)
   muster_gtest(auth_test SOURCES auth_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
 endif()
 if(TARGET muster_service)
-  muster_gtest(http_server_test SOURCES http_server_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
+  muster_gtest(http_server_test SOURCES http_server_test.cc DEPS muster_service cpprestsdk::cpprest LABEL unit TIMEOUT 60)
 endif()
 if(TARGET musterd)
   muster_gtest(musterd_integration_test SOURCES musterd_integration_test.cc
@@ -25,4 +25,15 @@ if(TARGET musterd)
     SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/notebook_daemon_integration_test.py
     LABEL integration
     TIMEOUT 240)
+endif()
+# The HTTP server against hostile clients and its streamed responses.
+if(TARGET muster_service)
+  muster_gtest(http_server_limits_test SOURCES http_server_limits_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
+  muster_gtest(http_server_stream_test SOURCES http_server_stream_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
+endif()
+if(TARGET musterd)
+  muster_gtest(musterd_load_test SOURCES musterd_load_test.cc
+    DEPS cpprestsdk::cpprest OpenSSL::SSL OpenSSL::Crypto nlohmann_json::nlohmann_json
+    LABEL integration TIMEOUT 120)
+  add_dependencies(musterd_load_test musterd muster_agent)
 endif()

@@ -1,0 +1,80 @@
+// ServerContext: what every connection of an HttpServer shares: the
+// options, the route table and authenticator, the handler pool, the
+// io_context, the set of open connections, and the gate through which
+// other threads (handlers replying, producers writing to streams) reach a
+// connection.
+//
+// Lifetime: owned by shared_ptr by the server and by every connection, so
+// the io_context outlives each socket even when a late reply keeps a
+// connection alive past the server. The router and authenticator must
+// outlive the server (they are only used while the gate is open).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include <boost/asio/io_context.hpp>
+
+#include "muster/service/auth.h"
+#include "muster/service/http/handler_pool.h"
+#include "muster/service/http/options.h"
+#include "muster/service/router.h"
+
+namespace muster::service::http {
+
+class Connection;
+
+// Other threads post work to the io_context only while the gate is open;
+// stop() closes it first, so nothing is posted to an io_context that no
+// thread runs any more.
+class Gate {
+ public:
+  template <class F>
+  bool run(F&& f) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!open_) return false;
+    f();
+    return true;
+  }
+  void close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = false;
+  }
+  bool open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return open_;
+  }
+
+ private:
+  std::mutex mu_;
+  bool open_ = true;
+};
+
+struct ServerContext {
+  ServerContext(HttpServerOptions o, const Router& r, const Authenticator& a)
+      : options(std::move(o)),
+        router(r),
+        auth(a),
+        pool(options.handler_threads, options.max_queued_requests) {}
+
+  const HttpServerOptions options;
+  const Router& router;
+  const Authenticator& auth;
+  boost::asio::io_context io{options.io_threads};
+  HandlerPool pool;
+  Gate gate;
+
+  // The open connections (strong references: a connection waiting for its
+  // handler has no I/O in flight to keep it alive).
+  std::mutex connections_mu;
+  std::unordered_map<const Connection*, std::shared_ptr<Connection>> connections;
+
+  size_t connection_count() {
+    std::lock_guard<std::mutex> lock(connections_mu);
+    return connections.size();
+  }
+};
+
+}  // namespace muster::service::http

@@ -1,0 +1,39 @@
+// HttpServerOptions: the listen address and every limit of the HTTP server
+// (musterd's --http-* flags; docs/ARCHITECTURE.md, "Limits", says where each
+// is enforced).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+namespace muster::service {
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 7878;  // 0: any free port (HttpServer::port() tells which)
+  // Largest request body, Content-Length or chunked (413 above, checked
+  // before the body is read or while it is read, never after buffering).
+  size_t max_body_bytes = 1 << 20;
+  // Largest request line + headers (431 above).
+  size_t max_header_bytes = 16 << 10;
+  // Open connections; one more is answered 503 and closed at once.
+  size_t max_connections = 4096;
+  // From a request's first byte to its last (headers and body); a client
+  // slower than this is disconnected.
+  std::chrono::milliseconds read_timeout{10'000};
+  // How long a keep-alive connection may wait for its next request; also
+  // the limit on writing one response to a client that does not read.
+  std::chrono::milliseconds idle_timeout{60'000};
+  // Threads running the sockets (asio) and threads running handlers.
+  int io_threads = 2;
+  int handler_threads = 8;
+  // Requests waiting for a handler thread; beyond it 503.
+  size_t max_queued_requests = 4096;
+  // Bytes a streamed response may queue for a client that reads slower
+  // than it is written; beyond it the stream is closed and the client
+  // dropped.
+  size_t max_stream_queue_bytes = 4 << 20;
+};
+
+}  // namespace muster::service

@@ -1,0 +1,191 @@
+#include "muster/service/http/server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <string_view>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <spdlog/spdlog.h>
+
+#include "muster/service/http/connection.h"
+#include "muster/service/http/context.h"
+
+namespace muster::service {
+
+namespace net = boost::asio;
+using net::ip::tcp;
+
+namespace {
+
+// The reply to a connection over the limit: written without waiting (the
+// socket buffer is empty) and the socket closed.
+constexpr std::string_view kBusyBody =
+    "{\"error\":{\"code\":\"unavailable\",\"message\":\"musterd has too many open connections; retry later\"}}\n";
+const std::string kBusy =
+    "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
+    std::to_string(kBusyBody.size()) + "\r\n\r\n" + std::string(kBusyBody);
+
+api::Result<sockaddr_in> ipv4(const std::string& host, int port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    return api::invalid_argument("--listen host must be an IPv4 address, not '" + host + "'", "listen");
+  }
+  return addr;
+}
+
+}  // namespace
+
+api::Result<int> pick_free_port(const std::string& host) {
+  auto addr = ipv4(host, 0);
+  if (!addr) return addr.status();
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return api::internal_error("socket: " + std::string(std::strerror(errno)));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr.value()), sizeof(sockaddr_in)) != 0) {
+    ::close(fd);
+    return api::unavailable("cannot bind " + host + ": " + std::strerror(errno));
+  }
+  socklen_t len = sizeof(sockaddr_in);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr.value()), &len);
+  ::close(fd);
+  return static_cast<int>(ntohs(addr.value().sin_port));
+}
+
+HttpServer::HttpServer(HttpServerOptions options, const Router& router, const Authenticator& auth)
+    : ctx_(std::make_shared<http::ServerContext>(std::move(options), router, auth)), port_(ctx_->options.port) {}
+
+HttpServer::~HttpServer() { stop(); }
+
+std::string HttpServer::url() const { return "http://" + ctx_->options.host + ":" + std::to_string(port_); }
+
+size_t HttpServer::connection_count() const { return ctx_->connection_count(); }
+
+api::Status HttpServer::start() {
+  if (started_) return api::Status::ok();
+  const auto& o = ctx_->options;
+  auto addr = ipv4(o.host, o.port);
+  if (!addr) return addr.status();
+  // Our own socket, so that it is CLOEXEC from its first instant.
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return api::internal_error("socket: " + std::string(std::strerror(errno)));
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr.value()), sizeof(sockaddr_in)) != 0 || ::listen(fd, 1024) != 0) {
+    const std::string err = std::strerror(errno);
+    ::close(fd);
+    return api::unavailable("cannot listen on " + url() + ": " + err);
+  }
+  socklen_t len = sizeof(sockaddr_in);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr.value()), &len);
+  port_ = ntohs(addr.value().sin_port);
+  acceptor_ = std::make_unique<tcp::acceptor>(net::make_strand(ctx_->io));
+  boost::system::error_code ec;
+  acceptor_->assign(tcp::v4(), fd, ec);
+  if (ec) {
+    ::close(fd);
+    return api::internal_error("cannot serve on " + url() + ": " + ec.message());
+  }
+  retry_timer_ = std::make_unique<net::steady_timer>(acceptor_->get_executor());
+  accept();
+  for (int i = 0; i < std::max(o.io_threads, 1); ++i) io_threads_.emplace_back([this] { ctx_->io.run(); });
+  started_ = true;
+  return api::Status::ok();
+}
+
+void HttpServer::accept() {
+  acceptor_->async_wait(tcp::acceptor::wait_read, [this](const boost::system::error_code& ec) { on_readable(ec); });
+}
+
+// Accepts every pending connection with accept4 (CLOEXEC, non-blocking);
+// one over max_connections gets kBusy and is closed.
+void HttpServer::on_readable(const boost::system::error_code& ec) {
+  if (ec == net::error::operation_aborted || !acceptor_->is_open()) return;
+  for (;;) {
+    const int fd = ::accept4(acceptor_->native_handle(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      // EMFILE, ENFILE, ENOBUFS: out of descriptors or memory. Retry
+      // shortly instead of spinning on a readable listener.
+      spdlog::warn("accept on {}: {}", url(), std::strerror(errno));
+      retry_timer_->expires_after(std::chrono::milliseconds(100));
+      retry_timer_->async_wait([this](const boost::system::error_code& e) {
+        if (!e) accept();
+      });
+      return;
+    }
+    if (ctx_->connection_count() >= ctx_->options.max_connections) {
+      (void)!::send(fd, kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      ::close(fd);
+      continue;
+    }
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    tcp::socket socket(net::make_strand(ctx_->io));
+    boost::system::error_code aec;
+    socket.assign(tcp::v4(), fd, aec);
+    if (aec) {
+      ::close(fd);
+      continue;
+    }
+    auto connection = std::make_shared<http::Connection>(std::move(socket), ctx_);
+    {
+      std::lock_guard<std::mutex> lock(ctx_->connections_mu);
+      ctx_->connections.emplace(connection.get(), connection);
+    }
+    connection->start();
+  }
+  accept();
+}
+
+void HttpServer::stop() {
+  if (!started_) return;
+  started_ = false;
+  // 1. No more posts from other threads; 2. close the listener and every
+  // connection (each on its strand); 3. let the I/O threads finish what
+  // the closes complete, then stop them; 4. the handlers.
+  ctx_->gate.close();
+  net::post(acceptor_->get_executor(), [this] {
+    boost::system::error_code ec;
+    retry_timer_->cancel();
+    acceptor_->close(ec);
+  });
+  std::vector<std::shared_ptr<http::Connection>> open;
+  {
+    std::lock_guard<std::mutex> lock(ctx_->connections_mu);
+    for (auto& [_, c] : ctx_->connections) open.push_back(c);
+  }
+  for (auto& c : open) c->close();
+  open.clear();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (ctx_->connection_count() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ctx_->io.stop();
+  for (auto& t : io_threads_) t.join();
+  io_threads_.clear();
+  // Run what the stop left queued (completions of the closes), so that no
+  // handler stays behind holding a connection.
+  ctx_->io.restart();
+  for (int i = 0; i < 100 && ctx_->io.poll() > 0; ++i) {
+  }
+  ctx_->pool.stop();
+  {
+    std::lock_guard<std::mutex> lock(ctx_->connections_mu);
+    ctx_->connections.clear();
+  }
+  acceptor_.reset();
+  retry_timer_.reset();
+}
+
+}  // namespace muster::service

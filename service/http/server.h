@@ -1,0 +1,65 @@
+// HttpServer: serves the Router over HTTP/1.1 (Boost.Beast on asio).
+//
+// Threads: `io_threads` threads run every socket (accept, read, write) and
+// never run handler code; `handler_threads` threads run the handlers (see
+// HandlerPool). A connection's life is written out in connection.h; the
+// limits are in HttpServerOptions (options.h).
+//
+// Contract: start() binds and listens (SOCK_CLOEXEC: launched programs do
+// not inherit the port) and serves until stop(). stop() closes the
+// listener and every connection and stream, waits for running handlers to
+// return and drops queued ones; replies that come later are ignored. The
+// Router and Authenticator must outlive the server and stay unchanged while
+// it serves. stop() and the destructor are safe at any time.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "muster/api/status.h"
+#include "muster/service/auth.h"
+#include "muster/service/http/options.h"
+#include "muster/service/router.h"
+
+namespace muster::service {
+
+namespace http {
+struct ServerContext;
+}
+
+// A port on `host` that was free a moment ago (bind to port 0, read, close).
+api::Result<int> pick_free_port(const std::string& host);
+
+class HttpServer {
+ public:
+  HttpServer(HttpServerOptions options, const Router& router, const Authenticator& auth);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  api::Status start();
+  void stop();
+  // The bound port (options.port, or the one picked for port 0).
+  int port() const { return port_; }
+  std::string url() const;
+  // Open connections, for tests and metrics.
+  size_t connection_count() const;
+
+ private:
+  void accept();
+  void on_readable(const boost::system::error_code& ec);
+
+  std::shared_ptr<http::ServerContext> ctx_;
+  int port_;
+  std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
+  std::unique_ptr<boost::asio::steady_timer> retry_timer_;
+  std::vector<std::thread> io_threads_;
+  bool started_ = false;
+};
+
+}  // namespace muster::service
