@@ -43,8 +43,14 @@ void register_agent_routes(Router& router, WorkerRegistry& registry) {
   router.add("POST", "/api/v1/agent/workers/{id}/exit", AuthKind::kAgent,
              [&registry](const Request& req, Reply reply) {
                const json& b = req.body;
-               if (!b.is_object() || !b.contains("exit_code") || !b["exit_code"].is_number_integer()) {
-                 return reply(error_response(api::invalid_argument("exit_code must be an integer", "exit_code")));
+               // Range-checked before the cast: 4294967296 must not become 0 ("succeeded").
+               const auto fits_int = [](const json& v) {
+                 return v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(INT32_MAX)
+                                               : v.get<int64_t>() >= INT32_MIN && v.get<int64_t>() <= INT32_MAX;
+               };
+               if (!b.is_object() || !b.contains("exit_code") || !b["exit_code"].is_number_integer() ||
+                   !fits_int(b["exit_code"])) {
+                 return reply(error_response(api::invalid_argument("exit_code must be a 32-bit integer", "exit_code")));
                }
                auto s = registry.agent_exit(req.params.at("id"), b["exit_code"].get<int>());
                if (!s) return reply(error_response(s));

@@ -38,8 +38,11 @@ api::Status get_int(const json& body, const char* field, int* out) {
   if (!body.contains(field)) return api::Status::ok();
   const json& v = body.at(field);
   if (!v.is_number_integer()) return api::invalid_argument(std::string(field) + " must be an integer", field);
-  if (v.is_number_unsigned() ? v.get<uint64_t>() > 1'000'000'000ull
-                             : std::llabs(v.get<int64_t>()) > 1'000'000'000ll) {
+  // Compared as they are: std::llabs(INT64_MIN) overflows (it stays
+  // negative, so -9223372036854775808 used to pass as "small").
+  constexpr int64_t kLimit = 1'000'000'000;
+  if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(kLimit)
+                             : v.get<int64_t>() > kLimit || v.get<int64_t>() < -kLimit) {
     return api::invalid_argument(std::string(field) + " is out of range", field);
   }
   *out = static_cast<int>(v.get<int64_t>());

@@ -26,7 +26,8 @@ def musterd_path():
 
 
 class Daemon:
-    def __init__(self, project_dir, state_dir, extra_args=()):
+    def __init__(self, project_dir, state_dir, extra_args=(), listen="127.0.0.1:0"):
+        self.listen = listen
         self.project_dir = str(project_dir)
         self.state_dir = str(state_dir)
         self.extra_args = list(extra_args)
@@ -55,7 +56,7 @@ class Daemon:
         info = os.path.join(self.state_dir, "musterd.json")
         if os.path.exists(info):
             os.unlink(info)
-        cmd = [musterd_path(), "--listen", "127.0.0.1:0", "--project-dir", self.project_dir,
+        cmd = [musterd_path(), "--listen", self.listen, "--project-dir", self.project_dir,
                "--state-dir", self.state_dir, "--backend", "local"] + self.extra_args
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -117,6 +117,23 @@ bool signal_group(const ProcessId& leader, int sig) {
   return ::kill(-leader.pid, sig) == 0;
 }
 
+std::vector<ProcessId> session_members(const ProcessId& leader) {
+  std::vector<ProcessId> out;
+  if (leader.pid <= 1) return out;
+  auto now = read_proc_stat(leader.pid);
+  if (now && now->start_time != leader.start_time) return out;
+  for (const auto& p : list_processes()) {
+    if (p.session == leader.pid && p.live()) out.push_back(p.id());
+  }
+  return out;
+}
+
+int signal_session(const ProcessId& leader, int sig) {
+  int n = 0;
+  for (const auto& p : session_members(leader)) n += signal_process(p, sig) ? 1 : 0;
+  return n;
+}
+
 int exit_code_of(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);

@@ -86,6 +86,12 @@ std::vector<ProcessId> descendants(const ProcessId& root);
 bool signal_process(const ProcessId& id, int sig);
 // Signals group `leader.pid` (see the contract); false when nothing was sent.
 bool signal_group(const ProcessId& leader, int sig);
+// The live members of the session `leader` leads (a process that moved to
+// a group of its own, as mpirun's ranks do, stays in its session), by the
+// same rule as signal_group(): empty when another process holds its pid.
+std::vector<ProcessId> session_members(const ProcessId& leader);
+// signal_process() to every session member; how many were signalled.
+int signal_session(const ProcessId& leader, int sig);
 
 // waitpid(WNOHANG): the exit code once `pid` (a child) ended, nullopt while
 // it runs, -1 when it is not (or no longer) our child.
