@@ -82,8 +82,12 @@ def processes(**env):
 
 def agents(url):
     """worker id -> pid of every live agent of the daemon at `url` (scripts carry no token)."""
-    return {environ_of(p)["MUSTER_WORKER_ID"]: p
-            for p in processes(MUSTER_URL=url, MUSTER_AGENT_TOKEN=None, MUSTER_WORKER_ID=None)}
+    out = {}
+    for p in processes(MUSTER_URL=url, MUSTER_AGENT_TOKEN=None, MUSTER_WORKER_ID=None):
+        wid = environ_of(p).get("MUSTER_WORKER_ID")  # the process may have ended meanwhile
+        if wid:
+            out[wid] = p
+    return out
 
 
 def wait_for(what, predicate, timeout):
