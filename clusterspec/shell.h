@@ -1,4 +1,5 @@
-// Quoting argument vectors for a POSIX shell, at the very edge.
+// Quoting argument vectors for a POSIX shell, at the very edge (the rules:
+// api/base/shell_quote.h; this adds SpecError for a NUL byte).
 //
 // Launch lines are built and run as argument vectors (std::vector<std::string>);
 // only when a line must be shown to a user or pasted into a terminal is it

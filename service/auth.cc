@@ -10,6 +10,8 @@
 
 #include <openssl/rand.h>
 
+#include "muster/api/base/atomic_file.h"
+
 namespace muster::service {
 
 std::string random_hex(size_t n_bytes) {
@@ -39,15 +41,10 @@ api::Result<std::string> load_or_create_token(const std::filesystem::path& state
     return api::internal_error("token file " + path.string() + " is empty or too short; delete it to regenerate");
   }
   std::string token = random_hex(32);
-  const auto tmp = state_dir / "token.tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return api::internal_error("cannot create " + tmp.string() + ": " + std::strerror(errno));
-  ::fchmod(fd, 0600);
-  const std::string line = token + "\n";
-  bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    return api::internal_error("cannot write " + path.string() + ": " + std::strerror(errno));
+  // Durable (a daemon restarted after a power cut must find the token its
+  // clients hold) and never readable by others, not even half-written.
+  if (auto err = base::write_file_atomically(path, token + "\n", {0600})) {
+    return api::internal_error("cannot write the token file: " + *err);
   }
   return token;
 }

@@ -7,8 +7,16 @@
 //   the daemon's environment, in working_dir.
 // - LauncherProcess::poll() never blocks: nullopt while the process runs,
 //   then its exit code (128+signal when killed by a signal).
-// - terminate() ends the whole process group: SIGTERM, SIGKILL after grace;
-//   idempotent. The destructor terminates a process still running.
+// - terminate() ends the whole tree: SIGTERM to the launcher's process
+//   group, its session (mpirun gives each rank a group of its own in its
+//   session) and every descendant, SIGKILL after grace; idempotent. The
+//   destructor terminates a process still running.
+// - identity() is the launcher's {pid, start time} (its pgid and session id
+//   are its pid), for the cluster record: a daemon killed with -9 leaves the
+//   launcher running, and the next daemon ends it with end_orphan().
+// - end_orphan() ends such a launcher's tree the same way, and only if the
+//   identity still names it (or its session survives it): a reused pid is
+//   never signalled. Returns whether anything was left to end.
 // - One LauncherProcess is used by one thread at a time.
 #pragma once
 
@@ -20,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "muster/api/base/process.h"
 #include "muster/api/status.h"
 
 namespace muster::service {
@@ -36,15 +45,18 @@ class LauncherProcess {
   virtual ~LauncherProcess() = default;
   virtual std::optional<int> poll() = 0;
   virtual void terminate(std::chrono::milliseconds grace) = 0;
+  virtual base::ProcessId identity() const { return {}; }
 };
 
 class Launcher {
  public:
   virtual ~Launcher() = default;
   virtual api::Result<std::unique_ptr<LauncherProcess>> start(const LauncherSpec& spec) = 0;
+  virtual bool end_orphan(const base::ProcessId& /*leader*/, std::chrono::milliseconds /*grace*/) { return false; }
 };
 
-// The real one: Boost.Process children in their own process group.
+// The real one: base::spawn children in a session of their own (clean
+// signal mask and dispositions, no inherited descriptors).
 std::unique_ptr<Launcher> make_process_launcher();
 
 }  // namespace muster::service

@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "muster/api/base/atomic_file.h"
 #include "muster/clusterspec/launch_line.h"
 #include "muster/clusterspec/names.h"
 #include "muster/clusterspec/shell.h"
@@ -56,7 +57,7 @@ std::vector<std::string> rank_command(const fs::path& script_path, const std::ve
   std::vector<std::string> command;
   const std::string ext = script_path.extension().string();
   if (ext == ".py") {
-    command = {"python3", "-u", script_path.string()};
+    command = {"/usr/bin/python3", "-u", script_path.string()};  // the agent's python3 too (Debian's, with torch)
   } else if (ext == ".sh") {
     command = {"bash", script_path.string()};
   } else {
@@ -99,23 +100,6 @@ const char* const kRankGpuWrapper =
     "d=$(printf %s \"$h\" | cut -d , -f $((${OMPI_COMM_WORLD_LOCAL_RANK:-0} + 1))); "
     "export CUDA_VISIBLE_DEVICES=\"$h\" NVIDIA_VISIBLE_DEVICES=\"$h\" MUSTER_GPU_DEVICE=\"$d\"; exec \"$@\"";
 
-namespace {
-
-// Writes `content` to `path` atomically (temp file + rename).
-api::Status write_file_atomically(const fs::path& path, const std::string& content) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << content;
-    if (!out) return api::internal_error("cannot write " + tmp.string());
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return api::internal_error("cannot rename " + tmp.string() + ": " + ec.message());
-  return api::Status::ok();
-}
-
-}  // namespace
 
 ClusterManager::ClusterManager(ClusterManagerOptions options, WorkerRegistry& registry, ClusterStore* store,
                                const Clock& clock, std::unique_ptr<Launcher> launcher)
@@ -162,7 +146,13 @@ void ClusterManager::loop() {
 }
 
 void ClusterManager::persist_locked(const Entry& e) {
-  if (store_) (void)store_->put(e.cluster.id, e.seq, e.cluster.to_record());
+  if (!store_) return;
+  // Cluster changes follow events that already happened (a task ended, a
+  // launcher started); a write that fails cannot undo them, so it is logged
+  // loudly and the record is written again with the next change.
+  if (auto s = store_->put(e.cluster.id, e.seq, e.cluster.to_record()); !s) {
+    spdlog::error("cluster {}: {}", e.cluster.id, s.message());
+  }
 }
 
 api::Status ClusterManager::restore() {
@@ -186,11 +176,24 @@ api::Status ClusterManager::restore() {
   }
   for (const auto& id : interrupted) {
     std::string was;
+    std::optional<base::ProcessId> orphan;
     {
       std::lock_guard<std::mutex> lock(mu_);
       was = cluster_status_name(clusters_[id].cluster.status);
+      orphan = clusters_[id].cluster.launcher_process;
     }
-    finish(id, ClusterStatus::kFailed, "the daemon restarted while the cluster was " + was + "; its tasks were stopped");
+    // The earlier daemon's mpirun outlived it (kill -9 leaves children
+    // running): end it and its ranks by identity before failing the cluster.
+    std::string launcher_note;
+    if (orphan) {
+      const bool ended = launcher_->end_orphan(*orphan, options_.launcher_grace);
+      launcher_note = ended ? "; its mpirun (pid " + std::to_string(orphan->pid) + ") and ranks were ended"
+                            : "; its mpirun (pid " + std::to_string(orphan->pid) + ") had already ended";
+      spdlog::info("cluster {}: launcher of the earlier daemon (pid {}) {}", id, orphan->pid,
+                   ended ? "ended" : "already gone");
+    }
+    finish(id, ClusterStatus::kFailed,
+           "the daemon restarted while the cluster was " + was + launcher_note + "; its tasks were stopped");
   }
   return api::Status::ok();
 }
@@ -425,6 +428,7 @@ void ClusterManager::finish(const std::string& id, ClusterStatus status, const s
     e.cluster.reason = reason;
     e.cluster.finished_at = format_time(clock_.now());
     if (!e.cluster.launcher_exit_code) e.cluster.launcher_exit_code = launcher_code;
+    e.cluster.launcher_process.reset();  // ended above (or by restore())
     persist_locked(e);
   }
   ended_cv_.notify_all();
@@ -637,7 +641,7 @@ api::Status ClusterManager::rendezvous_mpi(const std::string& id, const std::vec
     return api::invalid_argument(std::string("cannot build the launch lines: ") + e.what());
   }
   const fs::path dir = options_.state_dir / "clusters" / id;
-  if (auto s = write_file_atomically(dir / "hostfile", hostfile); !s) return s;
+  if (auto err = base::write_file_atomically(dir / "hostfile", hostfile)) return api::internal_error(*err);
 
   std::unique_ptr<LauncherProcess> process;
   if (r.launch) {
@@ -662,6 +666,7 @@ api::Status ClusterManager::rendezvous_mpi(const std::string& id, const std::vec
     persist_locked(e);
     return api::Status::ok();
   }
+  if (process && process->identity().valid()) e.cluster.launcher_process = process->identity();
   e.launcher = std::move(process);
   e.cluster.status = ClusterStatus::kRunning;
   persist_locked(e);

@@ -7,7 +7,7 @@ muster_library(muster_clusters
     ${CMAKE_CURRENT_LIST_DIR}/cluster_launcher.cc
     ${CMAKE_CURRENT_LIST_DIR}/cluster_manager.cc
     ${CMAKE_CURRENT_LIST_DIR}/cluster_routes.cc
-  DEPS muster_service muster_clusterspec SQLite::SQLite3 Boost::filesystem Boost::system Threads::Threads)
+  DEPS muster_service muster_clusterspec SQLite::SQLite3 Threads::Threads)
 if(TARGET musterd)
   target_link_libraries(musterd PRIVATE muster_clusters)
 endif()

@@ -326,6 +326,11 @@ json Cluster::to_record() const {
   json tasks_json = json::array();
   for (const auto& t : tasks) tasks_json.push_back({{"type", t.type}, {"index", t.index}, {"worker_id", t.worker_id}});
   out["tasks"] = tasks_json;
+  if (launcher_process) {
+    out["launcher_process"] = {{"pid", launcher_process->pid},
+                               {"start_time", launcher_process->start_time},
+                               {"pgid", launcher_process->pid}};
+  }
   return out;
 }
 
@@ -351,6 +356,11 @@ api::Result<Cluster> Cluster::from_record(const json& j) {
     if (j.contains("finished_at") && j["finished_at"].is_string()) c.finished_at = j["finished_at"].get<std::string>();
     if (j.contains("launcher_exit_code") && j["launcher_exit_code"].is_number_integer()) {
       c.launcher_exit_code = j["launcher_exit_code"].get<int>();
+    }
+    if (j.contains("launcher_process") && j["launcher_process"].is_object()) {
+      const json& p = j["launcher_process"];
+      base::ProcessId id{p.value("pid", 0), p.value("start_time", 0ull)};
+      if (id.valid()) c.launcher_process = id;
     }
     return c;
   } catch (const json::exception& e) {

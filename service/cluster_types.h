@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "muster/api/base/process.h"
 #include "muster/api/status.h"
 
 namespace muster::service {
@@ -94,6 +95,9 @@ struct Cluster {
   std::string created_at;
   std::optional<std::string> finished_at;
   std::optional<int> launcher_exit_code;  // mpi launch=true
+  // The running launcher (mpirun), for the store only: {pid, start time};
+  // its pgid and session id are its pid. A restarted daemon ends it by this.
+  std::optional<base::ProcessId> launcher_process;
 
   // `workers` as {"ps": [ids], "chief": [id], "worker": [ids], ...} in index order.
   nlohmann::json workers_json() const;

@@ -22,6 +22,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "muster/api/base/atomic_file.h"
 #include "muster/service/agent_routes.h"
 #include "muster/service/auth.h"
 #include "muster/service/cluster_routes.h"
@@ -46,15 +47,12 @@ int fail(const std::string& what, const api::Status& s) {
 }
 
 bool write_daemon_file(const fs::path& state_dir, const std::string& url) {
-  const fs::path tmp = state_dir / "musterd.json.tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << nlohmann::json{{"url", url}, {"pid", ::getpid()}}.dump() << "\n";
-    if (!out.flush()) return false;
+  const std::string text = nlohmann::json{{"url", url}, {"pid", ::getpid()}}.dump() + "\n";
+  if (auto err = base::write_file_atomically(state_dir / "musterd.json", text)) {
+    spdlog::error("{}", *err);
+    return false;
   }
-  std::error_code ec;
-  fs::rename(tmp, state_dir / "musterd.json", ec);
-  return !ec;
+  return true;
 }
 
 std::chrono::milliseconds seconds(double s) { return std::chrono::milliseconds(static_cast<long>(s * 1000)); }

@@ -1,9 +1,11 @@
 #include "muster/service/registry.h"
 
 #include <algorithm>
-#include <future>
+#include <atomic>
 #include <set>
 #include <system_error>
+
+#include <spdlog/spdlog.h>
 
 #include "muster/service/auth.h"
 
@@ -23,6 +25,7 @@ struct WorkerRegistry::Record {
   TimePoint launched_at;     // startup timeout counts from here
   TimePoint last_heartbeat;  // heartbeat timeout counts from here
   fs::path log_path;
+  std::string process;       // Backend::process_identity(), for a later daemon
 };
 
 struct WorkerRegistry::Waiter {
@@ -79,41 +82,45 @@ void WorkerRegistry::stopper_loop() {
   }
 }
 
-void WorkerRegistry::persist(const Record& r) {
-  if (!store_) return;
+api::Status WorkerRegistry::persist(const Record& r) {
+  if (!store_) return api::Status::ok();
   json rec = {{"worker", api::to_json(r.worker)},
               {"agent_token", r.agent_token},
               {"hold", r.hold},
               {"reserve_port", r.reserve_port},
               {"release", r.release ? release_to_json(*r.release) : json(nullptr)},
-              {"log_path", r.log_path.string()}};
+              {"log_path", r.log_path.string()},
+              {"process", r.process}};
   if (deferred_) {
     // A later write of the same worker replaces the earlier one.
     for (auto& d : *deferred_) {
       if (d.id == r.worker.id) {
         d.record = std::move(rec);
-        return;
+        return api::Status::ok();
       }
     }
     deferred_->push_back(StoredRecord{r.worker.id, r.seq, std::move(rec)});
-    return;
+    return api::Status::ok();
   }
-  (void)store_->put({StoredRecord{r.worker.id, r.seq, std::move(rec)}});
+  return store_->put({StoredRecord{r.worker.id, r.seq, std::move(rec)}});
 }
 
-void WorkerRegistry::transition(Record& r, WorkerStatus to, std::string reason, Effects& fx) {
-  if (!api::can_transition(r.worker.status, to)) return;
+api::Status WorkerRegistry::transition(Record& r, WorkerStatus to, std::string reason, Effects& fx) {
+  if (!api::can_transition(r.worker.status, to)) return api::Status::ok();
+  const Record before = r;
   r.worker.status = to;
   r.worker.reason = std::move(reason);
   const std::string now = format_time(clock_.now());
   if (to == WorkerStatus::kRunning) r.worker.started_at = r.worker.running_at = now;
-  if (api::is_terminal(to)) {
-    r.worker.finished_at = now;
-    // Its devices go back now (the process tree is being stopped or is gone).
-    if (!r.worker.gpu_devices.empty()) options_.gpus->release(r.worker.id);
+  if (api::is_terminal(to)) r.worker.finished_at = now;
+  if (auto s = persist(r); !s) {
+    r = before;  // nothing half-written: memory stays what the store holds
+    return s;
   }
-  persist(r);
+  // Its devices go back now (the process tree is being stopped or is gone).
+  if (api::is_terminal(to) && !r.worker.gpu_devices.empty()) options_.gpus->release(r.worker.id);
   fx.changed.push_back(r.worker);
+  return api::Status::ok();
 }
 
 void WorkerRegistry::run(Effects fx) {
@@ -191,7 +198,8 @@ api::Status WorkerRegistry::restore() {
   auto rows = store_->load_all();
   if (!rows) return rows.status();
   Effects fx;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<std::string, std::string>> adopt;  // id, process identity
+  std::unique_lock<std::mutex> lock(mu_);
   const TimePoint now = clock_.now();
   for (auto& row : rows.value()) {
     const json& j = row.record;
@@ -214,15 +222,23 @@ api::Status WorkerRegistry::restore() {
     if (!api::is_terminal(r.worker.status) && !r.worker.gpu_devices.empty()) {
       options_.gpus->adopt(r.worker.id, parse_device_list(r.worker.gpu_devices));
     }
+    r.process = j.value("process", "");
     r.launched_at = now;
     r.last_heartbeat = now;
     next_seq_ = std::max(next_seq_, r.seq + 1);
     if (!r.agent_token.empty()) token_to_id_[r.agent_token] = r.worker.id;
     auto& placed = records_[r.worker.id] = std::move(r);
     if (placed.worker.status == WorkerStatus::kScheduling && !backend_.queues_workers()) {
-      transition(placed, WorkerStatus::kFailed, "the daemon restarted before the worker was launched", fx);
+      (void)transition(placed, WorkerStatus::kFailed, "the daemon restarted before the worker was launched", fx);
+    }
+    if (!api::is_terminal(placed.worker.status) && !placed.process.empty()) {
+      adopt.emplace_back(placed.worker.id, placed.process);
     }
   }
+  lock.unlock();
+  // The earlier daemon's agents, so that poll() and stop() reach them again
+  // (backend calls never run under the registry's mutex).
+  for (const auto& [id, process] : adopt) backend_.adopt(id, process);
   // No listeners or waiters exist yet; nothing to run.
   return api::Status::ok();
 }
@@ -316,11 +332,11 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::launch(const LaunchBatch& 
       token_to_id_[r.agent_token] = r.worker.id;
       ids.push_back(r.worker.id);
       auto& placed = records_[r.worker.id] = std::move(r);
-      persist(placed);
+      (void)persist(placed);  // deferred: written below in one transaction
       fx.changed.push_back(placed.worker);
       // A queueing backend's workers stay `scheduling` until the scheduler
       // starts them (tick() sees it through poll()).
-      if (!backend_.queues_workers()) transition(placed, WorkerStatus::kStarting, "", fx);
+      if (!backend_.queues_workers()) (void)transition(placed, WorkerStatus::kStarting, "", fx);
       launched.push_back(placed.worker);
     }
     // GPUs, all or nothing for the batch.
@@ -343,7 +359,7 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::launch(const LaunchBatch& 
       specs[i].env["CUDA_VISIBLE_DEVICES"] = list;
       specs[i].env["NVIDIA_VISIBLE_DEVICES"] = list;
       specs[i].env["MUSTER_GPU_DEVICES"] = list;
-      persist(placed);
+      (void)persist(placed);  // deferred: written below in one transaction
     }
     for (auto& w : fx.changed) w.gpu_devices = records_.at(w.id).worker.gpu_devices;
     if (store_) {
@@ -369,6 +385,27 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::launch(const LaunchBatch& 
     }
     if (store_) (void)store_->remove(ids);
     return started;
+  }
+  // Each agent's identity goes into its record, so that a restarted daemon
+  // can still reach (and stop) it. Asked outside the mutex.
+  std::vector<std::pair<std::string, std::string>> identities;
+  for (const auto& id : ids) identities.emplace_back(id, backend_.process_identity(id));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<StoredRecord> rows;
+    deferred_ = &rows;
+    for (const auto& [id, identity] : identities) {
+      auto it = records_.find(id);
+      if (it == records_.end() || identity.empty()) continue;
+      it->second.process = identity;
+      (void)persist(it->second);
+    }
+    deferred_ = nullptr;
+    if (store_ && !rows.empty()) {
+      if (auto s = store_->put(rows); !s) {
+        spdlog::error("launch: the workers run, but their process identities were not stored: {}", s.message());
+      }
+    }
   }
   run(std::move(fx));
   return launched;
@@ -429,22 +466,30 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::stop(const std::vector<std
         if (!api::is_terminal(r.worker.status)) targets.push_back(id);
       }
     } else {
+      std::set<std::string> seen;  // a list may name a worker many times
       for (const auto& id : ids) {
         if (!records_.count(id)) return api::not_found("no worker '" + id + "'");
+        if (seen.insert(id).second) targets.push_back(id);
       }
-      targets = ids;
     }
+    // Every transition in one transaction; if it fails, nothing changed.
+    std::map<std::string, Record> before;
+    std::vector<StoredRecord> rows;
+    deferred_ = &rows;
     for (const auto& id : targets) {
-      transition(records_.at(id), WorkerStatus::kStopped, "stopped through the API", fx);
+      before.emplace(id, records_.at(id));
+      (void)transition(records_.at(id), WorkerStatus::kStopped, "stopped through the API", fx);
+    }
+    deferred_ = nullptr;
+    if (store_ && !rows.empty()) {
+      if (auto s = store_->put(rows); !s) {
+        for (auto& [id, r] : before) records_[id] = std::move(r);
+        return s;
+      }
     }
     settle_waiters(fx, false);
   }
-  // Stop the process trees in parallel; each may take up to the grace period.
-  std::vector<std::future<api::Status>> stops;
-  for (const auto& id : targets) {
-    stops.push_back(std::async(std::launch::async, [this, id] { return backend_.stop(id, options_.stop_grace); }));
-  }
-  for (auto& f : stops) (void)f.get();
+  stop_processes(targets);
   run(std::move(fx));
   std::vector<api::Worker> out;
   std::lock_guard<std::mutex> lock(mu_);
@@ -453,6 +498,20 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::stop(const std::vector<std
     if (it != records_.end()) out.push_back(it->second.worker);
   }
   return out;
+}
+
+// Stops the process trees in parallel (each may take up to the grace
+// period), on at most kStopThreads threads however many workers there are.
+void WorkerRegistry::stop_processes(const std::vector<std::string>& ids) {
+  constexpr size_t kStopThreads = 8;
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < ids.size(); i = next++) (void)backend_.stop(ids[i], options_.stop_grace);
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < std::min(kStopThreads, ids.size()); ++t) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
 }
 
 api::Result<bool> WorkerRegistry::agent_register(const std::string& id, const std::string& ip,
@@ -468,17 +527,23 @@ api::Result<bool> WorkerRegistry::agent_register(const std::string& id, const st
       return api::conflict("worker " + id + " is " + api::worker_status_name(r.worker.status) +
                            "; the agent must exit");
     }
+    const Record before = r;
     r.worker.ip_address = ip;
     r.worker.port = port;
     r.last_heartbeat = clock_.now();
+    api::Status stored = api::Status::ok();
     if (r.worker.status == WorkerStatus::kRunning) {
-      persist(r);  // re-registration (e.g. after a daemon restart)
-      fx.changed.push_back(r.worker);
+      stored = persist(r);  // re-registration (e.g. after a daemon restart)
+      if (stored) fx.changed.push_back(r.worker);
     } else {
       // A queued worker's agent can call in before the backend's poll has
       // seen its job start: it has started all the same.
-      if (r.worker.status == WorkerStatus::kScheduling) transition(r, WorkerStatus::kStarting, "", fx);
-      transition(r, WorkerStatus::kRunning, r.hold ? "waiting for release" : "", fx);
+      if (r.worker.status == WorkerStatus::kScheduling) (void)transition(r, WorkerStatus::kStarting, "", fx);
+      stored = transition(r, WorkerStatus::kRunning, r.hold ? "waiting for release" : "", fx);
+    }
+    if (!stored) {
+      r = before;
+      return stored;
     }
     hold = r.hold && !r.release;
     settle_waiters(fx, false);
@@ -510,11 +575,14 @@ api::Status WorkerRegistry::agent_exit(const std::string& id, int exit_code) {
     if (api::is_terminal(r.worker.status)) {
       return api::conflict("worker " + id + " is already " + api::worker_status_name(r.worker.status));
     }
+    const Record before = r;
     r.worker.exit_code = exit_code;
-    if (exit_code == 0 && r.worker.status == WorkerStatus::kRunning) {
-      transition(r, WorkerStatus::kSucceeded, "", fx);
-    } else {
-      transition(r, WorkerStatus::kFailed, exit_reason(exit_code), fx);
+    const api::Status stored = exit_code == 0 && r.worker.status == WorkerStatus::kRunning
+                                   ? transition(r, WorkerStatus::kSucceeded, "", fx)
+                                   : transition(r, WorkerStatus::kFailed, exit_reason(exit_code), fx);
+    if (!stored) {
+      r = before;
+      return stored;
     }
     settle_waiters(fx, false);
   }
@@ -567,9 +635,13 @@ api::Status WorkerRegistry::release(const std::string& id, Release release) {
     if (api::is_terminal(r.worker.status)) {
       return api::conflict("worker " + id + " is " + api::worker_status_name(r.worker.status));
     }
+    const Record before = r;
     r.release = std::move(release);
     if (r.worker.reason == "waiting for release") r.worker.reason = "";
-    persist(r);
+    if (auto s = persist(r); !s) {
+      r = before;
+      return s;
+    }
     fx.changed.push_back(r.worker);
     for (auto w = release_waiters_.begin(); w != release_waiters_.end();) {
       if (w->id == id) {
@@ -600,81 +672,107 @@ size_t WorkerRegistry::pending_awaits() const {
   return waiters_.size();
 }
 
-void WorkerRegistry::tick_queued(Record& r, TimePoint now, Effects& fx) {
-  const workers::ProcessStatus process = backend_.poll(r.worker.id);
+void WorkerRegistry::tick_queued(Record& r, const workers::ProcessStatus& process, TimePoint now, Effects& fx) {
   switch (process.state) {
     case workers::ProcessState::kPending:
       if (process.reason != r.worker.reason) {
+        const std::string before = r.worker.reason;
         r.worker.reason = process.reason;
-        persist(r);
-        fx.changed.push_back(r.worker);
+        if (persist(r)) {
+          fx.changed.push_back(r.worker);
+        } else {
+          r.worker.reason = before;
+        }
       }
       return;
     case workers::ProcessState::kRunning:
       // The startup timeout counts from here, not from the submission.
       r.launched_at = now;
-      transition(r, WorkerStatus::kStarting, "", fx);
+      (void)transition(r, WorkerStatus::kStarting, "", fx);
       return;
     case workers::ProcessState::kExited:
     case workers::ProcessState::kLost:
       r.worker.exit_code = process.exit_code;
       // (A worker that never ran cannot be lost: a node failure before the
       // start fails it.)
-      transition(r,
-                 process.outcome == WorkerStatus::kLost ? WorkerStatus::kFailed
-                                                        : process.outcome.value_or(WorkerStatus::kFailed),
-                 process.reason.empty() ? "the scheduler ended the job before it started" : process.reason, fx);
+      (void)transition(r,
+                       process.outcome == WorkerStatus::kLost ? WorkerStatus::kFailed
+                                                              : process.outcome.value_or(WorkerStatus::kFailed),
+                       process.reason.empty() ? "the scheduler ended the job before it started" : process.reason, fx);
       return;
     case workers::ProcessState::kUnknown:
       // launch() records workers before it submits them; only a worker that
       // stays unknown past the startup timeout was never submitted (the
       // daemon died in between).
       if (now - r.launched_at > options_.startup_timeout) {
-        transition(r, WorkerStatus::kFailed, "the scheduler has no job for this worker (the daemon restarted while launching it)", fx);
+        (void)transition(r, WorkerStatus::kFailed,
+                         "the scheduler has no job for this worker (the daemon restarted while launching it)", fx);
       }
       return;
   }
 }
 
+// Step by step: a) under the mutex, pick the workers whose process to ask
+// about; b) without it, poll the backend for each (a backend may take
+// seconds: the container backend tears namespaces down there); c) under the
+// mutex again, apply what was seen and the timeouts to the workers that are
+// still in the state they were in at a), and settle the long-polls. A
+// queueing backend's `scheduling` workers are watched too (tick_queued()).
 void WorkerRegistry::tick() {
+  std::vector<std::pair<std::string, WorkerStatus>> watched;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, r] : records_) {
+      const WorkerStatus s = r.worker.status;
+      if (api::is_terminal(s)) continue;
+      if (s != WorkerStatus::kScheduling || backend_.queues_workers()) watched.emplace_back(id, s);
+    }
+  }
+  std::vector<workers::ProcessStatus> seen;
+  seen.reserve(watched.size());
+  for (const auto& [id, s] : watched) seen.push_back(backend_.poll(id));
+
   Effects fx;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const TimePoint now = clock_.now();
-    for (auto& [id, r] : records_) {
+    for (size_t i = 0; i < watched.size(); ++i) {
+      const auto& [id, was] = watched[i];
+      auto it = records_.find(id);
+      if (it == records_.end() || it->second.worker.status != was) continue;  // changed meanwhile
+      Record& r = it->second;
       const WorkerStatus s = r.worker.status;
-      if (api::is_terminal(s)) continue;
+      const workers::ProcessStatus& process = seen[i];
       if (s == WorkerStatus::kScheduling) {
-        if (backend_.queues_workers()) tick_queued(r, now, fx);
+        tick_queued(r, process, now, fx);
         continue;
       }
-      const workers::ProcessStatus process = backend_.poll(id);
       if (process.state == workers::ProcessState::kExited && process.outcome) {
         r.worker.exit_code = process.exit_code;
-        transition(r, *process.outcome, process.reason, fx);
+        (void)transition(r, *process.outcome, process.reason, fx);
       } else if (process.state == workers::ProcessState::kExited) {
         // The agent reports the script's exit before it exits itself, so
         // an agent that is gone while the worker is not finished died.
         r.worker.exit_code = process.exit_code;
-        transition(r, WorkerStatus::kFailed,
-                   "the agent exited (code " + std::to_string(process.exit_code.value_or(-1)) +
-                       ") without reporting the script's exit; see the worker's log",
-                   fx);
+        (void)transition(r, WorkerStatus::kFailed,
+                         "the agent exited (code " + std::to_string(process.exit_code.value_or(-1)) +
+                             ") without reporting the script's exit; see the worker's log",
+                         fx);
       } else if (s == WorkerStatus::kStarting && now - r.launched_at > options_.startup_timeout) {
-        transition(r, WorkerStatus::kTimedOut,
-                   "the agent did not register within the startup timeout (" +
-                       std::to_string(options_.startup_timeout.count() / 1000.0) + " s); see the worker's log",
-                   fx);
+        (void)transition(r, WorkerStatus::kTimedOut,
+                         "the agent did not register within the startup timeout (" +
+                             std::to_string(options_.startup_timeout.count() / 1000.0) + " s); see the worker's log",
+                         fx);
         fx.to_stop.push_back(id);
       } else if (s == WorkerStatus::kRunning && now - r.last_heartbeat > options_.heartbeat_timeout) {
-        transition(r, WorkerStatus::kLost,
-                   "no heartbeat from the agent for " +
-                       std::to_string(options_.heartbeat_timeout.count() / 1000.0) + " s",
-                   fx);
+        (void)transition(r, WorkerStatus::kLost,
+                         "no heartbeat from the agent for " +
+                             std::to_string(options_.heartbeat_timeout.count() / 1000.0) + " s",
+                         fx);
         fx.to_stop.push_back(id);
       } else if (process.state == workers::ProcessState::kLost) {
-        transition(r, WorkerStatus::kLost, process.reason.empty() ? "the backend lost the worker" : process.reason,
-                   fx);
+        (void)transition(r, WorkerStatus::kLost,
+                         process.reason.empty() ? "the backend lost the worker" : process.reason, fx);
       }
     }
     for (auto w = release_waiters_.begin(); w != release_waiters_.end();) {

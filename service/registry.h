@@ -12,7 +12,8 @@
 // take a callback that is called once, later, from whichever thread makes the
 // awaited change (or from tick() at the deadline). Callbacks, subscriber
 // notifications and backend stops always run outside the registry's mutex.
-// The daemon calls tick() every ~100 ms from one thread: it applies the
+// Backend polls run outside the mutex too (a container teardown takes
+// seconds). The daemon calls tick() every ~100 ms from one thread: it applies the
 // startup and heartbeat timeouts, notices agents that died, and ends awaits
 // at their deadline. Time comes only from the injected Clock, so unit tests
 // drive every timeout with a FakeClock and a fake Backend.
@@ -155,10 +156,13 @@ class WorkerRegistry {
     std::vector<std::string> to_stop;
   };
 
-  void transition(Record& r, api::WorkerStatus to, std::string reason, Effects& fx);
-  void persist(const Record& r);
+  // Both write the record to the store (or to deferred_); on a store error
+  // transition() leaves the record as it was and returns the error.
+  [[nodiscard]] api::Status transition(Record& r, api::WorkerStatus to, std::string reason, Effects& fx);
+  [[nodiscard]] api::Status persist(const Record& r);
+  void stop_processes(const std::vector<std::string>& ids);
   // tick() for a `scheduling` worker of a queueing backend.
-  void tick_queued(Record& r, TimePoint now, Effects& fx);
+  void tick_queued(Record& r, const workers::ProcessStatus& process, TimePoint now, Effects& fx);
   void settle_waiters(Effects& fx, bool at_tick);
   void run(Effects fx);
   void stopper_loop();

@@ -46,39 +46,55 @@ api::Status Store::exec(const std::string& sql) {
   return api::Status::ok();
 }
 
+// Step by step, for put() and remove(): BEGIN; every statement checked
+// (bind, step); COMMIT. Any failure, COMMIT's included (a full disk shows up
+// there in WAL mode), rolls the transaction back, so the table holds either
+// every row of the call or none, and the error names the table.
 api::Status Store::put(const std::vector<StoredRecord>& records) {
   if (records.empty()) return api::Status::ok();
   std::lock_guard<std::mutex> lock(mu_);
   Statement st;
   const std::string sql = "INSERT OR REPLACE INTO " + table_ + " (id, seq, record) VALUES (?, ?, ?);";
   if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st.stmt, nullptr) != SQLITE_OK) return error(sqlite3_errmsg(db_));
-  if (auto s = exec("BEGIN;"); !s) return s;
-  for (const auto& r : records) {
-    const std::string text = r.record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    sqlite3_reset(st.stmt);
-    sqlite3_bind_text(st.stmt, 1, r.id.c_str(), -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st.stmt, 2, static_cast<sqlite3_int64>(r.seq));
-    sqlite3_bind_text(st.stmt, 3, text.c_str(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
-    if (sqlite3_step(st.stmt) != SQLITE_DONE) {
-      std::string msg = sqlite3_errmsg(db_);
-      (void)exec("ROLLBACK;");
-      return error(msg);
+  return in_transaction([&]() -> api::Status {
+    for (const auto& r : records) {
+      const std::string text = r.record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      sqlite3_reset(st.stmt);
+      if (sqlite3_bind_text(st.stmt, 1, r.id.c_str(), -1, SQLITE_TRANSIENT) != SQLITE_OK ||
+          sqlite3_bind_int64(st.stmt, 2, static_cast<sqlite3_int64>(r.seq)) != SQLITE_OK ||
+          sqlite3_bind_text(st.stmt, 3, text.c_str(), static_cast<int>(text.size()), SQLITE_TRANSIENT) != SQLITE_OK ||
+          sqlite3_step(st.stmt) != SQLITE_DONE) {
+        return error("cannot write " + r.id + ": " + sqlite3_errmsg(db_));
+      }
     }
-  }
-  return exec("COMMIT;");
+    return api::Status::ok();
+  });
 }
 
 api::Status Store::remove(const std::vector<std::string>& ids) {
+  if (ids.empty()) return api::Status::ok();
   std::lock_guard<std::mutex> lock(mu_);
   Statement st;
   const std::string sql = "DELETE FROM " + table_ + " WHERE id = ?;";
   if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st.stmt, nullptr) != SQLITE_OK) return error(sqlite3_errmsg(db_));
-  for (const auto& id : ids) {
-    sqlite3_reset(st.stmt);
-    sqlite3_bind_text(st.stmt, 1, id.c_str(), -1, SQLITE_TRANSIENT);
-    if (sqlite3_step(st.stmt) != SQLITE_DONE) return error(sqlite3_errmsg(db_));
-  }
-  return api::Status::ok();
+  return in_transaction([&]() -> api::Status {
+    for (const auto& id : ids) {
+      sqlite3_reset(st.stmt);
+      if (sqlite3_bind_text(st.stmt, 1, id.c_str(), -1, SQLITE_TRANSIENT) != SQLITE_OK ||
+          sqlite3_step(st.stmt) != SQLITE_DONE) {
+        return error("cannot remove " + id + ": " + sqlite3_errmsg(db_));
+      }
+    }
+    return api::Status::ok();
+  });
+}
+
+api::Status Store::in_transaction(const std::function<api::Status()>& body) {
+  if (auto s = exec("BEGIN IMMEDIATE;"); !s) return s;
+  api::Status s = body();
+  if (s) s = exec("COMMIT;");
+  if (!s && !sqlite3_get_autocommit(db_)) (void)exec("ROLLBACK;");
+  return s;
 }
 
 api::Result<std::vector<StoredRecord>> Store::load_all() {
@@ -87,15 +103,18 @@ api::Result<std::vector<StoredRecord>> Store::load_all() {
   const std::string sql = "SELECT id, seq, record FROM " + table_ + " ORDER BY seq;";
   if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st.stmt, nullptr) != SQLITE_OK) return error(sqlite3_errmsg(db_));
   std::vector<StoredRecord> out;
-  while (sqlite3_step(st.stmt) == SQLITE_ROW) {
+  int rc;
+  while ((rc = sqlite3_step(st.stmt)) == SQLITE_ROW) {
     StoredRecord r;
-    r.id = reinterpret_cast<const char*>(sqlite3_column_text(st.stmt, 0));
+    const char* id = reinterpret_cast<const char*>(sqlite3_column_text(st.stmt, 0));
+    r.id = id ? id : "";
     r.seq = static_cast<uint64_t>(sqlite3_column_int64(st.stmt, 1));
     const char* text = reinterpret_cast<const char*>(sqlite3_column_text(st.stmt, 2));
     r.record = nlohmann::json::parse(text ? text : "null", nullptr, false);
     if (r.record.is_discarded()) continue;  // a corrupt row is skipped, not fatal
     out.push_back(std::move(r));
   }
+  if (rc != SQLITE_DONE) return error(std::string("cannot read: ") + sqlite3_errmsg(db_));
   return out;
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -38,7 +39,9 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  // Inserts or replaces, all in one transaction.
+  // Inserts or replaces, all in one transaction: on any error (a full or
+  // read-only disk included) nothing of the call is written, and the error
+  // names the table.
   api::Status put(const std::vector<StoredRecord>& records);
   api::Status remove(const std::vector<std::string>& ids);
   // Every record, in launch order; corrupt rows are skipped.
@@ -47,6 +50,8 @@ class Store {
  private:
   Store(sqlite3* db, std::string table) : db_(db), table_(std::move(table)) {}
   api::Status exec(const std::string& sql);
+  // BEGIN, body, COMMIT; ROLLBACK when the body or the COMMIT fails.
+  api::Status in_transaction(const std::function<api::Status()>& body);
   api::Status error(const std::string& what) const;
   std::mutex mu_;
   sqlite3* db_;

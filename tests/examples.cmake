@@ -17,7 +17,7 @@ endif()
 # The program's checkpoint format (compiled from the example's source).
 muster_gtest(fashion_mnist_checkpoint_test
   SOURCES fashion_mnist_checkpoint_test.cc ${CMAKE_SOURCE_DIR}/examples/fashion_mnist/checkpoint.cc
-  DEPS muster_nn muster_optim LABEL unit ENV "OMP_NUM_THREADS=1")
+  DEPS muster_base muster_nn muster_optim LABEL unit ENV "OMP_NUM_THREADS=1")
 # examples/tf2_ps: TensorFlow 2's roles (chief, workers, evaluator) on a real musterd.
 if(TARGET musterd AND TARGET fashion_mnist AND TARGET muster_ps_server)
   muster_python_test(tf2_example_test

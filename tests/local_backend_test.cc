@@ -9,6 +9,8 @@
 #include <fstream>
 #include <thread>
 
+#include "muster/api/base/process.h"
+
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using muster::workers::LaunchSpec;
@@ -97,6 +99,48 @@ TEST_F(LocalBackendTest, StopKillsTheTreeEvenWhenTermIsIgnored) {
   if (std::getline(stat, line)) {
     EXPECT_EQ(line[line.rfind(')') + 2], 'Z') << line;
   }
+}
+
+// The identity persisted with a worker ("<pid>:<start time>") is what a
+// restarted daemon adopts; stop() and poll() then reach the same process,
+// and only it: the same pid with another start time is a process that
+// reused the number, and is never signalled (nor is its group).
+TEST_F(LocalBackendTest, AnAdoptedWorkerIsReachedByItsIdentityAndAReusedPidNeverIs) {
+  muster::base::SpawnOptions o;
+  o.argv = {"sleep", "60"};
+  auto victim = muster::base::spawn(o);
+  ASSERT_FALSE(victim.failure);
+  auto adopted = muster::base::spawn(o);
+  ASSERT_FALSE(adopted.failure);
+
+  const muster::base::ProcessId reused{victim.id.pid, victim.id.start_time + 1};
+  backend_.adopt("ghost", reused.to_string());
+  backend_.adopt("old", adopted.id.to_string());
+  EXPECT_EQ(backend_.poll("ghost").state, ProcessState::kExited);
+  EXPECT_EQ(backend_.poll("old").state, ProcessState::kRunning);
+  EXPECT_EQ(backend_.process_identity("old"), adopted.id.to_string());
+
+  EXPECT_TRUE(backend_.stop("ghost", 100ms).is_ok());
+  std::this_thread::sleep_for(100ms);
+  EXPECT_TRUE(muster::base::alive(victim.id)) << "stop() signalled a reused process group";
+
+  EXPECT_TRUE(backend_.stop("old", 2s).is_ok());
+  EXPECT_EQ(muster::base::wait_exit(adopted.id.pid), 128 + SIGTERM);
+  EXPECT_EQ(backend_.poll("old").state, ProcessState::kExited);
+
+  ASSERT_TRUE(muster::base::signal_process(victim.id, SIGKILL));
+  muster::base::wait_exit(victim.id.pid);
+}
+
+TEST_F(LocalBackendTest, ALaunchedWorkersIdentityIsItsAgent) {
+  ASSERT_TRUE(backend_.launch({spec("i", "exec sleep 60")}).is_ok());
+  auto id = muster::base::ProcessId::parse(backend_.process_identity("i"));
+  ASSERT_TRUE(id);
+  EXPECT_EQ(muster::base::identify(id->pid), id);
+  auto st = muster::base::read_proc_stat(id->pid);
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->pgrp, id->pid);
+  EXPECT_EQ(st->session, id->pid);
 }
 
 }  // namespace

@@ -37,3 +37,13 @@ if(TARGET musterd)
     LABEL integration TIMEOUT 120)
   add_dependencies(musterd_load_test musterd muster_agent)
 endif()
+# issue 12: the registry with a slow backend, 50k duplicate stop ids and a
+# state database that cannot be written.
+if(TARGET muster_service)
+  muster_gtest(registry_hardening_test SOURCES registry_hardening_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
+endif()
+# issue 12 part 5: kill -9 musterd during a 64-worker launch, an mpi cluster
+# and a ps cluster; restart on the same port and state dir.
+if(TARGET musterd)
+  muster_python_test(chaos_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/chaos_test.py LABEL integration TIMEOUT 240)
+endif()

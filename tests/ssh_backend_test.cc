@@ -2,12 +2,16 @@
 // inventory parsing and its line-numbered errors, the remote command line,
 // slot placement, log streaming, stop signalling the process group, lost
 // connections, and the preflight parsers and per-host reports. No sockets.
-#include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
+
+#include <gtest/gtest.h>
 
 #include "muster/workers/ssh/preflight.h"
 #include "muster/workers/ssh/ssh_backend.h"
@@ -203,10 +207,31 @@ TEST(RemoteCommandTest, QuotesEverythingAndReportsTheProcessGroup) {
   s.working_dir = "/proj dir";
   std::string cmd = SshBackend::remote_command(s, "/opt/muster-agent", {{"A", "x y"}, {"B", "$HOME"}});
   EXPECT_EQ(cmd.rfind("echo muster-pgid $$; cd '/proj dir' || ", 0), 0u) << cmd;
-  EXPECT_NE(cmd.find("exec 2>&1; exec env 'A=x y' 'B=$HOME' '/opt/muster-agent' '--script' 'it'\\''s.py'"),
+  EXPECT_NE(cmd.find("exec 2>&1; exec env 'A=x y' 'B=$HOME' /opt/muster-agent --script 'it'\\''s.py'"),
             std::string::npos)
       << cmd;
   EXPECT_EQ(shell_quote("a'b"), "'a'\\''b'");
+}
+
+// The working directory used to be pasted unquoted into the error message of
+// the remote command: a directory named "$(touch ...)" ran that command on the
+// host. Run the command through a real shell with such a directory.
+TEST(RemoteCommandTest, AHostileWorkingDirectoryNeverRuns) {
+  const std::filesystem::path scratch = std::filesystem::temp_directory_path() / ("muster-harden-rc-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(scratch);
+  const std::filesystem::path marker = scratch / "PWNED";
+  LaunchSpec s;
+  s.agent_argv = {"/local/muster-agent"};
+  s.working_dir = scratch.string() + "/no such $(touch " + marker.string() + ") `touch " + marker.string() + "`";
+  const std::string cmd = SshBackend::remote_command(s, "/bin/true", {});
+  const std::string shell = "/bin/sh -c " + shell_quote(cmd) + " > " + (scratch / "out").string() + " 2>&1";
+  const int rc = std::system(shell.c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 126);
+  EXPECT_FALSE(std::filesystem::exists(marker)) << cmd;
+  std::ifstream in(scratch / "out");
+  const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(out.find("muster: no directory " + s.working_dir.string()), std::string::npos) << out;
+  std::filesystem::remove_all(scratch);
 }
 
 // ---------- the backend over the fake ----------
@@ -262,12 +287,13 @@ TEST_F(SshBackendTest, PlacesBySlotsAndStreamsLogs) {
   EXPECT_EQ(backend_->host_of("a")->address, "h1");
   EXPECT_EQ(backend_->host_of("b")->address, "h2");
   EXPECT_EQ(backend_->host_of("c")->address, "h1");
+  // Plain words go unquoted (api/base/shell_quote.h), everything else in single quotes.
   ASSERT_EQ(world_.started.size(), 3u);
-  EXPECT_NE(world_.started[0].find("'MUSTER_URL=http://10.9.0.1:7878'"), std::string::npos) << world_.started[0];
-  EXPECT_NE(world_.started[0].find("'MUSTER_MASTER_IP=10.9.0.1'"), std::string::npos);
+  EXPECT_NE(world_.started[0].find(" MUSTER_URL=http://10.9.0.1:7878 "), std::string::npos) << world_.started[0];
+  EXPECT_NE(world_.started[0].find(" MUSTER_MASTER_IP=10.9.0.1 "), std::string::npos);
   // The agent presence is checked once per host.
   int checks = 0;
-  for (const auto& r : world_.runs) checks += r.find("test -x '/bin/muster-agent'") != std::string::npos;
+  for (const auto& r : world_.runs) checks += r.find("test -x /bin/muster-agent") != std::string::npos;
   EXPECT_EQ(checks, 2);
 
   ProcessStatus a = wait_state("a", ProcessState::kRunning);
@@ -339,8 +365,8 @@ TEST(PreflightParseTest, RouteDevPrefixAndProbe) {
   EXPECT_EQ(p["PATH"], "/usr/bin:/bin");
   EXPECT_EQ(p["mpirun"], "/usr/bin/mpirun");
   EXPECT_EQ(p["orted"], "");
-  EXPECT_NE(probe_command({"orted"}, {}).find("command -v 'orted'"), std::string::npos);
-  EXPECT_NE(probe_command({}, {"10.0.0.3"}).find("ip -o route get '10.0.0.3'"), std::string::npos);
+  EXPECT_NE(probe_command({"orted"}, {}).find("command -v orted"), std::string::npos);
+  EXPECT_NE(probe_command({}, {"10.0.0.3"}).find("ip -o route get 10.0.0.3"), std::string::npos);
   auto q = parse_probe("route:10.0.0.3=10.0.0.3 dev eth0 src 10.0.0.2 uid 0\n");
   EXPECT_EQ(parse_route_dev(q["route:10.0.0.3"]), "eth0");
 }

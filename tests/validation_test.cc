@@ -3,6 +3,8 @@
 // project directory (absolute, .., symlinks out, directories).
 #include "muster/service/validation.h"
 
+#include <limits>
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -70,6 +72,11 @@ TEST_F(ProjectDir, BadLaunchRequestsNameTheirField) {
       {"memory zero", {{"memory", 0}}, "memory"},
       {"memory list", {{"memory", json::array({1})}}, "memory"},
       {"gpu negative", {{"nvidia_gpu", -1}}, "nvidia_gpu"},
+      // llabs(INT64_MIN) overflows: this one used to pass.
+      {"gpu INT64_MIN", {{"nvidia_gpu", std::numeric_limits<int64_t>::min()}}, "nvidia_gpu"},
+      {"gpu INT64_MAX", {{"nvidia_gpu", std::numeric_limits<int64_t>::max()}}, "nvidia_gpu"},
+      {"gpu UINT64_MAX", {{"nvidia_gpu", std::numeric_limits<uint64_t>::max()}}, "nvidia_gpu"},
+      {"n INT64_MIN", {{"n", std::numeric_limits<int64_t>::min()}}, "n"},
       {"gpu float", {{"nvidia_gpu", 0.5}}, "nvidia_gpu"},
       {"gpu above 64", {{"nvidia_gpu", 65}}, "nvidia_gpu"},
       {"kernel unknown", {{"kernel", "ruby"}}, "kernel"},

@@ -10,3 +10,9 @@ if(TARGET muster_service AND TARGET muster_agent)
   muster_gtest(agent_release_test SOURCES agent_release_test.cc DEPS muster_service cpprestsdk::cpprest LABEL integration TIMEOUT 120)
   add_dependencies(agent_release_test muster_agent)
 endif()
+# issue 12: an agent whose daemon refuses its token (401/403) stops its
+# script and exits.
+if(TARGET muster_agent)
+  muster_python_test(agent_unauthorized_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/agent_unauthorized_test.py
+    LABEL integration TIMEOUT 60)
+endif()

@@ -106,6 +106,14 @@ class Backend {
   // The process state as the backend sees it.
   virtual ProcessStatus poll(const std::string& worker_id) = 0;
 
+  // What names the worker's process to a later daemon (the local backend:
+  // the agent's "<pid>:<start time>"); the registry persists it with the
+  // worker. "" when the backend has nothing to persist.
+  virtual std::string process_identity(const std::string& /*worker_id*/) { return ""; }
+  // A restarted daemon hands back what process_identity() said for a worker
+  // that had not finished, so that poll() and stop() reach it again.
+  virtual void adopt(const std::string& /*worker_id*/, const std::string& /*identity*/) {}
+
   // Before an mpi-mode launch: checks every host of the job (reachable over
   // ssh on `ssh_port`, mpirun/orted and `program` on the non-interactive PATH,
   // the interface that reaches the others) and returns the values for the

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <vector>
 
+#include "muster/api/base/atomic_file.h"
 #include "muster/runtime/error.h"
 
 namespace muster::examples::fashion_mnist {
@@ -32,8 +33,8 @@ std::vector<Buffer> buffers(runtime::nn::Model& model, runtime::optim::Optimizer
 }
 
 template <typename T>
-void put(std::ofstream& f, const T& v) {
-  f.write(reinterpret_cast<const char*>(&v), sizeof v);
+void put(base::AtomicFile& f, const T& v) {
+  f.write(&v, sizeof v);
 }
 template <typename T>
 T get(std::ifstream& f, const std::string& path) {
@@ -49,10 +50,9 @@ std::string checkpoint_path(const std::string& dir) { return dir + "/fashion_mni
 void save_checkpoint(const std::string& dir, int64_t steps, const runtime::nn::Model& model,
                      runtime::optim::Optimizer& optimizer) {
   std::filesystem::create_directories(dir);
-  const std::string path = checkpoint_path(dir), tmp = path + ".tmp";
+  const std::string path = checkpoint_path(dir);
   {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw runtime::Error(tmp + ": cannot write checkpoint");
+    base::AtomicFile f(path);
     f.write(kMagic, sizeof kMagic);
     put(f, steps);
     put(f, optimizer.iterations());
@@ -60,14 +60,12 @@ void save_checkpoint(const std::string& dir, int64_t steps, const runtime::nn::M
     put(f, static_cast<uint32_t>(bufs.size()));
     for (const auto& b : bufs) {
       put(f, static_cast<uint32_t>(b.name.size()));
-      f.write(b.name.data(), static_cast<std::streamsize>(b.name.size()));
+      f.write(b.name.data(), b.name.size());
       put(f, static_cast<uint64_t>(b.size));
-      f.write(reinterpret_cast<const char*>(b.data), static_cast<std::streamsize>(b.size * sizeof(float)));
+      f.write(b.data, b.size * sizeof(float));
     }
-    f.flush();
-    if (!f) throw runtime::Error(tmp + ": write failed (disk full?)");
+    if (auto err = f.commit()) throw runtime::Error("cannot write the checkpoint: " + *err);
   }
-  std::filesystem::rename(tmp, path);
 }
 
 std::optional<int64_t> load_checkpoint(const std::string& dir, runtime::nn::Model& model,

@@ -7,6 +7,7 @@
 
 #include <boost/filesystem.hpp>
 
+#include "muster/api/base/atomic_file.h"
 #include "muster/runtime/error.h"
 
 namespace muster::runtime::ps {
@@ -52,9 +53,8 @@ std::string save_checkpoint(const std::string& dir, int64_t step, const std::vec
   boost::system::error_code ec;
   boost::filesystem::create_directories(dir, ec);
   const std::string final_path = dir + "/" + file_name(step);
-  const std::string tmp = final_path + ".tmp." + std::to_string(::getpid());
   {
-    File f(tmp, "wb");
+    base::AtomicFile f(final_path);
     f.write(kCkptMagic, 8);
     f.write(&kCkptVersion, 4);
     f.write(&step, 8);
@@ -68,11 +68,7 @@ std::string save_checkpoint(const std::string& dir, int64_t step, const std::vec
       f.write(&count, 8);
       f.write(v.data, v.size * sizeof(float));
     }
-    f.sync_and_close();
-  }
-  if (std::rename(tmp.c_str(), final_path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error("checkpoint: rename " + tmp + " -> " + final_path + " failed: " + std::strerror(errno));
+    if (auto err = f.commit()) throw Error("checkpoint: " + *err);
   }
   return final_path;
 }

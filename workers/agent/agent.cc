@@ -1,7 +1,6 @@
 #include "muster/workers/agent/agent.h"
 
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,10 +15,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "muster/api/base/atomic_file.h"
+#include "muster/api/base/process.h"
 #include "muster/workers/agent/limits.h"
 #include "muster/workers/agent/network.h"
-
-extern char** environ;
 
 namespace muster::workers::agent {
 
@@ -27,6 +26,9 @@ using nlohmann::json;
 using namespace std::chrono_literals;
 
 namespace {
+
+// Heartbeats answered 401/403 in a row before the agent gives up.
+constexpr int kRefusalsBeforeExit = 3;
 
 volatile sig_atomic_t g_child_pid = 0;
 volatile sig_atomic_t g_signal = 0;
@@ -73,50 +75,22 @@ class Client {
   Endpoint endpoint_;
 };
 
-bool write_file_atomically(const std::string& name, const std::string& content) {
-  const std::string tmp = "." + name + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << content;
-    if (!out.flush()) return false;
-  }
-  return std::rename(tmp.c_str(), name.c_str()) == 0;
-}
-
+// The script in the agent's own process group (so one signal to the group
+// ends both), output onto the agent's (the worker's log), starting clean:
+// no blocked or ignored signals, no descriptor of the agent's but 0-2.
 pid_t spawn_script(const std::vector<std::string>& command, const std::map<std::string, std::string>& extra_env) {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; *e; ++e) {
-    const char* eq = std::strchr(*e, '=');
-    if (eq) env[std::string(*e, static_cast<size_t>(eq - *e))] = eq + 1;
-  }
-  env.erase("MUSTER_AGENT_TOKEN");  // the script has no business with the agent's credentials
-  for (const auto& [k, v] : extra_env) env[k] = v;
-  std::vector<std::string> env_strings;
-  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> args = command;
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGPIPE}) sigaddset(&defaults, sig);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, argv[0], nullptr, &attr, argv.data(), envp.data());
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) {
-    log_line("cannot start " + command[0] + ": " + std::strerror(rc));
+  base::SpawnOptions o;
+  o.argv = command;
+  o.env = extra_env;
+  o.unset_env = {"MUSTER_AGENT_TOKEN"};  // the script has no business with the agent's credentials
+  o.stdin_null = false;
+  o.new_session = false;
+  auto spawned = base::spawn(o);
+  if (spawned.failure) {
+    log_line(*spawned.failure);
     return -1;
   }
-  return pid;
+  return spawned.id.pid;
 }
 
 }  // namespace
@@ -214,16 +188,28 @@ int run_agent(const AgentOptions& o) {
   std::thread heartbeat([&] {
     std::unique_lock<std::mutex> lock(mu);
     auto last_answer = std::chrono::steady_clock::now();
+    int refused = 0;  // 401/403 in a row
     while (!cv.wait_for(lock, o.heartbeat, [&] { return done; })) {
       lock.unlock();
       auto r = client.post("heartbeat", json::object(), 5s);
       lock.lock();
-      if (r && r->status < 500) last_answer = std::chrono::steady_clock::now();
+      const bool denied = r && (r->status == 401 || r->status == 403);
+      refused = denied ? refused + 1 : 0;
+      if (r && r->status < 500 && !denied) last_answer = std::chrono::steady_clock::now();
       const bool orphaned = std::chrono::steady_clock::now() - last_answer > o.orphan_timeout;
-      if ((r && (r->status == 404 || r->status == 409)) || orphaned) {
+      // A daemon that keeps refusing the token (restarted with another state
+      // dir, or the worker was deleted) will never take this worker back.
+      const bool disowned = refused >= kRefusalsBeforeExit;
+      if ((r && (r->status == 404 || r->status == 409)) || orphaned || disowned) {
         stopped_by_daemon = true;
-        log_line(orphaned ? std::string("the daemon has not answered for too long; stopping the script")
-                          : "the daemon ended this worker (" + r->body + "); stopping the script");
+        if (disowned) {
+          log_line("the daemon at " + o.url + " refused this worker's token " + std::to_string(refused) +
+                   " times in a row (" + std::to_string(r->status) + " " + r->body +
+                   "); it no longer knows this worker (restarted with another state dir?); stopping the script");
+        } else {
+          log_line(orphaned ? std::string("the daemon has not answered for too long; stopping the script")
+                            : "the daemon ended this worker (" + r->body + "); stopping the script");
+        }
         if (g_child_pid > 0) {
           ::kill(-::getpgrp(), SIGTERM);
         } else {
@@ -262,7 +248,7 @@ int run_agent(const AgentOptions& o) {
     }
     const json rel = json::parse(r->body, nullptr, false);
     for (const auto& [name, content] : rel.value("files", std::map<std::string, std::string>{})) {
-      if (!write_file_atomically(name, content)) log_line("cannot write " + name);
+      if (auto err = base::write_file_atomically(name, content)) log_line(*err);
     }
     for (const auto& [k, v] : rel.value("env", std::map<std::string, std::string>{})) env[k] = v;
     break;

@@ -11,8 +11,10 @@
 //     by kernel, in the agent's process group, output to the agent's stdout
 //     (the worker's log), MUSTER_IP_ADDRESS and CDSW_IP_ADDRESS set;
 //  5. heartbeat every MUSTER_HEARTBEAT_S on a second thread; a 404/409 reply
-//     (stopped, lost), or no answer for MUSTER_ORPHAN_TIMEOUT_S, ends the
-//     script's whole process group;
+//     (stopped, lost), three 401/403 replies in a row (a daemon that no
+//     longer knows the token: restarted with another state dir), or no
+//     answer for MUSTER_ORPHAN_TIMEOUT_S, ends the script's whole process
+//     group and the agent, with a log line saying which;
 //  6. when the script ends, report exit {exit_code} (128+signal when killed)
 //     and exit with the same code. SIGTERM/SIGINT are forwarded to the script.
 #pragma once

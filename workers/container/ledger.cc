@@ -4,6 +4,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "muster/api/base/atomic_file.h"
+
 namespace muster::workers::container {
 namespace {
 
@@ -68,14 +70,9 @@ std::string Ledger::format(const std::vector<LedgerEntry>& entries) {
 
 void Ledger::save_locked() const {
   if (file_.empty()) return;
-  std::filesystem::path tmp = file_;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << format(entries_);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, file_, ec);
+  // Durable: after a crash (of the daemon or the machine) the next daemon
+  // must find every namespace and link this one created.
+  (void)base::write_file_atomically(file_, format(entries_), {0600});
 }
 
 }  // namespace muster::workers::container

@@ -3,6 +3,8 @@
 #include <csignal>
 #include <fstream>
 
+#include "muster/api/base/atomic_file.h"
+
 namespace muster::workers::container {
 namespace fs = std::filesystem;
 
@@ -36,16 +38,9 @@ api::Status SshKeys::write_known_hosts(const std::vector<std::string>& addresses
   std::ifstream in(host_key.string() + ".pub");
   std::string type, key;
   if (!(in >> type >> key)) return api::internal_error("cannot read " + host_key.string() + ".pub");
-  fs::path tmp = known_hosts;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    for (const auto& a : addresses) out << "[" << a << "]:" << port << " " << type << " " << key << "\n";
-    if (!out) return api::internal_error("cannot write " + tmp.string());
-  }
-  std::error_code ec;
-  fs::rename(tmp, known_hosts, ec);
-  if (ec) return api::internal_error("cannot write " + known_hosts.string() + ": " + ec.message());
+  std::string text;
+  for (const auto& a : addresses) text += "[" + a + "]:" + std::to_string(port) + " " + type + " " + key + "\n";
+  if (auto err = base::write_file_atomically(known_hosts, text)) return api::internal_error(*err);
   return api::Status::ok();
 }
 

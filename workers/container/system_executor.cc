@@ -1,6 +1,8 @@
-// The real Executor: fork + exec with argv vectors, no shell. Between fork and
-// exec the child only makes system calls (setns, unshare, sethostname, dup2,
-// chdir), all prepared before the fork, so it is safe in a threaded daemon.
+// The real Executor: argv vectors, no shell, every child started through
+// base::spawn (clean signal state, no inherited descriptors). A child that
+// joins namespaces takes the floor's fork + exec path, where it only makes
+// system calls (setns, unshare, sethostname), all prepared before the fork,
+// so it is safe in a threaded daemon.
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -13,23 +15,11 @@
 #include <sstream>
 #include <thread>
 
+#include "muster/api/base/process.h"
 #include "muster/workers/container/executor.h"
 
 namespace muster::workers::container {
 namespace {
-
-int decode_wait_status(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return -1;
-}
-
-std::vector<char*> c_argv(std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  for (auto& s : strings) out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
-}
 
 class SystemExecutor final : public Executor {
  public:
@@ -41,22 +31,16 @@ class SystemExecutor final : public Executor {
       result.output = std::string("pipe: ") + std::strerror(errno);
       return result;
     }
-    std::vector<std::string> args = argv;
-    std::vector<char*> cargs = c_argv(args);
-    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    pid_t pid = fork();
-    if (pid == 0) {
-      dup2(devnull, 0);
-      dup2(fds[1], 1);
-      dup2(fds[1], 2);
-      execvp(cargs[0], cargs.data());
-      _exit(127);
-    }
+    base::SpawnOptions o;
+    o.argv = argv;
+    o.output_fd = fds[1];
+    o.new_session = false;
+    auto spawned = base::spawn(o);
     close(fds[1]);
-    if (devnull >= 0) close(devnull);
-    if (pid < 0) {
+    if (spawned.failure) {
       close(fds[0]);
-      result.output = std::string("fork: ") + std::strerror(errno);
+      result.output = *spawned.failure;
+      result.exit_code = 127;
       return result;
     }
     char buf[4096];
@@ -65,21 +49,14 @@ class SystemExecutor final : public Executor {
       if (n > 0) result.output.append(buf, static_cast<size_t>(n));
     }
     close(fds[0]);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    result.exit_code = decode_wait_status(status);
+    result.exit_code = base::wait_exit(spawned.id.pid);
     return result;
   }
 
+  // fork + exec through the floor: the child joins the namespaces (all
+  // descriptors opened here, before the fork) and then starts clean.
   api::Result<pid_t> spawn(const SpawnSpec& spec) override {
     if (spec.argv.empty()) return api::invalid_argument("spawn: empty argv");
-    std::vector<std::string> args = spec.argv;
-    std::vector<char*> cargs = c_argv(args);
-    std::vector<std::string> env_strings;
-    for (const auto& [k, v] : spec.env) env_strings.push_back(k + "=" + v);
-    std::vector<char*> cenv = c_argv(env_strings);
-
     int netns_fd = -1;
     if (!spec.netns.empty()) {
       std::string path = "/run/netns/" + spec.netns;
@@ -96,48 +73,32 @@ class SystemExecutor final : public Executor {
         return api::internal_error("cannot open UTS namespace " + path + ": " + std::strerror(errno));
       }
     }
-    std::string log = spec.log_path.empty() ? std::string("/dev/null") : spec.log_path.string();
-    int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    std::string cwd = spec.cwd.string();
-    const std::string& hostname = spec.new_hostname;
-
-    pid_t pid = fork();
-    if (pid == 0) {
-      setpgid(0, 0);
-      if (netns_fd >= 0 && setns(netns_fd, CLONE_NEWNET) != 0) _exit(121);
-      if (uts_fd >= 0 && setns(uts_fd, CLONE_NEWUTS) != 0) _exit(122);
+    const std::string hostname = spec.new_hostname;
+    base::SpawnOptions o;
+    o.argv = spec.argv;
+    o.inherit_env = false;
+    o.env = spec.env;
+    o.cwd = spec.cwd;
+    o.output = spec.log_path.empty() ? std::filesystem::path("/dev/null") : spec.log_path;
+    o.new_session = false;
+    o.new_process_group = true;
+    o.child_setup = [netns_fd, uts_fd, &hostname]() -> int {
+      if (netns_fd >= 0 && setns(netns_fd, CLONE_NEWNET) != 0) return 121;
+      if (uts_fd >= 0 && setns(uts_fd, CLONE_NEWUTS) != 0) return 122;
       if (!hostname.empty()) {
-        if (unshare(CLONE_NEWUTS) != 0) _exit(123);
-        if (sethostname(hostname.data(), hostname.size()) != 0) _exit(124);
+        if (unshare(CLONE_NEWUTS) != 0) return 123;
+        if (sethostname(hostname.data(), hostname.size()) != 0) return 124;
       }
-      if (devnull >= 0) dup2(devnull, 0);
-      if (log_fd >= 0) {
-        dup2(log_fd, 1);
-        dup2(log_fd, 2);
-      }
-      if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(125);
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      execve(cargs[0], cargs.data(), cenv.data());
-      _exit(127);
-    }
-    int saved_errno = errno;
-    for (int fd : {netns_fd, uts_fd, log_fd, devnull})
+      return 0;
+    };
+    auto spawned = base::spawn(o);
+    for (int fd : {netns_fd, uts_fd})
       if (fd >= 0) close(fd);
-    if (pid < 0) return api::internal_error(std::string("fork: ") + std::strerror(saved_errno));
-    setpgid(pid, pid);  // also from the parent, so kill_group works at once
-    return pid;
+    if (spawned.failure) return api::internal_error("spawn: " + *spawned.failure);
+    return spawned.id.pid;
   }
 
-  std::optional<int> try_wait(pid_t pid) override {
-    int status = 0;
-    pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) return decode_wait_status(status);
-    if (r < 0 && errno == ECHILD) return -1;  // not ours / already reaped
-    return std::nullopt;
-  }
+  std::optional<int> try_wait(pid_t pid) override { return base::try_reap(pid); }
 
   void kill_group(pid_t pgid, int signal) override {
     if (pgid > 1) ::kill(-pgid, signal);

@@ -8,14 +8,16 @@
 //   once the group is gone (or, at worst, 2 s after SIGKILL).
 // - poll(): reaps with waitpid(WNOHANG); 128+signal when killed. A reaper
 //   thread also reaps every 200 ms, so finished agents never stay zombies.
+// - Every agent is known by its base::ProcessId {pid, start time}; stop()
+//   signals its group only while that identity holds (or the group outlives
+//   its leader), never a process group that reused the number.
 // - Agents outlive the daemon by default so that a restarted daemon adopts
 //   them (they keep heartbeating); --backend-opt stop_on_shutdown=1 ends them
-//   at shutdown instead. Workers of an earlier daemon are unknown here: poll()
-//   says kUnknown and stop() is a no-op (their agents learn of the stop from
-//   the heartbeat reply).
+//   at shutdown instead. process_identity() is what the registry persists;
+//   adopt() hands it back after a restart, so poll() and stop() reach the
+//   earlier daemon's agents too (poll(): running while the identity holds,
+//   else exited with code -1, as the exit code is not ours to read).
 #pragma once
-
-#include <sys/types.h>
 
 #include <condition_variable>
 #include <map>
@@ -24,6 +26,7 @@
 #include <optional>
 #include <string>
 
+#include "muster/api/base/process.h"
 #include "muster/workers/backend.h"
 
 namespace muster::workers::local {
@@ -42,14 +45,16 @@ class LocalBackend final : public Backend {
   api::Status launch(const std::vector<LaunchSpec>& specs) override;
   api::Status stop(const std::string& worker_id, std::chrono::milliseconds grace) override;
   ProcessStatus poll(const std::string& worker_id) override;
+  std::string process_identity(const std::string& worker_id) override;
+  void adopt(const std::string& worker_id, const std::string& identity) override;
   void shutdown() override;
 
  private:
   struct Child {
-    pid_t pid = -1;  // also the process group id
-    std::optional<int> exit_code;  // set once reaped
+    base::ProcessId id;            // the agent; its pid is also the group id
+    bool ours = true;              // our child (reaped here), or adopted
+    std::optional<int> exit_code;  // set once it ended
   };
-  api::Result<pid_t> spawn(const LaunchSpec& spec);
   // waitpid(WNOHANG) on the leader; call with mu_ held.
   void reap_locked(Child& child);
   bool group_alive(const std::string& worker_id);

@@ -390,13 +390,4 @@ std::unique_ptr<Connector> make_libssh2_connector(const ConnectOptions& options)
   return std::make_unique<Libssh2Connector>(options);
 }
 
-std::string shell_quote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
-  }
-  return out + "'";
-}
-
 }  // namespace muster::workers::ssh

@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "muster/api/base/shell_quote.h"
 #include "muster/api/status.h"
 #include "muster/workers/ssh/inventory.h"
 
@@ -76,7 +77,7 @@ class Connector {
 
 std::unique_ptr<Connector> make_libssh2_connector(const ConnectOptions& options);
 
-// 'text' quoted for a POSIX shell.
-std::string shell_quote(const std::string& text);
+// Remote commands are quoted with the floor's one set of rules.
+using base::shell_quote;
 
 }  // namespace muster::workers::ssh

@@ -197,8 +197,10 @@ std::string SshBackend::remote_command(const LaunchSpec& spec, const std::string
                                        const std::map<std::string, std::string>& env) {
   std::string cmd = "echo muster-pgid $$; ";
   if (!spec.working_dir.empty())
-    cmd += "cd " + shell_quote(spec.working_dir.string()) + " || { echo \"muster: no directory " +
-           spec.working_dir.string() + " on $(hostname)\" >&2; exit 126; }; ";
+    // The directory is a shell word everywhere it appears (also in the
+    // message), so a name like "$(reboot)" stays a name.
+    cmd += "cd " + shell_quote(spec.working_dir.string()) + " || { printf 'muster: no directory %s on %s\\n' " +
+           shell_quote(spec.working_dir.string()) + " \"$(hostname)\" >&2; exit 126; }; ";
   cmd += "exec 2>&1; exec env";
   for (const auto& [k, v] : env) cmd += " " + shell_quote(k + "=" + v);
   cmd += " " + shell_quote(agent_path);

@@ -1,0 +1,5 @@
+# api/base/ (the floor): atomic files, processes, shell quoting. Real files
+# and real processes, but each test takes well under a second.
+muster_gtest(base_atomic_file_test SOURCES base_atomic_file_test.cc DEPS muster_base LABEL unit TIMEOUT 60)
+muster_gtest(base_process_test SOURCES base_process_test.cc DEPS muster_base LABEL unit TIMEOUT 60)
+muster_gtest(base_shell_quote_test SOURCES base_shell_quote_test.cc DEPS muster_base LABEL unit TIMEOUT 60)

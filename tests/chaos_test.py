@@ -1,0 +1,252 @@
+"""Chaos (issue 12 part 5): kill -9 musterd (local backend, fixed port and
+state dir) in the middle of a 64-worker launch, during a running mpi cluster
+(mpirun with 2 sleeping ranks) and during a running ps cluster (1 ps + 2
+workers), restart it on the same state dir and port, and check what a user
+would: every record is back with a truthful status, running workers were
+adopted (they keep running and reporting, and a stop through the new daemon
+reaches them), the interrupted cluster's mpirun and ranks are gone (nothing
+of the old process groups or sessions survives, checked in /proc), and the
+port binds again.
+"""
+import os
+import signal
+import socket
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from sdk_daemon import Daemon, kill_processes_with_env  # noqa: E402
+
+from muster.client import Client  # noqa: E402
+
+SLEEPER = "import time\ntime.sleep(600)\n"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def environ_of(pid):
+    try:
+        with open("/proc/%s/environ" % pid, "rb") as f:
+            entries = f.read().split(b"\0")
+    except OSError:
+        return {}
+    out = {}
+    for e in entries:
+        k, sep, v = e.partition(b"=")
+        if sep:
+            out[k.decode(errors="replace")] = v.decode(errors="replace")
+    return out
+
+
+def stat_of(pid):
+    """(state, pgrp, session, start time) of a live process, or None."""
+    try:
+        with open("/proc/%s/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[2]), int(fields[3]), int(fields[19])
+
+
+def identity(pid):
+    s = stat_of(pid)
+    return (int(pid), s[3]) if s and s[0] != "Z" else None
+
+
+def alive(ident):
+    s = stat_of(ident[0])
+    return s is not None and s[0] != "Z" and s[3] == ident[1]
+
+
+def processes(**env):
+    """Live pids whose environment holds every NAME=value of `env` (value None: NAME is set)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        e = environ_of(pid)
+        if all((k in e) if v is None else e.get(k) == v for k, v in env.items()):
+            s = stat_of(pid)
+            if s and s[0] != "Z":
+                out.append(int(pid))
+    return out
+
+
+def agents(url):
+    """worker id -> pid of every live agent of the daemon at `url` (scripts carry no token)."""
+    out = {}
+    for p in processes(MUSTER_URL=url, MUSTER_AGENT_TOKEN=None, MUSTER_WORKER_ID=None):
+        wid = environ_of(p).get("MUSTER_WORKER_ID")  # the process may have ended meanwhile
+        if wid:
+            out[wid] = p
+    return out
+
+
+def wait_for(what, predicate, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("timed out after %s s waiting for %s" % (timeout, what))
+
+
+def port_binds(port):
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            s.listen(1)
+            return True
+        except OSError:
+            return False
+
+
+@pytest.fixture
+def chaos(tmp_path):
+    """Starts daemons on one fixed port and state dir; kills whatever they left at the end."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "sleeper.py").write_text(SLEEPER)
+    state = tmp_path / "state"
+    port = free_port()
+    started = []
+
+    def start(extra=()):
+        d = Daemon(project, state, extra_args=["--heartbeat-interval", "0.5", "--heartbeat-timeout", "4",
+                                               "--startup-timeout", "8", "--stop-grace", "1"] + list(extra),
+                   listen="127.0.0.1:%d" % port)
+        d.start()
+        started.append(d)
+        return d
+
+    def kill9(d):
+        os.kill(d.proc.pid, signal.SIGKILL)  # the daemon only: its children live on, as after a crash
+        d.proc.wait(10)
+        d.proc = None
+
+    yield start, kill9, port
+    for d in started:
+        d.stop()
+    if started and started[0].url:
+        kill_processes_with_env("MUSTER_URL=" + started[0].url, str(state))
+
+
+def test_kill9_during_a_64_worker_launch(chaos):
+    start, kill9, port = chaos
+    d = start(["--max-workers", "64"])
+    url = d.url
+    client = Client(d.url, d.token, timeout_seconds=60)
+    errors = []
+
+    def launch():
+        try:
+            client.launch_workers(n=64, cpu=0.1, memory=0.1, code=SLEEPER)
+        except Exception as e:  # noqa: BLE001 - the daemon dies under it
+            errors.append(e)
+
+    t = threading.Thread(target=launch)
+    t.start()
+    wait_for("the first agent", lambda: agents(url), 20)
+    kill9(d)
+    t.join(30)
+    assert port_binds(port), "an agent holds the killed daemon's port"
+
+    d2 = start(["--max-workers", "64"])
+    assert d2.url == url
+    c2 = Client(d2.url, d2.token)
+    # Agents that were started re-register and are adopted; records whose
+    # agent never started time out. Nothing stays "starting".
+    def settled():
+        ws = c2.list_workers()
+        return (ws,) if all(w["status"] != "starting" for w in ws) else None
+
+    (workers,) = wait_for("every record to settle", settled, 25)
+    assert len(workers) in (0, 64), "a launch is one transaction: %d records" % len(workers)
+    running = {w["id"] for w in workers if w["status"] == "running"}
+    for w in workers:
+        assert w["status"] in ("running", "timedout"), w
+        if w["status"] == "timedout":
+            assert "did not register" in w["reason"], w
+    assert running == set(agents(url)), "running records and live agents differ"
+    # Adopted workers keep reporting: still running after a heartbeat timeout.
+    time.sleep(4.5)
+    assert {w["id"] for w in c2.list_workers() if w["status"] == "running"} == running
+    # The new daemon reaches the old daemon's agents.
+    c2.stop_workers()
+    wait_for("every agent to end", lambda: not agents(url), 15)
+
+
+def test_kill9_during_a_running_mpi_cluster(chaos):
+    start, kill9, port = chaos
+    d = start()
+    client = Client(d.url, d.token, timeout_seconds=60)
+    cluster = client.horovodrun(2, "sleeper.py", slots=1, cpu=0.1, memory=0.1, launch=True)
+    cid = cluster["id"]
+    ranks = wait_for("2 ranks", lambda: (lambda p: p if len(p) == 2 else None)(
+        processes(MUSTER_CLUSTER_ID=cid, OMPI_COMM_WORLD_RANK=None)), 30)
+    mpirun = [p for p in processes(MUSTER_CLUSTER_ID=cid)
+              if os.path.basename(os.readlink("/proc/%d/exe" % p)).startswith(("mpirun", "orterun", "prterun"))]
+    assert len(mpirun) == 1, mpirun
+    # The launcher starts clean: nothing blocked, and none of the daemon's sockets.
+    with open("/proc/%d/status" % mpirun[0]) as f:
+        sigblk = [line.split()[1] for line in f if line.startswith("SigBlk:")][0]
+    assert int(sigblk, 16) == 0, "mpirun inherited blocked signals: " + sigblk
+    old = [identity(p) for p in ranks + mpirun]
+    old_session = stat_of(mpirun[0])[2]
+    workers = [t for t in cluster["workers"]["worker"]]
+
+    kill9(d)
+    assert all(alive(i) for i in old), "mpirun should outlive a daemon killed with -9"
+    assert port_binds(port), "mpirun holds the killed daemon's port"
+
+    d2 = start()
+    c2 = Client(d2.url, d2.token)
+    after = c2.get_cluster(cid)
+    assert after["status"] == "failed", after
+    assert "daemon restarted" in after["reason"] and "mpirun" in after["reason"], after["reason"]
+    wait_for("mpirun and its ranks to end", lambda: not any(alive(i) for i in old), 10)
+    leftovers = [p for p in os.listdir("/proc") if p.isdigit() and (stat_of(p) or ("Z", 0, 0, 0))[0] != "Z"
+                 and stat_of(p)[2] == old_session]
+    assert not leftovers, "processes of mpirun's session survived: %s" % leftovers
+    for wid in workers:
+        assert c2.get_worker(wid)["status"] == "stopped"
+    wait_for("the cluster's agents to end", lambda: not processes(MUSTER_CLUSTER_ID=cid), 10)
+
+
+def test_kill9_during_a_running_ps_cluster(chaos):
+    start, kill9, port = chaos
+    d = start()
+    client = Client(d.url, d.token, timeout_seconds=60)
+    spec, _ = client.run_cluster(n_workers=2, n_ps=1, cpu=0.1, memory=0.1, ps_script="sleeper.py",
+                                 timeout_seconds=30)
+    assert len(spec["ps"]) == 1 and len(spec["worker"]) == 2
+    cluster = max(client.list_clusters(), key=lambda c: c["created_at"])
+    cid = cluster["id"]
+    tasks = cluster["workers"]["ps"] + cluster["workers"]["worker"]
+    scripts = wait_for("3 task scripts", lambda: (lambda p: p if len(p) >= 3 else None)(
+        [p for p in processes(MUSTER_CLUSTER_ID=cid, TF_CONFIG=None) if "MUSTER_AGENT_TOKEN" not in environ_of(p)]), 20)
+    old = [identity(p) for p in scripts]
+
+    kill9(d)
+    assert all(alive(i) for i in old)
+    assert port_binds(port)
+
+    d2 = start()
+    c2 = Client(d2.url, d2.token)
+    after = c2.get_cluster(cid)
+    assert after["status"] == "failed" and "daemon restarted" in after["reason"], after
+    for wid in tasks:
+        assert c2.get_worker(wid)["status"] == "stopped", c2.get_worker(wid)
+    wait_for("every task's agent and script to end",
+             lambda: not processes(MUSTER_CLUSTER_ID=cid) and not any(alive(i) for i in old), 10)
+    assert len(c2.list_workers()) == 3
