@@ -1,8 +1,6 @@
 #include "muster/workers/slurm/slurm_backend.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cctype>
 #include <cmath>
@@ -11,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "muster/api/base/atomic_file.h"
+#include "muster/api/base/shell_quote.h"
 #include "muster/workers/slurm/job_state.h"
 
 namespace muster::workers::slurm {
@@ -18,12 +18,6 @@ namespace muster::workers::slurm {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string sh_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 bool valid_env_name(const std::string& name) {
   if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
@@ -33,31 +27,9 @@ bool valid_env_name(const std::string& name) {
   return true;
 }
 
-// Writes `text` to `path` with `mode`: temp file, fsync, rename, fsync dir.
+// Writes `text` to `path` durably (api/base/atomic_file.h).
 api::Status write_durably(const fs::path& path, const std::string& text, mode_t mode) {
-  const fs::path tmp = path.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) return api::internal_error("cannot write " + tmp.string() + ": " + std::strerror(errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ::close(fd);
-      return api::internal_error("cannot write " + tmp.string() + ": " + std::strerror(errno));
-    }
-    done += static_cast<size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  if (!synced || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    return api::internal_error("cannot write " + path.string() + ": " + std::strerror(errno));
-  }
-  const int dir = ::open(path.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
+  if (auto err = base::write_file_atomically(path, text, {mode})) return api::internal_error(*err);
   return api::Status::ok();
 }
 
@@ -72,9 +44,9 @@ bool node_failed(const std::vector<std::string>& flags) {
 
 std::string batch_script(const LaunchSpec& spec) {
   std::string s = "#!/bin/sh\n# musterd: worker " + spec.worker_id + " as a Slurm batch job; the agent runs the worker's script.\n";
-  for (const auto& [k, v] : spec.env) s += "export " + k + "=" + sh_quote(v) + "\n";
+  for (const auto& [k, v] : spec.env) s += "export " + k + "=" + base::shell_quote(v) + "\n";
   s += "exec";
-  for (const auto& a : spec.agent_argv) s += " " + sh_quote(a);
+  for (const auto& a : spec.agent_argv) s += " " + base::shell_quote(a);
   return s + "\n";
 }
 
