@@ -14,6 +14,7 @@ packages=(
   python3 python3-pytest
   dataset-fashion-mnist
   iperf3 iproute2 openssh-server openssh-client procps psmisc
+  chromium chromium-driver python3-selenium prometheus
 )
 
 missing=()

@@ -128,6 +128,19 @@ void ClusterManager::loop() {
 
 void ClusterManager::persist_locked(const Entry& e) {
   if (store_) (void)store_->put(e.cluster.id, e.seq, e.cluster.to_record());
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  for (const auto& [handle, l] : listeners_) l(e.cluster);
+}
+
+int ClusterManager::subscribe(Listener listener) {
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  listeners_[next_listener_] = std::move(listener);
+  return next_listener_++;
+}
+
+void ClusterManager::unsubscribe(int handle) {
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  listeners_.erase(handle);
 }
 
 api::Status ClusterManager::restore() {
@@ -567,6 +580,15 @@ api::Status ClusterManager::rendezvous_mpi(const std::string& id, const std::vec
     spec.argv = mpirun;
     spec.env = r.env;
     spec.env["MUSTER_CLUSTER_ID"] = id;
+    // Rank 0 reports training metrics as the first worker (its metrics
+    // token, never its agent's); Open MPI forwards these to every rank
+    // without putting them on the shown mpirun line (a user may run it).
+    if (auto token = registry_.metrics_token(workers.front().id); !token.empty()) {
+      spec.env["MUSTER_URL"] = registry_.agent_url();
+      spec.env["MUSTER_WORKER_ID"] = workers.front().id;
+      spec.env["MUSTER_METRICS_TOKEN"] = token;
+      spec.env["OMPI_MCA_mca_base_env_list"] = "MUSTER_URL;MUSTER_WORKER_ID;MUSTER_METRICS_TOKEN";
+    }
     spec.working_dir = options_.validation.project_dir;
     spec.log_path = dir / "launcher.log";
     auto started = launcher_->start(spec);

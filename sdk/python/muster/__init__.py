@@ -15,6 +15,7 @@ muster.config) and raises muster.MusterError on any error. Use muster.Client
 for an explicit URL and token.
 """
 from . import clusters as _clusters
+from . import metrics  # noqa: F401 - muster.metrics.report(...) for training scripts
 from .client import Client
 from .config import discover, state_dir
 from .errors import ClusterFailed, MusterError
