@@ -581,13 +581,16 @@ api::Status ClusterManager::rendezvous_mpi(const std::string& id, const std::vec
     spec.env = r.env;
     spec.env["MUSTER_CLUSTER_ID"] = id;
     // Rank 0 reports training metrics as the first worker (its metrics
-    // token, never its agent's); Open MPI forwards these to every rank
-    // without putting them on the shown mpirun line (a user may run it).
+    // token, never its agent's). The launched line forwards them with -x;
+    // the shown line stays without (a user may run it by hand, where they
+    // are not set). Open MPI refuses mca_base_env_list beside -x.
     if (auto token = registry_.metrics_token(workers.front().id); !token.empty()) {
       spec.env["MUSTER_URL"] = registry_.agent_url();
       spec.env["MUSTER_WORKER_ID"] = workers.front().id;
       spec.env["MUSTER_METRICS_TOKEN"] = token;
-      spec.env["OMPI_MCA_mca_base_env_list"] = "MUSTER_URL;MUSTER_WORKER_ID;MUSTER_METRICS_TOKEN";
+      const std::vector<std::string> forward = {"-x", "MUSTER_URL", "-x", "MUSTER_WORKER_ID", "-x",
+                                                "MUSTER_METRICS_TOKEN"};
+      spec.argv.insert(spec.argv.begin() + 1, forward.begin(), forward.end());
     }
     spec.working_dir = options_.validation.project_dir;
     spec.log_path = dir / "launcher.log";

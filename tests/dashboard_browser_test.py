@@ -60,9 +60,17 @@ def find(driver, css, timeout=10):
 
 
 def row_status(driver, worker_id):
-    from selenium.webdriver.common.by import By
-    rows = driver.find_elements(By.CSS_SELECTOR, 'tr[data-id="%s"] .status' % worker_id)
-    return rows[0].text if rows else None
+    """The status shown in the worker's row (read in one script: the table re-renders on events)."""
+    return driver.execute_script(
+        "const e = document.querySelector('tr[data-id=\"' + arguments[0] + '\"] .status');"
+        "return e ? e.textContent : null;", worker_id)
+
+
+def click(driver, css):
+    """Clicks in one script, so a re-render between finding and clicking cannot stale the element."""
+    wait_for(lambda: driver.execute_script(
+        "const e = document.querySelector(arguments[0]); if (!e) return false; e.click(); return true;", css),
+        what=css)
 
 
 def test_login_live_workers_stop_and_log(daemon, browser, client):
@@ -85,7 +93,9 @@ def test_login_live_workers_stop_and_log(daemon, browser, client):
     assert d.execute_script("return window.__same_page") == marker
 
     # Stop one from the page: confirm, then the row turns stopped.
-    d.find_element(By.CSS_SELECTOR, 'tr[data-id="%s"] button.stop' % workers[0]["id"]).click()
+    # confirm() blocks the page's script, so the click runs from a timer.
+    d.execute_script("setTimeout(() => document.querySelector(arguments[0]).click(), 0)",
+                     'tr[data-id="%s"] button.stop' % workers[0]["id"])
     alert = wait_for(lambda: _alert(d), what="the confirmation")
     assert workers[0]["id"] in alert.text
     alert.accept()
@@ -102,7 +112,7 @@ def test_login_live_workers_stop_and_log(daemon, browser, client):
     # A worker's page follows its log; markup in it is text.
     [evil] = client.launch_workers(n=1, cpu=0.1, memory=0.1, script="evil_log.py")
     wait_for(lambda: row_status(d, evil["id"]) == "running", timeout=15, what="evil worker")
-    d.find_element(By.CSS_SELECTOR, 'tr[data-id="%s"] a.worker-link' % evil["id"]).click()
+    click(d, 'tr[data-id="%s"] a.worker-link' % evil["id"])
     log = find(d, "#log")
     wait_for(lambda: "<script>window.__pwned = 1</script>" in log.text, timeout=15, what="the log line")
     assert "<b id='injected'>bold</b> & done" in log.text
@@ -129,8 +139,7 @@ def test_mpi_cluster_page_shows_launch_line_and_a_live_loss_curve(daemon, browse
               "--epochs", "2", "--log-every", "10", "--threads", "1"],
         env={"FASHION_MNIST": program}, launch=True, timeout_seconds=60)
     d.get(daemon.url + "/#/clusters")
-    link = find(d, 'a.cluster-link[href="#/clusters/%s"]' % cluster["id"])
-    link.click()
+    click(d, 'a.cluster-link[href="#/clusters/%s"]' % cluster["id"])
     line = find(d, "#cmd-horovodrun", timeout=30)
     assert line.text.startswith("horovodrun -np 2 -H ") and "train.sh" in line.text
     assert find(d, "#cmd-mpirun").text.startswith("mpirun ")
