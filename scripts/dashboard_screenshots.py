@@ -11,7 +11,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "sdk", "python")]
-os.environ.setdefault("MUSTER_BINARY_DIR", sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build"))
+os.environ["MUSTER_BINARY_DIR"] = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build"))
 
 import muster  # noqa: E402
 from dashboard_browser import Browser  # noqa: E402
@@ -35,8 +35,8 @@ def main():
         c.launch_workers(n=1, cpu=1, memory=2, script="fail.py")
         cluster = c.create_cluster(
             mode="mpi", n_workers=2, slots=1, cpu=1, memory=2, worker_script="train.sh",
-            args=["--data-dir", "/usr/share/datasets/fashion-mnist", "--model", "mlp", "--limit", "20000",
-                  "--test-limit", "2000", "--epochs", "3", "--log-every", "20", "--threads", "1"],
+            args=["--data-dir", "/usr/share/datasets/fashion-mnist", "--model", "mlp", "--limit", "12000",
+                  "--test-limit", "2000", "--epochs", "2", "--log-every", "10", "--threads", "1"],
             env={"FASHION_MNIST": os.path.join(binary_dir(), "bin", "fashion_mnist")}, launch=True)
         time.sleep(2)
         c.stop_workers(workers[2]["id"])
@@ -44,6 +44,7 @@ def main():
         b.driver.get(url)
         time.sleep(3)
         b.driver.save_screenshot(os.path.join(ROOT, "docs", "dashboard-workers.png"))
+        b.driver.set_window_size(1400, 1900)
         b.driver.get(d.url + "/#/clusters/" + cluster["id"])
         wait_for(lambda: c.get_cluster(cluster["id"])["status"] != "running", timeout=300, interval=1,
                  what="the training to end")
