@@ -232,3 +232,21 @@ def test_metrics_is_prometheus_text_with_cookie_or_bearer(daemon, client, http):
     cookie, _ = login(http, daemon.token)
     assert http.request("GET", "/metrics", headers={"Cookie": cookie})[0] == 200
     client.stop_workers(w["id"])
+
+
+def test_dashboard_dir_overrides_where_the_page_comes_from(tmp_path):
+    (tmp_path / "project").mkdir()
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "index.html").write_text("<!doctype html><p>custom page</p>")
+    (files / "app.js").write_text("// custom")
+    d = Daemon(tmp_path / "project", tmp_path / "state", extra_args=["--dashboard-dir", str(files)])
+    d.start()
+    try:
+        http = Http(d.url)
+        status, headers, body, _ = http.request("GET", "/")
+        assert status == 200 and "custom page" in body and "default-src 'self'" in headers["content-security-policy"]
+        assert http.request("GET", "/static/app.js")[2] == "// custom"
+        assert http.request("GET", "/static/style.css")[0] == 404
+    finally:
+        d.stop()
