@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <regex>
+#include <thread>
 
 #include "muster/service/auth.h"
 #include "muster/service/dashboard/event_hub.h"
@@ -258,4 +259,37 @@ TEST(EventHub, SnapshotThenEventsAndAStreamLimit) {
   EXPECT_EQ(hub.open().http_status, 503);
   s->close();
   EXPECT_TRUE(hub.open().stream);  // a closed stream frees its place
+}
+
+TEST(EventHub, HeartbeatsKeepStreamsAliveAndForgetClosedOnes) {
+  EventHubOptions o;
+  o.max_streams = 2;
+  o.heartbeat = std::chrono::milliseconds(20);
+  EventHub hub(o, [] { return json::object(); });
+  auto a = std::make_shared<FakeStream>(), b = std::make_shared<FakeStream>();
+  hub.open().stream(a);
+  hub.open().stream(b);
+  b->close();
+  for (int i = 0; i < 200 && a->text.find(": heartbeat\n\n") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_NE(a->text.find(": heartbeat\n\n"), std::string::npos);
+  EXPECT_EQ(hub.stream_count(), 1u);
+}
+
+TEST(EventHub, EventsPublishedWhileTheSnapshotIsTakenFollowIt) {
+  EventHub* self = nullptr;
+  EventHub hub({}, [&self] {
+    // A change lands while the snapshot is being built.
+    self->publish("worker", {{"id", "during"}});
+    return json{{"workers", json::array()}};
+  });
+  self = &hub;
+  auto s = std::make_shared<FakeStream>();
+  hub.open().stream(s);
+  const auto snapshot = s->text.find("event: snapshot");
+  const auto during = s->text.find("\"during\"");
+  ASSERT_NE(snapshot, std::string::npos);
+  ASSERT_NE(during, std::string::npos) << s->text;
+  EXPECT_LT(snapshot, during);
 }
