@@ -295,6 +295,7 @@ int main(int argc, char** argv) {
   server->stop();
   clusters.reset();  // ends cluster launchers (mpirun) before the backend goes
   backend.value()->shutdown();
+  registry.reset();  // while the EventHub and metrics its listeners publish to still exist
   fs::remove(state / "musterd.json", ec);
   fs::remove(state / "dashboard.url", ec);
   return 0;
