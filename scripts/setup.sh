@@ -21,6 +21,8 @@ packages=(
   slurm-wlm munge                              # the Slurm backend's tests run a real Slurm
   clang libfuzzer-14-dev libclang-rt-14-dev   # tests/fuzz: libFuzzer + ASan/UBSan runtimes
   wrk                                          # bench/api: load against musterd's REST API
+  chromium chromium-driver python3-selenium   # the dashboard's tests drive a real browser
+  prometheus                                   # ... and a real Prometheus scrapes /metrics
 )
 
 missing=()

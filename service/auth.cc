@@ -8,6 +8,8 @@
 #include <fstream>
 #include <system_error>
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/rand.h>
 
 #include "muster/api/base/atomic_file.h"
@@ -49,6 +51,21 @@ api::Result<std::string> load_or_create_token(const std::filesystem::path& state
   return token;
 }
 
+std::string metrics_token(const std::string& daemon_token, const std::string& worker_id) {
+  const std::string message = "metrics:" + worker_id;
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), daemon_token.data(), static_cast<int>(daemon_token.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &len);
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out.push_back(kHex[mac[i] >> 4]);
+    out.push_back(kHex[mac[i] & 15]);
+  }
+  return out;
+}
+
 bool tokens_equal(const std::string& a, const std::string& b) {
   if (a.size() != b.size()) return false;
   unsigned char diff = 0;
@@ -65,6 +82,9 @@ api::Status Authenticator::check(AuthKind kind, const std::string& authorization
                        "missing 'Authorization: Bearer <token>' header (the token is in <state-dir>/token)");
   }
   const std::string token = authorization.substr(kPrefix.size());
+  if (kind == AuthKind::kReport && !worker_id.empty() && tokens_equal(token, metrics_token(daemon_token_, worker_id))) {
+    return api::Status::ok();
+  }
   const bool is_daemon = tokens_equal(token, daemon_token_);
   const auto agent_worker = is_daemon ? std::nullopt : lookup_(token);
   if (!is_daemon && !agent_worker) {
@@ -81,8 +101,19 @@ api::Status Authenticator::check(AuthKind kind, const std::string& authorization
 }
 
 api::Status Authenticator::check(AuthKind kind, const std::map<std::string, std::string>& headers,
-                                 const std::string& /*method*/, const std::string& worker_id) const {
+                                 const std::string& method, const std::string& worker_id) const {
   const auto it = headers.find("authorization");
+  const auto cookie = headers.find("cookie");
+  if (it == headers.end() && kind == AuthKind::kUser && sessions_ && cookie != headers.end()) {
+    if (auto csrf = sessions_(cookie->second)) {
+      if (method == "GET" || method == "HEAD") return api::Status::ok();
+      const auto sent = headers.find("x-csrf-token");
+      if (sent != headers.end() && tokens_equal(sent->second, *csrf)) return api::Status::ok();
+      return api::Status(api::ErrorCode::kPermissionDenied,
+                         "a request authenticated by the session cookie must carry the session's X-CSRF-Token "
+                         "header (GET /api/v1/session returns it)");
+    }
+  }
   return check(kind, it == headers.end() ? std::string() : it->second, worker_id);
 }
 

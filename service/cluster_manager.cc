@@ -146,13 +146,27 @@ void ClusterManager::loop() {
 }
 
 void ClusterManager::persist_locked(const Entry& e) {
-  if (!store_) return;
   // Cluster changes follow events that already happened (a task ended, a
   // launcher started); a write that fails cannot undo them, so it is logged
   // loudly and the record is written again with the next change.
-  if (auto s = store_->put(e.cluster.id, e.seq, e.cluster.to_record()); !s) {
-    spdlog::error("cluster {}: {}", e.cluster.id, s.message());
+  if (store_) {
+    if (auto s = store_->put(e.cluster.id, e.seq, e.cluster.to_record()); !s) {
+      spdlog::error("cluster {}: {}", e.cluster.id, s.message());
+    }
   }
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  for (const auto& [handle, l] : listeners_) l(e.cluster);
+}
+
+int ClusterManager::subscribe(Listener listener) {
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  listeners_[next_listener_] = std::move(listener);
+  return next_listener_++;
+}
+
+void ClusterManager::unsubscribe(int handle) {
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  listeners_.erase(handle);
 }
 
 api::Status ClusterManager::restore() {
@@ -649,6 +663,18 @@ api::Status ClusterManager::rendezvous_mpi(const std::string& id, const std::vec
     spec.argv = mpirun;
     spec.env = r.env;
     spec.env["MUSTER_CLUSTER_ID"] = id;
+    // Rank 0 reports training metrics as the first worker (its metrics
+    // token, never its agent's). The launched line forwards them with -x;
+    // the shown line stays without (a user may run it by hand, where they
+    // are not set). Open MPI refuses mca_base_env_list beside -x.
+    if (auto token = registry_.metrics_token(workers.front().id); !token.empty()) {
+      spec.env["MUSTER_URL"] = registry_.agent_url();
+      spec.env["MUSTER_WORKER_ID"] = workers.front().id;
+      spec.env["MUSTER_METRICS_TOKEN"] = token;
+      const std::vector<std::string> forward = {"-x", "MUSTER_URL", "-x", "MUSTER_WORKER_ID", "-x",
+                                                "MUSTER_METRICS_TOKEN"};
+      spec.argv.insert(spec.argv.begin() + 1, forward.begin(), forward.end());
+    }
     spec.working_dir = options_.validation.project_dir;
     spec.log_path = dir / "launcher.log";
     auto started = launcher_->start(spec);

@@ -46,6 +46,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -112,6 +113,14 @@ class ClusterManager {
   // One pass over the active clusters (the manager thread calls it).
   void step();
 
+  // Called with the cluster on every change that is persisted (status,
+  // ClusterSpec, launch lines, reason). Listeners run under the manager's
+  // mutex: they must only copy or queue (the dashboard's EventHub writes to
+  // non-blocking streams), never call back into the manager.
+  using Listener = std::function<void(const Cluster&)>;
+  int subscribe(Listener listener);
+  void unsubscribe(int handle);
+
  private:
   struct Entry {
     Cluster cluster;
@@ -143,6 +152,10 @@ class ClusterManager {
   std::condition_variable ended_cv_;  // an `ending` cluster reached its status
   std::map<std::string, Entry> clusters_;
   uint64_t next_seq_ = 1;
+
+  std::mutex listeners_mu_;
+  std::map<int, Listener> listeners_;
+  int next_listener_ = 1;
 
   int subscription_ = 0;
   std::mutex wake_mu_;

@@ -28,6 +28,8 @@
 #include "muster/service/cluster_routes.h"
 #include "muster/service/clock.h"
 #include "muster/service/gpu_inventory.h"
+#include "muster/service/dashboard/dashboard_routes.h"
+#include "muster/service/metrics/training_routes.h"
 #include "muster/service/http_server.h"
 #include "muster/service/log_follower.h"
 #include "muster/service/registry.h"
@@ -55,6 +57,16 @@ bool write_daemon_file(const fs::path& state_dir, const std::string& url) {
   return true;
 }
 
+// <state-dir>/dashboard.url (0600: it holds the token), like Jupyter's
+// runtime files.
+bool write_dashboard_file(const fs::path& state_dir, const std::string& url) {
+  if (auto err = base::write_file_atomically(state_dir / "dashboard.url", url + "\n", {0600})) {
+    spdlog::error("{}", *err);
+    return false;
+  }
+  return true;
+}
+
 std::chrono::milliseconds seconds(double s) { return std::chrono::milliseconds(static_cast<long>(s * 1000)); }
 
 }  // namespace
@@ -72,6 +84,8 @@ int main(int argc, char** argv) {
   service::HttpServerOptions http;  // limits: docs/ARCHITECTURE.md, "Limits"
   double read_timeout = 10, idle_timeout = 60;
   std::string agent_path;
+  std::string dashboard_dir;
+  int max_event_streams = 32;
   std::string log_level = "info";
   std::optional<std::string> gpus_flag;
   size_t max_followers = 256;
@@ -97,6 +111,9 @@ int main(int argc, char** argv) {
   app.add_option("--http-handler-threads", http.handler_threads, "threads running request handlers")
       ->check(CLI::Range(1, 1024));
   app.add_option("--agent-path", agent_path, "the agent program (default: muster-agent beside musterd)");
+  app.add_option("--dashboard-dir", dashboard_dir, "the dashboard's files (default: installed beside musterd)");
+  app.add_option("--max-event-streams", max_event_streams, "open dashboard event streams (503 above)")
+      ->check(CLI::Range(1, 4096));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   app.add_option("--gpus", gpus_flag,
                  "GPU device indices of this host workers may reserve, e.g. 0,1 (\"\": none; "
@@ -180,11 +197,36 @@ int main(int argc, char** argv) {
   ropts.heartbeat_interval = seconds(heartbeat_interval);
   ropts.stop_grace = seconds(stop_grace);
   ropts.gpus = &gpus;
-  // The agent URL is fixed below, once the port is final.
+  // The dashboard, /metrics and the training curves (outlive the registry:
+  // its listeners publish to them).
+  service::DaemonMetrics metrics;
+  service::TrainingSeries training;
+  service::SessionOptions session_options;
+  session_options.cookie_name = "muster_session_" + std::to_string(http.port);
+  service::SessionStore sessions(session_options);
   std::unique_ptr<service::WorkerRegistry> registry;
+  std::unique_ptr<service::ClusterManager> clusters;  // watches the registry: destroyed before it
+  service::EventHubOptions hub_options;
+  hub_options.max_streams = static_cast<size_t>(max_event_streams);
+  service::EventHub events(hub_options, [&registry, &clusters] {
+    nlohmann::json workers = nlohmann::json::array(), list = nlohmann::json::array();
+    for (const auto& w : registry->list()) workers.push_back(api::to_json(w));
+    for (const auto& c : clusters->list()) list.push_back(c.to_json());
+    return nlohmann::json{{"workers", workers}, {"clusters", list}};
+  });
+  ropts.on_heartbeat_gap = [&metrics](double s) { metrics.observe_heartbeat_gap(s); };
+  ropts.metrics_token = [t = token.value()](const std::string& id) { return service::metrics_token(t, id); };
+  store.value()->set_write_observer([&metrics](double s) { metrics.observe_store_write(s); });
+  http.on_response = [&metrics](const std::string& method, const std::string& route, int status, double s) {
+    metrics.observe_request(method, route.empty() ? "(unmatched)" : route, status, s);
+  };
+  const fs::path dashboard_files = service::find_dashboard_dir(dashboard_dir);
+  if (!fs::exists(dashboard_files / "index.html", ec)) {
+    spdlog::warn("no dashboard files in {} (--dashboard-dir): GET / will answer 404", dashboard_files.string());
+  }
+  // The agent URL is fixed below, once the port is final.
   auto cluster_store = service::ClusterStore::open((state / "musterd.db").string());
   if (!cluster_store) return fail("state database", cluster_store.status());
-  std::unique_ptr<service::ClusterManager> clusters;  // watches the registry: destroyed before it
   // Asks the registry and clusters whether a followed log ended: destroyed before them.
   service::LogFollowerOptions follow_options;
   follow_options.max_followers = max_followers;
@@ -203,8 +245,34 @@ int main(int argc, char** argv) {
     clusters = service::start_clusters(router, *registry, cluster_store.value().get(), clock, state, project,
                                        max_workers, agent_path, follower.get());
     if (auto s = clusters->restore(); !s) return fail("restoring clusters", s);
+    registry->subscribe([&events, &metrics](const api::Worker& w) {
+      metrics.on_worker_change(w);
+      events.publish("worker", api::to_json(w));
+    });
+    clusters->subscribe([&events](const service::Cluster& c) { events.publish("cluster", c.to_json()); });
+    service::register_training_routes(
+        router, *registry, *clusters, training,
+        [&events](const std::string& worker, const std::optional<std::string>& cluster,
+                  const std::vector<service::TrainingPoint>& points) {
+          nlohmann::json arr = nlohmann::json::array();
+          for (const auto& p : points) arr.push_back(service::to_json(p));
+          events.publish("metrics", {{"worker", worker}, {"cluster", cluster ? nlohmann::json(*cluster) : nullptr},
+                                     {"points", arr}});
+        });
+    service::DaemonMetrics::Sources sources;
+    sources.backend = backend.value()->name();
+    sources.workers = [r = registry.get()] { return r->list(); };
+    sources.clusters = [c = clusters.get()] { return c->list(); };
+    sources.max_heartbeat_age = [r = registry.get()] { return r->max_heartbeat_age_seconds(); };
+    sources.training = &training;
+    service::register_dashboard_routes(router, {dashboard_files, token.value()}, sessions, events, metrics, sources);
     auth = std::make_unique<service::Authenticator>(
         token.value(), [r = registry.get()](const std::string& t) { return r->worker_for_agent_token(t); });
+    auth->set_sessions([&sessions](const std::string& cookie) -> std::optional<std::string> {
+      auto session = sessions.from_cookie_header(cookie);
+      if (!session) return std::nullopt;
+      return session->csrf_token;
+    });
     server = std::make_unique<service::HttpServer>(http, router, *auth);
     // 4. Listen.
     auto s = server->start();
@@ -221,6 +289,11 @@ int main(int argc, char** argv) {
       "http://" + (http.host == "0.0.0.0" ? std::string("127.0.0.1") : http.host) + ":" + std::to_string(http.port);
   if (!write_daemon_file(state, url)) spdlog::warn("cannot write {}/musterd.json", state.string());
   std::cout << "musterd listening on " << url << std::endl;
+  // Like Jupyter: the URL that logs the browser in (the token leaves the
+  // address bar at once, see service/dashboard/dashboard_routes.h).
+  const std::string dashboard_url = url + "/?token=" + token.value();
+  if (!write_dashboard_file(state, dashboard_url)) spdlog::warn("cannot write {}/dashboard.url", state.string());
+  std::cout << "musterd dashboard: " << dashboard_url << std::endl;
   spdlog::info("backend {} (workers reach the daemon at {}), project {}, state {}, GPUs [{}]",
                backend.value()->name(), ropts.agent_url, project.string(), state.string(),
                service::device_list(gpu_devices));
@@ -240,6 +313,8 @@ int main(int argc, char** argv) {
   follower.reset();  // asks nothing of the registry after this
   clusters.reset();  // ends cluster launchers (mpirun) before the backend goes
   backend.value()->shutdown();
+  registry.reset();  // while the EventHub and metrics its listeners publish to still exist
   fs::remove(state / "musterd.json", ec);
+  fs::remove(state / "dashboard.url", ec);
   return 0;
 }

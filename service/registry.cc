@@ -310,6 +310,7 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::launch(const LaunchBatch& 
       spec.env["MUSTER_URL"] = options_.agent_url;
       spec.env["MUSTER_WORKER_ID"] = r.worker.id;
       spec.env["MUSTER_AGENT_TOKEN"] = r.agent_token;
+      if (options_.metrics_token) spec.env["MUSTER_METRICS_TOKEN"] = options_.metrics_token(r.worker.id);
       spec.env["MUSTER_MASTER_IP"] = options_.master_ip;
       spec.env["MUSTER_PROJECT_DIR"] = options_.project_dir.string();
       spec.env["MUSTER_HEARTBEAT_S"] =
@@ -561,7 +562,9 @@ api::Status WorkerRegistry::agent_heartbeat(const std::string& id) {
     return api::conflict("worker " + id + " is " + api::worker_status_name(r.worker.status) +
                          "; the agent must stop its script and exit");
   }
-  r.last_heartbeat = clock_.now();
+  const auto now = clock_.now();
+  if (options_.on_heartbeat_gap) options_.on_heartbeat_gap(std::chrono::duration<double>(now - r.last_heartbeat).count());
+  r.last_heartbeat = now;
   return api::Status::ok();
 }
 
@@ -610,6 +613,17 @@ api::Status WorkerRegistry::agent_wait_release(const std::string& id, ReleaseCal
   }
   done(std::move(ready));
   return api::Status::ok();
+}
+
+double WorkerRegistry::max_heartbeat_age_seconds() const {
+  const auto now = clock_.now();
+  std::lock_guard<std::mutex> lock(mu_);
+  double out = 0;
+  for (const auto& [id, r] : records_) {
+    if (r.worker.status != WorkerStatus::kRunning) continue;
+    out = std::max(out, std::chrono::duration<double>(now - r.last_heartbeat).count());
+  }
+  return out;
 }
 
 std::optional<std::string> WorkerRegistry::worker_for_agent_token(const std::string& token) const {

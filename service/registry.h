@@ -60,6 +60,12 @@ struct RegistryOptions {
   std::chrono::milliseconds heartbeat_interval{2'000};
   std::chrono::milliseconds stop_grace{3'000};
   std::chrono::milliseconds release_poll{25'000};  // wait-release long-poll bound
+  // Called (under the registry's mutex: it must only record) with the time
+  // between two heartbeats of one worker, for /metrics.
+  std::function<void(double seconds)> on_heartbeat_gap;
+  // A worker's metrics token (service/auth.h), given to its script as
+  // MUSTER_METRICS_TOKEN; unset: none is given.
+  std::function<std::string(const std::string& worker_id)> metrics_token;
   // Stops caused by timeouts run on a registry thread (true) or inline in
   // tick() (false: unit tests with a fake backend).
   bool async_stops = true;
@@ -131,6 +137,14 @@ class WorkerRegistry {
   api::Status agent_exit(const std::string& id, int exit_code);
   api::Status agent_wait_release(const std::string& id, ReleaseCallback done);
   std::optional<std::string> worker_for_agent_token(const std::string& token) const;
+  // The daemon URL agents use, and a worker's metrics token (clusters hand
+  // both to mpirun's ranks so that rank 0 can report training metrics).
+  const std::string& agent_url() const { return options_.agent_url; }
+  std::string metrics_token(const std::string& id) const {
+    return options_.metrics_token ? options_.metrics_token(id) : std::string();
+  }
+  // Seconds since the least recent heartbeat of a running worker (0: none runs).
+  double max_heartbeat_age_seconds() const;
 
   // Clusters: hands a held worker its env and files.
   api::Status release(const std::string& id, Release release);

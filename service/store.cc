@@ -1,5 +1,7 @@
 #include "muster/service/store.h"
 
+#include <chrono>
+
 #include <sqlite3.h>
 
 namespace muster::service {
@@ -52,6 +54,13 @@ api::Status Store::exec(const std::string& sql) {
 // every row of the call or none, and the error names the table.
 api::Status Store::put(const std::vector<StoredRecord>& records) {
   if (records.empty()) return api::Status::ok();
+  const auto start = std::chrono::steady_clock::now();
+  auto s = put_unobserved(records);
+  if (write_observer_) write_observer_(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return s;
+}
+
+api::Status Store::put_unobserved(const std::vector<StoredRecord>& records) {
   std::lock_guard<std::mutex> lock(mu_);
   Statement st;
   const std::string sql = "INSERT OR REPLACE INTO " + table_ + " (id, seq, record) VALUES (?, ?, ?);";

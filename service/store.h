@@ -43,15 +43,19 @@ class Store {
   // read-only disk included) nothing of the call is written, and the error
   // names the table.
   api::Status put(const std::vector<StoredRecord>& records);
+  // Called with the seconds every put() took (for /metrics); set before use.
+  void set_write_observer(std::function<void(double seconds)> observer) { write_observer_ = std::move(observer); }
   api::Status remove(const std::vector<std::string>& ids);
   // Every record, in launch order; corrupt rows are skipped.
   api::Result<std::vector<StoredRecord>> load_all();
 
  private:
   Store(sqlite3* db, std::string table) : db_(db), table_(std::move(table)) {}
+  api::Status put_unobserved(const std::vector<StoredRecord>& records);
   api::Status exec(const std::string& sql);
   // BEGIN, body, COMMIT; ROLLBACK when the body or the COMMIT fails.
   api::Status in_transaction(const std::function<api::Status()>& body);
+  std::function<void(double)> write_observer_;
   api::Status error(const std::string& what) const;
   std::mutex mu_;
   sqlite3* db_;

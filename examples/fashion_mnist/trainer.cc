@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <ctime>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "muster/runtime/data/distributed_sampler.h"
 #include "muster/runtime/error.h"
 #include "muster/runtime/nn/model.h"
+#include "muster/runtime/report/metrics_reporter.h"
 
 namespace muster::examples::fashion_mnist {
 
@@ -78,6 +80,10 @@ TrainResult train(const TrainOptions& o, Mode& mode) {
   const int warmup_steps = o.warmup_steps >= 0 ? o.warmup_steps : static_cast<int>(steps_per_epoch);
 
   int64_t step = mode.start(*model, steps_per_epoch);
+  // Rank 0 / the chief reports its curves to musterd when it runs under it
+  // (MUSTER_URL etc. set); elsewhere the reporter does nothing.
+  auto reporter = mode.is_chief() ? runtime::report::MetricsReporter::from_env()
+                                  : std::make_unique<runtime::report::MetricsReporter>(runtime::report::ReporterOptions{});
   if (mode.is_chief()) {
     std::printf("mode=%s workers=%d model=%s params=%zu optimizer=%s lr=%g (x%d after %d warm-up steps) "
                 "batch=%d/worker train=%lld test=%lld steps/epoch=%lld start_step=%lld\n",
@@ -123,9 +129,15 @@ TrainResult train(const TrainOptions& o, Mode& mode) {
         my_images += window_images;
         result.final_loss = mean_loss;
         if (mode.is_chief()) {
+          const double lr = learning_rate(base_lr, mode.size(), warmup_steps, step - 1, schedule_steps);
           std::printf("epoch %lld step %lld loss %.4f lr %.4g images/s %.0f\n", static_cast<long long>(epoch + 1),
-                      static_cast<long long>(step), mean_loss,
-                      learning_rate(base_lr, mode.size(), warmup_steps, step - 1, schedule_steps), job_images / seconds);
+                      static_cast<long long>(step), mean_loss, lr, job_images / seconds);
+          runtime::report::Point point;
+          point.step = step;
+          point.loss = mean_loss;
+          point.lr = lr;
+          point.images_per_sec = job_images / seconds;
+          reporter->report(point);
           std::fflush(stdout);
         }
         window_loss = 0.0;
@@ -152,6 +164,12 @@ TrainResult train(const TrainOptions& o, Mode& mode) {
   result.images_per_cpu_sec = mode.shares_evaluation() ? mode.sum(mine) : mine * mode.size();
 
   if (o.evaluate) result.test_accuracy = evaluate(*model, test_set, mode);
+  if (o.evaluate && mode.is_chief()) {
+    runtime::report::Point point;
+    point.step = step;
+    point.accuracy = result.test_accuracy;
+    reporter->report(point);
+  }
   mode.finish(*model);
   if (mode.is_chief()) {
     std::printf("final images_per_sec=%.0f\n", result.images_per_sec);

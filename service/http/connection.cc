@@ -125,6 +125,7 @@ void Connection::read_header() {
   // 1.74 compares a length with an empty optional as "over the limit").
   header_parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
   request_ = Request{};
+  request_method_.clear();
   route_ = nullptr;
   keep_alive_ = true;
   stream_.expires_after(ctx_->options.read_timeout);
@@ -140,7 +141,9 @@ void Connection::on_header(beast::error_code ec) {
   }
   if (ec) return shutdown();  // timeout, the client left, or the server stops
   const auto& msg = header_parser_->get();
+  request_start_ = std::chrono::steady_clock::now();
   request_.method = std::string(msg.method_string());
+  request_method_ = request_.method;
   auto target = split_target(std::string_view(msg.target().data(), msg.target().size()));
   request_.path = std::move(target.path);
   request_.query = std::move(target.query);
@@ -230,6 +233,10 @@ void Connection::dispatch(const Route* route, Request request) {
 // e) The response.
 void Connection::respond(Response response) {
   if (closed_) return;
+  if (ctx_->options.on_response && !request_method_.empty()) {
+    ctx_->options.on_response(request_method_, route_ ? route_->pattern : std::string(), response.http_status,
+                              std::chrono::duration<double>(std::chrono::steady_clock::now() - request_start_).count());
+  }
   if (response.stream) return start_stream(std::move(response));
   auto res = std::make_shared<bhttp::response<bhttp::string_body>>();
   res->version(11);

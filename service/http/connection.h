@@ -23,6 +23,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -80,6 +81,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The request being read, and its route.
   Request request_;
   const Route* route_ = nullptr;
+  std::chrono::steady_clock::time_point request_start_;  // headers read (for on_response)
+  std::string request_method_;                           // "" until a request's headers are read
   bool keep_alive_ = true;
   // The response being written.
   std::string out_;

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <string>
 
 namespace muster::service {
@@ -34,6 +35,10 @@ struct HttpServerOptions {
   // than it is written; beyond it the stream is closed and the client
   // dropped.
   size_t max_stream_queue_bytes = 4 << 20;
+  // Called once per response (from an I/O thread; it must only record):
+  // the method, the matched route's pattern ("" when no route matched), the
+  // status code, and the seconds since the request's headers were read.
+  std::function<void(const std::string& method, const std::string& route, int status, double seconds)> on_response;
 };
 
 }  // namespace muster::service

@@ -17,6 +17,7 @@ for an explicit URL and token.
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
 
 from . import clusters as _clusters
+from . import metrics  # noqa: F401 - muster.metrics.report(...) for training scripts
 from .client import Args, Client, Cluster, Worker, WorkerRef
 from .clusters import ClusterResult
 from .config import discover, state_dir

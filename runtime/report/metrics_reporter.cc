@@ -1,0 +1,121 @@
+#include "muster/runtime/report/metrics_reporter.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace muster::runtime::report {
+
+namespace {
+void add_scalar(std::string& out, const char* name, const std::optional<double>& v) {
+  if (!v || !std::isfinite(*v)) return;  // the daemon rejects NaN and infinities
+  char buf[64];
+  std::snprintf(buf, sizeof buf, ",\"%s\":%.9g", name, *v);
+  out += buf;
+}
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+}  // namespace
+
+std::string points_json(const std::deque<std::pair<Point, double>>& points, size_t begin, size_t end) {
+  std::string out = "{\"points\":[";
+  for (size_t i = begin; i < end; ++i) {
+    const auto& [p, time] = points[i];
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s{\"step\":%lld,\"time\":%.3f", i == begin ? "" : ",",
+                  static_cast<long long>(p.step), time);
+    out += buf;
+    add_scalar(out, "loss", p.loss);
+    add_scalar(out, "images_per_sec", p.images_per_sec);
+    add_scalar(out, "lr", p.lr);
+    add_scalar(out, "accuracy", p.accuracy);
+    out += "}";
+  }
+  return out + "]}";
+}
+
+MetricsReporter::MetricsReporter(ReporterOptions options) : options_(std::move(options)) {
+  auto target = parse_http_url(options_.url);
+  enabled_ = target && !options_.worker_id.empty() && !options_.token.empty();
+  if (!enabled_) return;
+  target_ = *target;
+  thread_ = std::thread([this] { loop(); });
+}
+
+std::unique_ptr<MetricsReporter> MetricsReporter::from_env() {
+  ReporterOptions o;
+  o.url = env("MUSTER_URL");
+  o.worker_id = env("MUSTER_WORKER_ID");
+  o.token = env("MUSTER_METRICS_TOKEN");
+  if (o.token.empty()) o.token = env("MUSTER_AGENT_TOKEN");
+  return std::make_unique<MetricsReporter>(std::move(o));
+}
+
+MetricsReporter::~MetricsReporter() {
+  if (!enabled_) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    quit_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void MetricsReporter::report(const Point& point) {
+  if (!enabled_) return;
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (queue_.size() >= options_.max_queued) {
+    ++dropped_;
+    return;
+  }
+  queue_.emplace_back(point, now);
+}
+
+bool MetricsReporter::send_some(std::unique_lock<std::mutex>& lock) {
+  const size_t n = std::min(queue_.size(), options_.max_batch);
+  if (n == 0) return false;
+  const std::string body = points_json(queue_, 0, n);
+  lock.unlock();
+  const auto result = http_post_json(target_, "/api/v1/agent/workers/" + options_.worker_id + "/metrics",
+                                     options_.token, body, options_.timeout);
+  lock.lock();
+  // Sent or refused, the batch goes: a daemon that is down loses only it,
+  // and one that refuses it (400) would refuse it again.
+  queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
+  if (result.status >= 200 && result.status < 300) {
+    sent_ += n;
+  } else {
+    ++failed_;
+    dropped_ += n;
+  }
+  return true;
+}
+
+void MetricsReporter::loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!quit_) {
+    cv_.wait_for(lock, options_.interval, [this] { return quit_; });
+    send_some(lock);
+  }
+  send_some(lock);  // one last try for what is left
+}
+
+uint64_t MetricsReporter::sent() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sent_;
+}
+uint64_t MetricsReporter::dropped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dropped_;
+}
+uint64_t MetricsReporter::failed_requests() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failed_;
+}
+
+}  // namespace muster::runtime::report

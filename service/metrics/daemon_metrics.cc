@@ -1,0 +1,124 @@
+#include "muster/service/metrics/daemon_metrics.h"
+
+namespace muster::service {
+
+using metrics::Labels;
+using metrics::TextWriter;
+
+DaemonMetrics::DaemonMetrics()
+    : store_writes_(metrics::latency_buckets()), heartbeat_gaps_({0.5, 1, 2, 3, 5, 8, 13, 21, 34, 60}) {}
+
+void DaemonMetrics::observe_request(const std::string& method, const std::string& route, int code, double seconds) {
+  metrics::Histogram* h;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = requests_[{method, route, code}];
+    if (!slot) slot = std::make_unique<metrics::Histogram>(metrics::latency_buckets());
+    h = slot.get();
+  }
+  h->observe(seconds);
+}
+
+void DaemonMetrics::observe_store_write(double seconds) { store_writes_.observe(seconds); }
+void DaemonMetrics::observe_heartbeat_gap(double seconds) { heartbeat_gaps_.observe(seconds); }
+
+void DaemonMetrics::on_worker_change(const api::Worker& w) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // A worker is counted once when first seen, once when it ends.
+  if (seen_.insert(w.id + "/launch").second) launches_ += 1;
+  if (!api::is_terminal(w.status) || !seen_.insert(w.id + "/end").second) return;
+  if (w.status == api::WorkerStatus::kStopped) stops_ += 1;
+  if (w.status == api::WorkerStatus::kFailed || w.status == api::WorkerStatus::kTimedOut ||
+      w.status == api::WorkerStatus::kLost) {
+    failures_ += 1;
+  }
+}
+
+std::string DaemonMetrics::render(const Sources& src) const {
+  TextWriter out;
+  static const api::WorkerStatus kStatuses[] = {
+      api::WorkerStatus::kScheduling, api::WorkerStatus::kStarting, api::WorkerStatus::kRunning,
+      api::WorkerStatus::kSucceeded,  api::WorkerStatus::kFailed,   api::WorkerStatus::kTimedOut,
+      api::WorkerStatus::kStopped,    api::WorkerStatus::kLost};
+  std::map<std::string, double> by_status;
+  for (auto s : kStatuses) by_status[api::worker_status_name(s)] = 0;
+  if (src.workers) {
+    for (const auto& w : src.workers()) by_status[api::worker_status_name(w.status)] += 1;
+  }
+  out.family("muster_workers", "gauge", "Workers this daemon knows, by status and backend.");
+  for (const auto& [status, n] : by_status) out.sample("muster_workers", {{"status", status}, {"backend", src.backend}}, n);
+
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    out.family("muster_worker_launches_total", "counter", "Workers launched since the daemon started.");
+    out.sample("muster_worker_launches_total", {}, launches_);
+    out.family("muster_worker_stops_total", "counter", "Workers that ended stopped through the API.");
+    out.sample("muster_worker_stops_total", {}, stops_);
+    out.family("muster_worker_failures_total", "counter", "Workers that ended failed, timedout or lost.");
+    out.sample("muster_worker_failures_total", {}, failures_);
+  }
+
+  std::vector<Cluster> clusters = src.clusters ? src.clusters() : std::vector<Cluster>{};
+  std::map<std::pair<std::string, std::string>, double> by_mode;
+  for (auto mode : {ClusterMode::kPs, ClusterMode::kMpi}) {
+    for (auto st : {ClusterStatus::kStarting, ClusterStatus::kRunning, ClusterStatus::kSucceeded,
+                    ClusterStatus::kFailed, ClusterStatus::kStopped}) {
+      by_mode[{cluster_mode_name(mode), cluster_status_name(st)}] = 0;
+    }
+  }
+  for (const auto& c : clusters) by_mode[{cluster_mode_name(c.request.mode), cluster_status_name(c.status)}] += 1;
+  out.family("muster_clusters", "gauge", "Clusters this daemon knows, by mode and status.");
+  for (const auto& [key, n] : by_mode) out.sample("muster_clusters", {{"mode", key.first}, {"status", key.second}}, n);
+
+  out.family("muster_http_requests_total", "counter", "API requests answered, by method, route pattern and status code.");
+  std::vector<std::pair<Labels, metrics::Histogram::Snapshot>> snaps;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, h] : requests_) {
+      const auto& [method, route, code] = key;
+      snaps.push_back({{{"method", method}, {"route", route}, {"code", std::to_string(code)}}, h->snapshot()});
+    }
+  }
+  for (const auto& [labels, s] : snaps) out.sample("muster_http_requests_total", labels, static_cast<double>(s.count));
+  out.family("muster_http_request_duration_seconds", "histogram",
+             "Time from a request's headers to its response, by method, route pattern and status code.");
+  for (const auto& [labels, s] : snaps) out.histogram("muster_http_request_duration_seconds", labels, s);
+
+  out.family("muster_store_write_duration_seconds", "histogram", "State database write transactions.");
+  out.histogram("muster_store_write_duration_seconds", {}, store_writes_.snapshot());
+  out.family("muster_heartbeat_interval_seconds", "histogram", "Time between two heartbeats of one worker.");
+  out.histogram("muster_heartbeat_interval_seconds", {}, heartbeat_gaps_.snapshot());
+  out.family("muster_heartbeat_lag_seconds", "gauge", "Seconds since the least recent heartbeat of a running worker.");
+  out.sample("muster_heartbeat_lag_seconds", {}, src.max_heartbeat_age ? src.max_heartbeat_age() : 0);
+
+  if (src.training) {
+    std::set<std::string> running;
+    for (const auto& c : clusters) {
+      if (c.status == ClusterStatus::kRunning) running.insert(c.id);
+    }
+    const auto latest = src.training->latest_by_cluster();
+    struct Scalar {
+      const char* name;
+      const char* help;
+      std::optional<double> TrainingPoint::*field;
+    };
+    const Scalar scalars[] = {
+        {"muster_training_loss", "The newest loss rank 0 / the chief reported.", &TrainingPoint::loss},
+        {"muster_training_images_per_second", "The newest training throughput reported.", &TrainingPoint::images_per_sec},
+        {"muster_training_learning_rate", "The newest learning rate reported.", &TrainingPoint::lr},
+        {"muster_training_accuracy", "The newest accuracy reported.", &TrainingPoint::accuracy}};
+    out.family("muster_training_step", "gauge", "The newest step a running cluster reported.");
+    for (const auto& [id, p] : latest) {
+      if (running.count(id)) out.sample("muster_training_step", {{"cluster", id}}, static_cast<double>(p.step));
+    }
+    for (const auto& s : scalars) {
+      out.family(s.name, "gauge", s.help);
+      for (const auto& [id, p] : latest) {
+        if (running.count(id) && p.*(s.field)) out.sample(s.name, {{"cluster", id}}, *(p.*(s.field)));
+      }
+    }
+  }
+  return out.text();
+}
+
+}  // namespace muster::service

@@ -1,0 +1,58 @@
+// DaemonMetrics: what GET /metrics reports (Prometheus text format 0.0.4).
+//
+// Counted here as they happen: API requests by method, route pattern (not
+// the raw path, so ids do not explode the series) and status code, with a
+// latency histogram; state-store write latency; the gaps between a worker's
+// heartbeats; worker launches, stops and failures (from the registry's
+// change events). Read at scrape time from `Sources`: workers by status and
+// backend, clusters by mode and status, the oldest running worker's
+// heartbeat age, and the newest training scalars of every running cluster.
+// Thread-safe; the observe_* calls take one short mutex.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "muster/api/worker.h"
+#include "muster/service/cluster_types.h"
+#include "muster/service/metrics/prometheus_text.h"
+#include "muster/service/metrics/training_series.h"
+
+namespace muster::service {
+
+class DaemonMetrics {
+ public:
+  DaemonMetrics();
+
+  void observe_request(const std::string& method, const std::string& route, int code, double seconds);
+  void observe_store_write(double seconds);
+  void observe_heartbeat_gap(double seconds);
+  // Every worker change the registry reports.
+  void on_worker_change(const api::Worker& worker);
+
+  struct Sources {
+    std::string backend;
+    std::function<std::vector<api::Worker>()> workers;
+    std::function<std::vector<Cluster>()> clusters;
+    std::function<double()> max_heartbeat_age;  // seconds, 0 when nothing runs
+    const TrainingSeries* training = nullptr;
+  };
+  std::string render(const Sources& sources) const;
+
+ private:
+  using RequestKey = std::tuple<std::string, std::string, int>;  // method, route, code
+  mutable std::mutex mu_;
+  std::map<RequestKey, std::unique_ptr<metrics::Histogram>> requests_;
+  metrics::Histogram store_writes_;
+  metrics::Histogram heartbeat_gaps_;
+  std::set<std::string> seen_;  // workers counted as launched
+  double launches_ = 0, stops_ = 0, failures_ = 0;
+};
+
+}  // namespace muster::service

@@ -1,0 +1,79 @@
+#include "muster/service/metrics/training_routes.h"
+
+#include <chrono>
+
+namespace muster::service {
+
+using nlohmann::json;
+
+namespace {
+
+api::Result<bool> wants_csv(const Request& req) {
+  auto it = req.query.find("format");
+  if (it == req.query.end() || it->second == "json") return false;
+  if (it->second == "csv") return true;
+  return api::invalid_argument("format must be json or csv, not '" + it->second + "'", "format");
+}
+
+Response points_response(const std::vector<TrainingPoint>& points, bool csv, const std::string& name) {
+  if (csv) {
+    Response r;
+    r.content_type = "text/csv; charset=utf-8";
+    r.body = training_csv(points);
+    r.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + name + "-metrics.csv\"");
+    return r;
+  }
+  json arr = json::array();
+  for (const auto& p : points) arr.push_back(to_json(p));
+  return json_response(200, {{"points", arr}});
+}
+
+}  // namespace
+
+void register_training_routes(Router& router, WorkerRegistry& registry, ClusterManager& clusters,
+                              TrainingSeries& series, PointsListener on_points) {
+  router.add("POST", "/api/v1/agent/workers/{id}/metrics", AuthKind::kReport,
+             [&registry, &series, on_points](const Request& req, Reply reply) {
+               const std::string& id = req.params.at("id");
+               auto worker = registry.get(id);
+               if (!worker) return reply(error_response(worker.status()));
+               if (!series.admit(id, std::chrono::steady_clock::now())) {
+                 return reply(json_response(
+                     429, {{"error",
+                            {{"code", "too_many_requests"},
+                             {"message", "worker " + id + " reports metrics more often than " +
+                                             std::to_string(series.options().max_reports_per_second) +
+                                             " times a second; batch the points"}}}}));
+               }
+               auto points = parse_training_points(req.body, series.options().max_batch);
+               if (!points) return reply(error_response(points.status()));
+               const double now =
+                   std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+               for (auto& p : points.value()) {
+                 if (p.time == 0) p.time = now;
+               }
+               series.add(id, worker->cluster_id, points.value());
+               if (on_points) on_points(id, worker->cluster_id, points.value());
+               reply(json_response(202, {{"accepted", points->size()}}));
+             });
+
+  router.add("GET", "/api/v1/workers/{id}/metrics", AuthKind::kUser,
+             [&registry, &series](const Request& req, Reply reply) {
+               auto csv = wants_csv(req);
+               if (!csv) return reply(error_response(csv.status()));
+               const std::string& id = req.params.at("id");
+               if (auto w = registry.get(id); !w) return reply(error_response(w.status()));
+               reply(points_response(series.worker(id), csv.value(), "worker-" + id));
+             });
+
+  router.add("GET", "/api/v1/clusters/{id}/metrics", AuthKind::kUser,
+             [&clusters, &series](const Request& req, Reply reply) {
+               auto csv = wants_csv(req);
+               if (!csv) return reply(error_response(csv.status()));
+               const std::string& id = req.params.at("id");
+               if (auto c = clusters.get(id); !c) return reply(error_response(c.status()));
+               reply(points_response(series.cluster(id), csv.value(), "cluster-" + id));
+             });
+}
+
+}  // namespace muster::service

@@ -1,0 +1,32 @@
+// Routes of the training curves:
+//
+//   POST /api/v1/agent/workers/{id}/metrics   (the worker's agent or metrics token)
+//        {"points": [{"step": 10, "loss": 0.5, "images_per_sec": 900,
+//                     "lr": 0.01, "accuracy": 0.8, "time": <epoch s>}, ...]}
+//        -> 202 {"accepted": n}; 400 naming the bad field; 429 when the
+//        worker reports more often than allowed (TrainingSeriesOptions)
+//   GET  /api/v1/workers/{id}/metrics?format=json|csv
+//   GET  /api/v1/clusters/{id}/metrics?format=json|csv
+//        json: {"points": [...]} (missing scalars are null);
+//        csv: step,time,loss,images_per_sec,lr,accuracy
+//
+// Points land in the worker's series and its cluster's; `on_points` is
+// called with each accepted batch (the dashboard's event stream).
+#pragma once
+
+#include <functional>
+
+#include "muster/service/cluster_manager.h"
+#include "muster/service/metrics/training_series.h"
+#include "muster/service/registry.h"
+#include "muster/service/router.h"
+
+namespace muster::service {
+
+using PointsListener = std::function<void(const std::string& worker_id, const std::optional<std::string>& cluster_id,
+                                          const std::vector<TrainingPoint>& points)>;
+
+void register_training_routes(Router& router, WorkerRegistry& registry, ClusterManager& clusters,
+                              TrainingSeries& series, PointsListener on_points);
+
+}  // namespace muster::service

@@ -1,0 +1,114 @@
+"""Debian's Prometheus server scraping a real musterd's /metrics with a bearer token file:
+label integration. Prometheus's own HTTP API must report muster_workers{status="running"}
+equal to the number of workers running, before and after a change."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+import muster
+from dashboard_common import wait_for, write_project
+from sdk_daemon import Daemon
+
+PROMETHEUS = "/usr/bin/prometheus"
+pytestmark = pytest.mark.skipif(not os.path.exists(PROMETHEUS), reason="prometheus is not installed")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    (tmp_path / "project").mkdir()
+    project = write_project(tmp_path / "project")
+    d = Daemon(project, tmp_path / "state")
+    d.start()
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+@pytest.fixture
+def prometheus(daemon, tmp_path):
+    work = tempfile.mkdtemp(prefix="muster-dash-prom-")
+    token_file = os.path.join(work, "token")
+    with open(token_file, "w") as f:
+        f.write(daemon.token)
+    os.chmod(token_file, 0o600)
+    target = daemon.url[len("http://"):]
+    config = os.path.join(work, "prometheus.yml")
+    with open(config, "w") as f:
+        f.write(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            "scrape_configs:\n"
+            "  - job_name: musterd\n"
+            "    metrics_path: /metrics\n"
+            "    authorization:\n      type: Bearer\n      credentials_file: %s\n"
+            "    static_configs:\n      - targets: ['%s']\n" % (token_file, target))
+    port = free_port()
+    log = open(os.path.join(work, "prometheus.log"), "wb")
+    proc = subprocess.Popen([PROMETHEUS, "--config.file=" + config, "--storage.tsdb.path=" + os.path.join(work, "data"),
+                             "--web.listen-address=127.0.0.1:%d" % port, "--log.level=warn"],
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        yield "http://127.0.0.1:%d" % port, os.path.join(work, "prometheus.log")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def query(base, expr):
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(base + "/api/v1/query?" + urllib.parse.urlencode({"query": expr}), timeout=5) as r:
+            body = json.load(r)
+    except OSError:
+        return None
+    if body.get("status") != "success":
+        return None
+    return body["data"]["result"]
+
+
+def running_value(base):
+    result = query(base, 'muster_workers{status="running",backend="local"}')
+    if not result:
+        return None
+    return float(result[0]["value"][1])
+
+
+def test_prometheus_scrapes_the_running_workers(daemon, prometheus):
+    base, log = prometheus
+    client = muster.Client(daemon.url, daemon.token)
+    workers = client.launch_workers(n=3, cpu=0.1, memory=0.1, script="sleep.py")
+    client.await_workers([w["id"] for w in workers], wait_for_completion=False, timeout_seconds=30)
+    try:
+        wait_for(lambda: running_value(base) == 3, timeout=60, interval=0.5,
+                 what="Prometheus to see 3 running workers (log: %s)" % log)
+        # The target is up (the bearer token file worked) and the request histogram is there.
+        up = query(base, 'up{job="musterd"}')
+        assert up and up[0]["value"][1] == "1"
+        # A scrape is counted once answered, so the next scrape shows it.
+        wait_for(lambda: (query(base, 'muster_http_request_duration_seconds_count{route="/metrics",code="200"}') or
+                          [{"value": [0, "0"]}])[0]["value"][1] not in ("0",), timeout=30, interval=0.5,
+                 what="the scrapes' own latency histogram")
+        client.stop_workers(workers[0]["id"])
+        wait_for(lambda: running_value(base) == 2, timeout=30, interval=0.5, what="Prometheus to see 2")
+    finally:
+        client.stop_workers(*[w["id"] for w in workers])

@@ -1,0 +1,295 @@
+// Unit tests of the dashboard's pieces that need no daemon: the Prometheus
+// text writer, cookie parsing, sessions and the Authenticator's
+// cookie/CSRF rules, training points (parsing errors, bounds, rate limit),
+// the /metrics rendering and the event hub's stream limit.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <thread>
+
+#include "muster/service/auth.h"
+#include "muster/service/dashboard/event_hub.h"
+#include "muster/service/dashboard/sessions.h"
+#include "muster/service/metrics/daemon_metrics.h"
+#include "muster/service/metrics/prometheus_text.h"
+#include "muster/service/metrics/training_series.h"
+
+using namespace muster;
+using namespace muster::service;
+using nlohmann::json;
+
+TEST(PrometheusText, EscapesLabelValuesAndHelp) {
+  EXPECT_EQ(metrics::escape_label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+  EXPECT_EQ(metrics::escape_help("x\\y\nz \"q\""), "x\\\\y\\nz \"q\"");
+  metrics::TextWriter w;
+  w.family("m_total", "counter", "Help with\nnewline.");
+  w.sample("m_total", {{"route", "/a/{id}"}, {"v", "q\"uote"}}, 3);
+  EXPECT_EQ(w.text(),
+            "# HELP m_total Help with\\nnewline.\n# TYPE m_total counter\n"
+            "m_total{route=\"/a/{id}\",v=\"q\\\"uote\"} 3\n");
+}
+
+TEST(PrometheusText, FormatsValues) {
+  EXPECT_EQ(metrics::format_value(0), "0");
+  EXPECT_EQ(metrics::format_value(12), "12");
+  EXPECT_EQ(metrics::format_value(0.001), "0.001");
+  EXPECT_EQ(metrics::format_value(0.1 + 0.2), "0.30000000000000004");
+  EXPECT_EQ(metrics::format_value(std::numeric_limits<double>::infinity()), "+Inf");
+  EXPECT_EQ(metrics::format_value(std::nan("")), "NaN");
+}
+
+TEST(PrometheusText, HistogramBucketsAreCumulativeWithInf) {
+  metrics::Histogram h({0.1, 1, 10});
+  for (double v : {0.05, 0.1, 0.5, 5.0, 50.0}) h.observe(v);
+  metrics::TextWriter w;
+  w.family("lat_seconds", "histogram", "Latency.");
+  w.histogram("lat_seconds", {{"code", "200"}}, h.snapshot());
+  EXPECT_EQ(w.text(),
+            "# HELP lat_seconds Latency.\n# TYPE lat_seconds histogram\n"
+            "lat_seconds_bucket{code=\"200\",le=\"0.1\"} 2\n"
+            "lat_seconds_bucket{code=\"200\",le=\"1\"} 3\n"
+            "lat_seconds_bucket{code=\"200\",le=\"10\"} 4\n"
+            "lat_seconds_bucket{code=\"200\",le=\"+Inf\"} 5\n"
+            "lat_seconds_sum{code=\"200\"} 55.65\n"
+            "lat_seconds_count{code=\"200\"} 5\n");
+}
+
+TEST(Cookies, FindsTheNamedCookieOnly) {
+  EXPECT_EQ(cookie_value("a=1; muster_session_7=abc; b=2", "muster_session_7"), "abc");
+  EXPECT_EQ(cookie_value("muster_session_70=x", "muster_session_7"), std::nullopt);
+  EXPECT_EQ(cookie_value("xmuster_session_7=x", "muster_session_7"), std::nullopt);
+  EXPECT_EQ(cookie_value("", "a"), std::nullopt);
+}
+
+TEST(Sessions, CookieIsHttpOnlyStrictAndHoldsNoToken) {
+  SessionStore store({"muster_session_1", std::chrono::seconds(60), 2});
+  const auto s = store.create();
+  EXPECT_EQ(s.id.size(), 64u);
+  EXPECT_NE(s.id, s.csrf_token);
+  const std::string cookie = store.set_cookie(s);
+  EXPECT_NE(cookie.find("HttpOnly"), std::string::npos);
+  EXPECT_NE(cookie.find("SameSite=Strict"), std::string::npos);
+  EXPECT_EQ(store.csrf_token(s.id), s.csrf_token);
+  EXPECT_EQ(store.from_cookie_header("muster_session_1=" + s.id)->csrf_token, s.csrf_token);
+  // At most two sessions: a third evicts the least recently used.
+  const auto b = store.create();
+  (void)store.csrf_token(s.id);
+  const auto c = store.create();
+  EXPECT_TRUE(store.csrf_token(s.id));
+  EXPECT_FALSE(store.csrf_token(b.id));
+  store.remove(c.id);
+  EXPECT_FALSE(store.csrf_token(c.id));
+}
+
+class CookieAuth : public ::testing::Test {
+ protected:
+  CookieAuth() : auth_(std::string(64, 'd'), [](const std::string& t) -> std::optional<std::string> {
+                   if (t == "agent-token-of-w1") return std::string("w1");
+                   return std::nullopt;
+                 }) {
+    session_ = sessions_.create();
+    auth_.set_sessions([this](const std::string& header) -> std::optional<std::string> {
+      auto s = sessions_.from_cookie_header(header);
+      if (!s) return std::nullopt;
+      return s->csrf_token;
+    });
+  }
+  std::map<std::string, std::string> cookie() { return {{"cookie", "muster_session=" + session_.id}}; }
+  SessionStore sessions_;
+  SessionStore::Session session_;
+  Authenticator auth_;
+};
+
+TEST_F(CookieAuth, GetWithCookieIsEnough) {
+  EXPECT_TRUE(auth_.check(AuthKind::kUser, cookie(), "GET", ""));
+  EXPECT_EQ(auth_.check(AuthKind::kUser, {{"cookie", "muster_session=forged"}}, "GET", "").code(),
+            api::ErrorCode::kUnauthenticated);
+}
+
+TEST_F(CookieAuth, PostWithCookieNeedsTheSessionsCsrfToken) {
+  auto h = cookie();
+  EXPECT_EQ(auth_.check(AuthKind::kUser, h, "POST", "").code(), api::ErrorCode::kPermissionDenied);
+  h["x-csrf-token"] = "wrong";
+  EXPECT_EQ(auth_.check(AuthKind::kUser, h, "POST", "").code(), api::ErrorCode::kPermissionDenied);
+  h["x-csrf-token"] = session_.csrf_token;
+  EXPECT_TRUE(auth_.check(AuthKind::kUser, h, "POST", ""));
+}
+
+TEST_F(CookieAuth, BearerNeedsNoCsrfAndCookieNeverActsAsAgent) {
+  EXPECT_TRUE(auth_.check(AuthKind::kUser, {{"authorization", "Bearer " + std::string(64, 'd')}}, "POST", ""));
+  EXPECT_FALSE(auth_.check(AuthKind::kAgent, cookie(), "POST", "w1"));
+  EXPECT_FALSE(auth_.check(AuthKind::kReport, cookie(), "POST", "w1"));
+}
+
+TEST_F(CookieAuth, MetricsTokenActsOnlyForItsWorkerAndOnlyOnReportRoutes) {
+  const std::string t = "Bearer " + metrics_token(std::string(64, 'd'), "w1");
+  EXPECT_TRUE(auth_.check(AuthKind::kReport, t, "w1"));
+  EXPECT_FALSE(auth_.check(AuthKind::kReport, t, "w2"));
+  EXPECT_FALSE(auth_.check(AuthKind::kAgent, t, "w1"));
+  EXPECT_FALSE(auth_.check(AuthKind::kUser, t, ""));
+  EXPECT_TRUE(auth_.check(AuthKind::kReport, "Bearer agent-token-of-w1", "w1"));
+}
+
+TEST(TrainingPoints, BadBodiesNameTheField) {
+  auto bad = [](const json& body) { return parse_training_points(body, 10).status().field(); };
+  EXPECT_EQ(bad(json::object()), "points");
+  EXPECT_EQ(bad({{"points", json::array()}}), "points");
+  EXPECT_EQ(bad({{"points", {{{"loss", 1}}}}}), "points[0].step");
+  EXPECT_EQ(bad({{"points", {{{"step", 1}, {"loss", "x"}}}}}), "points[0].loss");
+  EXPECT_EQ(bad({{"points", {{{"step", 1}, {"loss", 1}}, {{"step", 2}, {"lr", 0.1}, {"speed", 3}}}}}),
+            "points[1].speed");
+  EXPECT_EQ(bad({{"points", {{{"step", 1}}}}}), "points[0]");
+  json many = {{"points", json::array()}};
+  for (int i = 0; i < 11; ++i) many["points"].push_back({{"step", i}, {"loss", 1.0}});
+  EXPECT_EQ(bad(many), "points");
+  auto ok = parse_training_points({{"points", {{{"step", 3}, {"loss", 0.5}, {"accuracy", nullptr}}}}}, 10);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->at(0).step, 3);
+  EXPECT_EQ(*ok->at(0).loss, 0.5);
+  EXPECT_FALSE(ok->at(0).accuracy);
+}
+
+TEST(TrainingSeries, KeepsTheNewestPointsPerSeries) {
+  TrainingSeriesOptions o;
+  o.max_points = 3;
+  o.max_series = 2;
+  TrainingSeries series(o);
+  std::vector<TrainingPoint> pts;
+  for (int i = 0; i < 5; ++i) pts.push_back({i, 0, 1.0 * i, {}, {}, {}});
+  series.add("w1", std::string("c1"), pts);
+  ASSERT_EQ(series.worker("w1").size(), 3u);
+  EXPECT_EQ(series.worker("w1").front().step, 2);
+  EXPECT_EQ(series.cluster("c1").back().step, 4);
+  EXPECT_EQ(*series.latest_by_cluster().at("c1").loss, 4.0);
+  series.add("w2", std::nullopt, pts);
+  series.add("w3", std::nullopt, pts);  // evicts w1, the least recently updated
+  EXPECT_TRUE(series.worker("w1").empty());
+  EXPECT_EQ(series.worker("w3").size(), 3u);
+  const std::string csv = training_csv(series.worker("w3"));
+  EXPECT_EQ(csv.substr(0, csv.find('\n')), "step,time,loss,images_per_sec,lr,accuracy");
+  EXPECT_NE(csv.find("\n4,0.000,4,,,\n"), std::string::npos) << csv;
+}
+
+TEST(TrainingSeries, RateLimitsEachWorker) {
+  TrainingSeriesOptions o;
+  o.max_reports_per_second = 5;
+  TrainingSeries series(o);
+  const auto t0 = std::chrono::steady_clock::now();
+  int admitted = 0;
+  for (int i = 0; i < 20; ++i) admitted += series.admit("w1", t0);
+  EXPECT_EQ(admitted, 5);
+  EXPECT_TRUE(series.admit("w2", t0));  // per worker
+  EXPECT_TRUE(series.admit("w1", t0 + std::chrono::milliseconds(250)));  // refilled
+}
+
+TEST(DaemonMetrics, RendersEveryFamilyWithRoutePatterns) {
+  DaemonMetrics m;
+  m.observe_request("GET", "/api/v1/workers/{id}", 200, 0.003);
+  m.observe_request("GET", "/api/v1/workers/{id}", 200, 0.2);
+  m.observe_store_write(0.002);
+  api::Worker w;
+  w.id = "w1";
+  w.status = api::WorkerStatus::kRunning;
+  m.on_worker_change(w);
+  w.status = api::WorkerStatus::kFailed;
+  m.on_worker_change(w);
+  m.on_worker_change(w);  // reported twice, counted once
+  TrainingSeries series;
+  series.add("w1", std::string("c1"), {{7, 0, 0.25, 900.0, {}, {}}});
+  DaemonMetrics::Sources src;
+  src.backend = "local";
+  src.workers = [w] { return std::vector<api::Worker>{w}; };
+  src.clusters = [] {
+    Cluster c;
+    c.id = "c1";
+    c.status = ClusterStatus::kRunning;
+    c.request.mode = ClusterMode::kMpi;
+    return std::vector<Cluster>{c};
+  };
+  src.training = &series;
+  const std::string text = m.render(src);
+  for (const char* line : {"muster_workers{status=\"failed\",backend=\"local\"} 1",
+                           "muster_workers{status=\"running\",backend=\"local\"} 0",
+                           "muster_worker_launches_total 1", "muster_worker_failures_total 1",
+                           "muster_clusters{mode=\"mpi\",status=\"running\"} 1",
+                           "muster_http_requests_total{method=\"GET\",route=\"/api/v1/workers/{id}\",code=\"200\"} 2",
+                           "muster_http_request_duration_seconds_bucket{method=\"GET\",route=\"/api/v1/workers/{id}\","
+                           "code=\"200\",le=\"0.005\"} 1",
+                           "muster_store_write_duration_seconds_count 1", "muster_training_loss{cluster=\"c1\"} 0.25",
+                           "muster_training_images_per_second{cluster=\"c1\"} 900", "# TYPE muster_heartbeat_lag_seconds gauge"}) {
+    EXPECT_NE(text.find(std::string(line) + "\n"), std::string::npos) << line << "\n" << text;
+  }
+  // Every sample line parses as name{labels} value.
+  const std::regex sample(R"(^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_]+="([^"\\]|\\.)*",?)*\})? [-+0-9.eE]+|[-+]Inf|NaN$)");
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    EXPECT_TRUE(std::regex_match(line, sample)) << line;
+  }
+}
+
+namespace {
+class FakeStream : public Stream {
+ public:
+  bool write(std::string chunk) override {
+    if (closed_) return false;
+    text += chunk;
+    return true;
+  }
+  void close() override { closed_ = true; }
+  bool closed() const override { return closed_; }
+  std::string text;
+  bool closed_ = false;
+};
+}  // namespace
+
+TEST(EventHub, SnapshotThenEventsAndAStreamLimit) {
+  EventHubOptions o;
+  o.max_streams = 1;
+  EventHub hub(o, [] { return json{{"workers", json::array()}, {"clusters", json::array()}}; });
+  Response r = hub.open();
+  ASSERT_TRUE(r.stream);
+  EXPECT_EQ(r.content_type, "text/event-stream");
+  auto s = std::make_shared<FakeStream>();
+  r.stream(s);
+  hub.publish("worker", {{"id", "w1"}, {"reason", "line\nbreak"}});
+  EXPECT_EQ(s->text,
+            "retry: 2000\n\nevent: snapshot\ndata: {\"clusters\":[],\"workers\":[]}\n\n"
+            "event: worker\ndata: {\"id\":\"w1\",\"reason\":\"line\\nbreak\"}\n\n");
+  EXPECT_EQ(hub.open().http_status, 503);
+  s->close();
+  EXPECT_TRUE(hub.open().stream);  // a closed stream frees its place
+}
+
+TEST(EventHub, HeartbeatsKeepStreamsAliveAndForgetClosedOnes) {
+  EventHubOptions o;
+  o.max_streams = 2;
+  o.heartbeat = std::chrono::milliseconds(20);
+  EventHub hub(o, [] { return json::object(); });
+  auto a = std::make_shared<FakeStream>(), b = std::make_shared<FakeStream>();
+  hub.open().stream(a);
+  hub.open().stream(b);
+  b->close();
+  for (int i = 0; i < 200 && a->text.find(": heartbeat\n\n") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_NE(a->text.find(": heartbeat\n\n"), std::string::npos);
+  EXPECT_EQ(hub.stream_count(), 1u);
+}
+
+TEST(EventHub, EventsPublishedWhileTheSnapshotIsTakenFollowIt) {
+  EventHub* self = nullptr;
+  EventHub hub({}, [&self] {
+    // A change lands while the snapshot is being built.
+    self->publish("worker", {{"id", "during"}});
+    return json{{"workers", json::array()}};
+  });
+  self = &hub;
+  auto s = std::make_shared<FakeStream>();
+  hub.open().stream(s);
+  const auto snapshot = s->text.find("event: snapshot");
+  const auto during = s->text.find("\"during\"");
+  ASSERT_NE(snapshot, std::string::npos);
+  ASSERT_NE(during, std::string::npos) << s->text;
+  EXPECT_LT(snapshot, during);
+}
