@@ -155,8 +155,10 @@ api::Result<std::optional<uint64_t>> parse_offset(const Request& req) {
   auto it = req.query.find("offset");
   if (it == req.query.end()) return std::optional<uint64_t>();
   const std::string& v = it->second;
-  if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos) {
-    return api::invalid_argument("offset must be a whole number >= 0 (a byte offset into the log)", "offset");
+  // At most 2^63-1, what the document (and a signed 64-bit client) allows.
+  if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos ||
+      (v.size() == 19 && v > "9223372036854775807")) {
+    return api::invalid_argument("offset must be a whole number in 0..9223372036854775807 (a byte offset into the log)", "offset");
   }
   return std::optional<uint64_t>(std::stoull(v));
 }

@@ -17,9 +17,11 @@ script) and are stopped at once.
 What the document cannot say in a schema is set up so it holds: script
 names it allows are created in the project directory (executable), ids name
 a worker that exists, and limits marked `x-muster-limit` take the daemon's
---max-workers (2 here). Every answer is also checked against the document.
-follow and offset (streamed logs) are not probed here: they land with the
-followed-logs change.
+--max-workers (2 here). The daemon has one GPU (--gpus 0): a request the
+document allows may still meet 409 conflict naming nvidia_gpu, exactly when
+it asks for more GPUs than that (the document's GpusBusy answer). Every
+answer is also checked against the document, and the logs' query
+parameters (tail, follow, offset) are probed the same way.
 """
 import copy
 import json
@@ -38,6 +40,7 @@ from openapi_contract import Contract, ResponseObserver, request_validator
 from sdk_daemon import Daemon
 
 MAX_WORKERS = 2
+HOST_GPUS = 1   # musterd --gpus 0: one device (workers only see CUDA_VISIBLE_DEVICES=0)
 TYPE_PROBES = ["x", 7, 1.5, True, None, [], {}]
 LAUNCH_BASES = [{"n": 1, "cpu": 0.1, "memory": 0.1, "kernel": "bash", "code": "true"},
                 {"n": 1, "cpu": 0.1, "memory": 0.1, "script": "ok.sh"}]
@@ -79,7 +82,7 @@ def contract():
 def env(tmp_path_factory, contract):
     project = tmp_path_factory.mktemp("project")
     make_script(str(project), "ok.sh")
-    daemon = Daemon(project, tmp_path_factory.mktemp("state"), ["--max-workers", str(MAX_WORKERS)])
+    daemon = Daemon(project, tmp_path_factory.mktemp("state"), ["--max-workers", str(MAX_WORKERS), "--gpus", "0"])
     daemon.start()
     observer = ResponseObserver(contract)
     try:
@@ -222,7 +225,7 @@ def check_agreement(contract, env, method, template, bases, seeds=None, path_for
             status, answer = api.call(method, path_for() if path_for else template, body)
             counts["allowed" if allowed else "rejected"] += 1
             if allowed:
-                ok = accepted(status) if accepted else 200 <= status < 300
+                ok = accepted(status, body, answer) if accepted else 200 <= status < 300
                 if not ok:
                     disagreements.append("%s: the document allows %s, musterd answered %s %s"
                                          % (what, json.dumps(body), status, answer))
@@ -264,9 +267,28 @@ def finished_worker(env):
     return wid
 
 
+def gpus_wanted(body, count_field):
+    per = body.get("nvidia_gpu") or 0
+    count = body.get(count_field) or 0
+    if count_field == "n_workers":   # every task of a ps cluster but its PS tasks reserves GPUs
+        count += (body.get("n_chief") or 0) + (body.get("n_evaluator") or 0)
+    return per * count
+
+
+def created_or_gpus_busy(count_field):
+    """2xx, or the document's 409 for a request wanting more GPUs than the host has."""
+    def accepted(status, body, answer):
+        if 200 <= status < 300:
+            return gpus_wanted(body, count_field) <= HOST_GPUS
+        err = answer.get("error", {}) if isinstance(answer, dict) else {}
+        return (status == 409 and err.get("code") == "conflict" and err.get("field") == "nvidia_gpu"
+                and gpus_wanted(body, count_field) > HOST_GPUS)
+    return accepted
+
+
 def test_launch_accepts_exactly_what_the_document_allows(contract, env):
     check_agreement(contract, env, "POST", "/api/v1/workers", LAUNCH_BASES, seeds={"args": ["--x"]},
-                    after_accept=stop_workers(env))
+                    accepted=created_or_gpus_busy("n"), after_accept=stop_workers(env))
 
 
 def test_await_and_stop_accept_exactly_what_the_document_allows(contract, env):
@@ -282,8 +304,9 @@ def test_clusters_accept_exactly_what_the_document_allows(contract, env):
         assert status == 200, body
 
     check_agreement(contract, env, "POST", "/api/v1/clusters", CLUSTER_BASES,
-                    seeds={"args": ["--x"], "worker_script": "ok.sh", "ps_script": "ok.sh"},
-                    after_accept=stop_cluster)
+                    seeds={"args": ["--x"], "worker_script": "ok.sh", "ps_script": "ok.sh",
+                           "network_interfaces": ["lo"]},
+                    accepted=created_or_gpus_busy("n_workers"), after_accept=stop_cluster)
 
 
 def test_agent_routes_accept_exactly_what_the_document_allows(contract, env):
@@ -303,7 +326,7 @@ def test_agent_routes_accept_exactly_what_the_document_allows(contract, env):
             return api.call(method, path, body, token=token)
 
     agent_env = dict(env, api=AgentApi())
-    not_400 = lambda status: status in (200, 409)  # noqa: E731 - valid body; 409 once the worker ended
+    not_400 = lambda status, body, answer: status in (200, 409)  # noqa: E731 - valid body; 409 once the worker ended
     check_agreement(contract, agent_env, "POST", "/api/v1/agent/workers/{id}/register",
                     [{"ip_address": "127.0.0.1"}], path_for=lambda: "/api/v1/agent/workers/%s/register" % wid,
                     accepted=not_400)
@@ -353,4 +376,49 @@ def test_tail_accepts_exactly_what_the_document_allows(contract, env, route):
             disagreements.append("tail=%r: allowed by the document, musterd answered %s %s" % (raw, status, answer))
         if not allowed and (status != 400 or answer.get("error", {}).get("field") != "tail"):
             disagreements.append("tail=%r: rejected by the document, musterd answered %s %s" % (raw, status, answer))
+    assert not disagreements, "\n".join(disagreements)
+
+
+def query_value(raw):
+    """A query string value as an OpenAPI reader types it: true/false, a whole number, else the text."""
+    if raw in ("true", "false"):
+        return raw == "true"
+    if re.fullmatch(r"-?[0-9]+", raw):
+        return int(raw)
+    return raw
+
+
+@pytest.mark.parametrize("route", ["/api/v1/workers/{id}/logs", "/api/v1/clusters/{id}/logs"])
+def test_follow_and_offset_accept_exactly_what_the_document_allows(contract, env, route):
+    """Streams of an ended worker (cluster) end at once, so every allowed follow answers 200 promptly."""
+    api = env["api"]
+    if "clusters" in route:
+        status, body = api.call("POST", "/api/v1/clusters", {"n_workers": 1, "cpu": 0.1, "memory": 0.1})
+        assert status == 201, body
+        rid = body["id"]
+        api.call("POST", "/api/v1/clusters/%s/stop" % rid, {})
+    else:
+        rid = finished_worker(env)
+    params = {p["name"]: p for p in contract.parameters("GET", route)}
+    path = route.replace("{id}", rid)
+    disagreements = []
+
+    def probe(name, raw, query, allowed):
+        status, answer = api.call("GET", path + "?" + query)
+        if allowed and status != 200:
+            disagreements.append("%s: allowed by the document, musterd answered %s %s" % (query, status, answer))
+        if not allowed and (status != 400 or answer.get("error", {}).get("field") != name):
+            disagreements.append("%s: rejected by the document, musterd answered %s %s" % (query, status, answer))
+
+    follow = request_validator(params["follow"]["schema"])
+    for raw in ["true", "false", "1", "0", "", "yes", "TRUE", "2", "-1", "true "]:
+        probe("follow", raw, "follow=" + urllib.parse.quote(raw), follow.is_valid(query_value(raw)))
+    offset = request_validator(params["offset"]["schema"])
+    top = params["offset"]["schema"]["maximum"]
+    for raw in ["0", "1", "5", "999999", "-1", "x", "1.5", "", "+3", " 3", "0x10", "1e3", str(top), str(top + 1),
+                "9" * 19, "1" + "0" * 19]:
+        probe("offset", raw, "follow=true&offset=" + urllib.parse.quote(raw), offset.is_valid(query_value(raw)))
+    # The rule the schema cannot say: offset needs follow=true.
+    probe("offset", "3", "offset=3", False)
+    probe("offset", "3", "follow=false&offset=3", False)
     assert not disagreements, "\n".join(disagreements)

@@ -208,7 +208,8 @@ def strict(schema):
         return [strict(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: strict(v) for k, v in schema.items()}
+    # An if/not condition is a test, not a shape: closing it would change what it matches.
+    out = {k: (v if k in ("if", "not") else strict(v)) for k, v in schema.items()}
     members = out.get("allOf")
     if members and all(isinstance(m, dict) and ("properties" in m or m.get("type") == "object") for m in members):
         merged = {k: v for k, v in out.items() if k != "allOf"}

@@ -15,7 +15,8 @@ from openapi_contract import Contract, ContractError, response_validator
 WORKER = {"id": "3fa9c0d1e2", "status": "running", "ip_address": "10.0.0.7", "port": None, "cpu": 0.5,
           "memory": 2.0, "nvidia_gpu": 0, "kernel": "python3", "script": "train.py", "cluster_id": None,
           "created_at": "2026-11-22T22:15:30.123Z", "started_at": "2026-11-22T22:15:30.456Z",
-          "finished_at": None, "exit_code": None, "reason": ""}
+          "running_at": "2026-11-22T22:15:30.456Z", "finished_at": None, "duration": 1.5, "exit_code": None,
+          "reason": "", "gpu_devices": ""}
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +40,11 @@ def test_real_answers_pass(contract):
     ok(contract, "POST", "/api/v1/agent/workers/3fa9c0d1e2/heartbeat", 200, {})
     ok(contract, "POST", "/api/v1/workers", 400,
        {"error": {"code": "invalid_argument", "message": "n must be between 1 and 64", "field": "n"}})
+    ok(contract, "POST", "/api/v1/workers", 201, {"workers": [WORKER], "warnings": ["code is ignored"]})
+    ok(contract, "POST", "/api/v1/workers", 409,
+       {"error": {"code": "conflict", "message": "only 0 of the 0 GPUs are free", "field": "nvidia_gpu"}})
+    ok(contract, "GET", "/api/v1/workers/3fa9c0d1e2/logs?follow=true", 503,
+       {"error": {"code": "unavailable", "message": "too many followed logs"}})
     # Any path not in the document is a 404 with the error body.
     ok(contract, "GET", "/api/v1/nothing", 404, {"error": {"code": "not_found", "message": "no route GET /api/v1/nothing"}})
 
@@ -94,3 +100,17 @@ def test_every_example_in_the_document_passes_the_strict_check(contract):
                         assert not errors, "%s %s %s %s: %s" % (method, template, status, media, errors[0].message)
                         checked += 1
     assert checked >= 20
+
+
+def test_mpi_clusters_carry_their_horovodrun_options(contract):
+    op = contract.operation("GET", "/api/v1/clusters")
+    (mpi,) = contract.resolve(op["responses"]["200"])["content"]["application/json"]["example"]["clusters"]
+    assert mpi["mode"] == "mpi"
+    ok(contract, "GET", "/api/v1/clusters/c-1", 200, mpi)
+    ps = {k: v for k, v in mpi.items() if k not in ("network_interfaces", "fusion_threshold_mb", "cycle_time_ms",
+                                                    "timeline_filename", "start_timeout", "verbose")}
+    ok(contract, "GET", "/api/v1/clusters/c-1", 200, dict(ps, mode="ps"))
+    with pytest.raises(ContractError, match="verbose"):   # the if/then is not closed away by the strict check
+        ok(contract, "GET", "/api/v1/clusters/c-1", 200, dict(ps, timeline_filename="", start_timeout=None,
+                                                               network_interfaces=[], fusion_threshold_mb=None,
+                                                               cycle_time_ms=None))
