@@ -1,7 +1,8 @@
 """musterd accepts exactly what api/openapi.yaml allows: label integration.
 
 For every JSON request body (launch, await, stop, clusters in both modes,
-the agent's register and exit) and the `tail` query parameter, requests are
+the agent's register and exit, the runtimes' metrics report, the dashboard
+login) and the `tail` query parameter, requests are
 generated from the document's own constraints: each required field dropped,
 an unknown field added, and for each field values on both sides of its
 bounds (minimum/maximum, exclusive ones), every enum member and a
@@ -24,6 +25,8 @@ answer is also checked against the document, and the logs' query
 parameters (tail, follow, offset) are probed the same way.
 """
 import copy
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -422,3 +425,104 @@ def test_follow_and_offset_accept_exactly_what_the_document_allows(contract, env
     probe("offset", "3", "offset=3", False)
     probe("offset", "3", "follow=false&offset=3", False)
     assert not disagreements, "\n".join(disagreements)
+
+
+def point_path(error):
+    """points[3].loss from a validation error's path ["points", 3, "loss"] (musterd's field naming)."""
+    path = list(error.absolute_path)
+    out = str(path[0]) if path else ""
+    for p in path[1:]:
+        out += "[%d]" % p if isinstance(p, int) else "." + str(p)
+    return out
+
+
+def point_blames(validator, body):
+    """Fields (musterd's naming) the document blames for rejecting a metrics report."""
+    fields = set()
+
+    def walk(errors):
+        for e in errors:
+            where = point_path(e)
+            if e.validator == "required" and not e.context:
+                fields.update((where + "." if where else "") + f
+                              for f in re.findall(r"'([^']+)' is a required property", e.message))
+            elif e.validator == "additionalProperties":
+                fields.update((where + "." if where else "") + f for f in re.findall(r"'([^']+)'", e.message))
+            if where:
+                fields.add(where)
+            walk(e.context or [])
+
+    walk(validator.iter_errors(body))
+    return fields
+
+
+def test_metrics_report_accepts_exactly_what_the_document_allows(contract, env):
+    """The runtimes' report: every field of one point on both sides of its type, the batch bounds.
+
+    musterd admits at most 20 reports a second per worker before reading the
+    body (429); the probe waits and sends again when it meets one."""
+    api = env["api"]
+    status, body = api.call("POST", "/api/v1/workers", {"n": 1, "cpu": 0.1, "memory": 0.1, "kernel": "bash",
+                                                        "code": "sleep 60"})
+    assert status == 201, body
+    wid = body["workers"][0]["id"]
+    path = "/api/v1/agent/workers/%s/metrics" % wid
+    # The worker's metrics token (MUSTER_METRICS_TOKEN): the document's metricsToken scheme.
+    token = hmac.new(env["daemon"].token.encode(), ("metrics:" + wid).encode(), hashlib.sha256).hexdigest()
+    status, answer = api.call("POST", path, {"points": [{"step": 0, "loss": 1}]})
+    assert status == 403, "the daemon token is not a metrics token: %s %s" % (status, answer)
+    validator = request_validator(contract.request_schema("POST", "/api/v1/agent/workers/{id}/metrics"))
+    base = {"step": 1, "loss": 0.5}
+    bodies = [{"points": [base]}, {}, {"points": None}, {"points": []}, {"points": "x"}, {"points": {}},
+              {"points": [base], "other": 1}, {"points": [base] * 1000}, {"points": [base] * 1001},
+              {"points": [1]}, {"points": [None]}, {"points": [{}]}, {"points": [base, {"step": 2}]},
+              {"points": [{"step": 3, "loss": None}]}, {"points": [{"step": 3, "loss": None, "lr": 0.1}]},
+              {"points": [dict(base, memroy=1)]}, {"points": [{"loss": 1}]}]
+    for name in ("step", "time", "loss", "images_per_sec", "lr", "accuracy"):
+        for v in TYPE_PROBES + [0, -1, 2.0, -0.5, 1e300, 2 ** 62, "1"]:
+            bodies.append({"points": [dict(base, **{name: v})]})
+    disagreements, counts = [], {"allowed": 0, "rejected": 0}
+    for b in bodies:
+        allowed = validator.is_valid(b)
+        deadline = time.monotonic() + 10
+        while True:
+            status, answer = api.call("POST", path, b, token=token)
+            if status != 429 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        counts["allowed" if allowed else "rejected"] += 1
+        what = json.dumps(b)[:200]
+        if allowed:
+            n = len(b["points"])
+            if status != 202 or answer != {"accepted": n}:
+                disagreements.append("the document allows %s, musterd answered %s %s" % (what, status, answer))
+            continue
+        err = answer.get("error", {}) if isinstance(answer, dict) else {}
+        blamed = point_blames(validator, b)
+        if status != 400 or err.get("code") != "invalid_argument":
+            disagreements.append("the document rejects %s (%s), musterd answered %s %s"
+                                 % (what, sorted(blamed), status, answer))
+        elif blamed and err.get("field") not in blamed:
+            disagreements.append("%s: musterd's 400 names field %r, the document blames %s (%s)"
+                                 % (what, err.get("field"), sorted(blamed), err.get("message")))
+    api.call("POST", "/api/v1/workers/stop", {"ids": [wid]})
+    assert not disagreements, "%d disagreements:\n" % len(disagreements) + "\n".join(disagreements)
+    assert counts["allowed"] >= 10 and counts["rejected"] >= 20, counts
+    # What was accepted is what the worker's curve serves (checked against the document by the observer).
+    status, answer = api.call("GET", "/api/v1/workers/%s/metrics" % wid)
+    assert status == 200 and answer["points"] and answer["points"][0]["step"] == 1, (status, answer)
+    assert {"step": 1, "loss": 0.5} == {k: answer["points"][0][k] for k in ("step", "loss")}, answer
+    status, answer = api.call("GET", "/api/v1/workers/%s/metrics?format=csv" % wid)
+    assert status == 200 and answer.startswith("step,time,loss,images_per_sec,lr,accuracy\n"), (status, answer)
+    status, answer = api.call("GET", "/api/v1/workers/%s/metrics?format=xml" % wid)
+    assert status == 400 and answer["error"]["field"] == "format", (status, answer)
+
+
+def test_session_login_accepts_exactly_what_the_document_allows(contract, env):
+    """POST /api/v1/session: a body the document allows logs in with the right token (200), else 401."""
+    daemon_token = env["daemon"].token
+    accepted = lambda status, body, answer: (  # noqa: E731
+        status == 200 if body.get("token") == daemon_token else status == 401)
+    counts = check_agreement(contract, env, "POST", "/api/v1/session", [{"token": daemon_token}],
+                             accepted=accepted)
+    assert counts["allowed"] >= 3, counts

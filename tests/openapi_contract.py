@@ -72,7 +72,7 @@ class Contract:
             self.doc = yaml.safe_load(f)
         self._templates = []  # (segments, template)
         for template in self.doc["paths"]:
-            self._templates.append((template.strip("/").split("/"), template))
+            self._templates.append(([s for s in template.split("/") if s], template))  # "/" has no segments
 
     # ---- $ref resolution ------------------------------------------------
 

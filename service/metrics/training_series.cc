@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "muster/api/json_integer.h"
+
 namespace muster::service {
 
 using nlohmann::json;
@@ -45,10 +47,12 @@ api::Result<std::vector<TrainingPoint>> parse_training_points(const json& body, 
       if (!known) return api::invalid_argument(where + "." + key + " is not a known field", where + "." + key);
     }
     TrainingPoint p;
-    if (!j.contains("step") || !j["step"].is_number_integer() || j["step"].get<int64_t>() < 0) {
+    // 3.0 is the integer 3, as api/openapi.yaml (JSON Schema) reads it.
+    const auto step = j.contains("step") ? api::json_integer(j["step"]) : std::nullopt;
+    if (!step || *step < 0) {
       return api::invalid_argument(where + ".step must be an integer >= 0", where + ".step");
     }
-    p.step = j["step"].get<int64_t>();
+    p.step = *step;
     if (j.contains("time")) {
       if (!j["time"].is_number() || !std::isfinite(j["time"].get<double>())) {
         return api::invalid_argument(where + ".time must be a number (seconds since the epoch)", where + ".time");
