@@ -326,7 +326,7 @@ TEST_F(ClusterManagerTest, MpiBuildsLinesAndRunsTheLauncher) {
   EXPECT_EQ(running.hostfile, "127.0.0.1 slots=4\n");
   const std::string script = (project_ / "train.py").string();
   EXPECT_EQ(running.horovodrun_argv,
-            (std::vector<std::string>{"horovodrun", "-np", "4", "-H", "127.0.0.1:4", "-p", "2222", "python3", "-u",
+            (std::vector<std::string>{"horovodrun", "-np", "4", "-H", "127.0.0.1:4", "-p", "2222", "/usr/bin/python3", "-u",
                                       script, "--epochs", "1"}));
   ASSERT_EQ(launcher_->started.size(), 1u);
   const auto& argv = launcher_->started[0].argv;
@@ -383,7 +383,7 @@ TEST_F(ClusterManagerTest, MpiWithoutLaunchOnlyBuildsTheLines) {
   EXPECT_EQ(running.hostfile, "10.0.0.5 slots=1\n10.0.0.6 slots=1\n");
   auto json = running.to_json();
   EXPECT_EQ(json["horovodrun_command"],
-            "horovodrun -np 2 -H 10.0.0.5:1,10.0.0.6:1 -p 2222 --network-interfaces eth0 python3 -u " +
+            "horovodrun -np 2 -H 10.0.0.5:1,10.0.0.6:1 -p 2222 --network-interfaces eth0 /usr/bin/python3 -u " +
                 (project_ / "train.py").string() + " --epochs 1");
   EXPECT_NE(json["mpirun_command"].get<std::string>().find(
                 "-mca btl_tcp_if_include eth0 -mca oob_tcp_if_include eth0 -x NCCL_SOCKET_IFNAME=eth0"),
