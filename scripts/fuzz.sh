@@ -19,7 +19,12 @@ build() {
   if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
     CC=clang CXX=clang++ cmake -S "$ROOT/tests/fuzz" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   fi
-  cmake --build "$BUILD" -j "$JOBS" >/dev/null
+  local log="$BUILD/build.log"
+  if ! cmake --build "$BUILD" -j "$JOBS" >"$log" 2>&1; then
+    grep -E "error|undefined" "$log" | head -n 40 >&2 || tail -n 40 "$log" >&2
+    echo "fuzz.sh: the clang build of the fuzz targets failed (whole log: $log)" >&2
+    return 1
+  fi
 }
 
 # run_target <target> <seconds> [extra libFuzzer flags...]
