@@ -37,7 +37,10 @@ if os.environ.get("MUSTER_BINARY_DIR"):
 
 def final(log, key="test_accuracy"):
     """The `final <key>=<value>` line of rank 0 / the chief (mpirun's tags stripped)."""
-    m = re.search(r"^(?:\[\d+,\d+\]<stdout>:)?final %s=([0-9.]+)$" % key, log, re.M)
+    # mpirun tags every chunk it reads, and `python3 -u` writes a line and its
+    # newline separately, so a tag can land just before the newline: drop them all.
+    untagged = re.sub(r"\[\d+,\d+\]<std(?:out|err)>:", "", log)
+    m = re.search(r"^final %s=([0-9.]+)$" % key, untagged, re.M)
     if not m:
         raise RuntimeError("no final %s in the log:\n%s" % (key, log[-3000:]))
     return float(m.group(1))
