@@ -405,7 +405,7 @@ TEST_F(ClusterManagerTest, HorovodOptionsReachBothLines) {
   auto json = now(c.id).to_json();
   const std::string hvd = json["horovodrun_command"];
   EXPECT_NE(hvd.find("--network-interfaces eth0,eth1 --fusion-threshold-mb 32 --cycle-time-ms 3.5 "
-                     "--timeline-filename /tmp/timeline.json --start-timeout 45 --verbose python3"),
+                     "--timeline-filename /tmp/timeline.json --start-timeout 45 --verbose /usr/bin/python3"),
             std::string::npos)
       << hvd;
   const std::string mpi = json["mpirun_command"];
@@ -499,7 +499,7 @@ TEST_F(ClusterManagerTest, MpiRanksGetTheirHostsDevices) {
   auto sh = std::find(argv.begin(), argv.end(), "/bin/sh");
   ASSERT_NE(sh, argv.end());
   EXPECT_EQ(*(sh + 2), kRankGpuWrapper);
-  EXPECT_EQ(*(sh + 4), "python3");
+  EXPECT_EQ(*(sh + 4), "/usr/bin/python3");
   // Global rank 1 is local rank 1 on the first host: devices 0,2, its own 2.
   const std::string cmd = "MUSTER_RANK_GPUS='0,2;0,2;1' OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_LOCAL_RANK=1 "
                           "/bin/sh -c '" + std::string(kRankGpuWrapper) + "' muster-rank /bin/sh -c "
