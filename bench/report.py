@@ -30,7 +30,8 @@ def main():
         "# Benchmark results\n",
         "Written by `make bench` (bench/report.py) from bench/out/*.json; do not edit by hand.",
         f"Last run {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC on {machine()}.",
-        "Every figure is a median, measured against its reference in the same run.\n",
+        "Every figure is a median, measured against its reference in the same run. Each section comes from",
+        "its benchmark's last run (`make bench-<name>` rewrites one section); the section says what the load was.\n",
     ]
     names = sorted(f[:-3] for f in os.listdir(OUT) if f.endswith(".md")) if os.path.isdir(OUT) else []
     names = [n for n in ORDER if n in names] + [n for n in names if n not in ORDER]
