@@ -216,6 +216,7 @@ Spawned fork_exec(const SpawnOptions& o, const std::string& exe, std::vector<std
   }
   const int devnull = o.stdin_null ? ::open("/dev/null", O_RDONLY | O_CLOEXEC) : -1;
   const std::string cwd = o.cwd.string();
+  const int err_fd = o.error_fd;
   const bool new_session = o.new_session, new_group = o.new_process_group;
   const std::function<int()>& setup = o.child_setup;
   const pid_t pid = ::fork();
@@ -233,6 +234,7 @@ Spawned fork_exec(const SpawnOptions& o, const std::string& exe, std::vector<std
       ::dup2(out_fd, 1);
       ::dup2(out_fd, 2);
     }
+    if (err_fd >= 0) ::dup2(err_fd, 2);
     if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(126);
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
@@ -286,6 +288,7 @@ Spawned spawn(const SpawnOptions& o) {
     posix_spawn_file_actions_addopen(&actions, 1, o.output.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
   }
+  if (o.error_fd >= 0) posix_spawn_file_actions_adddup2(&actions, o.error_fd, 2);
   posix_spawn_file_actions_addclosefrom_np(&actions, 3);
   if (!o.cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, o.cwd.c_str());
   sigset_t none, defaults = all_signals();

@@ -109,6 +109,7 @@ struct SpawnOptions {
   std::filesystem::path cwd;               // empty: the caller's
   std::filesystem::path output;            // stdout+stderr appended here (created 0644)
   int output_fd = -1;                      // or onto this descriptor
+  int error_fd = -1;                       // >= 0: stderr onto this descriptor instead
   bool stdin_null = true;                  // false: inherit stdin
   bool new_session = true;                 // setsid: own session and group
   bool new_process_group = false;          // setpgid(0, 0) without a new session

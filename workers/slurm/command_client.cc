@@ -2,16 +2,13 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 
+#include "muster/api/base/process.h"
 #include "muster/workers/slurm/slurm_client.h"
-
-extern char** environ;
 
 namespace muster::workers::slurm {
 
@@ -33,34 +30,23 @@ Output run(const std::vector<std::string>& argv, std::chrono::milliseconds limit
     ::close(out_pipe[1]);
     return result;
   }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);  // musterd blocks SIGTERM/SIGINT; the child must not
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = ::posix_spawnp(&pid, args[0], &fa, &attr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
+  // The floor's spawn: no blocked signals (musterd blocks SIGTERM/SIGINT),
+  // no inherited descriptors.
+  base::SpawnOptions o;
+  o.argv = argv;
+  o.output_fd = out_pipe[1];
+  o.error_fd = err_pipe[1];
+  o.new_session = false;
+  const base::Spawned spawned = base::spawn(o);
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
-  if (rc != 0) {
+  if (spawned.failure) {
     ::close(out_pipe[0]);
     ::close(err_pipe[0]);
-    result.err = argv[0] + ": " + std::strerror(rc);
+    result.err = *spawned.failure;
     return result;
   }
+  const pid_t pid = spawned.id.pid;
   const auto deadline = std::chrono::steady_clock::now() + limit;
   pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
   std::string* sinks[2] = {&result.out, &result.err};
@@ -90,14 +76,12 @@ Output run(const std::vector<std::string>& argv, std::chrono::milliseconds limit
   for (auto& f : fds) {
     if (f.fd >= 0) ::close(f.fd);
   }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  const int code = base::wait_exit(pid);
   if (killed) {
     result.exit_code = -1;
     result.err += argv[0] + " did not finish within " + std::to_string(limit.count() / 1000) + " s";
   } else {
-    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    result.exit_code = code;
   }
   return result;
 }
