@@ -1,4 +1,4 @@
-#include "muster/api/status.h"
+#include "api/status.h"
 
 namespace muster::api {
 

@@ -1,4 +1,4 @@
-#include "muster/api/worker.h"
+#include "api/worker.h"
 
 #include <array>
 #include <cstdio>

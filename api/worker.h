@@ -22,7 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "muster/api/status.h"
+#include "api/status.h"
 
 namespace muster::api {
 

@@ -1,11 +1,11 @@
-#include "muster/clusterspec/hostfile.h"
+#include "clusterspec/hostfile.h"
 
 #include <cctype>
 #include <set>
 #include <sstream>
 
-#include "muster/clusterspec/names.h"
-#include "muster/clusterspec/spec_error.h"
+#include "clusterspec/names.h"
+#include "clusterspec/spec_error.h"
 
 namespace muster::clusterspec {
 namespace {

@@ -1,10 +1,10 @@
-#include "muster/clusterspec/launch_line.h"
+#include "clusterspec/launch_line.h"
 
 #include <cmath>
 #include <sstream>
 
-#include "muster/clusterspec/names.h"
-#include "muster/clusterspec/spec_error.h"
+#include "clusterspec/names.h"
+#include "clusterspec/spec_error.h"
 
 namespace muster::clusterspec {
 namespace {

@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "muster/clusterspec/hostfile.h"
+#include "clusterspec/hostfile.h"
 
 namespace muster::clusterspec {
 

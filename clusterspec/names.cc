@@ -1,8 +1,8 @@
-#include "muster/clusterspec/names.h"
+#include "clusterspec/names.h"
 
 #include <cctype>
 
-#include "muster/clusterspec/spec_error.h"
+#include "clusterspec/spec_error.h"
 
 namespace muster::clusterspec {
 namespace {

@@ -1,7 +1,7 @@
-#include "muster/clusterspec/shell.h"
+#include "clusterspec/shell.h"
 
-#include "muster/api/base/shell_quote.h"
-#include "muster/clusterspec/spec_error.h"
+#include "api/base/shell_quote.h"
+#include "clusterspec/spec_error.h"
 
 namespace muster::clusterspec {
 

@@ -1,9 +1,9 @@
-#include "muster/clusterspec/tf_config.h"
+#include "clusterspec/tf_config.h"
 
 #include <cstdlib>
 
-#include "muster/clusterspec/names.h"
-#include "muster/clusterspec/spec_error.h"
+#include "clusterspec/names.h"
+#include "clusterspec/spec_error.h"
 
 namespace muster::clusterspec {
 namespace {

@@ -8,7 +8,7 @@
 // TF_CONFIG (and as cluster.json in its working directory). Programs read it
 // back with from_env():
 //
-//   #include "muster/clusterspec/tf_config.h"
+//   #include "clusterspec/tf_config.h"
 //   using muster::clusterspec::TfConfig;
 //   TfConfig config = TfConfig::from_env();          // throws SpecError if unset/invalid
 //   if (config.task_type == "ps") {
@@ -39,7 +39,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "muster/clusterspec/cluster_spec.h"
+#include "clusterspec/cluster_spec.h"
 
 namespace muster::clusterspec {
 

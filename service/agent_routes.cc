@@ -1,8 +1,8 @@
-#include "muster/service/agent_routes.h"
+#include "service/agent_routes.h"
 
 #include <arpa/inet.h>
 
-#include "muster/api/json_integer.h"
+#include "api/json_integer.h"
 
 namespace muster::service {
 

@@ -10,8 +10,8 @@
 //  d) exit {exit_code} once the script ended (128+signal if killed).
 #pragma once
 
-#include "muster/service/registry.h"
-#include "muster/service/router.h"
+#include "service/registry.h"
+#include "service/router.h"
 
 namespace muster::service {
 

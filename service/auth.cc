@@ -1,4 +1,4 @@
-#include "muster/service/auth.h"
+#include "service/auth.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,7 +12,7 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
-#include "muster/api/base/atomic_file.h"
+#include "api/base/atomic_file.h"
 
 namespace muster::service {
 

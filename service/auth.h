@@ -20,7 +20,7 @@
 #include <optional>
 #include <string>
 
-#include "muster/api/status.h"
+#include "api/status.h"
 
 namespace muster::service {
 

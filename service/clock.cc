@@ -1,4 +1,4 @@
-#include "muster/service/clock.h"
+#include "service/clock.h"
 
 #include <ctime>
 

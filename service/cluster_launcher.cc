@@ -1,4 +1,4 @@
-#include "muster/service/cluster_launcher.h"
+#include "service/cluster_launcher.h"
 
 #include <signal.h>
 

@@ -28,8 +28,8 @@
 #include <string>
 #include <vector>
 
-#include "muster/api/base/process.h"
-#include "muster/api/status.h"
+#include "api/base/process.h"
+#include "api/status.h"
 
 namespace muster::service {
 

@@ -1,17 +1,17 @@
-#include "muster/service/cluster_manager.h"
+#include "service/cluster_manager.h"
 
 #include <algorithm>
 #include <fstream>
 
 #include <spdlog/spdlog.h>
 
-#include "muster/api/base/atomic_file.h"
-#include "muster/clusterspec/launch_line.h"
-#include "muster/clusterspec/names.h"
-#include "muster/clusterspec/shell.h"
-#include "muster/clusterspec/spec_error.h"
-#include "muster/clusterspec/tf_config.h"
-#include "muster/service/auth.h"
+#include "api/base/atomic_file.h"
+#include "clusterspec/launch_line.h"
+#include "clusterspec/names.h"
+#include "clusterspec/shell.h"
+#include "clusterspec/spec_error.h"
+#include "clusterspec/tf_config.h"
+#include "service/auth.h"
 
 namespace muster::service {
 

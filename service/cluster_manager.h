@@ -55,13 +55,13 @@
 #include <thread>
 #include <vector>
 
-#include "muster/api/status.h"
-#include "muster/service/clock.h"
-#include "muster/service/cluster_launcher.h"
-#include "muster/service/cluster_store.h"
-#include "muster/service/cluster_types.h"
-#include "muster/service/registry.h"
-#include "muster/service/validation.h"
+#include "api/status.h"
+#include "service/clock.h"
+#include "service/cluster_launcher.h"
+#include "service/cluster_store.h"
+#include "service/cluster_types.h"
+#include "service/registry.h"
+#include "service/validation.h"
 
 namespace muster::service {
 

@@ -1,6 +1,6 @@
-#include "muster/service/cluster_routes.h"
+#include "service/cluster_routes.h"
 
-#include "muster/service/worker_routes.h"
+#include "service/worker_routes.h"
 
 namespace muster::service {
 

@@ -1,9 +1,9 @@
 // The /api/v1/clusters routes (see api/openapi.yaml, tag clusters).
 #pragma once
 
-#include "muster/service/cluster_manager.h"
-#include "muster/service/log_follower.h"
-#include "muster/service/router.h"
+#include "service/cluster_manager.h"
+#include "service/log_follower.h"
+#include "service/router.h"
 
 namespace muster::service {
 

@@ -1,4 +1,4 @@
-#include "muster/service/cluster_store.h"
+#include "service/cluster_store.h"
 
 namespace muster::service {
 

@@ -13,8 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "muster/api/status.h"
-#include "muster/service/store.h"
+#include "api/status.h"
+#include "service/store.h"
 
 namespace muster::service {
 

@@ -1,13 +1,13 @@
-#include "muster/service/cluster_types.h"
+#include "service/cluster_types.h"
 
 #include <algorithm>
 #include <cmath>
 #include <set>
 
-#include "muster/api/json_integer.h"
-#include "muster/clusterspec/names.h"
-#include "muster/clusterspec/shell.h"
-#include "muster/service/validation.h"
+#include "api/json_integer.h"
+#include "clusterspec/names.h"
+#include "clusterspec/shell.h"
+#include "service/validation.h"
 
 namespace muster::service {
 

@@ -19,8 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "muster/api/base/process.h"
-#include "muster/api/status.h"
+#include "api/base/process.h"
+#include "api/status.h"
 
 namespace muster::service {
 

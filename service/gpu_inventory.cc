@@ -1,4 +1,4 @@
-#include "muster/service/gpu_inventory.h"
+#include "service/gpu_inventory.h"
 
 #include <algorithm>
 #include <cstdio>

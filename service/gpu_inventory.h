@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "muster/api/status.h"
+#include "api/status.h"
 
 namespace muster::service {
 

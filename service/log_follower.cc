@@ -1,4 +1,4 @@
-#include "muster/service/log_follower.h"
+#include "service/log_follower.h"
 
 #include <algorithm>
 #include <fstream>

@@ -32,8 +32,8 @@
 #include <string>
 #include <thread>
 
-#include "muster/api/status.h"
-#include "muster/service/router.h"
+#include "api/status.h"
+#include "service/router.h"
 
 namespace muster::service {
 

@@ -22,21 +22,21 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "muster/api/base/atomic_file.h"
-#include "muster/service/agent_routes.h"
-#include "muster/service/auth.h"
-#include "muster/service/cluster_routes.h"
-#include "muster/service/clock.h"
-#include "muster/service/gpu_inventory.h"
-#include "muster/service/dashboard/dashboard_routes.h"
-#include "muster/service/metrics/training_routes.h"
-#include "muster/service/http_server.h"
-#include "muster/service/log_follower.h"
-#include "muster/service/registry.h"
-#include "muster/service/router.h"
-#include "muster/service/store.h"
-#include "muster/service/worker_routes.h"
-#include "muster/workers/factory.h"
+#include "api/base/atomic_file.h"
+#include "service/agent_routes.h"
+#include "service/auth.h"
+#include "service/cluster_routes.h"
+#include "service/clock.h"
+#include "service/gpu_inventory.h"
+#include "service/dashboard/dashboard_routes.h"
+#include "service/metrics/training_routes.h"
+#include "service/http_server.h"
+#include "service/log_follower.h"
+#include "service/registry.h"
+#include "service/router.h"
+#include "service/store.h"
+#include "service/worker_routes.h"
+#include "workers/factory.h"
 
 namespace fs = std::filesystem;
 using namespace muster;

@@ -1,4 +1,4 @@
-#include "muster/service/registry.h"
+#include "service/registry.h"
 
 #include <algorithm>
 #include <atomic>
@@ -7,7 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "muster/service/auth.h"
+#include "service/auth.h"
 
 namespace muster::service {
 

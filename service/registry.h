@@ -40,12 +40,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "muster/api/status.h"
-#include "muster/api/worker.h"
-#include "muster/service/clock.h"
-#include "muster/service/gpu_inventory.h"
-#include "muster/service/store.h"
-#include "muster/workers/backend.h"
+#include "api/status.h"
+#include "api/worker.h"
+#include "service/clock.h"
+#include "service/gpu_inventory.h"
+#include "service/store.h"
+#include "workers/backend.h"
 
 namespace muster::service {
 

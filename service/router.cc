@@ -1,4 +1,4 @@
-#include "muster/service/router.h"
+#include "service/router.h"
 
 #include <sstream>
 

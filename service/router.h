@@ -23,8 +23,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "muster/api/status.h"
-#include "muster/service/auth.h"
+#include "api/status.h"
+#include "service/auth.h"
 
 namespace muster::service {
 

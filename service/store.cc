@@ -1,4 +1,4 @@
-#include "muster/service/store.h"
+#include "service/store.h"
 
 #include <chrono>
 

@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "muster/api/status.h"
+#include "api/status.h"
 
 struct sqlite3;
 

@@ -1,4 +1,4 @@
-#include "muster/service/validation.h"
+#include "service/validation.h"
 
 #include <unistd.h>
 
@@ -6,7 +6,7 @@
 #include <set>
 #include <system_error>
 
-#include "muster/api/json_integer.h"
+#include "api/json_integer.h"
 
 namespace muster::service {
 

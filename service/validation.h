@@ -20,8 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "muster/api/status.h"
-#include "muster/api/worker.h"
+#include "api/status.h"
+#include "api/worker.h"
 
 namespace muster::service {
 

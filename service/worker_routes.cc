@@ -1,4 +1,4 @@
-#include "muster/service/worker_routes.h"
+#include "service/worker_routes.h"
 
 #include <fstream>
 

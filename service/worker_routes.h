@@ -3,10 +3,10 @@
 // JSON reply. Await replies later, from the registry's callback.
 #pragma once
 
-#include "muster/service/log_follower.h"
-#include "muster/service/registry.h"
-#include "muster/service/router.h"
-#include "muster/service/validation.h"
+#include "service/log_follower.h"
+#include "service/registry.h"
+#include "service/router.h"
+#include "service/validation.h"
 
 namespace muster::service {
 

@@ -13,10 +13,10 @@
 #include <thread>
 
 #include "fake_backend.h"
-#include "muster/service/agent_routes.h"
-#include "muster/service/http_server.h"
-#include "muster/service/registry.h"
-#include "muster/service/worker_routes.h"
+#include "service/agent_routes.h"
+#include "service/http_server.h"
+#include "service/registry.h"
+#include "service/worker_routes.h"
 
 namespace fs = std::filesystem;
 using namespace muster;

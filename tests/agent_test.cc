@@ -1,6 +1,6 @@
 // muster-agent's pure parts: how a kernel and script become a command line,
 // URL parsing, the route to the daemon, and port reservation.
-#include "muster/workers/agent/agent.h"
+#include "workers/agent/agent.h"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -11,8 +11,8 @@
 
 #include <fstream>
 
-#include "muster/workers/agent/http_client.h"
-#include "muster/workers/agent/network.h"
+#include "workers/agent/http_client.h"
+#include "workers/agent/network.h"
 
 using muster::workers::agent::AgentOptions;
 using muster::workers::agent::script_command;

@@ -1,6 +1,6 @@
 // Tokens: the daemon token file (0600, stable across restarts) and which
 // token may call which kind of route.
-#include "muster/service/auth.h"
+#include "service/auth.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

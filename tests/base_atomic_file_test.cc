@@ -1,6 +1,6 @@
 // base::AtomicFile: the content arrives whole with exactly the mode asked
 // for, a failed or abandoned write leaves the old file and no temporary.
-#include "muster/api/base/atomic_file.h"
+#include "api/base/atomic_file.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

@@ -1,7 +1,7 @@
 // base::spawn and friends with real processes: the child starts clean (no
 // blocked or ignored signals, no inherited descriptors), its identity is
 // {pid, start time}, and a stale identity never signals anything.
-#include "muster/api/base/process.h"
+#include "api/base/process.h"
 
 #include <fcntl.h>
 #include <signal.h>

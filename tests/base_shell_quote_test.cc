@@ -1,6 +1,6 @@
 // base::shell_quote: the one set of quoting rules (clusterspec's and the ssh
 // backend's both use it); hostile words come back byte for byte from sh.
-#include "muster/api/base/shell_quote.h"
+#include "api/base/shell_quote.h"
 
 #include <unistd.h>
 

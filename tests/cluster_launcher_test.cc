@@ -1,7 +1,7 @@
 // The real launcher (Boost.Process, own process group): exit codes, logs,
 // and terminate() ending the whole tree, including children that put
 // themselves in other process groups the way mpirun's ranks can.
-#include "muster/service/cluster_launcher.h"
+#include "service/cluster_launcher.h"
 
 #include <signal.h>
 #include <unistd.h>

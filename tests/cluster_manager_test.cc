@@ -1,7 +1,7 @@
 // ClusterManager driven step by step: a real WorkerRegistry over a fake
 // backend, a FakeClock and a fake launcher, so nothing forks or sleeps.
 // Agents are played by calling the registry's agent_* methods.
-#include "muster/service/cluster_manager.h"
+#include "service/cluster_manager.h"
 
 #include <unistd.h>
 
@@ -13,9 +13,9 @@
 
 #include <gtest/gtest.h>
 
-#include "muster/clusterspec/shell.h"
-#include "muster/clusterspec/tf_config.h"
-#include "muster/service/cluster_routes.h"
+#include "clusterspec/shell.h"
+#include "clusterspec/tf_config.h"
+#include "service/cluster_routes.h"
 
 namespace muster::service {
 namespace {

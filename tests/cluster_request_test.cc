@@ -1,6 +1,6 @@
 // parse_cluster_request: a table of bad bodies, each naming its field; and
 // the cluster object's JSON.
-#include "muster/service/cluster_types.h"
+#include "service/cluster_types.h"
 
 #include <gtest/gtest.h>
 

@@ -1,10 +1,10 @@
 // ClusterSpec and the name/address checks under it.
-#include "muster/clusterspec/cluster_spec.h"
+#include "clusterspec/cluster_spec.h"
 
 #include <gtest/gtest.h>
 
-#include "muster/clusterspec/names.h"
-#include "muster/clusterspec/spec_error.h"
+#include "clusterspec/names.h"
+#include "clusterspec/spec_error.h"
 
 namespace muster::clusterspec {
 namespace {

@@ -12,8 +12,8 @@
 
 #include "comm_mpi_main.h"
 #include "comm_reference.h"
-#include "muster/runtime/comm/communicator.h"
-#include "muster/runtime/comm/half.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/comm/half.h"
 
 namespace muster::runtime::comm {
 namespace {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "comm_mpi_main.h"
-#include "muster/runtime/comm/communicator.h"
-#include "muster/runtime/comm/half.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/comm/half.h"
 
 namespace muster::runtime::comm {
 namespace {

@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "muster/runtime/comm/communicator.h"
+#include "runtime/comm/communicator.h"
 
 using namespace muster::runtime;
 using namespace muster::runtime::comm;

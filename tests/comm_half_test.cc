@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "muster/runtime/comm/half.h"
+#include "runtime/comm/half.h"
 
 namespace muster::runtime::comm {
 namespace {

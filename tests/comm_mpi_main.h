@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "muster/runtime/comm/communicator.h"
+#include "runtime/comm/communicator.h"
 
 namespace muster::runtime::comm::testing {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "comm_mpi_main.h"
-#include "muster/runtime/comm/nccl/nccl_communicator.h"
+#include "runtime/comm/nccl/nccl_communicator.h"
 
 namespace muster::runtime::comm {
 namespace {

@@ -6,8 +6,8 @@
 #include <tuple>
 #include <vector>
 
-#include "muster/runtime/comm/half.h"
-#include "muster/runtime/comm/reduce.h"
+#include "runtime/comm/half.h"
+#include "runtime/comm/reduce.h"
 
 namespace muster::runtime::comm {
 namespace {

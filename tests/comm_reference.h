@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "muster/runtime/comm/communicator.h"
-#include "muster/runtime/comm/half.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/comm/half.h"
 
 namespace muster::runtime::comm::testing::reference {
 

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "muster/runtime/comm/ring_allreduce.h"
+#include "runtime/comm/ring_allreduce.h"
 
 namespace muster::runtime::comm {
 namespace {

@@ -15,7 +15,7 @@
 
 #include "comm_mpi_main.h"
 #include "comm_reference.h"
-#include "muster/runtime/comm/communicator.h"
+#include "runtime/comm/communicator.h"
 
 namespace muster::runtime::comm {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "muster/runtime/comm/communicator.h"
+#include "runtime/comm/communicator.h"
 
 namespace muster::runtime::comm {
 namespace {

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <set>
 
-#include "muster/workers/container/container_backend.h"
+#include "workers/container/container_backend.h"
 
 namespace muster::workers::container {
 namespace {

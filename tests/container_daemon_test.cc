@@ -10,7 +10,7 @@
 
 #include "container_test_env.h"
 #include "daemon_process.h"
-#include "muster/workers/container/container_backend.h"
+#include "workers/container/container_backend.h"
 
 namespace muster::workers::container {
 namespace {

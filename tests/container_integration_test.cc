@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "container_test_env.h"
-#include "muster/workers/container/container_backend.h"
+#include "workers/container/container_backend.h"
 
 namespace muster::workers::container {
 namespace {

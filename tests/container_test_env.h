@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "muster/workers/container/container_backend.h"
+#include "workers/container/container_backend.h"
 
 namespace muster::workers::container::test_env {
 

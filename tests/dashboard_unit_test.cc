@@ -7,12 +7,12 @@
 #include <regex>
 #include <thread>
 
-#include "muster/service/auth.h"
-#include "muster/service/dashboard/event_hub.h"
-#include "muster/service/dashboard/sessions.h"
-#include "muster/service/metrics/daemon_metrics.h"
-#include "muster/service/metrics/prometheus_text.h"
-#include "muster/service/metrics/training_series.h"
+#include "service/auth.h"
+#include "service/dashboard/event_hub.h"
+#include "service/dashboard/sessions.h"
+#include "service/metrics/daemon_metrics.h"
+#include "service/metrics/prometheus_text.h"
+#include "service/metrics/training_series.h"
 
 using namespace muster;
 using namespace muster::service;

@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "muster/runtime/comm/half.h"
-#include "muster/runtime/distributed/collectives.h"
-#include "muster/runtime/error.h"
+#include "runtime/comm/half.h"
+#include "runtime/distributed/collectives.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::distributed::testing {
 

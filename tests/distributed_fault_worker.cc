@@ -23,9 +23,9 @@
 #include <thread>
 #include <vector>
 
-#include "muster/runtime/comm/communicator.h"
-#include "muster/runtime/distributed/distributed_optimizer.h"
-#include "muster/runtime/error.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/distributed/distributed_optimizer.h"
+#include "runtime/error.h"
 
 using namespace muster::runtime;
 

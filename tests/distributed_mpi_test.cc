@@ -12,9 +12,9 @@
 #include <random>
 
 #include "distributed_test_model.h"
-#include "muster/runtime/comm/communicator.h"
-#include "muster/runtime/distributed/distributed_optimizer.h"
-#include "muster/runtime/error.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/distributed/distributed_optimizer.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::distributed {
 namespace {

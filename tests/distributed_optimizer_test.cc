@@ -1,6 +1,6 @@
 // DistributedOptimizer with in-process ranks on threads (no MPI): averaging,
 // fusion, fp16, broadcasts, mismatch detection, error propagation, timeline.
-#include "muster/runtime/distributed/distributed_optimizer.h"
+#include "runtime/distributed/distributed_optimizer.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -21,7 +21,7 @@
 
 #include "distributed_fake_collectives.h"
 #include "distributed_test_model.h"
-#include "muster/runtime/error.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::distributed {
 namespace {

@@ -8,8 +8,8 @@
 #include <tuple>
 #include <vector>
 
-#include "muster/runtime/data/distributed_sampler.h"
-#include "muster/runtime/error.h"
+#include "runtime/data/distributed_sampler.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::data {
 namespace {

@@ -12,7 +12,7 @@
 #include <numeric>
 #include <vector>
 
-#include "muster/runtime/optim/optimizer.h"
+#include "runtime/optim/optimizer.h"
 
 namespace muster::runtime::distributed::testing {
 

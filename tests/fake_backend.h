@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "muster/workers/backend.h"
+#include "workers/backend.h"
 
 namespace muster::testing {
 

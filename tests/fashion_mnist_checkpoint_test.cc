@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "muster/examples/fashion_mnist/checkpoint.h"
-#include "muster/runtime/error.h"
+#include "examples/fashion_mnist/checkpoint.h"
+#include "runtime/error.h"
 
 namespace muster::examples::fashion_mnist {
 namespace {

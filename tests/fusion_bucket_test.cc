@@ -1,12 +1,12 @@
 // Bucket planning and packing (runtime/distributed/fusion_bucket.h).
-#include "muster/runtime/distributed/fusion_bucket.h"
+#include "runtime/distributed/fusion_bucket.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <numeric>
 
-#include "muster/runtime/error.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::distributed {
 namespace {

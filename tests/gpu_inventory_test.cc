@@ -2,14 +2,14 @@
 // all-or-nothing reserve, the parsers behind --gpus and nvidia-smi -L, and
 // the registry handing devices to workers (CUDA_VISIBLE_DEVICES), taking
 // them back on exit and again after a daemon restart.
-#include "muster/service/gpu_inventory.h"
+#include "service/gpu_inventory.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 #include "fake_backend.h"
-#include "muster/service/registry.h"
+#include "service/registry.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;

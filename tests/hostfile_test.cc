@@ -1,9 +1,9 @@
 // Hostfile writer/reader and the -H host list.
-#include "muster/clusterspec/hostfile.h"
+#include "clusterspec/hostfile.h"
 
 #include <gtest/gtest.h>
 
-#include "muster/clusterspec/spec_error.h"
+#include "clusterspec/spec_error.h"
 
 namespace muster::clusterspec {
 namespace {

@@ -2,7 +2,7 @@
 // process is started): every served route is in api/openapi.yaml, errors
 // map to the documented statuses and JSON, tokens are enforced, and many
 // concurrent awaits neither fail nor pin the listener.
-#include "muster/service/http_server.h"
+#include "service/http_server.h"
 
 #include <gtest/gtest.h>
 
@@ -14,9 +14,9 @@
 #include <set>
 
 #include "fake_backend.h"
-#include "muster/service/agent_routes.h"
-#include "muster/service/registry.h"
-#include "muster/service/worker_routes.h"
+#include "service/agent_routes.h"
+#include "service/registry.h"
+#include "service/worker_routes.h"
 
 namespace fs = std::filesystem;
 using namespace muster;

@@ -12,7 +12,7 @@
 #include <mutex>
 #include <vector>
 
-#include "muster/service/http_server.h"
+#include "service/http_server.h"
 
 namespace muster::testing {
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "muster/runtime/data/dataset.h"
-#include "muster/runtime/data/idx_reader.h"
-#include "muster/runtime/error.h"
+#include "runtime/data/dataset.h"
+#include "runtime/data/idx_reader.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::data {
 namespace {

@@ -1,13 +1,13 @@
 // horovodrun and mpirun argument vectors.
-#include "muster/clusterspec/launch_line.h"
+#include "clusterspec/launch_line.h"
 
 #include <algorithm>
 #include <functional>
 
 #include <gtest/gtest.h>
 
-#include "muster/clusterspec/shell.h"
-#include "muster/clusterspec/spec_error.h"
+#include "clusterspec/shell.h"
+#include "clusterspec/spec_error.h"
 
 namespace muster::clusterspec {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "muster/runtime/nn/layers.h"
+#include "runtime/nn/layers.h"
 
 namespace muster::runtime::nn::layers {
 namespace {

@@ -1,6 +1,6 @@
 // LocalBackend with real processes (label integration): output to the log,
 // exit codes by poll, all-or-nothing launch, and stop ending a whole tree.
-#include "muster/workers/local/local_backend.h"
+#include "workers/local/local_backend.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <thread>
 
-#include "muster/api/base/process.h"
+#include "api/base/process.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;

@@ -2,7 +2,7 @@
 // appended to a file reach the stream on the next pass, a finished log ends
 // the stream after its last bytes, closed or failing streams are dropped,
 // the follower count is bounded, and offset/tail pick the first byte.
-#include "muster/service/log_follower.h"
+#include "service/log_follower.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

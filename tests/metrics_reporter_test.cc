@@ -2,15 +2,15 @@
 // only the metrics route): points arrive batched with the metrics token,
 // report() never blocks when the daemon is absent or gone, and without the
 // environment the reporter does nothing.
-#include "muster/runtime/report/metrics_reporter.h"
+#include "runtime/report/metrics_reporter.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <mutex>
 
-#include "muster/service/http_server.h"
-#include "muster/service/metrics/training_series.h"
+#include "service/http_server.h"
+#include "service/metrics/training_series.h"
 
 using namespace muster;
 using namespace std::chrono_literals;

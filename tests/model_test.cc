@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "muster/runtime/error.h"
-#include "muster/runtime/nn/model.h"
+#include "runtime/error.h"
+#include "runtime/nn/model.h"
 
 namespace muster::runtime::nn {
 namespace {

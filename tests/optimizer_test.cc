@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include "muster/runtime/error.h"
-#include "muster/runtime/optim/optimizer.h"
+#include "runtime/error.h"
+#include "runtime/optim/optimizer.h"
 
 namespace muster::runtime::optim {
 namespace {

@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "container_test_env.h"
-#include "muster/workers/container/container_backend.h"
-#include "muster/workers/ssh/preflight.h"
+#include "workers/container/container_backend.h"
+#include "workers/ssh/preflight.h"
 
 namespace muster::workers::ssh {
 namespace {

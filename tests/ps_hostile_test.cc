@@ -14,7 +14,7 @@
 #include <boost/asio.hpp>
 #include <gtest/gtest.h>
 
-#include "muster/runtime/error.h"
+#include "runtime/error.h"
 #include "ps_test_model.h"
 
 namespace muster::runtime::ps::testing {

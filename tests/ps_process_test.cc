@@ -13,7 +13,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "muster/runtime/error.h"
+#include "runtime/error.h"
 #include "ps_test_model.h"
 
 extern char** environ;

@@ -7,9 +7,9 @@
 #include <boost/asio.hpp>
 #include <gtest/gtest.h>
 
-#include "muster/runtime/error.h"
-#include "muster/runtime/ps/placement.h"
-#include "muster/runtime/ps/protocol.h"
+#include "runtime/error.h"
+#include "runtime/ps/placement.h"
+#include "runtime/ps/protocol.h"
 #include "ps_test_model.h"
 
 namespace muster::runtime::ps::testing {

@@ -9,8 +9,8 @@
 #include <boost/filesystem.hpp>
 #include <gtest/gtest.h>
 
-#include "muster/runtime/error.h"
-#include "muster/runtime/ps/checkpoint.h"
+#include "runtime/error.h"
+#include "runtime/ps/checkpoint.h"
 #include "ps_test_model.h"
 
 namespace muster::runtime::ps::testing {

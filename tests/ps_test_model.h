@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "muster/runtime/optim/optimizer.h"
-#include "muster/runtime/ps/client.h"
-#include "muster/runtime/ps/server.h"
+#include "runtime/optim/optimizer.h"
+#include "runtime/ps/client.h"
+#include "runtime/ps/server.h"
 
 namespace muster::runtime::ps::testing {
 

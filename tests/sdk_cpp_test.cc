@@ -23,7 +23,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "muster/sdk/cpp/client.h"
+#include "sdk/cpp/client.h"
 
 namespace muster::sdk {
 namespace {

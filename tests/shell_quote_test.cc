@@ -1,6 +1,6 @@
 // shell_quote / join_for_shell: hostile strings come back from a real shell
 // byte for byte, and never run anything.
-#include "muster/clusterspec/shell.h"
+#include "clusterspec/shell.h"
 
 #include <unistd.h>
 
@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "muster/clusterspec/spec_error.h"
+#include "clusterspec/spec_error.h"
 
 namespace muster::clusterspec {
 namespace {

@@ -10,9 +10,9 @@
 #include <fstream>
 #include <mutex>
 
-#include "muster/service/registry.h"
-#include "muster/workers/slurm/job_state.h"
-#include "muster/workers/slurm/slurm_backend.h"
+#include "service/registry.h"
+#include "workers/slurm/job_state.h"
+#include "workers/slurm/slurm_backend.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;

@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "container_test_env.h"
-#include "muster/workers/container/container_backend.h"
-#include "muster/workers/ssh/ssh_backend.h"
+#include "workers/container/container_backend.h"
+#include "workers/ssh/ssh_backend.h"
 
 namespace muster::workers::ssh {
 namespace {

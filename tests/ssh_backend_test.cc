@@ -13,8 +13,8 @@
 
 #include <gtest/gtest.h>
 
-#include "muster/workers/ssh/preflight.h"
-#include "muster/workers/ssh/ssh_backend.h"
+#include "workers/ssh/preflight.h"
+#include "workers/ssh/ssh_backend.h"
 
 namespace muster::workers::ssh {
 namespace {

@@ -1,11 +1,11 @@
 // TfConfig: TF_CONFIG building, parsing and TensorFlow's validation rules.
-#include "muster/clusterspec/tf_config.h"
+#include "clusterspec/tf_config.h"
 
 #include <cstdlib>
 
 #include <gtest/gtest.h>
 
-#include "muster/clusterspec/spec_error.h"
+#include "clusterspec/spec_error.h"
 
 namespace muster::clusterspec {
 namespace {

@@ -1,5 +1,5 @@
 // Chrome-trace timeline writer (runtime/distributed/timeline.h).
-#include "muster/runtime/distributed/timeline.h"
+#include "runtime/distributed/timeline.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "muster/runtime/error.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::distributed {
 namespace {

@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "muster/api/status.h"
-#include "muster/api/worker.h"
+#include "api/status.h"
+#include "api/worker.h"
 
 namespace muster::workers {
 

@@ -1,9 +1,9 @@
-#include "muster/workers/factory.h"
+#include "workers/factory.h"
 
-#include "muster/workers/local/local_backend.h"
-#include "muster/workers/container/container_backend.h"
-#include "muster/workers/ssh/ssh_backend.h"
-#include "muster/workers/slurm/slurm_backend.h"
+#include "workers/local/local_backend.h"
+#include "workers/container/container_backend.h"
+#include "workers/ssh/ssh_backend.h"
+#include "workers/slurm/slurm_backend.h"
 
 namespace muster::workers {
 

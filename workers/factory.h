@@ -14,8 +14,8 @@
 #include <memory>
 #include <string>
 
-#include "muster/api/status.h"
-#include "muster/workers/backend.h"
+#include "api/status.h"
+#include "workers/backend.h"
 
 namespace muster::workers {
 

@@ -1,4 +1,4 @@
-#include "muster/api/base/atomic_file.h"
+#include "api/base/atomic_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -25,7 +25,7 @@
 #include <string>
 #include <string_view>
 
-#include "muster/api/base/error.h"
+#include "api/base/error.h"
 
 namespace muster::base {
 

@@ -1,4 +1,4 @@
-#include "muster/api/base/process.h"
+#include "api/base/process.h"
 
 #include <fcntl.h>
 #include <signal.h>

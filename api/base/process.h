@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "muster/api/base/error.h"
+#include "api/base/error.h"
 
 namespace muster::base {
 

@@ -1,4 +1,4 @@
-#include "muster/api/base/shell_quote.h"
+#include "api/base/shell_quote.h"
 
 #include <cctype>
 

@@ -25,7 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "muster/runtime/comm/communicator.h"
+#include "runtime/comm/communicator.h"
 
 using muster::runtime::DataType;
 using namespace muster::runtime::comm;

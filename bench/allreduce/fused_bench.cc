@@ -31,8 +31,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "muster/runtime/comm/communicator.h"
-#include "muster/runtime/distributed/distributed_optimizer.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/distributed/distributed_optimizer.h"
 
 namespace rt = muster::runtime;
 

@@ -10,7 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "muster/runtime/ps/client.h"
+#include "runtime/ps/client.h"
 
 int main(int argc, char** argv) {
   namespace ps = muster::runtime::ps;

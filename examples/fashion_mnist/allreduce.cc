@@ -5,11 +5,11 @@
 // 0 checkpoints. Metrics are summed with an allreduce.
 #include <cstdio>
 
-#include "muster/examples/fashion_mnist/checkpoint.h"
-#include "muster/examples/fashion_mnist/mode.h"
-#include "muster/runtime/comm/communicator.h"
-#include "muster/runtime/distributed/distributed_optimizer.h"
-#include "muster/runtime/error.h"
+#include "examples/fashion_mnist/checkpoint.h"
+#include "examples/fashion_mnist/mode.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/distributed/distributed_optimizer.h"
+#include "runtime/error.h"
 
 namespace muster::examples::fashion_mnist {
 namespace {

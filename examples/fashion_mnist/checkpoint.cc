@@ -1,4 +1,4 @@
-#include "muster/examples/fashion_mnist/checkpoint.h"
+#include "examples/fashion_mnist/checkpoint.h"
 
 #include <cstdio>
 #include <cstring>
@@ -6,8 +6,8 @@
 #include <fstream>
 #include <vector>
 
-#include "muster/api/base/atomic_file.h"
-#include "muster/runtime/error.h"
+#include "api/base/atomic_file.h"
+#include "runtime/error.h"
 
 namespace muster::examples::fashion_mnist {
 namespace {

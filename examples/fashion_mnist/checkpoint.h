@@ -12,8 +12,8 @@
 #include <optional>
 #include <string>
 
-#include "muster/runtime/nn/model.h"
-#include "muster/runtime/optim/optimizer.h"
+#include "runtime/nn/model.h"
+#include "runtime/optim/optimizer.h"
 
 namespace muster::examples::fashion_mnist {
 

@@ -10,9 +10,9 @@
 #include <cstdlib>
 #include <exception>
 
-#include "muster/examples/fashion_mnist/mode.h"
-#include "muster/examples/fashion_mnist/trainer.h"
-#include "muster/runtime/error.h"
+#include "examples/fashion_mnist/mode.h"
+#include "examples/fashion_mnist/trainer.h"
+#include "runtime/error.h"
 
 namespace fm = muster::examples::fashion_mnist;
 

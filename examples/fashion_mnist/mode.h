@@ -19,8 +19,8 @@
 #include <memory>
 #include <string>
 
-#include "muster/examples/fashion_mnist/options.h"
-#include "muster/runtime/nn/model.h"
+#include "examples/fashion_mnist/options.h"
+#include "runtime/nn/model.h"
 
 namespace muster::examples::fashion_mnist {
 

@@ -9,9 +9,9 @@
 #include <cstdio>
 #include <vector>
 
-#include "muster/examples/fashion_mnist/mode.h"
-#include "muster/runtime/error.h"
-#include "muster/runtime/ps/client.h"
+#include "examples/fashion_mnist/mode.h"
+#include "runtime/error.h"
+#include "runtime/ps/client.h"
 
 namespace muster::examples::fashion_mnist {
 namespace {

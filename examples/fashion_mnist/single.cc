@@ -1,9 +1,9 @@
 // Single-process mode: a local optimizer, checkpoints in --checkpoint-dir.
 #include <cstdio>
 
-#include "muster/examples/fashion_mnist/checkpoint.h"
-#include "muster/examples/fashion_mnist/mode.h"
-#include "muster/runtime/optim/optimizer.h"
+#include "examples/fashion_mnist/checkpoint.h"
+#include "examples/fashion_mnist/mode.h"
+#include "runtime/optim/optimizer.h"
 
 namespace muster::examples::fashion_mnist {
 namespace {

@@ -1,4 +1,4 @@
-#include "muster/examples/fashion_mnist/trainer.h"
+#include "examples/fashion_mnist/trainer.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,11 +8,11 @@
 #include <ctime>
 #include <vector>
 
-#include "muster/runtime/data/dataset.h"
-#include "muster/runtime/data/distributed_sampler.h"
-#include "muster/runtime/error.h"
-#include "muster/runtime/nn/model.h"
-#include "muster/runtime/report/metrics_reporter.h"
+#include "runtime/data/dataset.h"
+#include "runtime/data/distributed_sampler.h"
+#include "runtime/error.h"
+#include "runtime/nn/model.h"
+#include "runtime/report/metrics_reporter.h"
 
 namespace muster::examples::fashion_mnist {
 

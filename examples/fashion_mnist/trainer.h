@@ -16,8 +16,8 @@
 
 #include <cstdint>
 
-#include "muster/examples/fashion_mnist/mode.h"
-#include "muster/examples/fashion_mnist/options.h"
+#include "examples/fashion_mnist/mode.h"
+#include "examples/fashion_mnist/options.h"
 
 namespace muster::examples::fashion_mnist {
 

@@ -1,6 +1,6 @@
-#include "muster/runtime/comm/communicator.h"
+#include "runtime/comm/communicator.h"
 
-#include "muster/runtime/comm/world_communicator.h"
+#include "runtime/comm/world_communicator.h"
 
 namespace muster::runtime::comm {
 

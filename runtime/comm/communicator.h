@@ -50,8 +50,8 @@
 #include <string>
 #include <vector>
 
-#include "muster/runtime/dtype.h"
-#include "muster/runtime/error.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::comm {
 

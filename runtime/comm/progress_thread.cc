@@ -1,4 +1,4 @@
-#include "muster/runtime/comm/progress_thread.h"
+#include "runtime/comm/progress_thread.h"
 
 #include <utility>
 

@@ -14,7 +14,7 @@
 #include <mutex>
 #include <thread>
 
-#include "muster/runtime/comm/communicator.h"
+#include "runtime/comm/communicator.h"
 
 namespace muster::runtime::comm {
 namespace detail {

@@ -1,11 +1,11 @@
-#include "muster/runtime/comm/reduce.h"
+#include "runtime/comm/reduce.h"
 
 #include <immintrin.h>
 
 #include <cstdint>
 
-#include "muster/runtime/comm/half.h"
-#include "muster/runtime/error.h"
+#include "runtime/comm/half.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::comm {
 namespace {

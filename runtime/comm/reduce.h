@@ -9,8 +9,8 @@
 
 #include <cstddef>
 
-#include "muster/runtime/comm/communicator.h"
-#include "muster/runtime/dtype.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/dtype.h"
 
 namespace muster::runtime::comm {
 

@@ -1,10 +1,10 @@
-#include "muster/runtime/comm/ring_allreduce.h"
+#include "runtime/comm/ring_allreduce.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "muster/runtime/comm/chunking.h"
-#include "muster/runtime/comm/reduce.h"
+#include "runtime/comm/chunking.h"
+#include "runtime/comm/reduce.h"
 
 namespace muster::runtime::comm {
 namespace {

@@ -31,9 +31,9 @@
 
 #include <cstddef>
 
-#include "muster/runtime/comm/communicator.h"
-#include "muster/runtime/comm/link.h"
-#include "muster/runtime/comm/watchdog.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/comm/link.h"
+#include "runtime/comm/watchdog.h"
 
 namespace muster::runtime::comm {
 

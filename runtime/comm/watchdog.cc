@@ -1,4 +1,4 @@
-#include "muster/runtime/comm/watchdog.h"
+#include "runtime/comm/watchdog.h"
 
 #include <immintrin.h>
 #include <sched.h>

@@ -14,7 +14,7 @@
 #include <exception>
 #include <string>
 
-#include "muster/runtime/error.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::comm {
 

@@ -1,4 +1,4 @@
-#include "muster/runtime/comm/world_communicator.h"
+#include "runtime/comm/world_communicator.h"
 
 #include <unistd.h>
 
@@ -7,12 +7,12 @@
 #include <cstring>
 #include <sstream>
 
-#include "muster/runtime/comm/mpi/mpi_link.h"
-#include "muster/runtime/comm/mpi/mpi_world.h"
-#include "muster/runtime/comm/reduce.h"
-#include "muster/runtime/comm/ring_allreduce.h"
-#include "muster/runtime/comm/shm/direct_allreduce.h"
-#include "muster/runtime/comm/shm/shm_link.h"
+#include "runtime/comm/mpi/mpi_link.h"
+#include "runtime/comm/mpi/mpi_world.h"
+#include "runtime/comm/reduce.h"
+#include "runtime/comm/ring_allreduce.h"
+#include "runtime/comm/shm/direct_allreduce.h"
+#include "runtime/comm/shm/shm_link.h"
 
 namespace muster::runtime::comm {
 namespace {

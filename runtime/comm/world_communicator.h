@@ -18,14 +18,14 @@
 #include <string>
 #include <vector>
 
-#include "muster/runtime/comm/communicator.h"
-#include "muster/runtime/comm/link.h"
-#include "muster/runtime/comm/progress_thread.h"
-#include "muster/runtime/comm/shm/shared_region.h"
-#include "muster/runtime/comm/shm/shm_link.h"
-#include "muster/runtime/comm/shm/shm_peer_monitor.h"
-#include "muster/runtime/comm/shm/shm_segment.h"
-#include "muster/runtime/comm/watchdog.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/comm/link.h"
+#include "runtime/comm/progress_thread.h"
+#include "runtime/comm/shm/shared_region.h"
+#include "runtime/comm/shm/shm_link.h"
+#include "runtime/comm/shm/shm_peer_monitor.h"
+#include "runtime/comm/shm/shm_segment.h"
+#include "runtime/comm/watchdog.h"
 
 namespace muster::runtime::comm {
 

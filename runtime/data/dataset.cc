@@ -1,11 +1,11 @@
-#include "muster/runtime/data/dataset.h"
+#include "runtime/data/dataset.h"
 
 #include <algorithm>
 #include <cstring>
 #include <sys/stat.h>
 
-#include "muster/runtime/data/idx_reader.h"
-#include "muster/runtime/error.h"
+#include "runtime/data/idx_reader.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::data {
 namespace {

@@ -1,9 +1,9 @@
-#include "muster/runtime/data/distributed_sampler.h"
+#include "runtime/data/distributed_sampler.h"
 
 #include <numeric>
 #include <string>
 
-#include "muster/runtime/error.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::data {
 namespace {

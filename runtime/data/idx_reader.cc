@@ -1,11 +1,11 @@
-#include "muster/runtime/data/idx_reader.h"
+#include "runtime/data/idx_reader.h"
 
 #include <zlib.h>
 
 #include <limits>
 #include <memory>
 
-#include "muster/runtime/error.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::data {
 namespace {

@@ -1,8 +1,8 @@
-#include "muster/runtime/distributed/broadcast.h"
+#include "runtime/distributed/broadcast.h"
 
 #include <string>
 
-#include "muster/runtime/error.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::distributed {
 

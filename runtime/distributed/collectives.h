@@ -16,8 +16,8 @@
 #include <memory>
 #include <vector>
 
-#include "muster/runtime/comm/communicator.h"
-#include "muster/runtime/dtype.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/dtype.h"
 
 namespace muster::runtime::distributed {
 

@@ -2,7 +2,7 @@
 #include <memory>
 #include <utility>
 
-#include "muster/runtime/distributed/collectives.h"
+#include "runtime/distributed/collectives.h"
 
 namespace muster::runtime::distributed {
 namespace {

@@ -1,4 +1,4 @@
-#include "muster/runtime/distributed/comm_thread.h"
+#include "runtime/distributed/comm_thread.h"
 
 #include <condition_variable>
 #include <cstdio>
@@ -8,7 +8,7 @@
 #include <mutex>
 #include <utility>
 
-#include "muster/runtime/error.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::distributed {
 

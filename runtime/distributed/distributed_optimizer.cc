@@ -1,4 +1,4 @@
-#include "muster/runtime/distributed/distributed_optimizer.h"
+#include "runtime/distributed/distributed_optimizer.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -6,12 +6,12 @@
 #include <string>
 #include <utility>
 
-#include "muster/runtime/distributed/broadcast.h"
-#include "muster/runtime/distributed/comm_thread.h"
-#include "muster/runtime/distributed/reduction_pipeline.h"
-#include "muster/runtime/distributed/registration_check.h"
-#include "muster/runtime/distributed/timeline.h"
-#include "muster/runtime/error.h"
+#include "runtime/distributed/broadcast.h"
+#include "runtime/distributed/comm_thread.h"
+#include "runtime/distributed/reduction_pipeline.h"
+#include "runtime/distributed/registration_check.h"
+#include "runtime/distributed/timeline.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::distributed {
 namespace {

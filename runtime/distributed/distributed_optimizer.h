@@ -83,9 +83,9 @@
 #include <string>
 #include <vector>
 
-#include "muster/runtime/comm/communicator.h"
-#include "muster/runtime/distributed/collectives.h"
-#include "muster/runtime/optim/optimizer.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/distributed/collectives.h"
+#include "runtime/optim/optimizer.h"
 
 namespace muster::runtime::distributed {
 

@@ -1,11 +1,11 @@
-#include "muster/runtime/distributed/fusion_bucket.h"
+#include "runtime/distributed/fusion_bucket.h"
 
 #include <algorithm>
 #include <cstring>
 #include <string>
 
-#include "muster/runtime/comm/half.h"
-#include "muster/runtime/error.h"
+#include "runtime/comm/half.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::distributed {
 

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "muster/runtime/dtype.h"
+#include "runtime/dtype.h"
 
 namespace muster::runtime::distributed {
 

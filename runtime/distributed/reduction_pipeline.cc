@@ -1,11 +1,11 @@
-#include "muster/runtime/distributed/reduction_pipeline.h"
+#include "runtime/distributed/reduction_pipeline.h"
 
 #include <algorithm>
 #include <sstream>
 #include <string>
 #include <utility>
 
-#include "muster/runtime/error.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::distributed {
 namespace {

@@ -33,9 +33,9 @@
 #include <mutex>
 #include <vector>
 
-#include "muster/runtime/distributed/collectives.h"
-#include "muster/runtime/distributed/fusion_bucket.h"
-#include "muster/runtime/distributed/timeline.h"
+#include "runtime/distributed/collectives.h"
+#include "runtime/distributed/fusion_bucket.h"
+#include "runtime/distributed/timeline.h"
 
 namespace muster::runtime::distributed {
 

@@ -1,10 +1,10 @@
-#include "muster/runtime/distributed/registration_check.h"
+#include "runtime/distributed/registration_check.h"
 
 #include <algorithm>
 #include <cstring>
 #include <sstream>
 
-#include "muster/runtime/error.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::distributed {
 namespace {

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "muster/runtime/distributed/collectives.h"
-#include "muster/runtime/distributed/fusion_bucket.h"
+#include "runtime/distributed/collectives.h"
+#include "runtime/distributed/fusion_bucket.h"
 
 namespace muster::runtime::distributed {
 

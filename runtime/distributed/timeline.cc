@@ -1,4 +1,4 @@
-#include "muster/runtime/distributed/timeline.h"
+#include "runtime/distributed/timeline.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "muster/runtime/error.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::distributed {
 namespace {

@@ -6,8 +6,8 @@
 
 #include <Eigen/Core>
 
-#include "muster/runtime/nn/layers.h"
-#include "muster/runtime/nn/model.h"
+#include "runtime/nn/layers.h"
+#include "runtime/nn/model.h"
 
 namespace muster::runtime::nn::affine {
 

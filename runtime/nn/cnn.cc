@@ -1,6 +1,6 @@
-#include "muster/runtime/nn/cnn.h"
+#include "runtime/nn/cnn.h"
 
-#include "muster/runtime/nn/affine.h"
+#include "runtime/nn/affine.h"
 
 namespace muster::runtime::nn {
 

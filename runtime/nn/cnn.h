@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "muster/runtime/nn/layers.h"
-#include "muster/runtime/nn/model.h"
+#include "runtime/nn/layers.h"
+#include "runtime/nn/model.h"
 
 namespace muster::runtime::nn {
 

@@ -1,4 +1,4 @@
-#include "muster/runtime/nn/layers.h"
+#include "runtime/nn/layers.h"
 
 #include <cmath>
 #include <cstring>

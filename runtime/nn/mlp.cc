@@ -1,7 +1,7 @@
-#include "muster/runtime/nn/mlp.h"
+#include "runtime/nn/mlp.h"
 
-#include "muster/runtime/nn/affine.h"
-#include "muster/runtime/nn/layers.h"
+#include "runtime/nn/affine.h"
+#include "runtime/nn/layers.h"
 
 namespace muster::runtime::nn {
 

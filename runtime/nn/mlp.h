@@ -8,7 +8,7 @@
 
 #include <Eigen/Core>
 
-#include "muster/runtime/nn/model.h"
+#include "runtime/nn/model.h"
 
 namespace muster::runtime::nn {
 

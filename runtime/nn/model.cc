@@ -1,13 +1,13 @@
-#include "muster/runtime/nn/model.h"
+#include "runtime/nn/model.h"
 
 #include <Eigen/Core>
 #include <algorithm>
 #include <numeric>
 #include <random>
 
-#include "muster/runtime/error.h"
-#include "muster/runtime/nn/cnn.h"
-#include "muster/runtime/nn/mlp.h"
+#include "runtime/error.h"
+#include "runtime/nn/cnn.h"
+#include "runtime/nn/mlp.h"
 
 namespace muster::runtime::nn {
 

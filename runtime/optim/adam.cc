@@ -8,8 +8,8 @@
 
 #include <Eigen/Core>
 
-#include "muster/runtime/error.h"
-#include "muster/runtime/optim/optimizer.h"
+#include "runtime/error.h"
+#include "runtime/optim/optimizer.h"
 
 namespace muster::runtime::optim {
 namespace {

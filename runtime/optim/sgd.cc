@@ -4,8 +4,8 @@
 //   w -= lr * (nesterov ? g' + mu * v : v)        (mu == 0: w -= lr * g')
 #include <Eigen/Core>
 
-#include "muster/runtime/error.h"
-#include "muster/runtime/optim/optimizer.h"
+#include "runtime/error.h"
+#include "runtime/optim/optimizer.h"
 
 namespace muster::runtime::optim {
 namespace {

@@ -1,4 +1,4 @@
-#include "muster/runtime/ps/checkpoint.h"
+#include "runtime/ps/checkpoint.h"
 
 #include <cstdio>
 #include <cstring>
@@ -7,8 +7,8 @@
 
 #include <boost/filesystem.hpp>
 
-#include "muster/api/base/atomic_file.h"
-#include "muster/runtime/error.h"
+#include "api/base/atomic_file.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::ps {
 namespace {

@@ -1,14 +1,14 @@
-#include "muster/runtime/ps/client.h"
+#include "runtime/ps/client.h"
 
 #include <algorithm>
 #include <limits>
 
 #include <spdlog/spdlog.h>
 
-#include "muster/runtime/error.h"
-#include "muster/runtime/optim/optimizer.h"
-#include "muster/runtime/ps/checkpoint.h"
-#include "muster/runtime/ps/links.h"
+#include "runtime/error.h"
+#include "runtime/optim/optimizer.h"
+#include "runtime/ps/checkpoint.h"
+#include "runtime/ps/links.h"
 
 namespace muster::runtime::ps {
 namespace {

@@ -9,7 +9,7 @@
 // tasks run concurrently; the tensors are written and read in place.
 //
 // Usage:
-//   #include "muster/runtime/ps/client.h"
+//   #include "runtime/ps/client.h"
 //   namespace ps = muster::runtime::ps;
 //   ps::ClientOptions opt;
 //   opt.optimizer = "momentum"; opt.learning_rate = 0.05f;
@@ -40,11 +40,11 @@
 #include <string>
 #include <vector>
 
-#include "muster/runtime/ps/checkpoint.h"
-#include "muster/runtime/ps/cluster.h"
-#include "muster/runtime/ps/options.h"
-#include "muster/runtime/ps/placement.h"
-#include "muster/runtime/ps/protocol.h"
+#include "runtime/ps/checkpoint.h"
+#include "runtime/ps/cluster.h"
+#include "runtime/ps/options.h"
+#include "runtime/ps/placement.h"
+#include "runtime/ps/protocol.h"
 
 namespace muster::runtime::ps {
 

@@ -1,10 +1,10 @@
-#include "muster/runtime/ps/cluster.h"
+#include "runtime/ps/cluster.h"
 
 #include <cstdlib>
 
-#include "muster/clusterspec/tf_config.h"
+#include "clusterspec/tf_config.h"
 
-#include "muster/runtime/error.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::ps {
 

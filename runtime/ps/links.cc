@@ -1,12 +1,12 @@
-#include "muster/runtime/ps/links.h"
+#include "runtime/ps/links.h"
 
 #include <chrono>
 #include <thread>
 
 #include <boost/asio.hpp>
 
-#include "muster/runtime/error.h"
-#include "muster/runtime/ps/cluster.h"
+#include "runtime/error.h"
+#include "runtime/ps/cluster.h"
 
 namespace muster::runtime::ps {
 namespace {

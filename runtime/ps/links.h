@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "muster/runtime/ps/protocol.h"
+#include "runtime/ps/protocol.h"
 
 namespace muster::runtime::ps {
 

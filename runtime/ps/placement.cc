@@ -1,8 +1,8 @@
-#include "muster/runtime/ps/placement.h"
+#include "runtime/ps/placement.h"
 
 #include <algorithm>
 
-#include "muster/runtime/error.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::ps {
 

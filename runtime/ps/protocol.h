@@ -62,7 +62,7 @@
 #include <cstring>
 #include <string>
 
-#include "muster/runtime/dtype.h"
+#include "runtime/dtype.h"
 
 namespace muster::runtime::ps {
 

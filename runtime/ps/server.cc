@@ -1,8 +1,8 @@
 // PsServer implementation. The protocol steps are in protocol.h; the
 // SyncReplicas rules for one slice are in Impl::push() below.
 
-#include "muster/runtime/ps/server.h"
-#include "muster/runtime/ps/server_connection.h"
+#include "runtime/ps/server.h"
+#include "runtime/ps/server_connection.h"
 
 #include <spdlog/spdlog.h>
 

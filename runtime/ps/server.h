@@ -34,7 +34,7 @@
 #include <memory>
 #include <string>
 
-#include "muster/runtime/ps/options.h"
+#include "runtime/ps/options.h"
 
 namespace muster::runtime::ps {
 

@@ -3,7 +3,7 @@
 // connections, the deadline sweep, the hello's options and the seal of the
 // slice set.
 
-#include "muster/runtime/ps/server_connection.h"
+#include "runtime/ps/server_connection.h"
 
 #include <cmath>
 

@@ -1,7 +1,7 @@
 // Internal to server.cc (split for size): one worker's connection to the PS.
 #pragma once
 
-#include "muster/runtime/ps/server_impl.h"
+#include "runtime/ps/server_impl.h"
 
 namespace muster::runtime::ps {
 

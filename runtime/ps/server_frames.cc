@@ -2,7 +2,7 @@
 // anything is allocated or read for it, then the handling of each op
 // (protocol.h steps a) to f)).
 
-#include "muster/runtime/ps/server_connection.h"
+#include "runtime/ps/server_connection.h"
 
 namespace muster::runtime::ps {
 namespace {

@@ -16,10 +16,10 @@
 #include <boost/asio.hpp>
 #include <spdlog/spdlog.h>
 
-#include "muster/runtime/error.h"
-#include "muster/runtime/optim/optimizer.h"
-#include "muster/runtime/ps/protocol.h"
-#include "muster/runtime/ps/server.h"
+#include "runtime/error.h"
+#include "runtime/optim/optimizer.h"
+#include "runtime/ps/protocol.h"
+#include "runtime/ps/server.h"
 
 namespace muster::runtime::ps {
 namespace {

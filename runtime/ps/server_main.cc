@@ -15,9 +15,9 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
-#include "muster/runtime/error.h"
-#include "muster/runtime/ps/cluster.h"
-#include "muster/runtime/ps/server.h"
+#include "runtime/error.h"
+#include "runtime/ps/cluster.h"
+#include "runtime/ps/server.h"
 
 int main(int argc, char** argv) {
   namespace ps = muster::runtime::ps;

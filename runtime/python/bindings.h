@@ -22,8 +22,8 @@
 #include <memory>
 #include <string>
 
-#include "muster/runtime/comm/communicator.h"
-#include "muster/runtime/dtype.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/dtype.h"
 
 namespace muster::runtime::python {
 

@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include "muster/runtime/comm/communicator.h"
-#include "muster/runtime/error.h"
-#include "muster/runtime/python/bindings.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/error.h"
+#include "runtime/python/bindings.h"
 
 namespace muster::runtime::python {
 namespace {

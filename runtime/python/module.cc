@@ -3,8 +3,8 @@
 
 #include <exception>
 
-#include "muster/runtime/error.h"
-#include "muster/runtime/python/bindings.h"
+#include "runtime/error.h"
+#include "runtime/python/bindings.h"
 
 namespace muster::runtime::python {
 namespace {

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "muster/runtime/distributed/distributed_optimizer.h"
-#include "muster/runtime/error.h"
-#include "muster/runtime/optim/optimizer.h"
-#include "muster/runtime/python/bindings.h"
+#include "runtime/distributed/distributed_optimizer.h"
+#include "runtime/error.h"
+#include "runtime/optim/optimizer.h"
+#include "runtime/python/bindings.h"
 
 namespace muster::runtime::python {
 namespace {

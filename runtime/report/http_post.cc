@@ -1,4 +1,4 @@
-#include "muster/runtime/report/http_post.h"
+#include "runtime/report/http_post.h"
 
 #include <netdb.h>
 #include <poll.h>

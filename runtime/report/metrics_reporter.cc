@@ -1,4 +1,4 @@
-#include "muster/runtime/report/metrics_reporter.h"
+#include "runtime/report/metrics_reporter.h"
 
 #include <cmath>
 #include <cstdio>

@@ -28,7 +28,7 @@
 #include <string>
 #include <thread>
 
-#include "muster/runtime/report/http_post.h"
+#include "runtime/report/http_post.h"
 
 namespace muster::runtime::report {
 

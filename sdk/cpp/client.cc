@@ -1,4 +1,4 @@
-#include "muster/sdk/cpp/client.h"
+#include "sdk/cpp/client.h"
 
 #include <chrono>
 #include <system_error>

@@ -26,9 +26,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "muster/sdk/cpp/config.h"
-#include "muster/sdk/cpp/error.h"
-#include "muster/sdk/cpp/types.h"
+#include "sdk/cpp/config.h"
+#include "sdk/cpp/error.h"
+#include "sdk/cpp/types.h"
 
 namespace muster::sdk {
 

@@ -8,7 +8,7 @@
 #include <chrono>
 #include <thread>
 
-#include "muster/sdk/cpp/client.h"
+#include "sdk/cpp/client.h"
 
 namespace muster::sdk {
 

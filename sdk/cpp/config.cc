@@ -1,4 +1,4 @@
-#include "muster/sdk/cpp/config.h"
+#include "sdk/cpp/config.h"
 
 #include <cstdlib>
 #include <fstream>
@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "muster/sdk/cpp/error.h"
+#include "sdk/cpp/error.h"
 
 namespace muster::sdk {
 namespace {

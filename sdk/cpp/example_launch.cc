@@ -9,7 +9,7 @@
 #include <iostream>
 #include <string>
 
-#include "muster/sdk/cpp/client.h"
+#include "sdk/cpp/client.h"
 
 int main(int argc, char** argv) {
   using namespace muster::sdk;

@@ -18,7 +18,7 @@
 #include <cpprest/http_client.h>
 #include <cpprest/uri.h>
 
-#include "muster/sdk/cpp/client.h"
+#include "sdk/cpp/client.h"
 
 namespace muster::sdk {
 namespace {

@@ -1,4 +1,4 @@
-#include "muster/sdk/cpp/types.h"
+#include "sdk/cpp/types.h"
 
 namespace muster::sdk {
 namespace {

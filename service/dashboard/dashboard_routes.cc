@@ -1,10 +1,10 @@
-#include "muster/service/dashboard/dashboard_routes.h"
+#include "service/dashboard/dashboard_routes.h"
 
 #include <fstream>
 #include <regex>
 #include <sstream>
 
-#include "muster/service/auth.h"
+#include "service/auth.h"
 
 #ifndef MUSTER_DASHBOARD_SOURCE_DIR
 #define MUSTER_DASHBOARD_SOURCE_DIR ""

@@ -21,10 +21,10 @@
 #include <filesystem>
 #include <string>
 
-#include "muster/service/dashboard/event_hub.h"
-#include "muster/service/dashboard/sessions.h"
-#include "muster/service/metrics/daemon_metrics.h"
-#include "muster/service/router.h"
+#include "service/dashboard/event_hub.h"
+#include "service/dashboard/sessions.h"
+#include "service/metrics/daemon_metrics.h"
+#include "service/router.h"
 
 namespace muster::service {
 

@@ -1,4 +1,4 @@
-#include "muster/service/dashboard/event_hub.h"
+#include "service/dashboard/event_hub.h"
 
 #include <algorithm>
 

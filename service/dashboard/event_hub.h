@@ -30,7 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "muster/service/router.h"
+#include "service/router.h"
 
 namespace muster::service {
 

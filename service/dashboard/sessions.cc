@@ -1,6 +1,6 @@
-#include "muster/service/dashboard/sessions.h"
+#include "service/dashboard/sessions.h"
 
-#include "muster/service/auth.h"
+#include "service/auth.h"
 
 namespace muster::service {
 

@@ -1,4 +1,4 @@
-#include "muster/service/http/connection.h"
+#include "service/http/connection.h"
 
 #include <algorithm>
 #include <cctype>
@@ -12,7 +12,7 @@
 #include <boost/beast/http/write.hpp>
 #include <spdlog/spdlog.h>
 
-#include "muster/service/http/target.h"
+#include "service/http/target.h"
 
 namespace muster::service::http {
 

@@ -35,8 +35,8 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 
-#include "muster/service/http/context.h"
-#include "muster/service/http/stream.h"
+#include "service/http/context.h"
+#include "service/http/stream.h"
 
 namespace muster::service::http {
 

@@ -5,7 +5,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/http/status.hpp>
 
-#include "muster/service/http/connection.h"
+#include "service/http/connection.h"
 
 namespace muster::service::http {
 

@@ -17,10 +17,10 @@
 
 #include <boost/asio/io_context.hpp>
 
-#include "muster/service/auth.h"
-#include "muster/service/http/handler_pool.h"
-#include "muster/service/http/options.h"
-#include "muster/service/router.h"
+#include "service/auth.h"
+#include "service/http/handler_pool.h"
+#include "service/http/options.h"
+#include "service/router.h"
 
 namespace muster::service::http {
 

@@ -1,4 +1,4 @@
-#include "muster/service/http/handler_pool.h"
+#include "service/http/handler_pool.h"
 
 #include <spdlog/spdlog.h>
 

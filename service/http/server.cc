@@ -1,4 +1,4 @@
-#include "muster/service/http/server.h"
+#include "service/http/server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -16,8 +16,8 @@
 #include <boost/asio/strand.hpp>
 #include <spdlog/spdlog.h>
 
-#include "muster/service/http/connection.h"
-#include "muster/service/http/context.h"
+#include "service/http/connection.h"
+#include "service/http/context.h"
 
 namespace muster::service {
 

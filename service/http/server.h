@@ -21,10 +21,10 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include "muster/api/status.h"
-#include "muster/service/auth.h"
-#include "muster/service/http/options.h"
-#include "muster/service/router.h"
+#include "api/status.h"
+#include "service/auth.h"
+#include "service/http/options.h"
+#include "service/router.h"
 
 namespace muster::service {
 

@@ -1,4 +1,4 @@
-#include "muster/service/http/stream.h"
+#include "service/http/stream.h"
 
 #include <cstdio>
 

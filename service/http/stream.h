@@ -15,7 +15,7 @@
 #include <mutex>
 #include <string>
 
-#include "muster/service/router.h"
+#include "service/router.h"
 
 namespace muster::service::http {
 

@@ -1,4 +1,4 @@
-#include "muster/service/http/target.h"
+#include "service/http/target.h"
 
 namespace muster::service::http {
 

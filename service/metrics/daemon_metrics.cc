@@ -1,4 +1,4 @@
-#include "muster/service/metrics/daemon_metrics.h"
+#include "service/metrics/daemon_metrics.h"
 
 namespace muster::service {
 

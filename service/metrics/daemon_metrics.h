@@ -19,10 +19,10 @@
 #include <tuple>
 #include <vector>
 
-#include "muster/api/worker.h"
-#include "muster/service/cluster_types.h"
-#include "muster/service/metrics/prometheus_text.h"
-#include "muster/service/metrics/training_series.h"
+#include "api/worker.h"
+#include "service/cluster_types.h"
+#include "service/metrics/prometheus_text.h"
+#include "service/metrics/training_series.h"
 
 namespace muster::service {
 

@@ -1,4 +1,4 @@
-#include "muster/service/metrics/prometheus_text.h"
+#include "service/metrics/prometheus_text.h"
 
 #include <algorithm>
 #include <cmath>

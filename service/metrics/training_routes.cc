@@ -1,4 +1,4 @@
-#include "muster/service/metrics/training_routes.h"
+#include "service/metrics/training_routes.h"
 
 #include <chrono>
 

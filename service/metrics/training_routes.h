@@ -16,10 +16,10 @@
 
 #include <functional>
 
-#include "muster/service/cluster_manager.h"
-#include "muster/service/metrics/training_series.h"
-#include "muster/service/registry.h"
-#include "muster/service/router.h"
+#include "service/cluster_manager.h"
+#include "service/metrics/training_series.h"
+#include "service/registry.h"
+#include "service/router.h"
 
 namespace muster::service {
 

@@ -1,10 +1,10 @@
-#include "muster/service/metrics/training_series.h"
+#include "service/metrics/training_series.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
-#include "muster/api/json_integer.h"
+#include "api/json_integer.h"
 
 namespace muster::service {
 

@@ -21,7 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "muster/api/status.h"
+#include "api/status.h"
 
 namespace muster::service {
 

@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "muster/clusterspec/hostfile.h"
-#include "muster/clusterspec/spec_error.h"
+#include "clusterspec/hostfile.h"
+#include "clusterspec/spec_error.h"
 
 namespace cs = muster::clusterspec;
 

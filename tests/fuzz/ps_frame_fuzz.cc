@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "muster/runtime/error.h"
-#include "muster/runtime/ps/protocol.h"
+#include "runtime/error.h"
+#include "runtime/ps/protocol.h"
 
 namespace ps = muster::runtime::ps;
 

@@ -16,9 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "muster/service/cluster_types.h"
-#include "muster/service/router.h"
-#include "muster/service/validation.h"
+#include "service/cluster_types.h"
+#include "service/router.h"
+#include "service/validation.h"
 
 namespace {
 

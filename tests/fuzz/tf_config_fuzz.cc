@@ -9,11 +9,11 @@
 #include <cstdlib>
 #include <string>
 
-#include "muster/clusterspec/cluster_spec.h"
-#include "muster/clusterspec/spec_error.h"
-#include "muster/clusterspec/tf_config.h"
-#include "muster/runtime/error.h"
-#include "muster/runtime/ps/cluster.h"
+#include "clusterspec/cluster_spec.h"
+#include "clusterspec/spec_error.h"
+#include "clusterspec/tf_config.h"
+#include "runtime/error.h"
+#include "runtime/ps/cluster.h"
 
 namespace cs = muster::clusterspec;
 

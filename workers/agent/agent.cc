@@ -1,4 +1,4 @@
-#include "muster/workers/agent/agent.h"
+#include "workers/agent/agent.h"
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -15,10 +15,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "muster/api/base/atomic_file.h"
-#include "muster/api/base/process.h"
-#include "muster/workers/agent/limits.h"
-#include "muster/workers/agent/network.h"
+#include "api/base/atomic_file.h"
+#include "api/base/process.h"
+#include "workers/agent/limits.h"
+#include "workers/agent/network.h"
 
 namespace muster::workers::agent {
 

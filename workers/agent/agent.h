@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "muster/workers/agent/http_client.h"
+#include "workers/agent/http_client.h"
 
 namespace muster::workers::agent {
 

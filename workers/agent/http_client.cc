@@ -1,4 +1,4 @@
-#include "muster/workers/agent/http_client.h"
+#include "workers/agent/http_client.h"
 
 #include <netdb.h>
 #include <poll.h>

@@ -1,4 +1,4 @@
-#include "muster/workers/agent/limits.h"
+#include "workers/agent/limits.h"
 
 #include <cmath>
 #include <filesystem>

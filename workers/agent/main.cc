@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "muster/workers/agent/agent.h"
+#include "workers/agent/agent.h"
 
 namespace {
 std::string env_or(const char* name, const std::string& fallback = "") {

@@ -1,4 +1,4 @@
-#include "muster/workers/agent/network.h"
+#include "workers/agent/network.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -1,6 +1,6 @@
-#include "muster/workers/container/container_backend.h"
+#include "workers/container/container_backend.h"
 
-#include "muster/workers/ssh/preflight.h"
+#include "workers/ssh/preflight.h"
 
 #include <csignal>
 #include <fstream>

@@ -37,12 +37,12 @@
 #include <string>
 #include <vector>
 
-#include "muster/workers/backend.h"
-#include "muster/workers/container/executor.h"
-#include "muster/workers/container/ledger.h"
-#include "muster/workers/container/net_resources.h"
-#include "muster/workers/container/sshd.h"
-#include "muster/workers/container/subnet.h"
+#include "workers/backend.h"
+#include "workers/container/executor.h"
+#include "workers/container/ledger.h"
+#include "workers/container/net_resources.h"
+#include "workers/container/sshd.h"
+#include "workers/container/subnet.h"
 
 namespace muster::workers::container {
 

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "muster/api/status.h"
+#include "api/status.h"
 
 namespace muster::workers::container {
 

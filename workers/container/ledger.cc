@@ -1,10 +1,10 @@
-#include "muster/workers/container/ledger.h"
+#include "workers/container/ledger.h"
 
 #include <algorithm>
 #include <fstream>
 #include <sstream>
 
-#include "muster/api/base/atomic_file.h"
+#include "api/base/atomic_file.h"
 
 namespace muster::workers::container {
 namespace {

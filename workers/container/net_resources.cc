@@ -1,4 +1,4 @@
-#include "muster/workers/container/net_resources.h"
+#include "workers/container/net_resources.h"
 
 namespace muster::workers::container {
 

@@ -7,9 +7,9 @@
 
 #include <string>
 
-#include "muster/api/status.h"
-#include "muster/workers/container/executor.h"
-#include "muster/workers/container/ledger.h"
+#include "api/status.h"
+#include "workers/container/executor.h"
+#include "workers/container/ledger.h"
 
 namespace muster::workers::container {
 

@@ -1,9 +1,9 @@
-#include "muster/workers/container/sshd.h"
+#include "workers/container/sshd.h"
 
 #include <csignal>
 #include <fstream>
 
-#include "muster/api/base/atomic_file.h"
+#include "api/base/atomic_file.h"
 
 namespace muster::workers::container {
 namespace fs = std::filesystem;

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "muster/api/status.h"
-#include "muster/workers/container/executor.h"
+#include "api/status.h"
+#include "workers/container/executor.h"
 
 namespace muster::workers::container {
 

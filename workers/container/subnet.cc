@@ -1,4 +1,4 @@
-#include "muster/workers/container/subnet.h"
+#include "workers/container/subnet.h"
 
 #include <arpa/inet.h>
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "muster/api/status.h"
+#include "api/status.h"
 
 namespace muster::workers::container {
 

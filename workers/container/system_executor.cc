@@ -15,8 +15,8 @@
 #include <sstream>
 #include <thread>
 
-#include "muster/api/base/process.h"
-#include "muster/workers/container/executor.h"
+#include "api/base/process.h"
+#include "workers/container/executor.h"
 
 namespace muster::workers::container {
 namespace {

@@ -1,4 +1,4 @@
-#include "muster/workers/local/local_backend.h"
+#include "workers/local/local_backend.h"
 
 #include <signal.h>
 

@@ -26,8 +26,8 @@
 #include <optional>
 #include <string>
 
-#include "muster/api/base/process.h"
-#include "muster/workers/backend.h"
+#include "api/base/process.h"
+#include "workers/backend.h"
 
 namespace muster::workers::local {
 

@@ -7,8 +7,8 @@
 #include <chrono>
 #include <cstring>
 
-#include "muster/api/base/process.h"
-#include "muster/workers/slurm/slurm_client.h"
+#include "api/base/process.h"
+#include "workers/slurm/slurm_client.h"
 
 namespace muster::workers::slurm {
 

@@ -1,4 +1,4 @@
-#include "muster/workers/slurm/job_state.h"
+#include "workers/slurm/job_state.h"
 
 #include <set>
 

@@ -11,8 +11,8 @@
 // Every terminal state carries Slurm's own state name and reason in `reason`.
 #pragma once
 
-#include "muster/workers/backend.h"
-#include "muster/workers/slurm/slurm_client.h"
+#include "workers/backend.h"
+#include "workers/slurm/slurm_client.h"
 
 namespace muster::workers::slurm {
 

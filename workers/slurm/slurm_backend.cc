@@ -1,4 +1,4 @@
-#include "muster/workers/slurm/slurm_backend.h"
+#include "workers/slurm/slurm_backend.h"
 
 #include <sys/stat.h>
 
@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "muster/api/base/atomic_file.h"
-#include "muster/api/base/shell_quote.h"
-#include "muster/workers/slurm/job_state.h"
+#include "api/base/atomic_file.h"
+#include "api/base/shell_quote.h"
+#include "workers/slurm/job_state.h"
 
 namespace muster::workers::slurm {
 

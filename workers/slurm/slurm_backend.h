@@ -42,8 +42,8 @@
 #include <thread>
 #include <vector>
 
-#include "muster/workers/backend.h"
-#include "muster/workers/slurm/slurm_client.h"
+#include "workers/backend.h"
+#include "workers/slurm/slurm_client.h"
 
 namespace muster::workers::slurm {
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "muster/api/status.h"
+#include "api/status.h"
 
 namespace muster::workers::slurm {
 

@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "muster/workers/slurm/slurm_client.h"
+#include "workers/slurm/slurm_client.h"
 
 namespace muster::workers::slurm {
 

@@ -1,4 +1,4 @@
-#include "muster/workers/ssh/inventory.h"
+#include "workers/ssh/inventory.h"
 
 #include <cstdlib>
 #include <fstream>

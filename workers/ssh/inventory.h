@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "muster/api/status.h"
+#include "api/status.h"
 
 namespace muster::workers::ssh {
 

@@ -18,7 +18,7 @@
 #include <fstream>
 #include <mutex>
 
-#include "muster/workers/ssh/remote.h"
+#include "workers/ssh/remote.h"
 
 namespace muster::workers::ssh {
 namespace {

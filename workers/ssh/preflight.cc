@@ -1,4 +1,4 @@
-#include "muster/workers/ssh/preflight.h"
+#include "workers/ssh/preflight.h"
 
 #include <algorithm>
 #include <future>

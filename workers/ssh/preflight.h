@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "muster/workers/ssh/inventory.h"
-#include "muster/workers/ssh/remote.h"
+#include "workers/ssh/inventory.h"
+#include "workers/ssh/remote.h"
 
 namespace muster::workers::ssh {
 

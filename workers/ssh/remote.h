@@ -17,9 +17,9 @@
 #include <memory>
 #include <string>
 
-#include "muster/api/base/shell_quote.h"
-#include "muster/api/status.h"
-#include "muster/workers/ssh/inventory.h"
+#include "api/base/shell_quote.h"
+#include "api/status.h"
+#include "workers/ssh/inventory.h"
 
 namespace muster::workers::ssh {
 

@@ -1,6 +1,6 @@
-#include "muster/workers/ssh/ssh_backend.h"
+#include "workers/ssh/ssh_backend.h"
 
-#include "muster/workers/ssh/preflight.h"
+#include "workers/ssh/preflight.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

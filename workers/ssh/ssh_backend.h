@@ -26,9 +26,9 @@
 #include <thread>
 #include <vector>
 
-#include "muster/workers/backend.h"
-#include "muster/workers/ssh/inventory.h"
-#include "muster/workers/ssh/remote.h"
+#include "workers/backend.h"
+#include "workers/ssh/inventory.h"
+#include "workers/ssh/remote.h"
 
 namespace muster::workers::ssh {
 

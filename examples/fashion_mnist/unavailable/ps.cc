@@ -1,6 +1,6 @@
 // Compiled instead of ../ps.cc when muster_ps is not built.
-#include "muster/examples/fashion_mnist/mode.h"
-#include "muster/runtime/error.h"
+#include "examples/fashion_mnist/mode.h"
+#include "runtime/error.h"
 
 namespace muster::examples::fashion_mnist {
 

@@ -1,8 +1,8 @@
-#include "muster/runtime/comm/mpi/mpi_link.h"
+#include "runtime/comm/mpi/mpi_link.h"
 
 #include <algorithm>
 
-#include "muster/runtime/comm/mpi/mpi_world.h"
+#include "runtime/comm/mpi/mpi_world.h"
 
 namespace muster::runtime::comm::mpi {
 namespace {

@@ -15,7 +15,7 @@
 #include <deque>
 #include <vector>
 
-#include "muster/runtime/comm/link.h"
+#include "runtime/comm/link.h"
 
 namespace muster::runtime::comm::mpi {
 

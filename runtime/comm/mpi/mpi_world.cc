@@ -1,10 +1,10 @@
-#include "muster/runtime/comm/mpi/mpi_world.h"
+#include "runtime/comm/mpi/mpi_world.h"
 
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
 
-#include "muster/runtime/comm/reduce.h"
+#include "runtime/comm/reduce.h"
 
 namespace muster::runtime::comm::mpi {
 namespace {

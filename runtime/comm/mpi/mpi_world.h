@@ -11,8 +11,8 @@
 
 #include <string>
 
-#include "muster/runtime/comm/communicator.h"
-#include "muster/runtime/dtype.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/dtype.h"
 
 namespace muster::runtime::comm::mpi {
 

@@ -1,4 +1,4 @@
-#include "muster/runtime/comm/nccl/nccl_communicator.h"
+#include "runtime/comm/nccl/nccl_communicator.h"
 
 #include <sched.h>
 

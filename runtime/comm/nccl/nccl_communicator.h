@@ -21,7 +21,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "muster/runtime/comm/communicator.h"
+#include "runtime/comm/communicator.h"
 
 namespace muster::runtime::comm::nccl {
 

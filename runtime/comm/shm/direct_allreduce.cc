@@ -1,14 +1,14 @@
-#include "muster/runtime/comm/shm/direct_allreduce.h"
+#include "runtime/comm/shm/direct_allreduce.h"
 
 #include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "muster/runtime/comm/chunking.h"
-#include "muster/runtime/comm/reduce.h"
-#include "muster/runtime/comm/shm/shm_link.h"
-#include "muster/runtime/error.h"
+#include "runtime/comm/chunking.h"
+#include "runtime/comm/reduce.h"
+#include "runtime/comm/shm/shm_link.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::comm::shm {
 namespace {

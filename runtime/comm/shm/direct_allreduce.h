@@ -24,10 +24,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "muster/runtime/comm/communicator.h"
-#include "muster/runtime/comm/shm/shared_region.h"
-#include "muster/runtime/comm/shm/shm_segment.h"
-#include "muster/runtime/comm/watchdog.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/comm/shm/shared_region.h"
+#include "runtime/comm/shm/shm_segment.h"
+#include "runtime/comm/watchdog.h"
 
 namespace muster::runtime::comm::shm {
 

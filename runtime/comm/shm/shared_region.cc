@@ -1,4 +1,4 @@
-#include "muster/runtime/comm/shm/shared_region.h"
+#include "runtime/comm/shm/shared_region.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -10,8 +10,8 @@
 #include <cstring>
 #include <string>
 
-#include "muster/runtime/comm/shm/shm_segment.h"
-#include "muster/runtime/error.h"
+#include "runtime/comm/shm/shm_segment.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::comm::shm {
 namespace {

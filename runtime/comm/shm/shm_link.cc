@@ -1,4 +1,4 @@
-#include "muster/runtime/comm/shm/shm_link.h"
+#include "runtime/comm/shm/shm_link.h"
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -7,7 +7,7 @@
 
 #include <cstring>
 
-#include "muster/runtime/error.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::comm::shm {
 

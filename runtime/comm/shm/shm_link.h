@@ -11,9 +11,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "muster/runtime/comm/link.h"
-#include "muster/runtime/comm/shm/shm_segment.h"
-#include "muster/runtime/comm/watchdog.h"
+#include "runtime/comm/link.h"
+#include "runtime/comm/shm/shm_segment.h"
+#include "runtime/comm/watchdog.h"
 
 namespace muster::runtime::comm::shm {
 

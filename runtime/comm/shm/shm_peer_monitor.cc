@@ -1,4 +1,4 @@
-#include "muster/runtime/comm/shm/shm_peer_monitor.h"
+#include "runtime/comm/shm/shm_peer_monitor.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "muster/runtime/error.h"
+#include "runtime/error.h"
 
 namespace muster::runtime::comm::shm {
 namespace {

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <string>
 
-#include "muster/runtime/comm/shm/shm_segment.h"
-#include "muster/runtime/comm/watchdog.h"
+#include "runtime/comm/shm/shm_segment.h"
+#include "runtime/comm/watchdog.h"
 
 namespace muster::runtime::comm::shm {
 

@@ -1,4 +1,4 @@
-#include "muster/runtime/comm/shm/shm_segment.h"
+#include "runtime/comm/shm/shm_segment.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -29,9 +29,9 @@
 #include <utility>
 #include <vector>
 
-#include "muster/runtime/error.h"
-#include "muster/runtime/ps/client.h"
-#include "muster/runtime/ps/cluster.h"
+#include "runtime/error.h"
+#include "runtime/ps/client.h"
+#include "runtime/ps/cluster.h"
 
 namespace py = pybind11;
 namespace ps = muster::runtime::ps;
