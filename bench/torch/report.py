@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-TARGETS = {"mlp25m": 1.3, "cnn": 1.0}
+TARGETS = {"mlp25m": 1.3, "mlp25m_b8": 1.3, "cnn": 1.0}
 ALLREDUCE_TARGET = 5.0
 OVERHEAD_TARGET = 0.05
 
@@ -21,7 +21,9 @@ def main():
     if len(sys.argv) > 3:
         r["load_average"] = {"before": float(sys.argv[2]), "after": float(sys.argv[3])}
     r["targets"] = {
-        "models": {k: {"speedup_vs_ddp": v, "met": r["models"][k]["speedup_vs_ddp"] >= v}
+        # "reachable": whether even a zero-cost averaging (the floor) could meet it.
+        "models": {k: {"speedup_vs_ddp": v, "met": r["models"][k]["speedup_vs_ddp"] >= v,
+                       "reachable": r["models"][k].get("speedup_bound", v) >= v}
                    for k, v in TARGETS.items() if k in r["models"]},
         "allreduce_64mb_vs_gloo": {"speedup": ALLREDUCE_TARGET,
                                    "met": r["allreduce"][str(64 << 20)]["speedup_vs_gloo"] >= ALLREDUCE_TARGET},
@@ -40,14 +42,21 @@ def main():
     if "load_average" in r:
         lines.append("Load average %.1f before, %.1f after (2-core machine)." %
                      (r["load_average"]["before"], r["load_average"]["after"]))
-    lines += ["", "| model | params | batch/rank | muster step | DDP step | muster img/s | DDP img/s | speedup | target |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| model | params | batch/rank | muster step | DDP step | no-averaging floor | muster img/s "
+              "| DDP img/s | speedup | bound (DDP / floor) | target |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, m in r["models"].items():
         t = r["targets"]["models"].get(name)
-        lines.append("| %s | %.1f M | %d | %.1f ms | %.1f ms | %.0f | %.0f | %.2fx | %s |" % (
+        lines.append("| %s | %.1f M | %d | %.1f ms | %.1f ms | %s | %.0f | %.0f | %.2fx | %s | %s |" % (
             name, m["parameters"] / 1e6, m["batch_per_rank"], m["muster_step_s"] * 1e3, m["ddp_step_s"] * 1e3,
+            "%.1f ms" % (m["local_step_s"] * 1e3) if "local_step_s" in m else "",
             m["muster_images_per_s"], m["ddp_images_per_s"], m["speedup_vs_ddp"],
-            ">= %.1fx %s" % (t["speedup_vs_ddp"], mark(t["met"])) if t else ""))
+            "%.2fx" % m["speedup_bound"] if "speedup_bound" in m else "",
+            ">= %.1fx %s%s" % (t["speedup_vs_ddp"], mark(t["met"]),
+                               "" if t["reachable"] else " (above the bound)") if t else ""))
+    lines += ["", "The floor is the same step with no gradient averaging, both ranks computing at once: no "
+              "library's step can be shorter, so DDP step / floor bounds any speedup over DDP on this model "
+              "and batch."]
     lines += ["", "| allreduce (float32 sum, in place) | hvd.allreduce_ | gloo all_reduce | speedup |",
               "|---|---|---|---|"]
     for nbytes, a in sorted(r["allreduce"].items(), key=lambda kv: int(kv[0])):

@@ -70,6 +70,10 @@ MODELS = {
     # name: (constructor, per-rank batch shape, timed steps)
     "cnn": (lenet, (64, 1, 28, 28), 30),
     "mlp25m": (mlp25m, (32, 1024), 12),
+    # The same 100 MB of gradients on a quarter of the compute: closer to the
+    # compute/communication ratio a GPU gives this model, where the averaging
+    # is what decides the step time.
+    "mlp25m_b8": (mlp25m, (8, 1024), 20),
 }
 
 
@@ -104,6 +108,13 @@ def bench_model(name):
     ddp = nn.parallel.DistributedDataParallel(d_model)
     d_opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
 
+    # The floor: the same step with no gradient averaging at all, both ranks
+    # computing at once as in the others. No library's step can be faster, so
+    # ddp_step / local_step is the most any allreduce could gain over DDP here.
+    l_model = make()
+    l_model.load_state_dict(ref.state_dict())
+    l_opt = torch.optim.SGD(l_model.parameters(), lr=0.01, momentum=0.9)
+
     def muster_step():
         m_opt.zero_grad()
         F.cross_entropy(m_model(x), y).backward()
@@ -114,18 +125,26 @@ def bench_model(name):
         F.cross_entropy(ddp(x), y).backward()
         d_opt.step()
 
+    def local_step():
+        l_opt.zero_grad()
+        F.cross_entropy(l_model(x), y).backward()
+        l_opt.step()
+
     for _ in range(3):  # warm-up: allocation, first buckets
         muster_step()
         ddp_step()
-    mt, dt = [], []
+        local_step()
+    mt, dt, lt = [], [], []
     for _ in range(steps):
         mt.append(slowest(timed(muster_step)))
         dt.append(slowest(timed(ddp_step)))
+        lt.append(slowest(timed(local_step)))
     # Same updates on the same data: both stacks must have trained alike.
     drift = max((a - b).abs().max().item() for a, b in zip(m_model.parameters(), d_model.parameters()))
-    m_s, d_s = statistics.median(mt), statistics.median(dt)
+    m_s, d_s, l_s = statistics.median(mt), statistics.median(dt), statistics.median(lt)
     images = shape[0] * hvd.size()
     return {"muster_step_s": m_s, "ddp_step_s": d_s, "speedup_vs_ddp": d_s / m_s,
+            "local_step_s": l_s, "speedup_bound": d_s / l_s, "muster_over_local": m_s / l_s - 1.0,
             "muster_images_per_s": images / m_s, "ddp_images_per_s": images / d_s,
             "parameters": sum(p.numel() for p in ref.parameters()), "batch_per_rank": shape[0],
             "steps": steps, "max_param_difference": drift, "fusion_buckets": m_opt._native.bucket_count,
@@ -170,19 +189,24 @@ def main():
                             rank=hvd.rank(), world_size=hvd.size())
     result = {"ranks": hvd.size(), "threads_per_rank": torch.get_num_threads(), "torch": torch.__version__,
               "models": {}, "allreduce": {}}
-    for nbytes, reps in ((1 * MB, 21), (16 * MB, 11), (64 * MB, 7)):
+    only = os.environ.get("BENCH_TORCH_ONLY", "")  # "models" or "allreduce": a quicker probe
+    for nbytes, reps in ((1 * MB, 21), (16 * MB, 11), (64 * MB, 7)) if only != "models" else ():
         result["allreduce"][str(nbytes)] = bench_allreduce(nbytes, reps)
         if hvd.rank() == 0:
             print("allreduce %3d MB: %s" % (nbytes // MB, result["allreduce"][str(nbytes)]), flush=True)
-    r64 = result["allreduce"][str(64 * MB)]
-    result["overhead"] = {"bytes": 64 * MB, "extension_s": r64["muster_s"], "runtime_s": r64["runtime_s"],
-                          "runtime_numpy_s": r64["runtime_numpy_s"],
-                          "extension_overhead": r64["muster_s"] / r64["runtime_s"] - 1.0}
-    for name in MODELS:
+    for name in MODELS if only != "allreduce" else ():
         result["models"][name] = bench_model(name)
         if hvd.rank() == 0:
             print("model %s: %s" % (name, result["models"][name]), flush=True)
     dist.destroy_process_group()
+    if only:
+        if hvd.rank() == 0:
+            print(json.dumps(result, indent=1))
+        return
+    r64 = result["allreduce"][str(64 * MB)]
+    result["overhead"] = {"bytes": 64 * MB, "extension_s": r64["muster_s"], "runtime_s": r64["runtime_s"],
+                          "runtime_numpy_s": r64["runtime_numpy_s"],
+                          "extension_overhead": r64["muster_s"] / r64["runtime_s"] - 1.0}
     if hvd.rank() == 0:
         with open(out_path, "w") as f:
             json.dump(result, f, indent=2, sort_keys=True)
