@@ -70,6 +70,15 @@ struct Round {
     return step;
   }
 
+  // The largest global step the PS tasks answered the pulls with.
+  int64_t max_step() const {
+    int64_t step = std::numeric_limits<int64_t>::min();
+    for (const auto& v : in) {
+      for (const auto& e : v) step = std::max(step, e.step);
+    }
+    return step;
+  }
+
   std::vector<std::vector<Outgoing>> out;
   std::vector<std::vector<Expected>> in;
 };
@@ -155,7 +164,7 @@ int64_t SyncReplicasClient::initialize_or_wait() {
   }
   round.add_pulls(placement_, variables_, 0, nullptr);
   links_->exchange(round.out, round.in, "initialisation (pull of the chief's initial values)");
-  global_step_ = round.min_step();
+  global_step_ = pull_one_step(round.min_step(), round.max_step());
   return global_step_;
 }
 
@@ -177,9 +186,26 @@ int64_t SyncReplicasClient::pull(int64_t min_step) {
   Round round(cluster_.ps.size());
   round.add_pulls(placement_, variables_, min_step, &stats_);
   links_->exchange(round.out, round.in, "pull of step " + std::to_string(min_step));
-  global_step_ = round.min_step();
   count_stale(round.stale());
+  global_step_ = pull_one_step(round.min_step(), round.max_step());
   return global_step_;
+}
+
+// The PS tasks answer a pull independently: when another worker's step has
+// landed on one task and not yet on another, the slices come back from two
+// steps. A gradient computed from such a mix and pushed for the older step
+// would be accepted by the lagging slices and averaged into that step, so in
+// sync mode pull again, waiting for the newest step seen, until they agree.
+int64_t SyncReplicasClient::pull_one_step(int64_t oldest, int64_t newest) {
+  while (options_.mode == Mode::kSync && oldest != newest) {
+    Round round(cluster_.ps.size());
+    round.add_pulls(placement_, variables_, newest, &stats_);
+    links_->exchange(round.out, round.in, "pull of step " + std::to_string(newest));
+    count_stale(round.stale());
+    oldest = round.min_step();
+    newest = round.max_step();
+  }
+  return oldest;
 }
 
 int64_t SyncReplicasClient::step(const std::vector<const float*>& grads) {
@@ -190,8 +216,8 @@ int64_t SyncReplicasClient::step(const std::vector<const float*>& grads) {
   round.add_pushes(placement_, grads, local, stats_);  // every push first, then every pull
   round.add_pulls(placement_, variables_, want, &stats_);
   links_->exchange(round.out, round.in, "step " + std::to_string(local));
-  global_step_ = round.min_step();
   count_stale(round.stale());
+  global_step_ = pull_one_step(round.min_step(), round.max_step());
   maybe_checkpoint();
   return global_step_;
 }

@@ -96,7 +96,7 @@ class SyncReplicasClient {
   // computed at local step `step`.
   void push_gradients(int64_t step, const std::vector<const float*>& grads);
   // Pulls every variable once its global step is >= min_step; returns the
-  // new global step (the smallest over the slices).
+  // new global step. Sync mode: every slice is then at that same step.
   int64_t pull(int64_t min_step);
   // push_gradients(global_step()) and pull(global_step() + 1) in one round
   // (async mode: pull whatever is current). The chief checkpoints every
@@ -118,6 +118,9 @@ class SyncReplicasClient {
   void check_gradient_count(const std::vector<const float*>& grads) const;
   void maybe_checkpoint();
   void count_stale(uint64_t total);
+  // Sync mode, after a pull answered at steps oldest..newest (oldest <
+  // newest): pulls again until every slice is at one step; returns it.
+  int64_t pull_one_step(int64_t oldest, int64_t newest);
   std::size_t optimizer_slots() const;
   std::vector<std::vector<const float*>> restore(const LoadedCheckpoint& c);
 
