@@ -15,7 +15,8 @@ import time
 import pytest
 
 import muster
-from dashboard_common import Http, login, metrics_token, sdk_env, wait_for, write_project, prometheus_samples
+from dashboard_common import Http, login, metrics_token, sdk_env, write_project, prometheus_samples
+from testutil import wait_for
 from sdk_daemon import Daemon
 
 

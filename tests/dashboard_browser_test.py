@@ -16,7 +16,8 @@ import pytest
 
 import muster
 from dashboard_browser import Browser, available
-from dashboard_common import wait_for, write_project
+from dashboard_common import write_project
+from testutil import wait_for
 from sdk_daemon import Daemon, binary_dir
 
 DATA = "/usr/share/datasets/fashion-mnist"

@@ -11,12 +11,26 @@ a restarted daemon adopts them), so a failing test leaves nothing behind.
 
 conforming_sdk() makes every answer the Python SDK receives meanwhile be
 checked against api/openapi.yaml (tests/openapi_contract.py).
+
+A module's daemon fixture is usually:
+
+    @pytest.fixture(scope="module")
+    def daemon(tmp_path_factory):
+        project = write_scripts(tmp_path_factory.mktemp("project"), SCRIPTS)
+        with Daemon(project, tmp_path_factory.mktemp("state")) as d, sdk_session(d, check_contract=True):
+            yield d
+
+sdk_session() gives the module-level muster.* calls the environment of a
+notebook beside the daemon and undoes it (and stops the clusters the tests
+left running) at the end.
 """
 import contextlib
 import json
 import os
+import pathlib
 import signal
 import subprocess
+import textwrap
 import time
 import urllib.request
 
@@ -118,6 +132,48 @@ class Daemon:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def write_scripts(project, scripts):
+    """Writes each {name: body} of `scripts` (dedented) into the directory `project`; returns `project`."""
+    for name, body in scripts.items():
+        (pathlib.Path(project) / name).write_text(textwrap.dedent(body))
+    return project
+
+
+def stop_live_clusters():
+    """Stops, through the SDK's discovered daemon, every cluster that has not ended (best effort)."""
+    try:
+        import muster
+        for c in muster.list_clusters():
+            if c["status"] not in ("succeeded", "failed", "stopped"):
+                muster.stop_cluster(c)
+    except Exception:  # noqa: BLE001 - the daemon's stop() is the safety net
+        pass
+
+
+@contextlib.contextmanager
+def sdk_session(daemon, env=None, check_contract=False):
+    """The process environment of a notebook beside `daemon`: MUSTER_URL and
+    MUSTER_TOKEN unset and MUSTER_STATE_DIR set, so muster.* finds the daemon
+    by discovery; `env` on top. With check_contract, inside conforming_sdk().
+    On exit the clusters still running are stopped and os.environ is put back
+    as it was."""
+    saved = dict(os.environ)
+    os.environ.pop("MUSTER_URL", None)
+    os.environ.pop("MUSTER_TOKEN", None)
+    os.environ["MUSTER_STATE_DIR"] = daemon.state_dir
+    os.environ.update(env or {})
+    try:
+        if check_contract:
+            with conforming_sdk():
+                yield daemon
+        else:
+            yield daemon
+    finally:
+        stop_live_clusters()
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @contextlib.contextmanager
