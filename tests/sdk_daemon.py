@@ -32,6 +32,7 @@ import signal
 import subprocess
 import textwrap
 import time
+import urllib.error
 import urllib.request
 
 
@@ -132,6 +133,33 @@ class Daemon:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+class RestApi:
+    """musterd's REST API, raw, with the daemon's token (or another one per
+    call): call() answers (status, body), the body parsed as JSON, else as
+    text. With `observer` (openapi_contract.ResponseObserver) every answer is
+    also checked against api/openapi.yaml. No proxy, whatever the environment."""
+
+    def __init__(self, daemon, observer=None, timeout=60):
+        self.url, self.token, self.timeout = daemon.url, daemon.token, timeout
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self.opener = observer.wrap(opener) if observer else opener
+
+    def call(self, method, path, body=None, token=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Authorization": "Bearer " + (token or self.token),
+                                              "Content-Type": "application/json"})
+        try:
+            with self.opener.open(req, timeout=self.timeout) as resp:
+                raw, status = resp.read(), resp.status
+        except urllib.error.HTTPError as e:
+            raw, status = e.read(), e.code
+        try:
+            return status, json.loads(raw or b"null")
+        except ValueError:
+            return status, raw.decode("utf-8", "replace")
 
 
 def write_scripts(project, scripts):
