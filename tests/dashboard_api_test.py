@@ -23,12 +23,8 @@ from sdk_daemon import Daemon
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
     project = write_project(tmp_path_factory.mktemp("project"))
-    d = Daemon(project, tmp_path_factory.mktemp("state"), extra_args=["--max-event-streams", "3"])
-    d.start()
-    try:
+    with Daemon(project, tmp_path_factory.mktemp("state"), extra_args=["--max-event-streams", "3"]) as d:
         yield d
-    finally:
-        d.stop()
 
 
 @pytest.fixture(scope="module")

@@ -24,12 +24,8 @@ pytestmark = pytest.mark.skipif(not os.path.exists(PROMETHEUS), reason="promethe
 def daemon(tmp_path):
     (tmp_path / "project").mkdir()
     project = write_project(tmp_path / "project")
-    d = Daemon(project, tmp_path / "state")
-    d.start()
-    try:
+    with Daemon(project, tmp_path / "state") as d:
         yield d
-    finally:
-        d.stop()
 
 
 @pytest.fixture
