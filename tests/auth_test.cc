@@ -7,6 +7,8 @@
 
 #include <filesystem>
 
+#include "temp_dir.h"
+
 namespace fs = std::filesystem;
 using muster::api::ErrorCode;
 using muster::service::AuthKind;
@@ -15,8 +17,8 @@ using muster::service::Authenticator;
 namespace {
 
 TEST(Token, CreatedOnceWithMode0600) {
-  char tmpl[] = "/tmp/muster-auth-XXXXXX";
-  const fs::path dir = mkdtemp(tmpl);
+  muster::testing::TempDir tmp("muster-auth");
+  const fs::path dir = tmp.path();
   auto first = muster::service::load_or_create_token(dir);
   ASSERT_TRUE(first.is_ok());
   EXPECT_EQ(first->size(), 64u);
@@ -27,7 +29,6 @@ TEST(Token, CreatedOnceWithMode0600) {
   auto second = muster::service::load_or_create_token(dir);
   ASSERT_TRUE(second.is_ok());
   EXPECT_EQ(first.value(), second.value());
-  fs::remove_all(dir);
 }
 
 TEST(Token, RandomAndComparedExactly) {

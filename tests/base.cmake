@@ -3,3 +3,5 @@
 muster_gtest(base_atomic_file_test SOURCES base_atomic_file_test.cc DEPS muster_base LABEL unit TIMEOUT 60)
 muster_gtest(base_process_test SOURCES base_process_test.cc DEPS muster_base LABEL unit TIMEOUT 60)
 muster_gtest(base_shell_quote_test SOURCES base_shell_quote_test.cc DEPS muster_base LABEL unit TIMEOUT 60)
+muster_gtest(base_net_test SOURCES base_net_test.cc DEPS muster_base LABEL unit TIMEOUT 60)
+muster_gtest(base_checkpoint_file_test SOURCES base_checkpoint_file_test.cc DEPS muster_base LABEL unit TIMEOUT 60)

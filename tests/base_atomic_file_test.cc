@@ -11,21 +11,14 @@
 
 #include <gtest/gtest.h>
 
+#include "temp_dir.h"
+
 namespace muster::base {
 namespace {
 namespace fs = std::filesystem;
 
 class AtomicFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("muster-harden-atomic-" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    fs::permissions(dir_, fs::perms::owner_all);
-    fs::remove_all(dir_);
-  }
   static std::string slurp(const fs::path& p) {
     std::ifstream in(p, std::ios::binary);
     std::stringstream ss;
@@ -33,7 +26,8 @@ class AtomicFileTest : public ::testing::Test {
     return ss.str();
   }
   size_t entries() const { return static_cast<size_t>(std::distance(fs::directory_iterator(dir_), {})); }
-  fs::path dir_;
+  muster::testing::TempDir tmp_{"muster-base-atomic"};
+  fs::path dir_ = tmp_.path();
 };
 
 TEST_F(AtomicFileTest, WritesTheContentWithExactlyTheModeAskedFor) {

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include "temp_dir.h"
+
 namespace muster::base {
 namespace {
 
@@ -25,8 +27,8 @@ TEST(BaseShellQuoteTest, PlainWordsStayEverythingElseIsQuoted) {
 
 TEST(BaseShellQuoteTest, HostileWordsNeverRun) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("muster-harden-quote-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  muster::testing::TempDir tmp("muster-base-quote");
+  const fs::path dir = tmp.path();
   const std::string marker = (dir / "PWNED").string();
   const std::vector<std::string> words = {"$(touch " + marker + ")", "`touch " + marker + "`", "a; touch " + marker,
                                           "x'$(touch " + marker + ")'y", "line\nbreak", "~", "#c"};
@@ -41,7 +43,6 @@ TEST(BaseShellQuoteTest, HostileWordsNeverRun) {
   ::pclose(pipe);
   EXPECT_EQ(out, expected);
   EXPECT_FALSE(fs::exists(marker));
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -20,16 +20,11 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from sdk_daemon import Daemon, kill_processes_with_env  # noqa: E402
+from testutil import free_port, wait_for  # noqa: E402
 
 from muster.client import Client  # noqa: E402
 
 SLEEPER = "import time\ntime.sleep(600)\n"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def environ_of(pid):
@@ -90,16 +85,6 @@ def agents(url):
     return out
 
 
-def wait_for(what, predicate, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("timed out after %s s waiting for %s" % (timeout, what))
-
-
 def port_binds(port):
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -156,7 +141,7 @@ def test_kill9_during_a_64_worker_launch(chaos):
 
     t = threading.Thread(target=launch)
     t.start()
-    wait_for("the first agent", lambda: agents(url), 20)
+    wait_for(lambda: agents(url), 20, what="the first agent")
     kill9(d)
     t.join(30)
     assert port_binds(port), "an agent holds the killed daemon's port"
@@ -170,7 +155,7 @@ def test_kill9_during_a_64_worker_launch(chaos):
         ws = c2.list_workers()
         return (ws,) if all(w["status"] != "starting" for w in ws) else None
 
-    (workers,) = wait_for("every record to settle", settled, 25)
+    (workers,) = wait_for(settled, 25, what="every record to settle")
     assert len(workers) in (0, 64), "a launch is one transaction: %d records" % len(workers)
     running = {w["id"] for w in workers if w["status"] == "running"}
     for w in workers:
@@ -183,7 +168,7 @@ def test_kill9_during_a_64_worker_launch(chaos):
     assert {w["id"] for w in c2.list_workers() if w["status"] == "running"} == running
     # The new daemon reaches the old daemon's agents.
     c2.stop_workers()
-    wait_for("every agent to end", lambda: not agents(url), 15)
+    wait_for(lambda: not agents(url), 15, what="every agent to end")
 
 
 def test_kill9_during_a_running_mpi_cluster(chaos):
@@ -192,8 +177,8 @@ def test_kill9_during_a_running_mpi_cluster(chaos):
     client = Client(d.url, d.token, timeout_seconds=60)
     cluster = client.horovodrun(2, "sleeper.py", slots=1, cpu=0.1, memory=0.1, launch=True)
     cid = cluster["id"]
-    ranks = wait_for("2 ranks", lambda: (lambda p: p if len(p) == 2 else None)(
-        processes(MUSTER_CLUSTER_ID=cid, OMPI_COMM_WORLD_RANK=None)), 30)
+    ranks = wait_for(lambda: (lambda p: p if len(p) == 2 else None)(
+        processes(MUSTER_CLUSTER_ID=cid, OMPI_COMM_WORLD_RANK=None)), 30, what="2 ranks")
     mpirun = [p for p in processes(MUSTER_CLUSTER_ID=cid)
               if os.path.basename(os.readlink("/proc/%d/exe" % p)).startswith(("mpirun", "orterun", "prterun"))]
     assert len(mpirun) == 1, mpirun
@@ -214,13 +199,13 @@ def test_kill9_during_a_running_mpi_cluster(chaos):
     after = c2.get_cluster(cid)
     assert after["status"] == "failed", after
     assert "daemon restarted" in after["reason"] and "mpirun" in after["reason"], after["reason"]
-    wait_for("mpirun and its ranks to end", lambda: not any(alive(i) for i in old), 10)
+    wait_for(lambda: not any(alive(i) for i in old), 10, what="mpirun and its ranks to end")
     leftovers = [p for p in os.listdir("/proc") if p.isdigit() and (stat_of(p) or ("Z", 0, 0, 0))[0] != "Z"
                  and stat_of(p)[2] == old_session]
     assert not leftovers, "processes of mpirun's session survived: %s" % leftovers
     for wid in workers:
         assert c2.get_worker(wid)["status"] == "stopped"
-    wait_for("the cluster's agents to end", lambda: not processes(MUSTER_CLUSTER_ID=cid), 10)
+    wait_for(lambda: not processes(MUSTER_CLUSTER_ID=cid), 10, what="the cluster's agents to end")
 
 
 def test_kill9_during_a_running_ps_cluster(chaos):
@@ -233,8 +218,9 @@ def test_kill9_during_a_running_ps_cluster(chaos):
     cluster = max(client.list_clusters(), key=lambda c: c["created_at"])
     cid = cluster["id"]
     tasks = cluster["workers"]["ps"] + cluster["workers"]["worker"]
-    scripts = wait_for("3 task scripts", lambda: (lambda p: p if len(p) >= 3 else None)(
-        [p for p in processes(MUSTER_CLUSTER_ID=cid, TF_CONFIG=None) if "MUSTER_AGENT_TOKEN" not in environ_of(p)]), 20)
+    scripts = wait_for(lambda: (lambda p: p if len(p) >= 3 else None)(
+        [p for p in processes(MUSTER_CLUSTER_ID=cid, TF_CONFIG=None) if "MUSTER_AGENT_TOKEN" not in environ_of(p)]), 20,
+        what="3 task scripts")
     old = [identity(p) for p in scripts]
 
     kill9(d)
@@ -247,6 +233,6 @@ def test_kill9_during_a_running_ps_cluster(chaos):
     assert after["status"] == "failed" and "daemon restarted" in after["reason"], after
     for wid in tasks:
         assert c2.get_worker(wid)["status"] == "stopped", c2.get_worker(wid)
-    wait_for("every task's agent and script to end",
-             lambda: not processes(MUSTER_CLUSTER_ID=cid) and not any(alive(i) for i in old), 10)
+    wait_for(lambda: not processes(MUSTER_CLUSTER_ID=cid) and not any(alive(i) for i in old), 10,
+             what="every task's agent and script to end")
     assert len(c2.list_workers()) == 3

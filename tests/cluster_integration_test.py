@@ -23,7 +23,7 @@ import urllib.request
 import pytest
 
 from openapi_contract import ResponseObserver
-from sdk_daemon import Daemon, pid_alive
+from sdk_daemon import Daemon, RestApi, pid_alive
 
 # Every answer of every test here is checked against api/openapi.yaml.
 CONFORMANCE = ResponseObserver()
@@ -64,22 +64,9 @@ exec(open(os.path.join(os.environ["MUSTER_PROJECT_DIR"], "tasks.py")).read())
 '''
 
 
-class Api:
+class Api(RestApi):
     def __init__(self, daemon):
-        self.url = daemon.url
-        self.token = daemon.token
-        self.opener = CONFORMANCE.wrap(urllib.request.build_opener(urllib.request.ProxyHandler({})))
-
-    def call(self, method, path, body=None):
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Authorization": "Bearer " + self.token,
-                                              "Content-Type": "application/json"})
-        try:
-            with self.opener.open(req, timeout=30) as resp:
-                return resp.status, json.loads(resp.read() or b"null")
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read() or b"null")
+        super().__init__(daemon, CONFORMANCE, timeout=30)
 
     def text(self, path):
         """GET a text/plain route: (status, body as str, content type)."""

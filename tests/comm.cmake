@@ -37,7 +37,7 @@ muster_target_defaults(comm_fault_worker)
 target_link_libraries(comm_fault_worker PRIVATE muster_comm)
 # Drives mpirun itself (a rank killed or stalled mid-run), so it is a plain
 # gtest that needs the worker built; label mpi like the other mpirun suites.
-muster_gtest(comm_fault_test SOURCES comm_fault_test.cc LABEL mpi TIMEOUT 180
+muster_gtest(comm_fault_test SOURCES comm_fault_test.cc DEPS muster_base LABEL mpi TIMEOUT 180
   ENV "MUSTER_MPIEXEC=${MPIEXEC_EXECUTABLE}")
 add_dependencies(comm_fault_test comm_fault_worker)
 

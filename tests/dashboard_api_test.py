@@ -15,19 +15,16 @@ import time
 import pytest
 
 import muster
-from dashboard_common import Http, login, metrics_token, sdk_env, wait_for, write_project, prometheus_samples
+from dashboard_common import Http, login, metrics_token, sdk_env, write_project, prometheus_samples
+from testutil import wait_for
 from sdk_daemon import Daemon
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
     project = write_project(tmp_path_factory.mktemp("project"))
-    d = Daemon(project, tmp_path_factory.mktemp("state"), extra_args=["--max-event-streams", "3"])
-    d.start()
-    try:
+    with Daemon(project, tmp_path_factory.mktemp("state"), extra_args=["--max-event-streams", "3"]) as d:
         yield d
-    finally:
-        d.stop()
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,8 @@ import pytest
 
 import muster
 from dashboard_browser import Browser, available
-from dashboard_common import wait_for, write_project
+from dashboard_common import write_project
+from testutil import wait_for
 from sdk_daemon import Daemon, binary_dir
 
 DATA = "/usr/share/datasets/fashion-mnist"
@@ -27,12 +28,8 @@ pytestmark = pytest.mark.skipif(available() is not None, reason=str(available())
 def daemon(tmp_path_factory):
     project = write_project(tmp_path_factory.mktemp("project"))
     (project / "train.sh").write_text('exec "$FASHION_MNIST" "$@"\n')
-    d = Daemon(project, tmp_path_factory.mktemp("state"))
-    d.start()
-    try:
+    with Daemon(project, tmp_path_factory.mktemp("state")) as d:
         yield d
-    finally:
-        d.stop()
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import textwrap
-import time
 import urllib.parse
 
 SCRIPTS = {
@@ -70,17 +69,6 @@ def login(client, token):
 
 def metrics_token(daemon_token, worker_id):
     return hmac.new(daemon_token.encode(), ("metrics:" + worker_id).encode(), hashlib.sha256).hexdigest()
-
-
-def wait_for(predicate, timeout=20, interval=0.1, what="condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError("timed out waiting for %s (last: %r)" % (what, last))
 
 
 def sdk_env(daemon):

@@ -4,39 +4,28 @@ equal to the number of workers running, before and after a change."""
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
 import urllib.parse
 import urllib.request
 
 import pytest
 
 import muster
-from dashboard_common import wait_for, write_project
+from dashboard_common import write_project
+from testutil import free_port, wait_for
 from sdk_daemon import Daemon
 
 PROMETHEUS = "/usr/bin/prometheus"
 pytestmark = pytest.mark.skipif(not os.path.exists(PROMETHEUS), reason="prometheus is not installed")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def daemon(tmp_path):
     (tmp_path / "project").mkdir()
     project = write_project(tmp_path / "project")
-    d = Daemon(project, tmp_path / "state")
-    d.start()
-    try:
+    with Daemon(project, tmp_path / "state") as d:
         yield d
-    finally:
-        d.stop()
 
 
 @pytest.fixture

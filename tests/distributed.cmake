@@ -16,6 +16,6 @@ muster_mpi_test(distributed_mpi_np3 NP 3 TARGET distributed_mpi_test TIMEOUT 120
 add_executable(distributed_fault_worker distributed_fault_worker.cc)
 muster_target_defaults(distributed_fault_worker)
 target_link_libraries(distributed_fault_worker PRIVATE muster_distributed)
-muster_gtest(distributed_fault_test SOURCES distributed_fault_test.cc LABEL mpi TIMEOUT 180
+muster_gtest(distributed_fault_test SOURCES distributed_fault_test.cc DEPS muster_base LABEL mpi TIMEOUT 180
   ENV "MUSTER_MPIEXEC=${MPIEXEC_EXECUTABLE}")
 add_dependencies(distributed_fault_test distributed_fault_worker)

@@ -8,103 +8,29 @@
 // leaves the survivors alive to speak), in its own process group and
 // session directory, both removed when the test ends, pass or fail.
 #include <gtest/gtest.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <regex>
 #include <string>
 #include <vector>
 
+#include "mpirun_job.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-struct MpirunJob {
-  pid_t pid = -1;
-  int out = -1;
-  std::string dir;
-
-  MpirunJob() {
-    char tmpl[] = "/tmp/muster-dist-fault-XXXXXX";
-    if (::mkdtemp(tmpl)) dir = tmpl;
-  }
-  ~MpirunJob() {
-    if (pid > 0) {
-      ::kill(-pid, SIGTERM);
-      for (int i = 0; i < 50 && ::waitpid(pid, nullptr, WNOHANG) == 0; ++i) ::usleep(20000);
-      ::kill(-pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-    if (out >= 0) ::close(out);
-    if (!dir.empty()) std::filesystem::remove_all(dir);
-  }
-
-  void start(const std::vector<std::string>& argv) {
-    int fds[2];
-    ASSERT_EQ(::pipe(fds), 0);
-    pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      ::setpgid(0, 0);
-      ::dup2(fds[1], 1);
-      ::dup2(fds[1], 2);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      std::vector<char*> args;
-      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-      ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-      ::setenv("MUSTER_COMM_TIMEOUT_MS", "3000", 1);
-      ::execvp(args[0], args.data());
-      ::_exit(127);
-    }
-    ::setpgid(pid, pid);
-    ::close(fds[1]);
-    out = fds[0];
-  }
-
-  // Reads output until `done(output)` or the deadline.
-  template <typename Done>
-  std::string read_until(Clock::time_point deadline, Done done) {
-    std::string output;
-    char buf[4096];
-    while (Clock::now() < deadline && !done(output)) {
-      pollfd p{out, POLLIN, 0};
-      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (::poll(&p, 1, ms > 0 ? static_cast<int>(ms) : 0) <= 0) continue;
-      const ssize_t n = ::read(out, buf, sizeof buf);
-      if (n <= 0) break;
-      output.append(buf, static_cast<std::size_t>(n));
-    }
-    return output;
-  }
-};
-
-std::string env_or(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
-}
+using muster::testing::env_or;
 
 class DistributedFaultTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DistributedFaultTest, SurvivorsStepThrowsNamingTheRankAndTheProcessExits) {
   const std::string mode = GetParam();
   const int np = 3, victim = np - 1;
-  MpirunJob job;
-  ASSERT_FALSE(job.dir.empty());
+  muster::testing::MpirunJob job("muster-dist-fault");
   const auto started = Clock::now();
-  job.start({env_or("MUSTER_MPIEXEC", "mpirun"), "--allow-run-as-root", "--oversubscribe", "-mca", "btl",
-             "self,vader,tcp", "-mca", "btl_vader_single_copy_mechanism", "none", "-mca",
-             "orte_abort_on_non_zero_status", "0", "-mca", "orte_tmpdir_base", job.dir, "-mca",
-             "btl_vader_backing_directory", job.dir, "-x", "MUSTER_COMM_TIMEOUT_MS", "-np", std::to_string(np),
-             env_or("MUSTER_BINARY_DIR", ".") + "/bin/distributed_fault_worker", mode});
+  job.start(job.fault_mpirun_argv(np, {env_or("MUSTER_BINARY_DIR", ".") + "/bin/distributed_fault_worker", mode}),
+            {{"MUSTER_COMM_TIMEOUT_MS", "3000"}});
   const std::regex fault(R"(DIST-FAULT rank (\d+) blamed (-?\d+) after (\d+) ms: ([^\n]*))");
   const std::regex exited(R"(DIST-EXIT rank (\d+) after (\d+) ms)");
   auto count = [](const std::string& out, const std::regex& re) {

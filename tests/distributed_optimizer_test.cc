@@ -22,6 +22,7 @@
 #include "distributed_fake_collectives.h"
 #include "distributed_test_model.h"
 #include "runtime/error.h"
+#include "temp_dir.h"
 
 namespace muster::runtime::distributed {
 namespace {
@@ -429,9 +430,8 @@ TEST(DistributedOptimizer, HonoursHorovodEnvironment) {
 }
 
 TEST(DistributedOptimizer, TimelineRecordsEveryBucketPhase) {
-  char tmpl[] = "/tmp/muster_dopt_XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::filesystem::path dir = tmpl;
+  muster::testing::TempDir tmp("muster-dopt");
+  const std::filesystem::path dir = tmp.path();
   const std::string path = (dir / "timeline.json").string();
   FakeWorld world(2);
   expect_no_errors(run_ranks(world, [&](int rank, std::unique_ptr<Collectives> coll) {
@@ -448,7 +448,6 @@ TEST(DistributedOptimizer, TimelineRecordsEveryBucketPhase) {
   std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
-  std::filesystem::remove_all(dir);
   const auto j = nlohmann::json::parse(ss.str());
   std::map<std::string, int> phases;
   int steps = 0;

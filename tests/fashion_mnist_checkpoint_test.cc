@@ -3,12 +3,13 @@
 // with an error naming the file; a missing one means "start from scratch".
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
+#include "api/base/checkpoint_file.h"
 #include "examples/fashion_mnist/checkpoint.h"
 #include "runtime/error.h"
+#include "temp_dir.h"
 
 namespace muster::examples::fashion_mnist {
 namespace {
@@ -17,13 +18,8 @@ namespace fs = std::filesystem;
 
 class CheckpointTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/muster_ckpt_test_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string dir_;
+  muster::testing::TempDir tmp_{"muster-fmnist-ckpt"};
+  std::string dir_ = tmp_.str();
 };
 
 TEST_F(CheckpointTest, RoundTripRestoresParametersStateAndStep) {
@@ -78,6 +74,43 @@ TEST_F(CheckpointTest, AnotherModelOrADamagedFileIsRefused) {
   EXPECT_THROW(load_checkpoint(dir_, *mlp, *opt), runtime::DataError);
   std::ofstream(checkpoint_path(dir_), std::ios::trunc) << "not a checkpoint";
   EXPECT_THROW(load_checkpoint(dir_, *mlp, *opt), runtime::DataError);
+}
+
+// The format is shared with the parameter servers' checkpoints; the kind in
+// the file keeps one from being loaded as the other.
+TEST_F(CheckpointTest, AParameterServerCheckpointIsRefusedByKind) {
+  std::vector<float> w(10, 1.0f);
+  ASSERT_FALSE(base::write_checkpoint(checkpoint_path(dir_), {"ps", {{"step", 3}}, {{"w", w.data(), w.size()}}}));
+  auto mlp = runtime::nn::make_model("mlp");
+  auto opt = runtime::optim::make_optimizer("sgd", 0.1f);
+  try {
+    load_checkpoint(dir_, *mlp, *opt);
+    FAIL() << "loaded a ps checkpoint";
+  } catch (const runtime::DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("written by 'ps', not a 'fashion_mnist' checkpoint"), std::string::npos)
+        << e.what();
+  }
+}
+
+// A refused checkpoint leaves the model as it was.
+TEST_F(CheckpointTest, ARefusedCheckpointLeavesTheModelAlone) {
+  auto mlp = runtime::nn::make_model("mlp");
+  mlp->initialize(1);
+  auto opt = runtime::optim::make_optimizer("sgd", 0.1f);
+  save_checkpoint(dir_, 5, *mlp, *opt);
+  auto other = runtime::nn::make_model("mlp");
+  other->initialize(2);
+  const auto before = other->parameters().back().value;
+  // Damage the last parameter's name: every buffer before it matches.
+  auto read = base::read_checkpoint(checkpoint_path(dir_), "fashion_mnist");
+  ASSERT_FALSE(read.failure) << *read.failure;
+  base::CheckpointContents c{"fashion_mnist", read.checkpoint.counters, {}};
+  for (const auto& t : read.checkpoint.tensors) c.tensors.push_back({t.name, t.values.data(), t.values.size()});
+  c.tensors.back().name = "renamed";
+  ASSERT_FALSE(base::write_checkpoint(checkpoint_path(dir_), c));
+  EXPECT_THROW(load_checkpoint(dir_, *other, *opt), runtime::DataError);
+  EXPECT_EQ(other->parameters().back().value, before);
+  EXPECT_NE(other->parameters().front().value, mlp->parameters().front().value);
 }
 
 }  // namespace

@@ -11,11 +11,12 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 
 import pytest
+
+from testutil import free_ports
 
 BIN = os.path.join(os.environ.get("MUSTER_BINARY_DIR", "build"), "bin")
 PROGRAM = os.path.join(BIN, "fashion_mnist")
@@ -96,16 +97,6 @@ def test_mpi_two_ranks_train_and_resume(tmp):
     resumed = run(MPIRUN + ["-np", "2", PROGRAM, "--epochs", "3", "--checkpoint-dir", ckpt] + COMMON, env=mpi_env())
     assert re.search(r"resumed from .* at step 47", resumed), resumed[-2000:]
     check_trained(resumed)
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def run_ps_job(extra, tmp):

@@ -12,6 +12,7 @@
 #include "runtime/data/dataset.h"
 #include "runtime/data/idx_reader.h"
 #include "runtime/error.h"
+#include "temp_dir.h"
 
 namespace muster::runtime::data {
 namespace {
@@ -28,12 +29,6 @@ std::vector<uint8_t> header(uint8_t type, std::vector<uint32_t> dims) {
 
 class IdxTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/muster_idx_test_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
 
   std::string write(const std::string& name, const std::vector<uint8_t>& bytes, bool gzip = false) {
     const std::string path = dir_ + "/" + name;
@@ -72,7 +67,8 @@ class IdxTest : public ::testing::Test {
     }
   }
 
-  std::string dir_;
+  muster::testing::TempDir tmp_{"muster-idx-test"};
+  std::string dir_ = tmp_.str();
 };
 
 TEST_F(IdxTest, ReadsPlainAndGzipFiles) {

@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "temp_dir.h"
+
 namespace fs = std::filesystem;
 using muster::api::ErrorCode;
 using muster::service::follow_start;
@@ -41,12 +43,6 @@ class FakeStream final : public muster::service::Stream {
 
 class LogFollowerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/muster-follow-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    log_ = dir_ / "output.log";
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   void append(const std::string& text) { std::ofstream(log_, std::ios::app | std::ios::binary) << text; }
   std::shared_ptr<FakeStream> follow(LogFollower& f, uint64_t offset = 0) {
     auto stream = std::make_shared<FakeStream>();
@@ -61,7 +57,9 @@ class LogFollowerTest : public ::testing::Test {
     return o;
   }
 
-  fs::path dir_, log_;
+  muster::testing::TempDir tmp_{"muster-follow"};
+  fs::path dir_ = tmp_.path();
+  fs::path log_ = dir_ / "output.log";
   std::atomic<bool> finished_{false};
 };
 

@@ -23,26 +23,10 @@ import urllib.request
 
 import pytest
 
-from sdk_daemon import Daemon
+from sdk_daemon import Daemon, RestApi
 
 
-class Api:
-    def __init__(self, daemon):
-        self.url = daemon.url
-        self.token = daemon.token
-        self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-    def call(self, method, path, body=None):
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Authorization": "Bearer " + self.token,
-                                              "Content-Type": "application/json"})
-        try:
-            with self.opener.open(req, timeout=60) as resp:
-                return resp.status, json.loads(resp.read() or b"null")
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read() or b"null")
-
+class Api(RestApi):
     def launch(self, **body):
         body.setdefault("n", 1)
         body.setdefault("cpu", 0.25)

@@ -40,7 +40,7 @@ import urllib.request
 import pytest
 
 from openapi_contract import Contract, ResponseObserver, request_validator
-from sdk_daemon import Daemon
+from sdk_daemon import Daemon, RestApi as Api
 
 MAX_WORKERS = 2
 HOST_GPUS = 1   # musterd --gpus 0: one device (workers only see CUDA_VISIBLE_DEVICES=0)
@@ -52,28 +52,6 @@ CLUSTER_BASES = [{"n_workers": 1, "cpu": 0.1, "memory": 0.1},
                   "launch": False}]
 STRING_PROBES = ["", "a", "a" * 15, "a" * 16, "a b", "a$b", "-a", "a.b_c-d", "/abs.sh", "../up.sh", "a/../b.sh",
                  "sub/dir.sh", "a\u0000b", "\u00e9t\u00e9.sh"]
-
-
-class Api:
-    def __init__(self, daemon, observer):
-        self.url, self.token = daemon.url, daemon.token
-        self.opener = observer.wrap(urllib.request.build_opener(urllib.request.ProxyHandler({})))
-
-    def call(self, method, path, body=None, token=None):
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Authorization": "Bearer " + (token or self.token),
-                                              "Content-Type": "application/json"})
-        try:
-            with self.opener.open(req, timeout=60) as resp:
-                raw = resp.read()
-                status = resp.status
-        except urllib.error.HTTPError as e:
-            raw, status = e.read(), e.code
-        try:
-            return status, json.loads(raw or b"null")
-        except ValueError:
-            return status, raw.decode("utf-8", "replace")
 
 
 @pytest.fixture(scope="module")

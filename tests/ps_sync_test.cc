@@ -12,6 +12,7 @@
 #include "runtime/error.h"
 #include "runtime/ps/checkpoint.h"
 #include "ps_test_model.h"
+#include "temp_dir.h"
 
 namespace muster::runtime::ps::testing {
 namespace {
@@ -234,13 +235,9 @@ class PsCheckpoint : public ::testing::TestWithParam<const char*> {};
 // moments and iteration count) included.
 TEST_P(PsCheckpoint, RestartResumesFromTheLastCheckpoint) {
   const std::string optimizer = GetParam();
-  auto dir = boost::filesystem::temp_directory_path() / boost::filesystem::unique_path("muster-ps-ckpt-%%%%%%");
-  struct Cleanup {
-    boost::filesystem::path p;
-    ~Cleanup() { boost::filesystem::remove_all(p); }
-  } cleanup{dir};
+  muster::testing::TempDir dir("muster-ps-ckpt");
   ClientOptions opt = small_slices({});
-  opt.checkpoint_dir = dir.string();
+  opt.checkpoint_dir = dir.str();
   opt.checkpoint_every = 5;
   opt.optimizer = optimizer;
   opt.learning_rate = 0.05f;
@@ -252,7 +249,7 @@ TEST_P(PsCheckpoint, RestartResumesFromTheLastCheckpoint) {
     for (auto& r : results) ASSERT_EQ(r.error, "");
     for (auto& s : ps.servers) s->stop();
   }
-  auto newest = newest_checkpoint(dir.string());
+  auto newest = newest_checkpoint(dir.str());
   ASSERT_TRUE(newest.has_value());
   EXPECT_EQ(load_checkpoint(*newest).step, 10);
   // w and b, each followed by the optimizer's slots: momentum 1, Adam 2.
@@ -269,9 +266,9 @@ TEST_P(PsCheckpoint, RestartResumesFromTheLastCheckpoint) {
     EXPECT_EQ(results[i].final_step, steps);
     EXPECT_LT(max_abs_diff(results[i].model.w, expected.w), 1e-4f) << "steps before the checkpoint were lost";
   }
-  EXPECT_EQ(load_checkpoint(*newest_checkpoint(dir.string())).step, steps) << "done() writes the final checkpoint";
+  EXPECT_EQ(load_checkpoint(*newest_checkpoint(dir.str())).step, steps) << "done() writes the final checkpoint";
   // No temporary files are left behind.
-  for (boost::filesystem::directory_iterator it(dir), end; it != end; ++it) {
+  for (boost::filesystem::directory_iterator it(dir.str()), end; it != end; ++it) {
     EXPECT_EQ(it->path().string().find(".tmp"), std::string::npos) << it->path();
   }
   expect_servers_finish(ps);

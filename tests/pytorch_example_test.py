@@ -28,12 +28,8 @@ pytestmark = pytest.mark.skipif(not os.path.exists(DATA), reason="dataset-fashio
 
 @pytest.fixture
 def daemon(tmp_path):
-    d = Daemon(REPO, tmp_path / "state")
-    d.start()
-    try:
+    with Daemon(REPO, tmp_path / "state") as d:
         yield d
-    finally:
-        d.stop()
 
 
 @pytest.mark.parametrize("mode", ["single", "allreduce", "ps"])

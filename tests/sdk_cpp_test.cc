@@ -58,6 +58,25 @@ void kill_processes_under(const fs::path& root) {
   closedir(proc);
 }
 
+// 1 ps task (ps.py) and 2 workers running `worker_script`, small.
+ClusterOptions small_ps_cluster(const std::string& worker_script) {
+  ClusterOptions opts;
+  opts.n_workers = 2;
+  opts.n_ps = 1;
+  opts.cpu = 0.5;
+  opts.memory = 1;
+  opts.worker_script = worker_script;
+  opts.ps_script = "ps.py";
+  return opts;
+}
+
+// The TF_CONFIG a task printed as a "TF_CONFIG=<json>" line of `log`; null if none.
+nlohmann::json printed_tf_config(const std::string& log) {
+  const auto at = log.find("TF_CONFIG=");
+  if (at == std::string::npos) return nullptr;
+  return nlohmann::json::parse(log.substr(at + 10, log.find('\n', at) - at - 10), nullptr, false);
+}
+
 class SdkCppTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -291,14 +310,7 @@ TEST_F(SdkCppTest, ErrorsCarryCodeMessageAndField) {
 
 TEST_F(SdkCppTest, RunClusterGivesTheSpecAndSessionAddress) {
   Client c = client();
-  ClusterOptions opts;
-  opts.n_workers = 2;
-  opts.n_ps = 1;
-  opts.cpu = 0.5;
-  opts.memory = 1;
-  opts.worker_script = "show_tf_config.py";
-  opts.ps_script = "ps.py";
-  RunClusterResult r = c.run_cluster(opts, /*completion_timeout_seconds=*/120);
+  RunClusterResult r = c.run_cluster(small_ps_cluster("show_tf_config.py"), /*completion_timeout_seconds=*/120);
   EXPECT_EQ(r.cluster.status, "succeeded");
   ASSERT_TRUE(r.cluster_spec.is_object()) << r.cluster.raw.dump();
   ASSERT_EQ(r.cluster_spec["worker"].size(), 2u);
@@ -307,32 +319,23 @@ TEST_F(SdkCppTest, RunClusterGivesTheSpecAndSessionAddress) {
   ASSERT_EQ(r.cluster.workers["worker"].size(), 2u);
   // Worker 1 saw its own task and the same cluster.
   const std::string log = c.worker_logs(r.cluster.workers["worker"][1]);
-  auto line = log.find("TF_CONFIG=");
-  ASSERT_NE(line, std::string::npos) << log;
-  auto tf = nlohmann::json::parse(log.substr(line + 10, log.find('\n', line) - line - 10));
+  const auto tf = printed_tf_config(log);
+  ASSERT_TRUE(tf.is_object()) << log;
   EXPECT_EQ(tf["task"]["type"], "worker");
   EXPECT_EQ(tf["task"]["index"], 1);
   EXPECT_EQ(tf["cluster"], r.cluster_spec);
   // A ps cluster's logs are the chief's: worker 0's TF_CONFIG, not worker 1's.
   const std::string chief = c.cluster_logs(r.cluster.id);
-  auto at = chief.find("TF_CONFIG=");
-  ASSERT_NE(at, std::string::npos) << chief;
-  auto chief_tf = nlohmann::json::parse(chief.substr(at + 10, chief.find('\n', at) - at - 10));
+  const auto chief_tf = printed_tf_config(chief);
+  ASSERT_TRUE(chief_tf.is_object()) << chief;
   EXPECT_EQ(chief_tf["task"]["type"], "worker");
   EXPECT_EQ(chief_tf["task"]["index"], 0);
 }
 
 TEST_F(SdkCppTest, FailingTaskThrowsClusterFailedNamingIt) {
   Client c = client();
-  ClusterOptions opts;
-  opts.n_workers = 2;
-  opts.n_ps = 1;
-  opts.cpu = 0.5;
-  opts.memory = 1;
-  opts.worker_script = "crash_worker_1.py";
-  opts.ps_script = "ps.py";
   try {
-    c.run_cluster(opts, 120);
+    c.run_cluster(small_ps_cluster("crash_worker_1.py"), 120);
     FAIL() << "the cluster did not fail";
   } catch (const ClusterFailed& e) {
     EXPECT_EQ(e.task(), "worker:1");

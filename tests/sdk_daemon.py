@@ -11,13 +11,28 @@ a restarted daemon adopts them), so a failing test leaves nothing behind.
 
 conforming_sdk() makes every answer the Python SDK receives meanwhile be
 checked against api/openapi.yaml (tests/openapi_contract.py).
+
+A module's daemon fixture is usually:
+
+    @pytest.fixture(scope="module")
+    def daemon(tmp_path_factory):
+        project = write_scripts(tmp_path_factory.mktemp("project"), SCRIPTS)
+        with Daemon(project, tmp_path_factory.mktemp("state")) as d, sdk_session(d, check_contract=True):
+            yield d
+
+sdk_session() gives the module-level muster.* calls the environment of a
+notebook beside the daemon and undoes it (and stops the clusters the tests
+left running) at the end.
 """
 import contextlib
 import json
 import os
+import pathlib
 import signal
 import subprocess
+import textwrap
 import time
+import urllib.error
 import urllib.request
 
 
@@ -118,6 +133,75 @@ class Daemon:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+class RestApi:
+    """musterd's REST API, raw, with the daemon's token (or another one per
+    call): call() answers (status, body), the body parsed as JSON, else as
+    text. With `observer` (openapi_contract.ResponseObserver) every answer is
+    also checked against api/openapi.yaml. No proxy, whatever the environment."""
+
+    def __init__(self, daemon, observer=None, timeout=60):
+        self.url, self.token, self.timeout = daemon.url, daemon.token, timeout
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self.opener = observer.wrap(opener) if observer else opener
+
+    def call(self, method, path, body=None, token=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Authorization": "Bearer " + (token or self.token),
+                                              "Content-Type": "application/json"})
+        try:
+            with self.opener.open(req, timeout=self.timeout) as resp:
+                raw, status = resp.read(), resp.status
+        except urllib.error.HTTPError as e:
+            raw, status = e.read(), e.code
+        try:
+            return status, json.loads(raw or b"null")
+        except ValueError:
+            return status, raw.decode("utf-8", "replace")
+
+
+def write_scripts(project, scripts):
+    """Writes each {name: body} of `scripts` (dedented) into the directory `project`; returns `project`."""
+    for name, body in scripts.items():
+        (pathlib.Path(project) / name).write_text(textwrap.dedent(body))
+    return project
+
+
+def stop_live_clusters():
+    """Stops, through the SDK's discovered daemon, every cluster that has not ended (best effort)."""
+    try:
+        import muster
+        for c in muster.list_clusters():
+            if c["status"] not in ("succeeded", "failed", "stopped"):
+                muster.stop_cluster(c)
+    except Exception:  # noqa: BLE001 - the daemon's stop() is the safety net
+        pass
+
+
+@contextlib.contextmanager
+def sdk_session(daemon, env=None, check_contract=False):
+    """The process environment of a notebook beside `daemon`: MUSTER_URL and
+    MUSTER_TOKEN unset and MUSTER_STATE_DIR set, so muster.* finds the daemon
+    by discovery; `env` on top. With check_contract, inside conforming_sdk().
+    On exit the clusters still running are stopped and os.environ is put back
+    as it was."""
+    saved = dict(os.environ)
+    os.environ.pop("MUSTER_URL", None)
+    os.environ.pop("MUSTER_TOKEN", None)
+    os.environ["MUSTER_STATE_DIR"] = daemon.state_dir
+    os.environ.update(env or {})
+    try:
+        if check_contract:
+            with conforming_sdk():
+                yield daemon
+        else:
+            yield daemon
+    finally:
+        stop_live_clusters()
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @contextlib.contextmanager

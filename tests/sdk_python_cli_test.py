@@ -8,11 +8,10 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
-from sdk_daemon import Daemon
+from sdk_daemon import Daemon, write_scripts
 
 SCRIPTS = {
     "hello.py": """
@@ -26,16 +25,12 @@ SCRIPTS = {
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    project = tmp_path_factory.mktemp("project")
-    for name, body in SCRIPTS.items():
-        (project / name).write_text(textwrap.dedent(body))
-    d = Daemon(project, tmp_path_factory.mktemp("state"))
-    d.start()
-    try:
-        yield d
-    finally:
-        muster(d, "stop", "--all")
-        d.stop()
+    project = write_scripts(tmp_path_factory.mktemp("project"), SCRIPTS)
+    with Daemon(project, tmp_path_factory.mktemp("state")) as d:
+        try:
+            yield d
+        finally:
+            muster(d, "stop", "--all")
 
 
 def muster(daemon, *args, env=None, timeout=90):

@@ -6,13 +6,12 @@ running its mpirun line (its output read back with cluster_logs).
 """
 import json
 import os
-import textwrap
 import time
 
 import pytest
 
 import muster
-from sdk_daemon import Daemon, conforming_sdk
+from sdk_daemon import Daemon, sdk_session, write_scripts
 
 SCRIPTS = {
     # Every task writes the TF_CONFIG it was released with to $OUT_DIR/<type>-<index>.json.
@@ -62,31 +61,9 @@ SCRIPTS = {
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    project = tmp_path_factory.mktemp("project")
-    for name, body in SCRIPTS.items():
-        (project / name).write_text(textwrap.dedent(body))
-    d = Daemon(project, tmp_path_factory.mktemp("state"))
-    d.start()
-    saved = {k: os.environ.get(k) for k in ("MUSTER_URL", "MUSTER_TOKEN", "MUSTER_STATE_DIR")}
-    os.environ.pop("MUSTER_URL", None)
-    os.environ.pop("MUSTER_TOKEN", None)
-    os.environ["MUSTER_STATE_DIR"] = d.state_dir
-    try:
-        with conforming_sdk():
-            yield d
-    finally:
-        try:
-            for c in muster.list_clusters():
-                if c["status"] not in ("succeeded", "failed", "stopped"):
-                    muster.stop_cluster(c)
-        except muster.MusterError:
-            pass
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        d.stop()
+    project = write_scripts(tmp_path_factory.mktemp("project"), SCRIPTS)
+    with Daemon(project, tmp_path_factory.mktemp("state")) as d, sdk_session(d, check_contract=True):
+        yield d
 
 
 def newest_cluster():

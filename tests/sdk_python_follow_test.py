@@ -25,7 +25,8 @@ import warnings
 import pytest
 
 import muster
-from sdk_daemon import Daemon, processes_with_env
+from sdk_daemon import Daemon, processes_with_env, sdk_session, write_scripts
+from testutil import wait_for
 
 SCRIPTS = {
     # N lines, one every 0.3 s, each carrying the time it was written.
@@ -46,40 +47,9 @@ SCRIPTS = {
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    project = tmp_path_factory.mktemp("project")
-    for name, body in SCRIPTS.items():
-        (project / name).write_text(textwrap.dedent(body))
-    d = Daemon(project, tmp_path_factory.mktemp("state"))
-    d.start()
-    saved = {k: os.environ.get(k) for k in ("MUSTER_URL", "MUSTER_TOKEN", "MUSTER_STATE_DIR")}
-    os.environ.pop("MUSTER_URL", None)
-    os.environ.pop("MUSTER_TOKEN", None)
-    os.environ["MUSTER_STATE_DIR"] = d.state_dir
-    try:
+    project = write_scripts(tmp_path_factory.mktemp("project"), SCRIPTS)
+    with Daemon(project, tmp_path_factory.mktemp("state")) as d, sdk_session(d):
         yield d
-    finally:
-        try:
-            for c in muster.list_clusters():
-                if c["status"] not in ("succeeded", "failed", "stopped"):
-                    muster.stop_cluster(c)
-        except muster.MusterError:
-            pass
-        d.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def wait_until(pred, seconds, what):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("timed out after %s s waiting for %s" % (seconds, what))
 
 
 def test_worker_logs_follow_yields_lines_live_and_ends_with_the_worker(daemon):
@@ -193,7 +163,7 @@ def run_interrupted(daemon, body, ready):
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(body)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        wait_until(ready, 60, "the call to start its work")
+        wait_for(ready, 60, what="the call to start its work")
         time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
@@ -227,8 +197,8 @@ def test_ctrl_c_in_horovodrun_stops_the_cluster_and_names_it(daemon):
     assert cluster["status"] == "stopped"
     for wid in cluster["workers"]["worker"]:
         assert muster.get_worker(wid)["status"] in ("stopped", "failed")
-    wait_until(lambda: not processes_with_env("MUSTER_CLUSTER_ID=" + cluster["id"]), 15,
-               "every process of cluster %s to end" % cluster["id"])
+    wait_for(lambda: not processes_with_env("MUSTER_CLUSTER_ID=" + cluster["id"]), 15,
+             what="every process of cluster %s to end" % cluster["id"])
 
 
 def test_ctrl_c_in_await_workers_stops_the_workers(daemon):
@@ -248,7 +218,7 @@ def test_ctrl_c_in_await_workers_stops_the_workers(daemon):
     new = [w for w in muster.list_workers() if w["id"] not in before]
     assert sorted(w["status"] for w in new) == ["stopped", "stopped"], new
     for w in new:
-        wait_until(lambda: not processes_with_env("MUSTER_WORKER_ID=" + w["id"]), 15, "worker %s to end" % w["id"])
+        wait_for(lambda: not processes_with_env("MUSTER_WORKER_ID=" + w["id"]), 15, what="worker %s to end" % w["id"])
 
 
 def test_progress_is_one_rewritten_line_on_a_tty_and_silent_on_a_pipe(daemon):

@@ -5,14 +5,12 @@ the worker scripts below. The SDK finds the daemon only through
 MUSTER_STATE_DIR (musterd.json + token), as a notebook would.
 """
 import ipaddress
-import os
-import textwrap
 import time
 
 import pytest
 
 import muster
-from sdk_daemon import Daemon, conforming_sdk, pid_alive
+from sdk_daemon import Daemon, pid_alive, sdk_session, write_scripts
 
 SCRIPTS = {
     # Prints who it is, its args and an env var, then sleeps SLEEP seconds.
@@ -40,25 +38,9 @@ SCRIPTS = {
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    project = tmp_path_factory.mktemp("project")
-    for name, body in SCRIPTS.items():
-        (project / name).write_text(textwrap.dedent(body))
-    d = Daemon(project, tmp_path_factory.mktemp("state"))
-    d.start()
-    saved = {k: os.environ.get(k) for k in ("MUSTER_URL", "MUSTER_TOKEN", "MUSTER_STATE_DIR")}
-    os.environ.pop("MUSTER_URL", None)
-    os.environ.pop("MUSTER_TOKEN", None)
-    os.environ["MUSTER_STATE_DIR"] = d.state_dir
-    try:
-        with conforming_sdk():
-            yield d
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        d.stop()
+    project = write_scripts(tmp_path_factory.mktemp("project"), SCRIPTS)
+    with Daemon(project, tmp_path_factory.mktemp("state")) as d, sdk_session(d, check_contract=True):
+        yield d
 
 
 def by_id(workers):

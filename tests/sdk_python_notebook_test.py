@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from sdk_daemon import Daemon, processes_with_env
+from sdk_daemon import Daemon, processes_with_env, sdk_session
 
 REPO = os.environ.get("MUSTER_SOURCE_DIR") or os.path.join(os.path.dirname(__file__), "..")
 NOTEBOOKS = os.path.join(REPO, "examples", "notebook")
@@ -28,28 +28,9 @@ TINY_TRAINING = [("EPOCHS", "1"), ("LIMIT", "3000"), ("TEST_LIMIT", "1000"), ("M
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    d = Daemon(REPO, tmp_path_factory.mktemp("state"))
-    d.start()
-    saved = dict(os.environ)
-    os.environ.pop("MUSTER_URL", None)
-    os.environ.pop("MUSTER_TOKEN", None)
-    os.environ["MUSTER_STATE_DIR"] = d.state_dir
-    os.environ["MUSTER_PROJECT_DIR"] = REPO
-    os.environ["PYTHONPATH"] = os.path.join(REPO, "sdk", "python")
-    os.environ["OMP_NUM_THREADS"] = "1"
-    try:
+    env = {"MUSTER_PROJECT_DIR": REPO, "PYTHONPATH": os.path.join(REPO, "sdk", "python"), "OMP_NUM_THREADS": "1"}
+    with Daemon(REPO, tmp_path_factory.mktemp("state")) as d, sdk_session(d, env=env):
         yield d
-    finally:
-        try:
-            import muster
-            for c in muster.list_clusters():
-                if c["status"] not in ("succeeded", "failed", "stopped"):
-                    muster.stop_cluster(c)
-        except Exception:  # noqa: BLE001 - the daemon's stop below is the safety net
-            pass
-        os.environ.clear()
-        os.environ.update(saved)
-        d.stop()
 
 
 def execute(name, overrides=(), where=NOTEBOOKS):

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "clusterspec/spec_error.h"
+#include "temp_dir.h"
 
 namespace muster::clusterspec {
 namespace {
@@ -92,8 +93,8 @@ TEST(ShellQuoteTest, NulIsRejected) {
 
 TEST(ShellQuoteTest, HostileStringsSurviveRealShellsUnchanged) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("muster_quote_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  muster::testing::TempDir tmp("muster-quote");
+  const fs::path dir = tmp.path();
   const fs::path old_cwd = fs::current_path();
   fs::current_path(dir);
   std::string expected;
@@ -105,7 +106,6 @@ TEST(ShellQuoteTest, HostileStringsSurviveRealShellsUnchanged) {
   }
   const bool pwned = fs::exists(dir / "PWNED");
   fs::current_path(old_cwd);
-  fs::remove_all(dir);
   EXPECT_FALSE(pwned) << "a quoted string ran a command";
 }
 

@@ -31,6 +31,7 @@ from slurm_testbed import SlurmTestbed, have_slurm  # noqa: E402
 
 import muster  # noqa: E402
 from sdk_daemon import Daemon, binary_dir  # noqa: E402
+from testutil import wait_for  # noqa: E402
 
 WHY_NOT = have_slurm()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"a real Slurm cannot run here: {WHY_NOT}")
@@ -84,16 +85,6 @@ def job_of(bed, worker_id):
     return str(jobs[0]["job_id"]), jobs[0]
 
 
-def wait_for(what, cond, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 def worker(c, wid):
     return c.get_worker(wid)
 
@@ -111,8 +102,8 @@ def test_launch_await_stop_on_both_nodes(bed, daemon):
     c.stop_workers(*[w["id"] for w in ws])
     for w in ws:
         assert worker(c, w["id"])["status"] == "stopped"
-    wait_for("the jobs to end in Slurm",
-             lambda: all(job_of(bed, w["id"])[1]["job_state"] in ("CANCELLED", "COMPLETED") for w in ws))
+    wait_for(lambda: all(job_of(bed, w["id"])[1]["job_state"] in ("CANCELLED", "COMPLETED") for w in ws),
+             60, interval=0.3, what="the jobs to end in Slurm")
 
 
 def test_pending_for_resources_shows_scheduling_with_the_reason(bed, daemon):
@@ -120,9 +111,8 @@ def test_pending_for_resources_shows_scheduling_with_the_reason(bed, daemon):
     big = c.launch_workers(n=2, cpu=2, memory=0.5, code="import time; time.sleep(120)")
     c.await_workers(big, wait_for_completion=False, timeout_seconds=90)
     late = c.launch_workers(n=1, cpu=2, memory=0.5, code="import time; time.sleep(120)")[0]
-    w = wait_for("the queued worker's Slurm reason",
-                 lambda: (lambda w: w if "Resources" in (w.get("reason") or "") else None)(worker(c, late["id"])),
-                 timeout=30)
+    w = wait_for(lambda: (lambda w: w if "Resources" in (w.get("reason") or "") else None)(worker(c, late["id"])),
+                 30, interval=0.3, what="the queued worker's Slurm reason")
     assert w["status"] == "scheduling", w
     c.stop_workers(big[0]["id"])
     up = c.await_workers([late], wait_for_completion=False, timeout_seconds=60)
@@ -137,9 +127,8 @@ def test_scancel_from_outside_is_reported(bed, daemon):
     c.await_workers([w], wait_for_completion=False, timeout_seconds=60)
     job, _ = job_of(bed, w["id"])
     subprocess.run(["scancel", job], env=bed.env(), check=True)
-    got = wait_for("the cancelled worker to end",
-                   lambda: (lambda x: x if x["status"] not in ("running", "starting") else None)(worker(c, w["id"])),
-                   timeout=40)
+    got = wait_for(lambda: (lambda x: x if x["status"] not in ("running", "starting") else None)(worker(c, w["id"])),
+                   40, interval=0.3, what="the cancelled worker to end")
     assert got["status"] in ("stopped", "failed"), got
     # Either Slurm's state came first (stopped, "scancel") or the agent saw
     # SIGTERM and reported its script's end; both must name what happened.
@@ -196,7 +185,8 @@ def test_restart_readopts_running_jobs(bed, daemon, project, tmp_path_factory):
             assert job_of(bed, w["id"])[1]["job_state"] == "RUNNING"
             c2.stop_workers(w["id"])
             assert worker(c2, w["id"])["status"] == "stopped"
-            wait_for("the re-adopted job to be cancelled", lambda: job_of(bed, w["id"])[1]["job_state"] != "RUNNING")
+            wait_for(lambda: job_of(bed, w["id"])[1]["job_state"] != "RUNNING", 60, interval=0.3,
+                     what="the re-adopted job to be cancelled")
             assert job_of(bed, w["id"])[0] == job
         finally:
             d2.stop()
@@ -212,6 +202,6 @@ def test_a_killed_node_is_reported_lost_naming_it(bed, daemon):
     _, job = job_of(bed, w["id"])
     node = job["nodes"]
     bed.kill_node(node)
-    got = wait_for("the worker on the killed node to be lost",
-                   lambda: (lambda x: x if x["status"] == "lost" else None)(worker(c, w["id"])), timeout=60)
+    got = wait_for(lambda: (lambda x: x if x["status"] == "lost" else None)(worker(c, w["id"])),
+                   60, interval=0.3, what="the worker on the killed node to be lost")
     assert node in got["reason"] or "heartbeat" in got["reason"], got

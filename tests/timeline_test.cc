@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/error.h"
+#include "temp_dir.h"
 
 namespace muster::runtime::distributed {
 namespace {
@@ -20,12 +21,6 @@ namespace fs = std::filesystem;
 
 class TimelineTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/muster_timeline_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
 
   nlohmann::json parse(const std::string& path) {
     std::ifstream in(path);
@@ -34,7 +29,8 @@ class TimelineTest : public ::testing::Test {
     return nlohmann::json::parse(ss.str());  // throws if not valid JSON
   }
 
-  fs::path dir_;
+  muster::testing::TempDir tmp_{"muster-timeline"};
+  fs::path dir_ = tmp_.path();
 };
 
 TEST_F(TimelineTest, EmptyTraceIsValidJson) {

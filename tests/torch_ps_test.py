@@ -20,7 +20,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,19 +32,10 @@ torch = pytest.importorskip("torch")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import torch_ps_worker as worker  # noqa: E402  (the model, data and optimizers the workers use)
+from testutil import free_ports  # noqa: E402
 
 BIN = os.path.join(os.environ.get("MUSTER_BINARY_DIR", os.path.join(HERE, "..", "build")), "bin")
 WORKER = os.path.join(HERE, "torch_ps_worker.py")
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 class Job:

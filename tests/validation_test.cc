@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "temp_dir.h"
+
 namespace fs = std::filesystem;
 using muster::api::ErrorCode;
 using muster::service::parse_await_request;
@@ -26,8 +28,6 @@ namespace {
 class ProjectDir : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/muster-validation-XXXXXX";
-    root_ = fs::path(mkdtemp(tmpl));
     project_ = root_ / "project";
     fs::create_directories(project_ / "sub");
     std::ofstream(project_ / "train.py") << "print(1)\n";
@@ -41,11 +41,11 @@ class ProjectDir : public ::testing::Test {
     options_.max_workers = 8;
     options_.project_dir = fs::canonical(project_);
   }
-  void TearDown() override { fs::remove_all(root_); }
 
   json good() const { return {{"n", 2}, {"cpu", 0.5}, {"memory", 2}, {"script", "train.py"}}; }
 
-  fs::path root_, project_;
+  muster::testing::TempDir tmp_{"muster-validation"};
+  fs::path root_ = tmp_.path(), project_;
   ValidationOptions options_;
 };
 

@@ -21,7 +21,6 @@ Writes OUT_DIR/multihost.json and multihost.md.
 """
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,15 +31,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from netns_hosts import NetnsHosts  # noqa: E402
+from testutil import free_port  # noqa: E402
 
 SIZES = [1 << 20, 16 << 20, 64 << 20]
 TARGET_VS_PEER, TARGET_VS_LINK, TARGET_PS = 1.2, 0.8, 0.7
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def iperf3(hosts, servers, client_hosts, seconds=3):

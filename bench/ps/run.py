@@ -2,22 +2,18 @@
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests"))
+from testutil import free_port  # noqa: E402
+
 STEPS = int(os.environ.get("PS_BENCH_STEPS", "10"))
 WARMUP = 2
 PARAMS = 25_600_000
 N_WORKERS = 2
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def iperf3_gbs():

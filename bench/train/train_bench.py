@@ -20,11 +20,13 @@ import os
 import re
 import resource
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests"))
+from testutil import free_ports  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
 BIN = os.path.join(BUILD, "bin")
@@ -66,16 +68,6 @@ def run_allreduce(args):
                        stderr=subprocess.STDOUT, text=True, timeout=3600)
     check(p, p.stdout, "mpirun -np 2")
     return finals(p.stdout)
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def run_ps(args):

@@ -1,18 +1,18 @@
 #include "examples/fashion_mnist/checkpoint.h"
 
-#include <cstdio>
-#include <cstring>
+#include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <vector>
 
-#include "api/base/atomic_file.h"
+#include "api/base/checkpoint_file.h"
 #include "runtime/error.h"
 
 namespace muster::examples::fashion_mnist {
 namespace {
 
-constexpr char kMagic[8] = {'M', 'F', 'M', 'N', 'C', 'K', 'P', '1'};
+constexpr char kKind[] = "fashion_mnist";
+constexpr char kSteps[] = "steps";
+constexpr char kIterations[] = "optimizer_iterations";
 
 struct Buffer {
   std::string name;
@@ -20,6 +20,8 @@ struct Buffer {
   std::size_t size;
 };
 
+// The model's parameters, then the optimizer's state (initialised for the
+// model's sizes if it was not yet): what a checkpoint holds, in its order.
 std::vector<Buffer> buffers(runtime::nn::Model& model, runtime::optim::Optimizer& optimizer) {
   std::vector<Buffer> out;
   std::vector<std::size_t> sizes;
@@ -32,17 +34,6 @@ std::vector<Buffer> buffers(runtime::nn::Model& model, runtime::optim::Optimizer
   return out;
 }
 
-template <typename T>
-void put(base::AtomicFile& f, const T& v) {
-  f.write(&v, sizeof v);
-}
-template <typename T>
-T get(std::ifstream& f, const std::string& path) {
-  T v{};
-  if (!f.read(reinterpret_cast<char*>(&v), sizeof v)) throw runtime::DataError(path + ": checkpoint truncated");
-  return v;
-}
-
 }  // namespace
 
 std::string checkpoint_path(const std::string& dir) { return dir + "/fashion_mnist.ckpt"; }
@@ -50,57 +41,51 @@ std::string checkpoint_path(const std::string& dir) { return dir + "/fashion_mni
 void save_checkpoint(const std::string& dir, int64_t steps, const runtime::nn::Model& model,
                      runtime::optim::Optimizer& optimizer) {
   std::filesystem::create_directories(dir);
-  const std::string path = checkpoint_path(dir);
-  {
-    base::AtomicFile f(path);
-    f.write(kMagic, sizeof kMagic);
-    put(f, steps);
-    put(f, optimizer.iterations());
-    auto bufs = buffers(const_cast<runtime::nn::Model&>(model), optimizer);
-    put(f, static_cast<uint32_t>(bufs.size()));
-    for (const auto& b : bufs) {
-      put(f, static_cast<uint32_t>(b.name.size()));
-      f.write(b.name.data(), b.name.size());
-      put(f, static_cast<uint64_t>(b.size));
-      f.write(b.data, b.size * sizeof(float));
-    }
-    if (auto err = f.commit()) throw runtime::Error("cannot write the checkpoint: " + *err);
+  base::CheckpointContents contents{kKind, {{kSteps, steps}, {kIterations, optimizer.iterations()}}, {}};
+  for (const auto& b : buffers(const_cast<runtime::nn::Model&>(model), optimizer)) {
+    contents.tensors.push_back({b.name, b.data, b.size});
+  }
+  if (auto err = base::write_checkpoint(checkpoint_path(dir), contents)) {
+    throw runtime::Error("cannot write the checkpoint: " + *err);
   }
 }
 
 std::optional<int64_t> load_checkpoint(const std::string& dir, runtime::nn::Model& model,
                                        runtime::optim::Optimizer& optimizer) {
   const std::string path = checkpoint_path(dir);
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return std::nullopt;
-  char magic[8];
-  if (!f.read(magic, sizeof magic) || std::memcmp(magic, kMagic, sizeof magic) != 0) {
-    throw runtime::DataError(path + ": not a fashion_mnist checkpoint (wrong magic)");
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return std::nullopt;
+  auto read = base::read_checkpoint(path, kKind);
+  if (read.failure) {
+    if (read.damaged) throw runtime::DataError(*read.failure);
+    throw runtime::Error(*read.failure);
   }
-  const auto steps = get<int64_t>(f, path);
-  const auto iterations = get<int64_t>(f, path);
+  const base::Checkpoint& c = read.checkpoint;
+  const auto steps = c.counter(kSteps);
+  const auto iterations = c.counter(kIterations);
+  if (!steps || !iterations) {
+    throw runtime::DataError(path + ": no '" + std::string(steps ? kIterations : kSteps) + "' counter");
+  }
   auto bufs = buffers(model, optimizer);
-  const auto n = get<uint32_t>(f, path);
-  if (n != bufs.size()) {
-    throw runtime::DataError(path + ": holds " + std::to_string(n) + " buffers, model " + model.name() + " with " +
-                             optimizer.name() + " needs " + std::to_string(bufs.size()) +
+  if (c.tensors.size() != bufs.size()) {
+    throw runtime::DataError(path + ": holds " + std::to_string(c.tensors.size()) + " buffers, model " + model.name() +
+                             " with " + optimizer.name() + " needs " + std::to_string(bufs.size()) +
                              " (another --model or --optimizer?)");
   }
-  for (const auto& b : bufs) {
-    const auto len = get<uint32_t>(f, path);
-    std::string name(len, '\0');
-    f.read(name.data(), len);
-    const auto size = get<uint64_t>(f, path);
-    if (name != b.name || size != b.size) {
-      throw runtime::DataError(path + ": buffer '" + name + "' (" + std::to_string(size) + ") where '" + b.name +
-                               "' (" + std::to_string(b.size) + ") was expected");
-    }
-    if (!f.read(reinterpret_cast<char*>(b.data), static_cast<std::streamsize>(size * sizeof(float)))) {
-      throw runtime::DataError(path + ": checkpoint truncated in '" + name + "'");
+  // Check every buffer before touching the model, so a refused checkpoint
+  // leaves it as it was.
+  for (std::size_t i = 0; i < bufs.size(); ++i) {
+    const auto& t = c.tensors[i];
+    if (t.name != bufs[i].name || t.values.size() != bufs[i].size) {
+      throw runtime::DataError(path + ": buffer '" + t.name + "' (" + std::to_string(t.values.size()) + ") where '" +
+                               bufs[i].name + "' (" + std::to_string(bufs[i].size) + ") was expected");
     }
   }
-  optimizer.set_iterations(iterations);
-  return steps;
+  for (std::size_t i = 0; i < bufs.size(); ++i) {
+    std::copy(c.tensors[i].values.begin(), c.tensors[i].values.end(), bufs[i].data);
+  }
+  optimizer.set_iterations(*iterations);
+  return *steps;
 }
 
 }  // namespace muster::examples::fashion_mnist

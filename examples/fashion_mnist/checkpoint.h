@@ -2,10 +2,12 @@
 // parameters, the optimizer's state and the number of steps done. (PS mode
 // checkpoints on the parameter servers' side, see runtime/ps/checkpoint.h.)
 //
-// File <dir>/fashion_mnist.ckpt, written to a temporary file, flushed and
-// renamed, so a reader sees a whole checkpoint or the previous one. Layout
-// (native endianness): "MFMNCKP1" | i64 steps | i64 optimizer iterations |
-// u32 n | n x (u32 name bytes | name | u64 floats | floats).
+// File <dir>/fashion_mnist.ckpt in the one checkpoint format
+// (api/base/checkpoint_file.h: little-endian, length and CRC-32 checked,
+// written atomically, so a reader sees a whole checkpoint or the previous
+// one): kind "fashion_mnist", counters "steps" and "optimizer_iterations",
+// tensors: the model's parameters, then "optimizer/<slot>" for each buffer
+// of the optimizer's state.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +27,9 @@ void save_checkpoint(const std::string& dir, int64_t steps, const runtime::nn::M
 
 // Restores into `model` and `optimizer` (initialised for the model's sizes)
 // and returns the steps done, or nothing when `dir` holds no checkpoint.
-// Throws DataError naming the file when it does not fit this model.
+// Throws DataError naming the file when it is damaged (truncated, bad
+// magic, another version, a size or checksum mismatch) or does not fit this
+// model; Error when it exists but cannot be read.
 std::optional<int64_t> load_checkpoint(const std::string& dir, runtime::nn::Model& model,
                                        runtime::optim::Optimizer& optimizer);
 

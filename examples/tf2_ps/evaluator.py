@@ -8,8 +8,11 @@ checkpoint on the Fashion-MNIST test set with numpy, printing
   eval step=<global step> test_accuracy=<fraction> images=<n>
 until it is stopped (musterd stops it when the chief has finished).
 
-Checkpoint format: runtime/ps/checkpoint.h (little-endian "MUSTERCK", u32
-version, i64 step, u32 n, n x (u32 name bytes, name, u64 elements, float32s)).
+Checkpoint format: api/base/checkpoint_file.h, version 2, kind "ps" (every
+number little-endian): "MUSTERCK" | u32 version | u64 body bytes | body |
+u32 CRC-32 of the body; the body is u32 kind bytes, kind, u32 counters,
+counters x (u32 name bytes, name, i64), u32 tensors, tensors x (u32 name
+bytes, name, u64 elements, float32s). The global step is counter "step".
 Parameters are column-major (out x in), as runtime/nn/affine.h reads them.
 """
 import argparse
@@ -20,26 +23,53 @@ import os
 import struct
 import sys
 import time
+import zlib
 
 import numpy as np
 
 
 def read_checkpoint(path):
+    """(global step, {name: float32 array}) of a PS checkpoint; ValueError naming the file and the fault."""
     with open(path, "rb") as f:
         data = f.read()
     if data[:8] != b"MUSTERCK":
-        raise ValueError("%s is not a muster checkpoint" % path)
-    version, step, n = struct.unpack_from("<IqI", data, 8)
-    pos, values = 8 + 16, {}
-    for _ in range(n):
-        (name_len,) = struct.unpack_from("<I", data, pos)
-        name = data[pos + 4:pos + 4 + name_len].decode()
-        pos += 4 + name_len
-        (count,) = struct.unpack_from("<Q", data, pos)
-        pos += 8
-        values[name] = np.frombuffer(data, dtype="<f4", count=count, offset=pos)
+        raise ValueError("checkpoint %s: bad magic (not a muster checkpoint)" % path)
+    if len(data) < 24:
+        raise ValueError("checkpoint %s: truncated (%d bytes)" % (path, len(data)))
+    version, body_len = struct.unpack_from("<IQ", data, 8)
+    if version != 2:
+        raise ValueError("checkpoint %s: version %d; this evaluator reads version 2" % (path, version))
+    if len(data) != 20 + body_len + 4:
+        raise ValueError("checkpoint %s: size mismatch: %d bytes, its header promises %d" % (path, len(data),
+                                                                                            20 + body_len + 4))
+    body = memoryview(data)[20:20 + body_len]
+    if zlib.crc32(body) != struct.unpack_from("<I", data, 20 + body_len)[0]:
+        raise ValueError("checkpoint %s: checksum mismatch (the file is damaged)" % path)
+    pos = 0
+
+    def take(fmt):
+        nonlocal pos
+        values = struct.unpack_from(fmt, body, pos)
+        pos += struct.calcsize(fmt)
+        return values[0]
+
+    def name():
+        nonlocal pos
+        n = take("<I")
+        pos += n
+        return bytes(body[pos - n:pos]).decode()
+
+    kind = name()
+    if kind != "ps":
+        raise ValueError("checkpoint %s: written by %r, not a ps checkpoint" % (path, kind))
+    counters = {name(): take("<q") for _ in range(take("<I"))}
+    values = {}
+    for _ in range(take("<I")):
+        key = name()
+        count = take("<Q")
+        values[key] = np.frombuffer(body, dtype="<f4", count=count, offset=pos)
         pos += 4 * count
-    return step, values
+    return counters["step"], values
 
 
 def read_idx(path):

@@ -1,10 +1,9 @@
 // Checkpoints of the PS variables, written by the chief.
 //
-// File <dir>/ckpt-<step, 12 digits>.bin, written to a temporary file in the
-// same directory, flushed, then renamed, so a reader sees either the whole
-// checkpoint or none. Layout (little-endian):
-//   "MUSTERCK" | u32 version=1 | i64 global step | u32 n_variables |
-//   n x (u32 name bytes | name | u64 elements | elements x float32)
+// File <dir>/ckpt-<step, 12 digits>.bin in the one checkpoint format
+// (api/base/checkpoint_file.h: little-endian, length and CRC-32 checked,
+// written atomically), kind "ps", counter "step" = the global step, one
+// tensor per variable and optimizer slot in the client's order.
 //
 //   save_checkpoint("/ckpt", 100, {{"w1", w1.data(), w1.size()}});
 //   if (auto path = newest_checkpoint("/ckpt")) { auto c = load_checkpoint(*path); c.step; }
@@ -35,7 +34,9 @@ struct LoadedCheckpoint {
 std::string save_checkpoint(const std::string& dir, int64_t step, const std::vector<CheckpointEntry>& vars);
 // The checkpoint with the highest step in `dir`, if any (temporary files are ignored).
 std::optional<std::string> newest_checkpoint(const std::string& dir);
-// Throws DataError naming the file for bad magic, truncation, wrong counts.
+// Throws DataError naming the file and what is wrong with it (truncated, bad
+// magic, wrong version or kind, size or checksum mismatch); Error when it
+// cannot be read at all.
 LoadedCheckpoint load_checkpoint(const std::string& path);
 
 }  // namespace muster::runtime::ps

@@ -13,6 +13,21 @@
 namespace muster::runtime::ps {
 namespace {
 
+// The frame of `op` for slice `s`; with `data`, its float32 payload (the
+// slice's size, read in place from there).
+Outgoing slice_frame(Op op, const SliceSpec& s, int64_t step, const float* data = nullptr) {
+  Outgoing o;
+  o.header.op = op;
+  o.header.slice = s.id;
+  o.header.step = step;
+  if (data != nullptr) {
+    o.header.dtype = static_cast<uint8_t>(DataType::kFloat32);
+    o.header.length = s.size * sizeof(float);
+    o.data = data;
+  }
+  return o;
+}
+
 // One round trip to every PS task: the frames to send and the replies to read,
 // per task. Pushes and pulls of one round go out in one gather write per PS.
 struct Round {
@@ -22,13 +37,7 @@ struct Round {
   void add_pushes(const Placement& placement, const std::vector<const float*>& grads, int64_t step,
                   ClientStats& stats) {
     for (const auto& s : placement.slices) {
-      Outgoing o;
-      o.header.op = Op::kPush;
-      o.header.dtype = static_cast<uint8_t>(DataType::kFloat32);
-      o.header.slice = s.id;
-      o.header.step = step;
-      o.header.length = s.size * sizeof(float);
-      o.data = grads[s.variable] + s.offset;
+      Outgoing o = slice_frame(Op::kPush, s, step, grads[s.variable] + s.offset);
       out[s.ps].push_back(o);
       stats.bytes_pushed += o.header.length;
     }
@@ -39,11 +48,7 @@ struct Round {
   void add_pulls(const Placement& placement, const std::vector<Variable>& variables, int64_t min_step,
                  ClientStats* stats) {
     for (const auto& s : placement.slices) {
-      Outgoing o;
-      o.header.op = Op::kPull;
-      o.header.slice = s.id;
-      o.header.step = min_step;
-      out[s.ps].push_back(o);
+      out[s.ps].push_back(slice_frame(Op::kPull, s, min_step));
       in[s.ps].push_back({s.id, variables[s.variable].value + s.offset, s.size, 0});
       if (stats) stats->bytes_pulled += s.size * sizeof(float);
     }
@@ -146,13 +151,7 @@ int64_t SyncReplicasClient::initialize_or_wait() {
       }
     }
     for (const auto& s : placement_.slices) {
-      Outgoing o;
-      o.header.op = Op::kInit;
-      o.header.dtype = static_cast<uint8_t>(DataType::kFloat32);
-      o.header.slice = s.id;
-      o.header.step = start;
-      o.header.length = s.size * sizeof(float);
-      o.data = variables_[s.variable].value + s.offset;
+      Outgoing o = slice_frame(Op::kInit, s, start, variables_[s.variable].value + s.offset);
       if (!slots.empty() && !slots[s.variable].empty()) {
         o.header.aux = static_cast<uint32_t>(slots[s.variable].size());
         o.header.length *= 1 + slots[s.variable].size();
@@ -282,10 +281,7 @@ std::string SyncReplicasClient::save_checkpoint() {
     Round round(cluster_.ps.size());
     std::vector<std::vector<float>> per_slice(placement_.slices.size());
     for (const auto& s : placement_.slices) {
-      Outgoing o;
-      o.header.op = Op::kPullState;
-      o.header.slice = s.id;
-      round.out[s.ps].push_back(o);
+      round.out[s.ps].push_back(slice_frame(Op::kPullState, s, 0));
       per_slice[s.id].resize(s.size * (1 + n_slots));
       Expected e;
       e.slice = s.id;

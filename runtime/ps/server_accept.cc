@@ -3,9 +3,12 @@
 // connections, the deadline sweep, the hello's options and the seal of the
 // slice set.
 
-#include "runtime/ps/server_connection.h"
-
 #include <cmath>
+
+#include <spdlog/spdlog.h>
+
+#include "runtime/ps/server_connection.h"
+#include "runtime/ps/server_impl.h"
 
 namespace muster::runtime::ps {
 
@@ -115,6 +118,5 @@ std::string PsServer::Impl::hello(Connection& c, const HelloPayload& h) {
   lost_.erase(c.worker_);
   return "";
 }
-
 
 }  // namespace muster::runtime::ps

@@ -2,6 +2,10 @@
 // anything is allocated or read for it, then the handling of each op
 // (protocol.h steps a) to f)).
 
+#include <cstdio>
+
+#include <spdlog/spdlog.h>
+
 #include "runtime/ps/server_connection.h"
 
 namespace muster::runtime::ps {

@@ -1,20 +1,31 @@
-// Internal to server.cc (split for size): the state of one PS task.
-// PendingPull and Slice are the SyncReplicas bookkeeping; PsServer::Impl owns
-// the io_context, the acceptor, every slice and the job's options.
+// PsServer::Impl: the state of one PS task, shared by the server's
+// translation units (internal: only runtime/ps/server*.cc include it).
+//   server.cc           PsServer itself, Impl's construction and stop()
+//   server_slices.cc    the SyncReplicas bookkeeping: init, push, pull, pull_state
+//   server_watchdog.cc  the end of a job: done workers, lost workers, failure, timeouts
+//   server_accept.cc    accepting connections within limits, hello, seal
+//   server_connection.* one worker's connection; server_frames.cc its frame checks
+//
+// Locks: `mu_` guards the job (options, the slice map, orphan pulls, done
+// and lost workers, connections, the finished flag); each Slice's `mu`
+// guards that slice. Order: mu_ before a Slice's mu, never the reverse.
+// Connections are answered (send_params/send_error post onto their strand)
+// after the slice's lock is released wherever possible; answering under a
+// lock only posts, it never blocks.
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include <boost/asio.hpp>
-#include <spdlog/spdlog.h>
 
 #include "runtime/error.h"
 #include "runtime/optim/optimizer.h"
@@ -22,16 +33,15 @@
 #include "runtime/ps/server.h"
 
 namespace muster::runtime::ps {
-namespace {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
-}  // namespace
-
 class Connection;
 
+// A pull waiting for its step (in its Slice) or for the chief's init of its
+// slice (in Impl::orphan_pulls_); the watchdog fails it after timeout_ms.
 struct PendingPull {
   std::shared_ptr<Connection> conn;
   int64_t min_step = 0;

@@ -13,8 +13,8 @@
 // Python.
 //
 // Errors: the runtime's C++ exceptions become the classes of
-// muster.runtime_errors (translate_errors), all subclasses of
-// muster.MusterError; CommError and PeerTimeoutError carry `rank`.
+// muster.runtime_errors (errors.h, shared with _muster_ps), all subclasses
+// of muster.MusterError; CommError and PeerTimeoutError carry `rank`.
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -29,7 +29,6 @@ namespace muster::runtime::python {
 
 namespace py = pybind11;
 
-void translate_errors(py::module_& m);
 void bind_communicator(py::module_& m);
 void bind_optimizer(py::module_& m);
 

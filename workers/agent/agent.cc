@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/base/atomic_file.h"
+#include "api/base/net.h"
 #include "api/base/process.h"
 #include "workers/agent/limits.h"
 #include "workers/agent/network.h"
@@ -157,17 +158,18 @@ int run_agent(const AgentOptions& o) {
   }
   // 1. The IP that routes to the daemon, and maybe a reserved port.
   const std::string master = o.master_ip.empty() ? endpoint->host : o.master_ip;
-  const auto ip = route_ip_to(master, endpoint->port);
-  if (!ip) {
-    log_line("no route to the daemon at " + master);
+  const auto local = base::local_address_towards(master, endpoint->port);
+  if (local.failure) {
+    log_line("cannot find the address that reaches the daemon: " + *local.failure);
     return 2;
   }
-  std::optional<ReservedPort> port = o.reserve_port ? ReservedPort::reserve(*ip) : std::nullopt;
+  const std::string& ip = local.address;
+  std::optional<ReservedPort> port = o.reserve_port ? ReservedPort::reserve(ip) : std::nullopt;
   if (o.reserve_port) {
-    if (!port) log_line("could not reserve a port on " + *ip + "; registering without one");
+    if (!port) log_line("could not reserve a port on " + ip + "; registering without one");
   }
   // 2. Register.
-  json reg = {{"ip_address", *ip}};
+  json reg = {{"ip_address", ip}};
   if (port) reg["port"] = port->port();
   auto reply = client.post_retrying("register", reg, 30s);
   if (!reply || reply->status != 200) {
@@ -177,7 +179,7 @@ int run_agent(const AgentOptions& o) {
   }
   const bool hold = json::parse(reply->body, nullptr, false).value("hold", false);
   std::map<std::string, std::string> env = {
-      {"MUSTER_IP_ADDRESS", *ip}, {"CDSW_IP_ADDRESS", *ip}, {"PYTHONUNBUFFERED", "1"}};
+      {"MUSTER_IP_ADDRESS", ip}, {"CDSW_IP_ADDRESS", ip}, {"PYTHONUNBUFFERED", "1"}};
   if (port) env["MUSTER_PORT"] = std::to_string(port->port());
 
   // 5 (early). Heartbeats run from registration on, also while held.

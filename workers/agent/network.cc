@@ -7,25 +7,6 @@
 
 namespace muster::workers::agent {
 
-std::optional<std::string> route_ip_to(const std::string& master_ip, int port) {
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(static_cast<uint16_t>(port));
-  if (::inet_pton(AF_INET, master_ip.c_str(), &to.sin_addr) != 1) return std::nullopt;
-  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return std::nullopt;
-  std::optional<std::string> out;
-  sockaddr_in local{};
-  socklen_t len = sizeof local;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-    char buf[INET_ADDRSTRLEN];
-    if (::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof buf)) out = buf;
-  }
-  ::close(fd);
-  return out;
-}
-
 std::optional<ReservedPort> ReservedPort::reserve(const std::string& ip) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;

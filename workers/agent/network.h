@@ -1,15 +1,11 @@
-// The agent's view of the network: which local address routes to the
-// daemon (that is the worker's ip_address), and a reserved TCP port on it.
+// A reserved TCP port on the worker's address (for ps-mode tasks). Which
+// local address routes to the daemon is base::local_address_towards().
 #pragma once
 
 #include <optional>
 #include <string>
 
 namespace muster::workers::agent {
-
-// The local IPv4 address the kernel would use to reach `master_ip`
-// (UDP connect + getsockname: no packet is sent).
-std::optional<std::string> route_ip_to(const std::string& master_ip, int port);
 
 // A TCP port bound on `ip` and held until release() or destruction, so no
 // other process takes it before the script binds it (SO_REUSEADDR is set on

@@ -2,10 +2,7 @@
 
 #include "workers/ssh/preflight.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include "api/base/net.h"
 
 #include <cstdlib>
 #include <fstream>
@@ -71,27 +68,6 @@ void append_to(const fs::path& log, const std::string& text) {
 
 }  // namespace
 
-std::string local_address_towards(const std::string& address) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(address.c_str(), "9", &hints, &res) != 0 || res == nullptr) return "";
-  std::string out;
-  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {  // UDP connect: no packet is sent
-    sockaddr_in local{};
-    socklen_t len = sizeof local;
-    char buf[INET_ADDRSTRLEN] = {0};
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
-        inet_ntop(AF_INET, &local.sin_addr, buf, sizeof buf) != nullptr)
-      out = buf;
-  }
-  if (fd >= 0) ::close(fd);
-  freeaddrinfo(res);
-  return out;
-}
-
 api::Result<SshOptions> SshOptions::from_map(const std::map<std::string, std::string>& opts) {
   SshOptions o;
   o.export_mpi_ssh = true;  // the daemon's case
@@ -144,10 +120,10 @@ api::Result<std::unique_ptr<SshBackend>> SshBackend::create(SshOptions options, 
     options.known_hosts = fs::path(home ? home : "/root") / ".ssh" / "known_hosts";
   }
   if (options.master_address.empty()) {
-    options.master_address = local_address_towards(options.hosts.front().address);
-    if (options.master_address.empty())
-      return api::unavailable("no local address routes to " + options.hosts.front().address +
-                              "; set --backend-opt master=IP (the address the hosts reach musterd at)");
+    auto local = base::local_address_towards(options.hosts.front().address);
+    if (local.failure)
+      return api::unavailable(*local.failure + "; set --backend-opt master=IP (the address the hosts reach musterd at)");
+    options.master_address = local.address;
   }
   std::unique_ptr<SshBackend> b(new SshBackend(std::move(options), std::move(connector)));
   if (b->options_.export_mpi_ssh) {

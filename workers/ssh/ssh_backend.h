@@ -101,7 +101,4 @@ class SshBackend final : public Backend {
   bool shut_down_ = false;
 };
 
-// The local IPv4 address the kernel would use to reach `address` ("" if none).
-std::string local_address_towards(const std::string& address);
-
 }  // namespace muster::workers::ssh

@@ -12,7 +12,8 @@
 // alive), gradients are read in place. Every network call releases the GIL.
 //
 // Errors: the runtime's C++ exceptions become the classes of
-// muster.runtime_errors, as in _muster_runtime (RuntimeFailure,
+// muster.runtime_errors through the translation shared with _muster_runtime
+// (runtime/python/errors.h: RuntimeFailure,
 // InvalidArgument, MismatchError, CommError, PeerTimeoutError, DataError; all
 // muster.MusterError). CommError/PeerTimeoutError name the PS task that was
 // lost ("ps task 0 (127.0.0.1:4000) closed the connection ...") or say that
@@ -32,6 +33,7 @@
 #include "runtime/error.h"
 #include "runtime/ps/client.h"
 #include "runtime/ps/cluster.h"
+#include "runtime/python/errors.h"
 
 namespace py = pybind11;
 namespace ps = muster::runtime::ps;
@@ -154,62 +156,11 @@ class Client {
   std::vector<std::size_t> sizes_;
 };
 
-// The classes of muster.runtime_errors, looked up at import; a translator
-// local to this module (_muster_runtime has its own) raises them.
-struct ErrorClasses {
-  py::object failure, invalid_argument, mismatch, comm, timeout, data;
-};
-
-ErrorClasses& error_classes() {
-  static auto* c = new ErrorClasses();  // never freed: outlives interpreter teardown order
-  return *c;
-}
-
-void raise(const py::object& cls, const std::exception& e, const py::object& rank = py::object()) {
-  py::object instance = cls(e.what());
-  if (rank) instance.attr("rank") = rank;
-  PyErr_SetObject(cls.ptr(), instance.ptr());
-}
-
-py::object rank_of(const rt::CommError& e) { return e.rank() < 0 ? py::object(py::none()) : py::object(py::int_(e.rank())); }
-
-void translate_errors(py::module_& m) {
-  py::module_ errors = py::module_::import("muster.runtime_errors");
-  auto& c = error_classes();
-  c.failure = errors.attr("RuntimeFailure");
-  c.invalid_argument = errors.attr("InvalidArgument");
-  c.mismatch = errors.attr("MismatchError");
-  c.comm = errors.attr("CommError");
-  c.timeout = errors.attr("PeerTimeoutError");
-  c.data = errors.attr("DataError");
-  for (const char* name : {"RuntimeFailure", "InvalidArgument", "MismatchError", "CommError", "PeerTimeoutError", "DataError"}) {
-    m.attr(name) = errors.attr(name);
-  }
-  py::register_local_exception_translator([](std::exception_ptr p) {
-    auto& c = error_classes();
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const rt::TimeoutError& e) {
-      raise(c.timeout, e, rank_of(e));
-    } catch (const rt::CommError& e) {
-      raise(c.comm, e, rank_of(e));
-    } catch (const rt::MismatchError& e) {
-      raise(c.mismatch, e);
-    } catch (const rt::InvalidArgument& e) {
-      raise(c.invalid_argument, e);
-    } catch (const rt::DataError& e) {
-      raise(c.data, e);
-    } catch (const rt::Error& e) {
-      raise(c.failure, e);
-    }
-  });
-}
-
 }  // namespace
 
 PYBIND11_MODULE(_muster_ps, m) {
   m.doc() = "muster's parameter-server client (SyncReplicas semantics) over numpy arrays";
-  translate_errors(m);
+  muster::runtime::python::install_error_translation(m);
 
   py::class_<Client>(m, "Client")
       .def(py::init<int, int, const std::string&, float, const std::string&, const std::string&, int, int>(),
