@@ -300,7 +300,7 @@ def main(argv=None):
         print(p)
     if problems:
         print("%d layering violation(s); the order is in tests/layering/check_layering.py (LAYERS) "
-              "and docs/ARCHITECTURE.md (Layers)" % len(problems), file=sys.stderr)
+              "and docs/ARCHITECTURE.md (Layers)" % len(problems))
         return 1
     print("layering: %d targets, every include follows the link graph and the layer order" % len(targets))
     return 0
