@@ -1,26 +1,20 @@
 # Clusters in the daemon (issue 3): request validation and the cluster
 # manager's state machine (unit), real musterd + mpirun (integration).
-if(TARGET muster_clusters)
-  muster_gtest(cluster_unit_test
-    SOURCES cluster_request_test.cc cluster_manager_test.cc
-    DEPS muster_clusters
-    LABEL unit
-    TIMEOUT 120)
-endif()
+muster_gtest(cluster_unit_test
+  SOURCES cluster_request_test.cc cluster_manager_test.cc
+  DEPS muster_clusters
+  LABEL unit
+  TIMEOUT 120)
 
 # A tiny MPI program (allreduce of rank+1) that the mpi-mode test launches.
 muster_executable(muster_mpi_hello SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi_hello.cc DEPS MPI::MPI_C)
 set_target_properties(muster_mpi_hello PROPERTIES OUTPUT_NAME muster-mpi-hello)
 target_compile_definitions(muster_mpi_hello PRIVATE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)  # C API only
 
-if(TARGET musterd AND TARGET muster_clusters)
-  muster_python_test(cluster_integration_test
-    SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cluster_integration_test.py
-    LABEL integration
-    TIMEOUT 300)
-endif()
+muster_python_test(cluster_integration_test
+  SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cluster_integration_test.py
+  LABEL integration
+  TIMEOUT 300)
 
 # The real launcher forks processes: integration label.
-if(TARGET muster_clusters)
-  muster_gtest(cluster_launcher_test SOURCES cluster_launcher_test.cc DEPS muster_clusters LABEL integration TIMEOUT 120)
-endif()
+muster_gtest(cluster_launcher_test SOURCES cluster_launcher_test.cc DEPS muster_clusters LABEL integration TIMEOUT 120)

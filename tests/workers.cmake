@@ -1,18 +1,10 @@
 # workers/ (issue 2): the agent's pure parts (unit), the local backend with
 # real processes and a real agent's hold/release round trip (integration).
-if(TARGET muster_agent_lib)
-  muster_gtest(agent_test SOURCES agent_test.cc DEPS muster_agent_lib LABEL unit TIMEOUT 60)
-endif()
-if(TARGET muster_workers_local)
-  muster_gtest(local_backend_test SOURCES local_backend_test.cc DEPS muster_workers_local LABEL integration TIMEOUT 120)
-endif()
-if(TARGET muster_service AND TARGET muster_agent)
-  muster_gtest(agent_release_test SOURCES agent_release_test.cc DEPS muster_service cpprestsdk::cpprest LABEL integration TIMEOUT 120)
-  add_dependencies(agent_release_test muster_agent)
-endif()
+muster_gtest(agent_test SOURCES agent_test.cc DEPS muster_agent_lib LABEL unit TIMEOUT 60)
+muster_gtest(local_backend_test SOURCES local_backend_test.cc DEPS muster_workers_local LABEL integration TIMEOUT 120)
+muster_gtest(agent_release_test SOURCES agent_release_test.cc DEPS muster_service cpprestsdk::cpprest LABEL integration TIMEOUT 120)
+add_dependencies(agent_release_test muster_agent)
 # issue 12: an agent whose daemon refuses its token (401/403) stops its
 # script and exits.
-if(TARGET muster_agent)
-  muster_python_test(agent_unauthorized_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/agent_unauthorized_test.py
-    LABEL integration TIMEOUT 60)
-endif()
+muster_python_test(agent_unauthorized_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/agent_unauthorized_test.py
+  LABEL integration TIMEOUT 60)

@@ -9,9 +9,6 @@
 //              ranks, parameters broadcast from rank 0     (allreduce.cc)
 //   ps         TF_CONFIG: SyncReplicasClient pushes gradients to the
 //              parameter servers and pulls the new values  (ps.cc)
-// A mode whose runtime library was not built is replaced by a file in
-// unavailable/ whose factory throws, naming what is missing.
-//
 // All methods are called by the training thread only.
 #pragma once
 
