@@ -2,6 +2,8 @@
 # real processes and a real agent's hold/release round trip (integration).
 if(TARGET muster_agent_lib)
   muster_gtest(agent_test SOURCES agent_test.cc DEPS muster_agent_lib LABEL unit TIMEOUT 60)
+  # issue 16: the agent protocol (api/agent_protocol.h) both sides use.
+  muster_gtest(agent_protocol_test SOURCES agent_protocol_test.cc DEPS muster_api LABEL unit TIMEOUT 60)
 endif()
 if(TARGET muster_workers_local)
   muster_gtest(local_backend_test SOURCES local_backend_test.cc DEPS muster_workers_local LABEL integration TIMEOUT 120)
