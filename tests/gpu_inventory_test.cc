@@ -93,9 +93,8 @@ class RegistryGpus : public ::testing::Test {
     options_.state_dir = dir_;
     options_.project_dir = dir_;
     options_.agent_path = "/bin/muster-agent";
-    options_.agent_url = "http://127.0.0.1:9";
-    options_.master_ip = "127.0.0.1";
-    options_.async_stops = false;
+    options_.daemon_port = 9;
+    options_.async_backend = false;
     options_.gpus = &gpus_;
     store_ = std::move(Store::open(":memory:")).value();
     registry_ = std::make_unique<WorkerRegistry>(options_, backend_, store_.get(), clock_);

@@ -36,8 +36,8 @@ class HttpTest : public ::testing::Test {
     ro.state_dir = dir_;
     ro.project_dir = dir_;
     ro.agent_path = "/bin/true";
-    ro.agent_url = "http://127.0.0.1:1";
-    ro.async_stops = false;
+    ro.daemon_port = 1;
+    ro.async_backend = false;
     registry_ = std::make_unique<service::WorkerRegistry>(ro, backend_, nullptr, clock_);
     service::register_worker_routes(router_, *registry_, {8, fs::canonical(dir_)});
     service::register_agent_routes(router_, *registry_);

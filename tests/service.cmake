@@ -41,6 +41,8 @@ endif()
 # state database that cannot be written.
 if(TARGET muster_service)
   muster_gtest(registry_hardening_test SOURCES registry_hardening_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
+  # issue 16: launch answers before the backend works, and stays all-or-nothing.
+  muster_gtest(registry_launch_test SOURCES registry_launch_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
 endif()
 # issue 12 part 5: kill -9 musterd during a 64-worker launch, an mpi cluster
 # and a ps cluster; restart on the same port and state dir.
