@@ -166,8 +166,11 @@ TEST_F(RegistryGpus, ExitAndBackendFailureReturnDevices) {
   ASSERT_TRUE(registry_->agent_register(id, "127.0.0.1", std::nullopt).is_ok());
   ASSERT_TRUE(registry_->agent_exit(id, 0).is_ok());
   EXPECT_EQ(gpus_.free_count(), 2);
+  // The backend refuses the launch: the worker fails, and its devices go back.
   backend_.fail_launch = muster::api::internal_error("no");
-  EXPECT_FALSE(launch(1, 2).is_ok());
+  auto b = launch(1, 2);
+  ASSERT_TRUE(b.is_ok());
+  EXPECT_EQ(registry_->get(b->at(0).id)->status, muster::api::WorkerStatus::kFailed);
   EXPECT_EQ(gpus_.free_count(), 2);
 }
 
