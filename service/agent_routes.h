@@ -1,7 +1,7 @@
 // The agent routes (/api/v1/agent/workers/{id}/...): muster-agent's side of
 // the protocol, each authorised by that worker's agent token.
 //
-// Protocol, as the agent runs it:
+// Protocol (bodies defined in api/agent_protocol.h), as the agent runs it:
 //  a) register {ip_address, port?} -> {hold}; the worker becomes running.
 //  b) if hold: wait-release (long-poll, 204 = ask again) until 200
 //     {env, files}; the agent writes the files and adds the env.

@@ -2,12 +2,15 @@
 //  1. flags, state dir, token;
 //  2. the backend (before listening: a container bridge must exist before
 //     agents call in);
-//  3. the listen port (port 0: pick a free one), the state store, the
-//     registry (restoring the workers of an earlier daemon), the routes;
-//  4. the listener; then <state-dir>/musterd.json and the line
+//  3. the listening socket (port 0: the kernel picks one), bound but not
+//     served yet, so that the port is final before anything needs it;
+//  4. the state store, the registry (restoring the workers of an earlier
+//     daemon; agents reach it at the backend's master address and this
+//     port), the routes, built once;
+//  5. serving; then <state-dir>/musterd.json and the line
 //     "musterd listening on http://HOST:PORT" on stdout (SDKs and tests
 //     wait for it);
-//  5. the main thread ticks the registry every 100 ms until SIGTERM/SIGINT.
+//  6. the main thread ticks the registry every 100 ms until SIGTERM/SIGINT.
 #include <signal.h>
 #include <unistd.h>
 
@@ -170,19 +173,28 @@ int main(int argc, char** argv) {
   }
   service::GpuInventory gpus(gpu_devices);
 
-  // 3. Port, store, registry, routes.
+  // 3. The listening socket (its port is final from here on).
   const auto colon = listen.rfind(':');
   if (colon == std::string::npos) return fail("--listen", api::invalid_argument("expected HOST:PORT: " + listen));
   http.host = listen.substr(0, colon);
   http.port = std::atoi(listen.c_str() + colon + 1);
   http.read_timeout = seconds(read_timeout);
   http.idle_timeout = seconds(idle_timeout);
-  const bool any_port = http.port == 0;
-  if (any_port) {
-    auto port = service::pick_free_port(http.host);
-    if (!port) return fail("--listen", port.status());
-    http.port = port.value();
-  }
+  std::unique_ptr<service::WorkerRegistry> registry;
+  std::unique_ptr<service::ClusterManager> clusters;  // watches the registry: destroyed before it
+  service::DaemonMetrics metrics;  // outlives the server (its on_response) and the registry's listeners
+  http.on_response = [&metrics](const std::string& method, const std::string& route, int status, double s) {
+    metrics.observe_request(method, route.empty() ? "(unmatched)" : route, status, s);
+  };
+  service::Router router;  // filled below, before the server serves
+  service::Authenticator auth(token.value(), [&registry](const std::string& t) -> std::optional<std::string> {
+    return registry ? registry->worker_for_agent_token(t) : std::nullopt;
+  });
+  auto server = std::make_unique<service::HttpServer>(http, router, auth);
+  if (auto s = server->listen(); !s) return fail("listen", s);
+  http.port = server->port();
+
+  // 4. Store, registry, routes.
   auto store = service::Store::open((state / "musterd.db").string());
   if (!store) return fail("state database", store.status());
 
@@ -191,21 +203,18 @@ int main(int argc, char** argv) {
   ropts.state_dir = state;
   ropts.project_dir = project;
   ropts.agent_path = agent_path;
-  ropts.master_ip = backend.value()->master_address();
+  ropts.daemon_port = http.port;
   ropts.startup_timeout = seconds(startup_timeout);
   ropts.heartbeat_timeout = seconds(heartbeat_timeout);
   ropts.heartbeat_interval = seconds(heartbeat_interval);
   ropts.stop_grace = seconds(stop_grace);
   ropts.gpus = &gpus;
-  // The dashboard, /metrics and the training curves (outlive the registry:
-  // its listeners publish to them).
-  service::DaemonMetrics metrics;
+  // The dashboard and the training curves (outlive the registry: its
+  // listeners publish to them).
   service::TrainingSeries training;
   service::SessionOptions session_options;
   session_options.cookie_name = "muster_session_" + std::to_string(http.port);
   service::SessionStore sessions(session_options);
-  std::unique_ptr<service::WorkerRegistry> registry;
-  std::unique_ptr<service::ClusterManager> clusters;  // watches the registry: destroyed before it
   service::EventHubOptions hub_options;
   hub_options.max_streams = static_cast<size_t>(max_event_streams);
   service::EventHub events(hub_options, [&registry, &clusters] {
@@ -217,74 +226,51 @@ int main(int argc, char** argv) {
   ropts.on_heartbeat_gap = [&metrics](double s) { metrics.observe_heartbeat_gap(s); };
   ropts.metrics_token = [t = token.value()](const std::string& id) { return service::metrics_token(t, id); };
   store.value()->set_write_observer([&metrics](double s) { metrics.observe_store_write(s); });
-  http.on_response = [&metrics](const std::string& method, const std::string& route, int status, double s) {
-    metrics.observe_request(method, route.empty() ? "(unmatched)" : route, status, s);
-  };
   const fs::path dashboard_files = service::find_dashboard_dir(dashboard_dir);
   if (!fs::exists(dashboard_files / "index.html", ec)) {
     spdlog::warn("no dashboard files in {} (--dashboard-dir): GET / will answer 404", dashboard_files.string());
   }
-  // The agent URL is fixed below, once the port is final.
   auto cluster_store = service::ClusterStore::open((state / "musterd.db").string());
   if (!cluster_store) return fail("state database", cluster_store.status());
   // Asks the registry and clusters whether a followed log ended: destroyed before them.
   service::LogFollowerOptions follow_options;
   follow_options.max_followers = max_followers;
   auto follower = std::make_unique<service::LogFollower>(follow_options);
-  service::Router router;
-  std::unique_ptr<service::Authenticator> auth;
-  std::unique_ptr<service::HttpServer> server;
-  for (int attempt = 0;; ++attempt) {
-    ropts.agent_url = "http://" + ropts.master_ip + ":" + std::to_string(http.port);
-    clusters.reset();
-    registry = std::make_unique<service::WorkerRegistry>(ropts, *backend.value(), store.value().get(), clock);
-    if (auto s = registry->restore(); !s) return fail("restoring state", s);
-    router = service::Router();
-    service::register_worker_routes(router, *registry, {max_workers, project}, follower.get());
-    service::register_agent_routes(router, *registry);
-    clusters = service::start_clusters(router, *registry, cluster_store.value().get(), clock, state, project,
-                                       max_workers, agent_path, follower.get());
-    if (auto s = clusters->restore(); !s) return fail("restoring clusters", s);
-    registry->subscribe([&events, &metrics](const api::Worker& w) {
-      metrics.on_worker_change(w);
-      events.publish("worker", api::to_json(w));
-    });
-    clusters->subscribe([&events](const service::Cluster& c) { events.publish("cluster", c.to_json()); });
-    service::register_training_routes(
-        router, *registry, *clusters, training,
-        [&events](const std::string& worker, const std::optional<std::string>& cluster,
-                  const std::vector<service::TrainingPoint>& points) {
-          nlohmann::json arr = nlohmann::json::array();
-          for (const auto& p : points) arr.push_back(service::to_json(p));
-          events.publish("metrics", {{"worker", worker}, {"cluster", cluster ? nlohmann::json(*cluster) : nullptr},
-                                     {"points", arr}});
-        });
-    service::DaemonMetrics::Sources sources;
-    sources.backend = backend.value()->name();
-    sources.workers = [r = registry.get()] { return r->list(); };
-    sources.clusters = [c = clusters.get()] { return c->list(); };
-    sources.max_heartbeat_age = [r = registry.get()] { return r->max_heartbeat_age_seconds(); };
-    sources.training = &training;
-    service::register_dashboard_routes(router, {dashboard_files, token.value()}, sessions, events, metrics, sources);
-    auth = std::make_unique<service::Authenticator>(
-        token.value(), [r = registry.get()](const std::string& t) { return r->worker_for_agent_token(t); });
-    auth->set_sessions([&sessions](const std::string& cookie) -> std::optional<std::string> {
-      auto session = sessions.from_cookie_header(cookie);
-      if (!session) return std::nullopt;
-      return session->csrf_token;
-    });
-    server = std::make_unique<service::HttpServer>(http, router, *auth);
-    // 4. Listen.
-    auto s = server->start();
-    if (s) break;
-    if (!any_port || attempt >= 5) return fail("listen", s);
-    server.reset();
-    clusters.reset();
-    registry.reset();
-    auto port = service::pick_free_port(http.host);
-    if (!port) return fail("--listen", port.status());
-    http.port = port.value();
-  }
+  registry = std::make_unique<service::WorkerRegistry>(ropts, *backend.value(), store.value().get(), clock);
+  if (auto s = registry->restore(); !s) return fail("restoring state", s);
+  service::register_worker_routes(router, *registry, {max_workers, project}, follower.get());
+  service::register_agent_routes(router, *registry);
+  clusters = service::start_clusters(router, *registry, cluster_store.value().get(), clock, state, project,
+                                     max_workers, agent_path, follower.get());
+  if (auto s = clusters->restore(); !s) return fail("restoring clusters", s);
+  registry->subscribe([&events, &metrics](const api::Worker& w) {
+    metrics.on_worker_change(w);
+    events.publish("worker", api::to_json(w));
+  });
+  clusters->subscribe([&events](const service::Cluster& c) { events.publish("cluster", c.to_json()); });
+  service::register_training_routes(
+      router, *registry, *clusters, training,
+      [&events](const std::string& worker, const std::optional<std::string>& cluster,
+                const std::vector<service::TrainingPoint>& points) {
+        nlohmann::json arr = nlohmann::json::array();
+        for (const auto& p : points) arr.push_back(service::to_json(p));
+        events.publish("metrics", {{"worker", worker}, {"cluster", cluster ? nlohmann::json(*cluster) : nullptr},
+                                   {"points", arr}});
+      });
+  service::DaemonMetrics::Sources sources;
+  sources.backend = backend.value()->name();
+  sources.workers = [r = registry.get()] { return r->list(); };
+  sources.clusters = [c = clusters.get()] { return c->list(); };
+  sources.max_heartbeat_age = [r = registry.get()] { return r->max_heartbeat_age_seconds(); };
+  sources.training = &training;
+  service::register_dashboard_routes(router, {dashboard_files, token.value()}, sessions, events, metrics, sources);
+  auth.set_sessions([&sessions](const std::string& cookie) -> std::optional<std::string> {
+    auto session = sessions.from_cookie_header(cookie);
+    if (!session) return std::nullopt;
+    return session->csrf_token;
+  });
+  // 5. Serve.
+  if (auto s = server->start(); !s) return fail("listen", s);
   const std::string url =
       "http://" + (http.host == "0.0.0.0" ? std::string("127.0.0.1") : http.host) + ":" + std::to_string(http.port);
   if (!write_daemon_file(state, url)) spdlog::warn("cannot write {}/musterd.json", state.string());
@@ -295,10 +281,10 @@ int main(int argc, char** argv) {
   if (!write_dashboard_file(state, dashboard_url)) spdlog::warn("cannot write {}/dashboard.url", state.string());
   std::cout << "musterd dashboard: " << dashboard_url << std::endl;
   spdlog::info("backend {} (workers reach the daemon at {}), project {}, state {}, GPUs [{}]",
-               backend.value()->name(), ropts.agent_url, project.string(), state.string(),
+               backend.value()->name(), registry->agent_url(), project.string(), state.string(),
                service::device_list(gpu_devices));
 
-  // 5. Tick until told to stop.
+  // 6. Tick until told to stop.
   const timespec tick = {0, 100'000'000};
   for (;;) {
     const int sig = sigtimedwait(&signals, nullptr, &tick);
@@ -312,6 +298,7 @@ int main(int argc, char** argv) {
   server->stop();
   follower.reset();  // asks nothing of the registry after this
   clusters.reset();  // ends cluster launchers (mpirun) before the backend goes
+  registry->shutdown();  // no launch reaches the backend after this
   backend.value()->shutdown();
   registry.reset();  // while the EventHub and metrics its listeners publish to still exist
   fs::remove(state / "musterd.json", ec);

@@ -4,30 +4,46 @@
 // Data path: routes (worker_routes.cc, agent_routes.cc) validate a request
 // and call one method here; the registry updates its records under one mutex,
 // persists them to the Store, and asks the Backend to start or stop agents.
-// Agents report back (register / heartbeat / exit) through the agent routes,
-// which land in the agent_* methods.
+// Agents report back (register / heartbeat / exit, api/agent_protocol.h)
+// through the agent routes, which land in the agent_* methods.
 //
-// Threads: any method may be called from any thread (the HTTP handler pool). Nothing
-// here blocks waiting for a worker: await_workers() and agent_wait_release()
-// take a callback that is called once, later, from whichever thread makes the
-// awaited change (or from tick() at the deadline). Callbacks, subscriber
-// notifications and backend stops always run outside the registry's mutex.
-// Backend polls run outside the mutex too (a container teardown takes
-// seconds). The daemon calls tick() every ~100 ms from one thread: it applies the
-// startup and heartbeat timeouts, notices agents that died, and ends awaits
-// at their deadline. Time comes only from the injected Clock, so unit tests
-// drive every timeout with a FakeClock and a fake Backend.
+// Launch: launch() validates, writes every record of the batch (status
+// `scheduling`) to the store in one transaction, queues the backend work and
+// returns; it never waits for the backend (an ssh or container start takes
+// seconds per worker). A launch thread then asks the backend to start the
+// batch: on success the workers become `starting` (their process identities
+// are stored); if the backend fails for any worker, every worker of the
+// batch is stopped and ends `failed` with the backend's reason. A daemon that
+// dies in between leaves `scheduling` records, which restore() fails (their
+// agents, if any started, are refused at registration and exit).
+//
+// Threads: any method may be called from any thread (the HTTP handler pool).
+// Nothing here blocks waiting for a worker: await_workers() and
+// agent_wait_release() take a callback that is called once, later, from
+// whichever thread makes the awaited change (or from tick() at the deadline).
+// Callbacks, subscriber notifications and backend calls always run outside
+// the registry's mutex. The daemon calls tick() every ~100 ms from one thread:
+// it applies the startup and heartbeat timeouts, notices agents that died,
+// and ends awaits at their deadline. Time comes only from the injected Clock,
+// so unit tests drive every timeout with a FakeClock and a fake Backend (and
+// async_backend=false, so that backend work runs before the call returns).
+//
+// The parts, one file each: registry.cc (records, state machine, queries,
+// stop), registry_launch.cc (launch and its backend step),
+// registry_persistence.cc + worker_record.h (the stored record, restore),
+// registry_waiters.cc (await, release long-polls), registry_agents.cc
+// (agent calls), registry_tick.cc (timeouts), task_queue.h (the threads
+// backend work runs on).
 //
 // For clusters (service/cluster_*.cc): launch() takes a cluster_id and
 // per-worker extras (env, hold, reserve_port); a held worker's agent
 // registers (status running, ip and reserved port known) and then waits
 // until release() hands it env and files; subscribe() reports every status
-// change; stop() ends workers.
+// change (a launch the backend failed shows up as `failed` workers); stop()
+// ends workers.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <filesystem>
 #include <functional>
 #include <list>
@@ -36,15 +52,17 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "api/agent_protocol.h"
 #include "api/status.h"
 #include "api/worker.h"
 #include "service/clock.h"
 #include "service/gpu_inventory.h"
 #include "service/store.h"
+#include "service/task_queue.h"
+#include "service/worker_record.h"
 #include "workers/backend.h"
 
 namespace muster::service {
@@ -53,8 +71,10 @@ struct RegistryOptions {
   std::filesystem::path state_dir;    // worker dirs: <state_dir>/workers/<id>/
   std::filesystem::path project_dir;  // MUSTER_PROJECT_DIR of every worker
   std::filesystem::path agent_path;   // muster-agent (tests may substitute)
-  std::string agent_url;              // MUSTER_URL: http://<backend master address>:<port>
-  std::string master_ip;              // MUSTER_MASTER_IP
+  // The daemon's listen port. Agents reach the daemon at
+  // api::agent_url(backend.master_address(), daemon_port): the backend is the
+  // one that says which address its workers can reach.
+  int daemon_port = 0;
   std::chrono::milliseconds startup_timeout{60'000};
   std::chrono::milliseconds heartbeat_timeout{10'000};
   std::chrono::milliseconds heartbeat_interval{2'000};
@@ -66,9 +86,11 @@ struct RegistryOptions {
   // A worker's metrics token (service/auth.h), given to its script as
   // MUSTER_METRICS_TOKEN; unset: none is given.
   std::function<std::string(const std::string& worker_id)> metrics_token;
-  // Stops caused by timeouts run on a registry thread (true) or inline in
-  // tick() (false: unit tests with a fake backend).
-  bool async_stops = true;
+  // Backend work (launches, and stops caused by timeouts) runs on registry
+  // threads (true) or inline before the call that caused it returns (false:
+  // unit tests with a fake backend).
+  bool async_backend = true;
+  size_t launch_threads = 4;  // launches that talk to the backend at once
   // The host's GPUs (musterd --gpus / nvidia-smi). Null: none, so a launch
   // with nvidia_gpu > 0 is refused (409). A worker with nvidia_gpu=k gets k
   // devices (CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES, the worker's
@@ -90,12 +112,8 @@ struct LaunchBatch {
   std::vector<WorkerExtras> per_worker;  // empty, or one per worker (request.n)
 };
 
-// What a held worker's agent receives: env added to the script's, and files
-// written (atomically) into the worker's working directory.
-struct Release {
-  std::map<std::string, std::string> env;
-  std::map<std::string, std::string> files;  // file name (no '/') -> content
-};
+// What a held worker's agent receives (defined with the agent protocol).
+using Release = api::Release;
 
 struct AwaitResult {
   std::vector<api::Worker> workers;   // succeeded, in request order
@@ -115,10 +133,15 @@ class WorkerRegistry {
   WorkerRegistry& operator=(const WorkerRegistry&) = delete;
 
   // Loads the workers of an earlier daemon: finished ones stay as they were;
-  // starting/running ones wait for their agents (timeouts count from now).
+  // starting/running ones wait for their agents (timeouts count from now);
+  // scheduling ones of a backend that does not queue failed (the launch
+  // never reached the backend).
   api::Status restore();
 
-  // All-or-nothing: on error no worker of the batch exists.
+  // Returns the batch's workers once their records are stored and the
+  // backend work is queued (see "Launch" above). An error (bad per-worker
+  // options, too few GPUs, a store or directory failure) means no worker of
+  // the batch exists.
   api::Result<std::vector<api::Worker>> launch(const LaunchBatch& batch);
   std::vector<api::Worker> list() const;
   api::Result<api::Worker> get(const std::string& id) const;
@@ -137,9 +160,10 @@ class WorkerRegistry {
   api::Status agent_exit(const std::string& id, int exit_code);
   api::Status agent_wait_release(const std::string& id, ReleaseCallback done);
   std::optional<std::string> worker_for_agent_token(const std::string& token) const;
-  // The daemon URL agents use, and a worker's metrics token (clusters hand
-  // both to mpirun's ranks so that rank 0 can report training metrics).
-  const std::string& agent_url() const { return options_.agent_url; }
+  // The daemon URL agents use (MUSTER_URL), and a worker's metrics token
+  // (clusters hand both to mpirun's ranks so that rank 0 can report
+  // training metrics).
+  std::string agent_url() const;
   std::string metrics_token(const std::string& id) const {
     return options_.metrics_token ? options_.metrics_token(id) : std::string();
   }
@@ -155,14 +179,29 @@ class WorkerRegistry {
 
   // Awaits waiting right now (tests, diagnostics).
   size_t pending_awaits() const;
+  // Waits until every queued launch reached the backend and came back
+  // (tests; clusters need not: they follow the workers' statuses).
+  void wait_for_launches();
+  // Before the backend shuts down: drops the launches not yet handed to the
+  // backend (their records stay `scheduling`, which the next daemon fails)
+  // and waits for the backend calls under way; later backend work is dropped.
+  void shutdown();
 
   // The backend the workers run on (clusters ask it to preflight mpi hosts).
   workers::Backend& backend() const { return backend_; }
 
  private:
-  struct Record;
-  struct Waiter;
-  struct ReleaseWaiter;
+  using Record = WorkerRecord;
+  struct Waiter {
+    api::AwaitRequest request;
+    std::optional<TimePoint> deadline;
+    AwaitCallback done;
+  };
+  struct ReleaseWaiter {
+    std::string id;
+    TimePoint deadline;
+    ReleaseCallback done;
+  };
   // Work gathered under the mutex and done after it is released.
   struct Effects {
     std::vector<api::Worker> changed;
@@ -174,12 +213,19 @@ class WorkerRegistry {
   // transition() leaves the record as it was and returns the error.
   [[nodiscard]] api::Status transition(Record& r, api::WorkerStatus to, std::string reason, Effects& fx);
   [[nodiscard]] api::Status persist(const Record& r);
+  // Writes what persist() collected in deferred_ (one transaction).
+  [[nodiscard]] api::Status flush_deferred(std::vector<StoredRecord>& rows);
+  // The launch thread's step for one batch (registry_launch.cc).
+  void start_batch(const std::vector<std::string>& ids, std::vector<workers::LaunchSpec> specs);
+  void fail_batch(const std::vector<std::string>& ids, const std::string& reason);
+  // Removes the records of a launch that failed before it was queued.
+  void forget(const std::vector<std::string>& ids);
   void stop_processes(const std::vector<std::string>& ids);
   // tick() for a `scheduling` worker of a queueing backend.
   void tick_queued(Record& r, const workers::ProcessStatus& process, TimePoint now, Effects& fx);
+  void expire_release_waiters(TimePoint now, Effects& fx);
   void settle_waiters(Effects& fx, bool at_tick);
   void run(Effects fx);
-  void stopper_loop();
 
   RegistryOptions options_;
   GpuInventory no_gpus_;  // options_.gpus when none was given
@@ -199,12 +245,9 @@ class WorkerRegistry {
   std::map<int, Listener> listeners_;
   int next_listener_ = 1;
 
-  // Stops triggered by timeouts run here, so tick() never waits a grace.
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
-  std::deque<std::string> stop_queue_;
-  bool stopping_ = false;
-  std::thread stopper_;
+  // Last, so that their threads end before anything they use goes.
+  TaskQueue stops_;     // stops caused by timeouts, so tick() never waits a grace
+  TaskQueue launches_;  // the backend step of each launch
 };
 
 }  // namespace muster::service

@@ -79,12 +79,11 @@ TEST(AgentRelease, HeldWorkerGetsEnvAndFilesThenRuns) {
   ro.state_dir = dir;
   ro.project_dir = dir;
   ro.agent_path = std::string(std::getenv("MUSTER_BINARY_DIR")) + "/bin/muster-agent";
-  ro.master_ip = "127.0.0.1";
   ro.heartbeat_interval = 200ms;
-  ro.async_stops = false;
+  ro.async_backend = false;
   service::HttpServerOptions ho;
   ho.port = service::pick_free_port("127.0.0.1").value();
-  ro.agent_url = "http://127.0.0.1:" + std::to_string(ho.port);
+  ro.daemon_port = ho.port;
   service::WorkerRegistry registry(ro, backend, nullptr, clock);
   service::Router router;
   service::register_agent_routes(router, registry);

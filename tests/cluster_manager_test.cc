@@ -82,9 +82,8 @@ class ClusterManagerTest : public ::testing::Test {
     ro.state_dir = root_ / "state";
     ro.project_dir = project_;
     ro.agent_path = "/bin/true";
-    ro.agent_url = "http://127.0.0.1:1";
-    ro.master_ip = "127.0.0.1";
-    ro.async_stops = false;
+    ro.daemon_port = 1;
+    ro.async_backend = false;
     registry_ = std::make_unique<WorkerRegistry>(ro, backend_, nullptr, clock_);
     auto store = ClusterStore::open(":memory:");
     ASSERT_TRUE(store.is_ok());
@@ -477,9 +476,8 @@ TEST_F(ClusterManagerTest, MpiRanksGetTheirHostsDevices) {
   ro.state_dir = root_ / "state";
   ro.project_dir = project_;
   ro.agent_path = "/bin/true";
-  ro.agent_url = "http://127.0.0.1:1";
-  ro.master_ip = "127.0.0.1";
-  ro.async_stops = false;
+  ro.daemon_port = 1;
+  ro.async_backend = false;
   ro.gpus = &gpus;
   manager_.reset();
   registry_ = std::make_unique<WorkerRegistry>(ro, backend_, nullptr, clock_);

@@ -113,7 +113,8 @@ class ContainerBackendTest : public ::testing::Test {
     LaunchSpec s;
     s.worker_id = id;
     s.agent_argv = {"/opt/muster-agent", "--x"};
-    s.env = {{"MUSTER_URL", "http://127.0.0.1:7878"}, {"MUSTER_WORKER_ID", id}};
+    // As the registry builds it: MUSTER_URL names the backend's master address.
+    s.env = {{"MUSTER_URL", "http://10.213.0.1:7878"}, {"MUSTER_MASTER_IP", "10.213.0.1"}, {"MUSTER_WORKER_ID", id}};
     s.log_path = "/tmp/none.log";
     return s;
   }

@@ -1,9 +1,21 @@
 // FakeBackend: a workers::Backend that only records calls, for unit tests
 // of the registry and the HTTP layer (no process is ever started).
+//
+// Knobs for launch(): `fail_launch` refuses the whole batch; `fail_at = k`
+// starts workers 0..k-1 one by one and fails on worker k, naming it, and
+// leaves the started ones running (worse than the Backend contract allows:
+// the registry must clean up anyway); `gate` (when set) makes launch() wait
+// until the test opens it, and `launching` tells the test it is waiting.
+// `running` holds the workers started and not stopped since.
 #pragma once
 
+#include <atomic>
+#include <future>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -16,10 +28,20 @@ class FakeBackend final : public workers::Backend {
   std::string name() const override { return "fake"; }
   std::string master_address() const override { return "127.0.0.1"; }
   api::Status launch(const std::vector<workers::LaunchSpec>& specs) override {
+    if (gate) {
+      launching = true;
+      gate->wait();
+    }
     std::lock_guard<std::mutex> lock(mu);
     if (!fail_launch.is_ok()) return fail_launch;
-    for (const auto& s : specs) {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const auto& s = specs[i];
+      if (fail_at && i == *fail_at) {
+        return api::unavailable("worker " + s.worker_id + " (" + std::to_string(i) + " of " +
+                                std::to_string(specs.size()) + "): no room on the host");
+      }
       launched.push_back(s);
+      running.insert(s.worker_id);
       states[s.worker_id] = {workers::ProcessState::kRunning, std::nullopt};
     }
     return api::Status::ok();
@@ -27,6 +49,7 @@ class FakeBackend final : public workers::Backend {
   api::Status stop(const std::string& id, std::chrono::milliseconds) override {
     std::lock_guard<std::mutex> lock(mu);
     stopped.push_back(id);
+    running.erase(id);
     if (states.count(id)) states[id] = {workers::ProcessState::kExited, 143};
     return api::Status::ok();
   }
@@ -41,10 +64,26 @@ class FakeBackend final : public workers::Backend {
     std::lock_guard<std::mutex> lock(mu);
     states[id] = {workers::ProcessState::kExited, code};
   }
+  // Makes launch() wait until open_gate().
+  void close_gate() {
+    promise = std::make_unique<std::promise<void>>();
+    gate = std::make_unique<std::shared_future<void>>(promise->get_future().share());
+    gate_open = false;
+  }
+  void open_gate() {
+    if (promise && !gate_open) promise->set_value();
+    gate_open = true;
+  }
 
   std::mutex mu;
   api::Status fail_launch;
+  std::optional<size_t> fail_at;
+  std::unique_ptr<std::promise<void>> promise;
+  std::unique_ptr<std::shared_future<void>> gate;
+  bool gate_open = true;
+  std::atomic<bool> launching{false};
   std::vector<workers::LaunchSpec> launched;
+  std::set<std::string> running;
   std::vector<std::string> stopped;
   std::map<std::string, workers::ProcessStatus> states;
 };

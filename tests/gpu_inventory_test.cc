@@ -93,9 +93,8 @@ class RegistryGpus : public ::testing::Test {
     options_.state_dir = dir_;
     options_.project_dir = dir_;
     options_.agent_path = "/bin/muster-agent";
-    options_.agent_url = "http://127.0.0.1:9";
-    options_.master_ip = "127.0.0.1";
-    options_.async_stops = false;
+    options_.daemon_port = 9;
+    options_.async_backend = false;
     options_.gpus = &gpus_;
     store_ = std::move(Store::open(":memory:")).value();
     registry_ = std::make_unique<WorkerRegistry>(options_, backend_, store_.get(), clock_);
@@ -167,8 +166,11 @@ TEST_F(RegistryGpus, ExitAndBackendFailureReturnDevices) {
   ASSERT_TRUE(registry_->agent_register(id, "127.0.0.1", std::nullopt).is_ok());
   ASSERT_TRUE(registry_->agent_exit(id, 0).is_ok());
   EXPECT_EQ(gpus_.free_count(), 2);
+  // The backend refuses the launch: the worker fails, and its devices go back.
   backend_.fail_launch = muster::api::internal_error("no");
-  EXPECT_FALSE(launch(1, 2).is_ok());
+  auto b = launch(1, 2);
+  ASSERT_TRUE(b.is_ok());
+  EXPECT_EQ(registry_->get(b->at(0).id)->status, muster::api::WorkerStatus::kFailed);
   EXPECT_EQ(gpus_.free_count(), 2);
 }
 

@@ -9,6 +9,8 @@
 #include <cpprest/http_client.h>
 
 #include <filesystem>
+#include <future>
+#include <thread>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -36,8 +38,8 @@ class HttpTest : public ::testing::Test {
     ro.state_dir = dir_;
     ro.project_dir = dir_;
     ro.agent_path = "/bin/true";
-    ro.agent_url = "http://127.0.0.1:1";
-    ro.async_stops = false;
+    ro.daemon_port = 1;
+    ro.async_backend = async_backend_;
     registry_ = std::make_unique<service::WorkerRegistry>(ro, backend_, nullptr, clock_);
     service::register_worker_routes(router_, *registry_, {8, fs::canonical(dir_)});
     service::register_agent_routes(router_, *registry_);
@@ -53,6 +55,7 @@ class HttpTest : public ::testing::Test {
     client_ = std::make_unique<web::http::client::http_client>(server_->url(), cfg);
   }
   void TearDown() override {
+    backend_.open_gate();  // a launch thread still waiting must end
     server_.reset();
     registry_.reset();
     fs::remove_all(dir_);
@@ -86,6 +89,7 @@ class HttpTest : public ::testing::Test {
     return backend_.launched.at(i).env.at("MUSTER_AGENT_TOKEN");
   }
 
+  bool async_backend_ = false;  // backend work on the registry's threads, as in musterd
   fs::path dir_;
   service::SystemClock clock_;
   muster::testing::FakeBackend backend_;
@@ -209,6 +213,44 @@ TEST_F(HttpTest, ConcurrentAwaitsDoNotPinTheListener) {
     EXPECT_EQ(done.j()["workers"].size(), static_cast<size_t>(kWorkers));
     EXPECT_TRUE(done.j()["failures"].empty());
   }
+}
+
+// Launch does not wait for the backend (issue 16): with a backend that does
+// not return, POST /api/v1/workers answers at once with `scheduling`
+// workers, and a GET of them is served meanwhile; once the backend returns
+// they are `starting`.
+class AsyncLaunchHttpTest : public HttpTest {
+ protected:
+  AsyncLaunchHttpTest() { async_backend_ = true; }
+};
+
+TEST_F(AsyncLaunchHttpTest, LaunchAnswersWhileTheBackendWorksAndGetsAreServed) {
+  backend_.close_gate();
+  auto launched = std::async(std::launch::async, [this] {
+    return send("POST", "/api/v1/workers", {{"n", 3}, {"cpu", 1}, {"memory", 1}, {"script", "train.py"}});
+  });
+  ASSERT_EQ(launched.wait_for(5s), std::future_status::ready) << "launch waited for the backend";
+  const Reply r = launched.get();
+  ASSERT_EQ(r.status, 201) << r.body;
+  const json body = r.j();
+  ASSERT_EQ(body["workers"].size(), 3u);
+  std::vector<std::string> ids;
+  for (const auto& w : body["workers"]) {
+    EXPECT_EQ(w["status"], "scheduling") << w;
+    ids.push_back(w["id"]);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!backend_.launching && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(backend_.launching);
+  // The backend is still busy: reads are served.
+  const Reply got = send("GET", "/api/v1/workers/" + ids[0]);
+  ASSERT_EQ(got.status, 200) << got.body;
+  EXPECT_EQ(got.j()["status"], "scheduling");
+  EXPECT_EQ(send("GET", "/api/v1/workers").j()["workers"].size(), 3u);
+
+  backend_.open_gate();
+  registry_->wait_for_launches();
+  for (const auto& id : ids) EXPECT_EQ(send("GET", "/api/v1/workers/" + id).j()["status"], "starting");
 }
 
 }  // namespace

@@ -78,8 +78,8 @@ class RegistryHardeningTest : public ::testing::Test {
     options_.state_dir = dir_;
     options_.project_dir = dir_;
     options_.agent_path = "/bin/muster-agent";
-    options_.agent_url = "http://127.0.0.1:9";
-    options_.async_stops = false;
+    options_.daemon_port = 9;
+    options_.async_backend = false;
   }
   void TearDown() override {
     registry_.reset();

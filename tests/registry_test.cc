@@ -52,12 +52,11 @@ class RegistryTest : public ::testing::Test {
     options_.state_dir = dir_;
     options_.project_dir = dir_;
     options_.agent_path = "/bin/muster-agent";
-    options_.agent_url = "http://127.0.0.1:9";
-    options_.master_ip = "127.0.0.1";
+    options_.daemon_port = 9;
     options_.startup_timeout = 10s;
     options_.heartbeat_timeout = 5s;
     options_.release_poll = 25s;
-    options_.async_stops = false;
+    options_.async_backend = false;
     auto store = Store::open(":memory:");
     ASSERT_TRUE(store.is_ok());
     store_ = std::move(store).value();
@@ -130,15 +129,24 @@ TEST_F(RegistryTest, LaunchGivesStartingWorkersAndAgentSpecs) {
   EXPECT_EQ(registry_->list()[2].id, ids[2]);  // launch order
 }
 
-TEST_F(RegistryTest, FailedBackendLaunchLeavesNothing) {
-  backend_.fail_launch = muster::api::internal_error("no");
+// The records are stored before the backend is asked; a backend that
+// refuses the batch fails every worker of it, with its reason.
+TEST_F(RegistryTest, FailedBackendLaunchFailsEveryWorkerWithItsReason) {
+  backend_.fail_launch = muster::api::unavailable("the host is out of memory");
   LaunchBatch b;
   b.request.n = 2;
   b.request.code = "print(1)";
   auto r = registry_->launch(b);
-  ASSERT_FALSE(r.is_ok());
-  EXPECT_TRUE(registry_->list().empty());
-  EXPECT_TRUE(store_->load_all()->empty());
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  ASSERT_EQ(r->size(), 2u);
+  for (const auto& w : registry_->list()) {
+    EXPECT_EQ(w.status, WorkerStatus::kFailed);
+    EXPECT_NE(w.reason.find("the host is out of memory"), std::string::npos) << w.reason;
+  }
+  const auto rows = store_->load_all();
+  ASSERT_EQ(rows->size(), 2u);
+  for (const auto& row : rows.value()) EXPECT_EQ(row.record["worker"]["status"], "failed");
+  EXPECT_TRUE(backend_.running.empty());
 }
 
 TEST_F(RegistryTest, AgentLifecycle) {

@@ -26,6 +26,8 @@ add_dependencies(musterd_load_test musterd muster_agent)
 # issue 12: the registry with a slow backend, 50k duplicate stop ids and a
 # state database that cannot be written.
 muster_gtest(registry_hardening_test SOURCES registry_hardening_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
+# issue 16: launch answers before the backend works, and stays all-or-nothing.
+muster_gtest(registry_launch_test SOURCES registry_launch_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
 # issue 12 part 5: kill -9 musterd during a 64-worker launch, an mpi cluster
 # and a ps cluster; restart on the same port and state dir.
 muster_python_test(chaos_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/chaos_test.py LABEL integration TIMEOUT 240)

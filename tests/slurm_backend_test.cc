@@ -357,10 +357,9 @@ TEST_F(SlurmBackendTest, RegistryShowsQueuedWorkersAsSchedulingWithTheReason) {
   o.state_dir = dir_;
   o.project_dir = dir_;
   o.agent_path = "/bin/muster-agent";
-  o.agent_url = "http://10.0.0.1:9";
-  o.master_ip = "10.0.0.1";
+  o.daemon_port = 9;
   o.startup_timeout = 10s;
-  o.async_stops = false;
+  o.async_backend = false;
   FixedClock clock;
   muster::service::WorkerRegistry registry(o, *backend_, nullptr, clock);
   muster::service::LaunchBatch b;
@@ -397,9 +396,8 @@ TEST_F(SlurmBackendTest, AnAgentCallingInBeforeThePollerSawItsJobStartIsRunning)
   o.state_dir = dir_;
   o.project_dir = dir_;
   o.agent_path = "/bin/muster-agent";
-  o.agent_url = "http://10.0.0.1:9";
-  o.master_ip = "10.0.0.1";
-  o.async_stops = false;
+  o.daemon_port = 9;
+  o.async_backend = false;
   FixedClock clock;
   muster::service::WorkerRegistry registry(o, *backend_, nullptr, clock);
   muster::service::LaunchBatch b;

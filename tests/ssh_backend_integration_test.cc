@@ -81,7 +81,7 @@ class SshBackendIntegrationTest : public ::testing::Test {
     LaunchSpec s;
     s.worker_id = id;
     s.agent_argv = {"/bin/sh", "-c", script};
-    s.env = {{"MUSTER_URL", "http://127.0.0.1:7878"}, {"GREETING", "it's quoted"}};
+    s.env = {{"MUSTER_URL", "http://" + ssh_->master_address() + ":7878"}, {"GREETING", "it's quoted"}};
     s.working_dir = state_;
     s.log_path = state_ / (id + ".log");
     return s;

@@ -260,7 +260,8 @@ class SshBackendTest : public ::testing::Test {
     LaunchSpec s;
     s.worker_id = id;
     s.agent_argv = {"/bin/muster-agent"};
-    s.env = {{"MUSTER_URL", "http://127.0.0.1:7878"}};
+    // As the registry builds it: MUSTER_URL names the backend's master address.
+    s.env = {{"MUSTER_URL", "http://10.9.0.1:7878"}, {"MUSTER_MASTER_IP", "10.9.0.1"}};
     s.log_path = dir_ / (id + ".log");
     return s;
   }

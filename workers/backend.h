@@ -38,9 +38,9 @@ struct LaunchSpec {
   // The agent's command line (argv[0] is the agent binary on the daemon's
   // host; a remote backend maps it to the agent's path on the target).
   std::vector<std::string> agent_argv;
-  // Environment for the agent: MUSTER_URL, MUSTER_WORKER_ID, the worker's
-  // token, and the caller's env. The backend may add its own (it sets
-  // MUSTER_URL's host to master_address()).
+  // Environment for the agent (api/agent_protocol.h): MUSTER_URL (built from
+  // master_address(), so the backend passes it on unchanged), the worker's
+  // id and token, and the caller's env.
   std::map<std::string, std::string> env;
   std::filesystem::path working_dir;  // the worker's own directory, <state-dir>/workers/<id>/
   std::filesystem::path log_path;     // where the agent's output is written
@@ -87,8 +87,9 @@ class Backend {
   virtual std::string name() const = 0;
 
   // The address at which workers placed by this backend reach the daemon
-  // (their MUSTER_MASTER_IP): 127.0.0.1 for local processes, the bridge
-  // address for containers, the daemon host's routable address for ssh.
+  // (their MUSTER_MASTER_IP, and MUSTER_URL's host): 127.0.0.1 for local
+  // processes, the bridge address for containers, the daemon host's routable
+  // address for ssh. The one seam through which a backend says so.
   virtual std::string master_address() const = 0;
 
   // True for a backend that hands workers to a scheduler's queue (Slurm):

@@ -70,8 +70,8 @@ std::string HttpServer::url() const { return "http://" + ctx_->options.host + ":
 
 size_t HttpServer::connection_count() const { return ctx_->connection_count(); }
 
-api::Status HttpServer::start() {
-  if (started_) return api::Status::ok();
+api::Status HttpServer::listen() {
+  if (listen_fd_ >= 0 || started_) return api::Status::ok();
   const auto& o = ctx_->options;
   auto addr = ipv4(o.host, o.port);
   if (!addr) return addr.status();
@@ -88,6 +88,16 @@ api::Status HttpServer::start() {
   socklen_t len = sizeof(sockaddr_in);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr.value()), &len);
   port_ = ntohs(addr.value().sin_port);
+  listen_fd_ = fd;
+  return api::Status::ok();
+}
+
+api::Status HttpServer::start() {
+  if (started_) return api::Status::ok();
+  if (auto s = listen(); !s) return s;
+  const auto& o = ctx_->options;
+  const int fd = listen_fd_;
+  listen_fd_ = -1;
   acceptor_ = std::make_unique<tcp::acceptor>(net::make_strand(ctx_->io));
   boost::system::error_code ec;
   acceptor_->assign(tcp::v4(), fd, ec);
@@ -149,6 +159,10 @@ void HttpServer::on_readable(const boost::system::error_code& ec) {
 }
 
 void HttpServer::stop() {
+  if (listen_fd_ >= 0) {  // listening, never served
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+  }
   if (!started_) return;
   started_ = false;
   // 1. No more posts from other threads; 2. close the listener and every

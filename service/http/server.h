@@ -5,8 +5,10 @@
 // HandlerPool). A connection's life is written out in connection.h; the
 // limits are in HttpServerOptions (options.h).
 //
-// Contract: start() binds and listens (SOCK_CLOEXEC: launched programs do
-// not inherit the port) and serves until stop(). stop() closes the
+// Contract: listen() binds and listens (SOCK_CLOEXEC: launched programs do
+// not inherit the port) without serving: connections wait in the kernel's
+// backlog, and port() is final (a daemon can build what needs its port
+// first). start() listens if that was not done and serves until stop(). stop() closes the
 // listener and every connection and stream, waits for running handlers to
 // return and drops queued ones; replies that come later are ignored. The
 // Router and Authenticator must outlive the server and stay unchanged while
@@ -42,6 +44,7 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
+  api::Status listen();
   api::Status start();
   void stop();
   // The bound port (options.port, or the one picked for port 0).
@@ -59,6 +62,7 @@ class HttpServer {
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
   std::unique_ptr<boost::asio::steady_timer> retry_timer_;
   std::vector<std::thread> io_threads_;
+  int listen_fd_ = -1;  // bound and listening, not yet served
   bool started_ = false;
 };
 

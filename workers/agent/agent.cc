@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/agent_protocol.h"
 #include "api/base/atomic_file.h"
 #include "api/base/net.h"
 #include "api/base/process.h"
@@ -83,7 +84,7 @@ pid_t spawn_script(const std::vector<std::string>& command, const std::map<std::
   base::SpawnOptions o;
   o.argv = command;
   o.env = extra_env;
-  o.unset_env = {"MUSTER_AGENT_TOKEN"};  // the script has no business with the agent's credentials
+  o.unset_env = {api::kEnvAgentToken};  // the script has no business with the agent's credentials
   o.stdin_null = false;
   o.new_session = false;
   auto spawned = base::spawn(o);
@@ -169,15 +170,20 @@ int run_agent(const AgentOptions& o) {
     if (!port) log_line("could not reserve a port on " + ip + "; registering without one");
   }
   // 2. Register.
-  json reg = {{"ip_address", ip}};
-  if (port) reg["port"] = port->port();
-  auto reply = client.post_retrying("register", reg, 30s);
+  api::AgentRegistration registration{ip, std::nullopt};
+  if (port) registration.port = port->port();
+  auto reply = client.post_retrying("register", api::to_json(registration), 30s);
   if (!reply || reply->status != 200) {
     log_line("register failed (" + (reply ? std::to_string(reply->status) + " " + reply->body : "daemon unreachable") +
              "); not running the script");
     return 3;
   }
-  const bool hold = json::parse(reply->body, nullptr, false).value("hold", false);
+  const auto registered = api::registered_from_json(json::parse(reply->body, nullptr, false));
+  if (!registered) {
+    log_line("the daemon's register reply is malformed (" + registered.status().message() + "): " + reply->body);
+    return 3;
+  }
+  const bool hold = registered->hold;
   std::map<std::string, std::string> env = {
       {"MUSTER_IP_ADDRESS", ip}, {"CDSW_IP_ADDRESS", ip}, {"PYTHONUNBUFFERED", "1"}};
   if (port) env["MUSTER_PORT"] = std::to_string(port->port());
@@ -248,11 +254,15 @@ int run_agent(const AgentOptions& o) {
       log_line("wait-release failed: " + std::to_string(r->status) + " " + r->body);
       return finish(3);
     }
-    const json rel = json::parse(r->body, nullptr, false);
-    for (const auto& [name, content] : rel.value("files", std::map<std::string, std::string>{})) {
+    const auto release = api::release_from_json(json::parse(r->body, nullptr, false));
+    if (!release) {
+      log_line("the daemon's release is malformed (" + release.status().message() + "); not running the script");
+      return finish(3);
+    }
+    for (const auto& [name, content] : release->files) {
       if (auto err = base::write_file_atomically(name, content)) log_line(*err);
     }
-    for (const auto& [k, v] : rel.value("env", std::map<std::string, std::string>{})) env[k] = v;
+    for (const auto& [k, v] : release->env) env[k] = v;
     break;
   }
   if (g_signal || stopped_by_daemon) return finish(128 + (g_signal ? g_signal : SIGTERM));
@@ -274,7 +284,7 @@ int run_agent(const AgentOptions& o) {
   }
   // 6. Report the exit.
   if (!stopped_by_daemon) {
-    auto r = client.post_retrying("exit", {{"exit_code", exit_code}}, 60s);
+    auto r = client.post_retrying("exit", api::to_json(api::AgentExit{exit_code}), 60s);
     if (!r) log_line("could not report the exit code to the daemon");
   }
   finish(exit_code);

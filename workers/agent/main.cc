@@ -2,54 +2,41 @@
 //
 //   muster-agent --kernel python3 --script /abs/train.py -- arg1 arg2
 //   muster-agent --kernel python3 --code 'print(1)'
-// The daemon passes the rest in the environment: MUSTER_URL,
-// MUSTER_WORKER_ID, MUSTER_AGENT_TOKEN, MUSTER_MASTER_IP, MUSTER_HEARTBEAT_S,
-// MUSTER_RESERVE_PORT, MUSTER_CPU, MUSTER_MEMORY_GB, MUSTER_ORPHAN_TIMEOUT_S.
+// The command line and the MUSTER_* environment the daemon passes are
+// defined (and parsed) in api/agent_protocol.h; a bad one exits 2 with a
+// message naming the argument or variable.
 #include <cstdio>
-#include <cstdlib>
 #include <string>
+#include <vector>
 
+#include "api/agent_protocol.h"
 #include "workers/agent/agent.h"
-
-namespace {
-std::string env_or(const char* name, const std::string& fallback = "") {
-  const char* v = std::getenv(name);
-  return v ? v : fallback;
-}
-}  // namespace
 
 int main(int argc, char** argv) {
   using muster::workers::agent::AgentOptions;
-  AgentOptions o;
-  o.url = env_or("MUSTER_URL");
-  o.worker_id = env_or("MUSTER_WORKER_ID");
-  o.token = env_or("MUSTER_AGENT_TOKEN");
-  o.master_ip = env_or("MUSTER_MASTER_IP");
-  o.reserve_port = env_or("MUSTER_RESERVE_PORT") == "1";
-  o.cpu = std::atof(env_or("MUSTER_CPU", "0").c_str());
-  o.memory_gb = std::atof(env_or("MUSTER_MEMORY_GB", "0").c_str());
-  const double hb = std::atof(env_or("MUSTER_HEARTBEAT_S", "2").c_str());
-  o.heartbeat = std::chrono::milliseconds(static_cast<long>((hb > 0 ? hb : 2) * 1000));
-  const double orphan = std::atof(env_or("MUSTER_ORPHAN_TIMEOUT_S", "300").c_str());
-  if (orphan > 0) o.orphan_timeout = std::chrono::milliseconds(static_cast<long>(orphan * 1000));
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--" ) {
-      for (++i; i < argc; ++i) o.args.push_back(argv[i]);
-    } else if (i + 1 < argc && a == "--kernel") {
-      o.kernel = argv[++i];
-    } else if (i + 1 < argc && a == "--script") {
-      o.script = argv[++i];
-    } else if (i + 1 < argc && a == "--code") {
-      o.code = argv[++i];
-    } else {
-      std::fprintf(stderr, "muster-agent: unknown argument '%s'\n", a.c_str());
-      return 2;
-    }
-  }
-  if (o.script.empty() == o.code.empty()) {
-    std::fprintf(stderr, "muster-agent: give exactly one of --script and --code\n");
+  const auto command = muster::api::parse_agent_argv(std::vector<std::string>(argv, argv + argc));
+  if (!command) {
+    std::fprintf(stderr, "muster-agent: %s\n", command.status().message().c_str());
     return 2;
   }
+  const auto env = muster::api::parse_agent_env(muster::api::process_env());
+  if (!env) {
+    std::fprintf(stderr, "muster-agent: %s\n", env.status().message().c_str());
+    return 2;
+  }
+  AgentOptions o;
+  o.url = env->url;
+  o.worker_id = env->worker_id;
+  o.token = env->token;
+  o.master_ip = env->master_ip;
+  o.reserve_port = env->reserve_port;
+  o.cpu = env->cpu;
+  o.memory_gb = env->memory_gb;
+  o.heartbeat = env->heartbeat;
+  if (env->orphan_timeout) o.orphan_timeout = *env->orphan_timeout;
+  o.kernel = command->kernel;
+  o.script = command->script;
+  o.code = command->code;
+  o.args = command->args;
   return muster::workers::agent::run_agent(o);
 }

@@ -194,9 +194,9 @@ std::map<std::string, std::string> ContainerBackend::agent_env(const LaunchSpec&
     auto eq = kv.find('=');
     if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
+  // spec.env already names master_address() (the registry builds MUSTER_URL
+  // from it: api/agent_protocol.h).
   for (const auto& [k, v] : spec.env) env[k] = v;
-  if (auto it = env.find("MUSTER_URL"); it != env.end()) it->second = replace_url_host(it->second, master_address());
-  env["MUSTER_MASTER_IP"] = master_address();
   return env;
 }
 

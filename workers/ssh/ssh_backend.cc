@@ -51,15 +51,6 @@ bool positive_ms(const std::string& key, const std::string& value, std::chrono::
   return error.is_ok();
 }
 
-std::string url_with_host(const std::string& url, const std::string& host) {
-  auto scheme = url.find("://");
-  if (scheme == std::string::npos) return url;
-  size_t start = scheme + 3;
-  size_t end = url.find_first_of(":/", start);
-  if (end == std::string::npos) end = url.size();
-  return url.substr(0, start) + host + url.substr(end);
-}
-
 void append_to(const fs::path& log, const std::string& text) {
   if (text.empty() || log.empty()) return;
   std::ofstream out(log, std::ios::app | std::ios::binary);
@@ -219,11 +210,9 @@ api::Result<std::unique_ptr<SshBackend::RemoteWorker>> SshBackend::start_one(con
     std::lock_guard<std::mutex> lock(mu_);
     agent_checked_.insert(host_index);
   }
-  std::map<std::string, std::string> env = spec.env;
-  if (auto it = env.find("MUSTER_URL"); it != env.end()) it->second = url_with_host(it->second, master_address());
-  env["MUSTER_MASTER_IP"] = master_address();
-
-  auto process = session.value()->start(remote_command(spec, remote_agent, env));
+  // The env already names master_address() (the registry builds MUSTER_URL
+  // from it: api/agent_protocol.h); it goes as it is.
+  auto process = session.value()->start(remote_command(spec, remote_agent, spec.env));
   if (!process) return process.status();
   auto w = std::make_unique<RemoteWorker>();
   w->id = spec.worker_id;

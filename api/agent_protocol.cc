@@ -1,0 +1,285 @@
+#include "api/agent_protocol.h"
+
+#include <arpa/inet.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "api/json_integer.h"
+
+extern char** environ;
+
+namespace muster::api {
+
+using nlohmann::json;
+
+namespace {
+
+// The shortest text that reads back as the same double.
+std::string format_number(double v) {
+  char buf[64];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+std::string format_seconds(std::chrono::milliseconds d) { return format_number(d.count() / 1000.0); }
+
+std::optional<double> parse_number(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+bool is_ipv4(const std::string& s) {
+  in_addr a{};
+  return ::inet_pton(AF_INET, s.c_str(), &a) == 1;
+}
+
+// http://host:port[/...] with a port in 1..65535.
+bool is_agent_url(const std::string& url) {
+  const std::string prefix = "http://";
+  if (url.compare(0, prefix.size(), prefix) != 0) return false;
+  const std::string authority = url.substr(prefix.size(), url.find('/', prefix.size()) - prefix.size());
+  const auto colon = authority.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  const std::string port = authority.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) return false;
+  const int p = std::atoi(port.c_str());
+  return p >= 1 && p <= 65535;
+}
+
+Result<std::map<std::string, std::string>> string_map(const json& j, const char* field) {
+  if (!j.contains(field)) return invalid_argument(std::string(field) + " is required", field);
+  const json& v = j.at(field);
+  if (!v.is_object()) return invalid_argument(std::string(field) + " must be an object of strings", field);
+  std::map<std::string, std::string> out;
+  for (const auto& [k, value] : v.items()) {
+    if (!value.is_string()) {
+      return invalid_argument(std::string(field) + "." + k + " must be a string", field);
+    }
+    out[k] = value.get<std::string>();
+  }
+  return out;
+}
+
+// Blames the body's first required field, as a missing field would.
+Status require_object(const json& j, const char* what, const char* field) {
+  if (!j.is_object()) return invalid_argument(std::string(what) + " must be a JSON object with " + field, field);
+  return Status::ok();
+}
+
+}  // namespace
+
+std::vector<std::string> to_argv(const std::string& agent_path, const AgentCommand& c) {
+  std::vector<std::string> argv = {agent_path, "--kernel", c.kernel};
+  if (!c.code.empty()) {
+    argv.insert(argv.end(), {"--code", c.code});
+  } else {
+    argv.insert(argv.end(), {"--script", c.script});
+  }
+  argv.push_back("--");
+  argv.insert(argv.end(), c.args.begin(), c.args.end());
+  return argv;
+}
+
+Result<AgentCommand> parse_agent_argv(const std::vector<std::string>& argv) {
+  AgentCommand c;
+  bool script = false, code = false;
+  for (size_t i = 1; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a == "--") {
+      c.args.assign(argv.begin() + static_cast<long>(i) + 1, argv.end());
+      break;
+    }
+    if (a != "--kernel" && a != "--script" && a != "--code") {
+      return invalid_argument("unknown argument '" + a + "' (expected --kernel, --script, --code or --)", a);
+    }
+    if (i + 1 >= argv.size()) return invalid_argument(a + " needs a value", a);
+    const std::string& value = argv[++i];
+    if (a == "--kernel") {
+      if (value != kKernelPython3 && value != kKernelBash && value != kKernelExecutable) {
+        return invalid_argument("--kernel must be python3, bash or executable, not '" + value + "'", a);
+      }
+      c.kernel = value;
+    } else if (a == "--script") {
+      if (value.empty() || value.front() != '/') {
+        return invalid_argument("--script must be an absolute path, not '" + value + "'", a);
+      }
+      c.script = value;
+      script = true;
+    } else {
+      if (value.empty()) return invalid_argument("--code must not be empty", a);
+      c.code = value;
+      code = true;
+    }
+  }
+  if (script == code) return invalid_argument("give exactly one of --script and --code", "--script");
+  return c;
+}
+
+std::string agent_url(const std::string& host, int port) { return "http://" + host + ":" + std::to_string(port); }
+
+std::map<std::string, std::string> to_env(const AgentEnvironment& e) {
+  std::map<std::string, std::string> env = {
+      {kEnvUrl, e.url},
+      {kEnvWorkerId, e.worker_id},
+      {kEnvAgentToken, e.token},
+      {kEnvMasterIp, e.master_ip},
+      {kEnvHeartbeatSeconds, format_seconds(e.heartbeat)},
+      {kEnvCpu, format_number(e.cpu)},
+      {kEnvMemoryGb, format_number(e.memory_gb)},
+      {kEnvProjectDir, e.project_dir},
+      // cdsw's engine variables.
+      {"CDSW_ENGINE_ID", e.worker_id},
+      {"CDSW_MASTER_IP", e.master_ip},
+      {"CML_MASTER_IP", e.master_ip},
+      {"CDSW_PROJECT", e.project_dir.substr(e.project_dir.find_last_of('/') + 1)},
+      {"CDSW_CPU_MILLICORES", std::to_string(std::lround(e.cpu * 1000))},
+      {"CDSW_MEMORY_MB", std::to_string(std::lround(e.memory_gb * 1024))},
+  };
+  if (e.reserve_port) env[kEnvReservePort] = "1";
+  if (e.orphan_timeout) env[kEnvOrphanTimeoutSeconds] = format_seconds(*e.orphan_timeout);
+  if (!e.metrics_token.empty()) env[kEnvMetricsToken] = e.metrics_token;
+  if (!e.gpu_devices.empty()) {
+    env[kEnvGpuDevices] = e.gpu_devices;
+    env["CUDA_VISIBLE_DEVICES"] = e.gpu_devices;
+    env["NVIDIA_VISIBLE_DEVICES"] = e.gpu_devices;
+  }
+  return env;
+}
+
+Result<AgentEnvironment> parse_agent_env(const std::map<std::string, std::string>& env) {
+  auto get = [&env](const char* name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  };
+  // A positive (or non-negative) number of seconds or units; unset: `fallback`.
+  auto number = [&get](const char* name, bool positive, double fallback) -> Result<double> {
+    const auto text = get(name);
+    if (!text) return fallback;
+    const auto v = parse_number(*text);
+    if (!v || (positive ? *v <= 0 : *v < 0)) {
+      return invalid_argument(std::string(name) + " must be a number " + (positive ? "> 0" : ">= 0") + ", not '" +
+                                  *text + "'",
+                              name);
+    }
+    return *v;
+  };
+  AgentEnvironment e;
+  e.url = get(kEnvUrl).value_or("");
+  if (!is_agent_url(e.url)) {
+    return invalid_argument(std::string(kEnvUrl) + " must be http://host:port, not '" + e.url + "'", kEnvUrl);
+  }
+  e.worker_id = get(kEnvWorkerId).value_or("");
+  if (e.worker_id.empty()) return invalid_argument(std::string(kEnvWorkerId) + " is required", kEnvWorkerId);
+  e.token = get(kEnvAgentToken).value_or("");
+  if (e.token.empty()) return invalid_argument(std::string(kEnvAgentToken) + " is required", kEnvAgentToken);
+  e.master_ip = get(kEnvMasterIp).value_or("");
+  const auto heartbeat = number(kEnvHeartbeatSeconds, true, 2);
+  if (!heartbeat) return heartbeat.status();
+  e.heartbeat = std::chrono::milliseconds(std::llround(heartbeat.value() * 1000));
+  const auto reserve = get(kEnvReservePort).value_or("0");
+  if (reserve != "0" && reserve != "1") {
+    return invalid_argument(std::string(kEnvReservePort) + " must be 1 or 0, not '" + reserve + "'", kEnvReservePort);
+  }
+  e.reserve_port = reserve == "1";
+  const auto cpu = number(kEnvCpu, false, 0);
+  if (!cpu) return cpu.status();
+  e.cpu = cpu.value();
+  const auto memory = number(kEnvMemoryGb, false, 0);
+  if (!memory) return memory.status();
+  e.memory_gb = memory.value();
+  if (get(kEnvOrphanTimeoutSeconds)) {
+    const auto orphan = number(kEnvOrphanTimeoutSeconds, true, 0);
+    if (!orphan) return orphan.status();
+    e.orphan_timeout = std::chrono::milliseconds(std::llround(orphan.value() * 1000));
+  }
+  e.metrics_token = get(kEnvMetricsToken).value_or("");
+  e.project_dir = get(kEnvProjectDir).value_or("");
+  e.gpu_devices = get(kEnvGpuDevices).value_or("");
+  return e;
+}
+
+std::map<std::string, std::string> process_env() {
+  std::map<std::string, std::string> out;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string kv(*e);
+    const auto eq = kv.find('=');
+    if (eq != std::string::npos) out.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return out;
+}
+
+json to_json(const AgentRegistration& r) {
+  json j = {{"ip_address", r.ip_address}};
+  if (r.port) j["port"] = *r.port;
+  return j;
+}
+
+Result<AgentRegistration> registration_from_json(const json& j) {
+  if (auto s = require_object(j, "the registration", "ip_address"); !s) return s;
+  AgentRegistration r;
+  if (!j.contains("ip_address") || !j["ip_address"].is_string() || !is_ipv4(j["ip_address"].get<std::string>())) {
+    return invalid_argument("ip_address must be an IPv4 address", "ip_address");
+  }
+  r.ip_address = j["ip_address"].get<std::string>();
+  if (j.contains("port") && !j["port"].is_null()) {
+    const auto p = json_integer(j["port"]);
+    if (!p || *p < 1 || *p > 65535) return invalid_argument("port must be an integer in 1..65535", "port");
+    r.port = static_cast<int>(*p);
+  }
+  return r;
+}
+
+json to_json(const AgentRegistered& r) { return {{"hold", r.hold}}; }
+
+Result<AgentRegistered> registered_from_json(const json& j) {
+  if (auto s = require_object(j, "the registration reply", "hold"); !s) return s;
+  if (!j.contains("hold") || !j["hold"].is_boolean()) return invalid_argument("hold must be a boolean", "hold");
+  return AgentRegistered{j["hold"].get<bool>()};
+}
+
+json to_json(const AgentExit& e) { return {{"exit_code", e.exit_code}}; }
+
+Result<AgentExit> exit_from_json(const json& j) {
+  if (auto s = require_object(j, "the exit report", "exit_code"); !s) return s;
+  const auto code = j.contains("exit_code") ? json_integer(j["exit_code"]) : std::nullopt;
+  if (!code || *code < 0 || *code > 255) {
+    return invalid_argument("exit_code must be an integer in 0..255 (128+signal when killed)", "exit_code");
+  }
+  return AgentExit{static_cast<int>(*code)};
+}
+
+json to_json(const Release& r) { return {{"env", r.env}, {"files", r.files}}; }
+
+Result<Release> release_from_json(const json& j) {
+  if (auto s = require_object(j, "the release", "env"); !s) return s;
+  Release r;
+  auto env = string_map(j, "env");
+  if (!env) return env.status();
+  r.env = std::move(env).value();
+  auto files = string_map(j, "files");
+  if (!files) return files.status();
+  r.files = std::move(files).value();
+  if (auto s = validate_release(r); !s) return s;
+  return r;
+}
+
+Status validate_release(const Release& r) {
+  for (const auto& [name, content] : r.files) {
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+      return invalid_argument(
+          "files: release file name '" + name + "' must be a plain file name (no '/', not . or ..)", "files");
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace muster::api

@@ -1,0 +1,131 @@
+// The agent protocol, defined once: how musterd starts muster-agent (its
+// command line and environment) and the JSON bodies the two exchange over
+// /api/v1/agent/workers/{id}/... (api/openapi.yaml, tag "agent"). The daemon
+// builds with the to_*() functions (service/registry_launch.cc) and reads with
+// the *_from_json() ones (service/agent_routes.cc); the agent does the
+// converse (workers/agent/main.cc, agent.cc). Nothing else spells a
+// MUSTER_* name the agent reads or a field of these bodies.
+//
+// Contract
+// - parse_*() and *_from_json() accept exactly what the to_*() functions
+//   write (tests/agent_protocol_test.cc round-trips each) and reject anything
+//   else with invalid_argument whose `field` names the argument, variable or
+//   JSON field at fault and whose message says what it must be.
+// - The protocol, as the agent runs it: a) register {ip_address, port?} ->
+//   {hold}; b) if hold, wait-release (long-poll; 204 = ask again) until 200
+//   Release {env, files}; c) heartbeat {} every MUSTER_HEARTBEAT_S (409: the
+//   worker was stopped or lost, end the script); d) exit {exit_code}.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "api/status.h"
+#include "api/worker.h"
+
+namespace muster::api {
+
+// ---- The command line: <agent> --kernel K (--script PATH | --code TEXT) -- ARGS...
+
+struct AgentCommand {
+  std::string kernel = kKernelPython3;
+  std::string script;  // absolute path on the worker's host; "" when code is given
+  std::string code;    // inline code; "" when script is given
+  std::vector<std::string> args;  // the script's arguments
+};
+
+// argv[0] is `agent_path`.
+std::vector<std::string> to_argv(const std::string& agent_path, const AgentCommand& command);
+// `argv` as main() gets it (argv[0] is skipped). Exactly one of --script and
+// --code; the field of an error is the flag at fault.
+Result<AgentCommand> parse_agent_argv(const std::vector<std::string>& argv);
+
+// ---- The environment
+
+// The variables the agent reads.
+inline constexpr const char* kEnvUrl = "MUSTER_URL";
+inline constexpr const char* kEnvWorkerId = "MUSTER_WORKER_ID";
+inline constexpr const char* kEnvAgentToken = "MUSTER_AGENT_TOKEN";
+inline constexpr const char* kEnvMasterIp = "MUSTER_MASTER_IP";
+inline constexpr const char* kEnvHeartbeatSeconds = "MUSTER_HEARTBEAT_S";
+inline constexpr const char* kEnvReservePort = "MUSTER_RESERVE_PORT";
+inline constexpr const char* kEnvCpu = "MUSTER_CPU";
+inline constexpr const char* kEnvMemoryGb = "MUSTER_MEMORY_GB";
+inline constexpr const char* kEnvOrphanTimeoutSeconds = "MUSTER_ORPHAN_TIMEOUT_S";  // never set by the daemon
+// Variables for the script only (the agent passes them through).
+inline constexpr const char* kEnvMetricsToken = "MUSTER_METRICS_TOKEN";
+inline constexpr const char* kEnvProjectDir = "MUSTER_PROJECT_DIR";
+inline constexpr const char* kEnvGpuDevices = "MUSTER_GPU_DEVICES";
+
+struct AgentEnvironment {
+  std::string url;          // the daemon as the worker reaches it: http://<master_ip>:<port>
+  std::string worker_id;
+  std::string token;        // the worker's agent token (the agent hides it from the script)
+  std::string master_ip;    // the daemon's address on the workers' network
+  std::chrono::milliseconds heartbeat{2000};
+  bool reserve_port = false;  // clusters: reserve a TCP port and register it
+  double cpu = 0;             // cores, for the agent's limits
+  double memory_gb = 0;       // GiB, for the agent's limits
+  std::optional<std::chrono::milliseconds> orphan_timeout;  // unset: the agent's default
+  std::string metrics_token;  // "" = none given
+  std::string project_dir;
+  std::string gpu_devices;    // "0,1" (also CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES); "" = none
+};
+
+// http://<host>:<port>, the one way MUSTER_URL is formed.
+std::string agent_url(const std::string& host, int port);
+
+// Every variable of `e`, plus cdsw's engine variables that mean something
+// here (CDSW_ENGINE_ID, CDSW_MASTER_IP, CML_MASTER_IP, CDSW_PROJECT,
+// CDSW_CPU_MILLICORES, CDSW_MEMORY_MB). The agent adds MUSTER_IP_ADDRESS,
+// CDSW_IP_ADDRESS and MUSTER_PORT once it knows them.
+std::map<std::string, std::string> to_env(const AgentEnvironment& e);
+// What the agent needs from its environment. url (http://host:port),
+// worker id and token are required; the numbers must be numbers (heartbeat
+// and orphan timeout > 0, cpu and memory >= 0); MUSTER_RESERVE_PORT is "1" or
+// "0"/unset. The field of an error is the variable's name.
+Result<AgentEnvironment> parse_agent_env(const std::map<std::string, std::string>& env);
+// The process's environment as a map (environ).
+std::map<std::string, std::string> process_env();
+
+// ---- The JSON bodies
+
+// POST .../register
+struct AgentRegistration {
+  std::string ip_address;   // IPv4: the worker's address that routes to the daemon
+  std::optional<int> port;  // 1..65535, the port reserved with MUSTER_RESERVE_PORT=1
+};
+// The reply: hold = wait for a release before running the script.
+struct AgentRegistered {
+  bool hold = false;
+};
+// POST .../exit
+struct AgentExit {
+  int exit_code = 0;  // 0..255; 128+signal when the script was killed
+};
+// POST .../wait-release, 200: what a held worker's agent receives; env is
+// added to the script's, files are written (atomically) into the worker's
+// working directory. Empty env/files are allowed.
+struct Release {
+  std::map<std::string, std::string> env;
+  std::map<std::string, std::string> files;  // plain file name (no '/', not . or ..) -> content
+};
+
+nlohmann::json to_json(const AgentRegistration& r);
+Result<AgentRegistration> registration_from_json(const nlohmann::json& j);
+nlohmann::json to_json(const AgentRegistered& r);
+Result<AgentRegistered> registered_from_json(const nlohmann::json& j);
+nlohmann::json to_json(const AgentExit& e);
+Result<AgentExit> exit_from_json(const nlohmann::json& j);
+nlohmann::json to_json(const Release& r);
+Result<Release> release_from_json(const nlohmann::json& j);
+// The file names of `r` are plain names (field "files").
+Status validate_release(const Release& r);
+// (A heartbeat carries no body; its reply is {}.)
+
+}  // namespace muster::api

@@ -1,0 +1,120 @@
+// WorkerRegistry's agent calls (the daemon's side of api/agent_protocol.h,
+// reached through service/agent_routes.cc, each already authorised for its
+// worker by the agent token).
+#include "service/registry.h"
+
+#include <algorithm>
+
+namespace muster::service {
+
+using api::WorkerStatus;
+
+namespace {
+
+std::string exit_reason(int code) {
+  if (code > 128 && code < 160) {
+    return "the script was killed by signal " + std::to_string(code - 128) + " (exit code " + std::to_string(code) +
+           ")";
+  }
+  return "the script exited with code " + std::to_string(code);
+}
+
+}  // namespace
+
+api::Result<bool> WorkerRegistry::agent_register(const std::string& id, const std::string& ip,
+                                                 std::optional<int> port) {
+  Effects fx;
+  bool hold = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = records_.find(id);
+    if (it == records_.end()) return api::not_found("no worker '" + id + "'");
+    Record& r = it->second;
+    if (api::is_terminal(r.worker.status)) {
+      return api::conflict("worker " + id + " is " + api::worker_status_name(r.worker.status) +
+                           "; the agent must exit");
+    }
+    const Record before = r;
+    r.worker.ip_address = ip;
+    r.worker.port = port;
+    r.last_heartbeat = clock_.now();
+    api::Status stored = api::Status::ok();
+    if (r.worker.status == WorkerStatus::kRunning) {
+      stored = persist(r);  // re-registration (e.g. after a daemon restart)
+      if (stored) fx.changed.push_back(r.worker);
+    } else {
+      // An agent can call in before its launch step (or a queueing
+      // backend's poll) has moved the worker on: it has started all the same.
+      if (r.worker.status == WorkerStatus::kScheduling) (void)transition(r, WorkerStatus::kStarting, "", fx);
+      stored = transition(r, WorkerStatus::kRunning, r.hold ? "waiting for release" : "", fx);
+    }
+    if (!stored) {
+      r = before;
+      return stored;
+    }
+    hold = r.hold && !r.release;
+    settle_waiters(fx, false);
+  }
+  run(std::move(fx));
+  return hold;
+}
+
+api::Status WorkerRegistry::agent_heartbeat(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = records_.find(id);
+  if (it == records_.end()) return api::not_found("no worker '" + id + "'");
+  Record& r = it->second;
+  if (api::is_terminal(r.worker.status)) {
+    return api::conflict("worker " + id + " is " + api::worker_status_name(r.worker.status) +
+                         "; the agent must stop its script and exit");
+  }
+  const auto now = clock_.now();
+  if (options_.on_heartbeat_gap) options_.on_heartbeat_gap(std::chrono::duration<double>(now - r.last_heartbeat).count());
+  r.last_heartbeat = now;
+  return api::Status::ok();
+}
+
+api::Status WorkerRegistry::agent_exit(const std::string& id, int exit_code) {
+  Effects fx;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = records_.find(id);
+    if (it == records_.end()) return api::not_found("no worker '" + id + "'");
+    Record& r = it->second;
+    if (api::is_terminal(r.worker.status)) {
+      return api::conflict("worker " + id + " is already " + api::worker_status_name(r.worker.status));
+    }
+    const Record before = r;
+    r.worker.exit_code = exit_code;
+    const api::Status stored = exit_code == 0 && r.worker.status == WorkerStatus::kRunning
+                                   ? transition(r, WorkerStatus::kSucceeded, "", fx)
+                                   : transition(r, WorkerStatus::kFailed, exit_reason(exit_code), fx);
+    if (!stored) {
+      r = before;
+      return stored;
+    }
+    settle_waiters(fx, false);
+  }
+  run(std::move(fx));
+  return api::Status::ok();
+}
+
+std::optional<std::string> WorkerRegistry::worker_for_agent_token(const std::string& token) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = token_to_id_.find(token);
+  if (it == token_to_id_.end()) return std::nullopt;
+  return it->second;
+}
+
+double WorkerRegistry::max_heartbeat_age_seconds() const {
+  const auto now = clock_.now();
+  std::lock_guard<std::mutex> lock(mu_);
+  double out = 0;
+  for (const auto& [id, r] : records_) {
+    if (r.worker.status != WorkerStatus::kRunning) continue;
+    out = std::max(out, std::chrono::duration<double>(now - r.last_heartbeat).count());
+  }
+  return out;
+}
+
+}  // namespace muster::service

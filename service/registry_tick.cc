@@ -1,0 +1,121 @@
+// WorkerRegistry::tick(): the timeouts (startup, heartbeat, await and
+// wait-release deadlines) and what the backend can see of each worker's
+// process (an agent that died, a scheduler's queue).
+#include "service/registry.h"
+
+namespace muster::service {
+
+using api::WorkerStatus;
+
+void WorkerRegistry::tick_queued(Record& r, const workers::ProcessStatus& process, TimePoint now, Effects& fx) {
+  switch (process.state) {
+    case workers::ProcessState::kPending:
+      if (process.reason != r.worker.reason) {
+        const std::string before = r.worker.reason;
+        r.worker.reason = process.reason;
+        if (persist(r)) {
+          fx.changed.push_back(r.worker);
+        } else {
+          r.worker.reason = before;
+        }
+      }
+      return;
+    case workers::ProcessState::kRunning:
+      // The startup timeout counts from here, not from the submission.
+      r.launched_at = now;
+      (void)transition(r, WorkerStatus::kStarting, "", fx);
+      return;
+    case workers::ProcessState::kExited:
+    case workers::ProcessState::kLost:
+      r.worker.exit_code = process.exit_code;
+      // (A worker that never ran cannot be lost: a node failure before the
+      // start fails it.)
+      (void)transition(r,
+                       process.outcome == WorkerStatus::kLost ? WorkerStatus::kFailed
+                                                              : process.outcome.value_or(WorkerStatus::kFailed),
+                       process.reason.empty() ? "the scheduler ended the job before it started" : process.reason, fx);
+      return;
+    case workers::ProcessState::kUnknown:
+      // launch() records workers before it submits them; only a worker that
+      // stays unknown past the startup timeout was never submitted (the
+      // daemon died in between).
+      if (now - r.launched_at > options_.startup_timeout) {
+        (void)transition(r, WorkerStatus::kFailed,
+                         "the scheduler has no job for this worker (the daemon restarted while launching it)", fx);
+      }
+      return;
+  }
+}
+
+// Step by step: a) under the mutex, pick the workers whose process to ask
+// about (not those whose launch is with the backend right now, nor, for a
+// backend that does not queue, `scheduling` ones: their launch step decides);
+// b) without it, poll the backend for each (a backend may take seconds: the
+// container backend tears namespaces down there); c) under the mutex again,
+// apply what was seen and the timeouts to the workers that are still in the
+// state they were in at a), and settle the long-polls. A queueing backend's
+// `scheduling` workers are watched too (tick_queued()).
+void WorkerRegistry::tick() {
+  std::vector<std::pair<std::string, WorkerStatus>> watched;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, r] : records_) {
+      const WorkerStatus s = r.worker.status;
+      if (api::is_terminal(s) || r.launching) continue;
+      if (s != WorkerStatus::kScheduling || backend_.queues_workers()) watched.emplace_back(id, s);
+    }
+  }
+  std::vector<workers::ProcessStatus> seen;
+  seen.reserve(watched.size());
+  for (const auto& [id, s] : watched) seen.push_back(backend_.poll(id));
+
+  Effects fx;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const TimePoint now = clock_.now();
+    for (size_t i = 0; i < watched.size(); ++i) {
+      const auto& [id, was] = watched[i];
+      auto it = records_.find(id);
+      if (it == records_.end() || it->second.worker.status != was) continue;  // changed meanwhile
+      Record& r = it->second;
+      const WorkerStatus s = r.worker.status;
+      const workers::ProcessStatus& process = seen[i];
+      if (s == WorkerStatus::kScheduling) {
+        tick_queued(r, process, now, fx);
+        continue;
+      }
+      if (process.state == workers::ProcessState::kExited && process.outcome) {
+        r.worker.exit_code = process.exit_code;
+        (void)transition(r, *process.outcome, process.reason, fx);
+      } else if (process.state == workers::ProcessState::kExited) {
+        // The agent reports the script's exit before it exits itself, so
+        // an agent that is gone while the worker is not finished died.
+        r.worker.exit_code = process.exit_code;
+        (void)transition(r, WorkerStatus::kFailed,
+                         "the agent exited (code " + std::to_string(process.exit_code.value_or(-1)) +
+                             ") without reporting the script's exit; see the worker's log",
+                         fx);
+      } else if (s == WorkerStatus::kStarting && now - r.launched_at > options_.startup_timeout) {
+        (void)transition(r, WorkerStatus::kTimedOut,
+                         "the agent did not register within the startup timeout (" +
+                             std::to_string(options_.startup_timeout.count() / 1000.0) + " s); see the worker's log",
+                         fx);
+        fx.to_stop.push_back(id);
+      } else if (s == WorkerStatus::kRunning && now - r.last_heartbeat > options_.heartbeat_timeout) {
+        (void)transition(r, WorkerStatus::kLost,
+                         "no heartbeat from the agent for " +
+                             std::to_string(options_.heartbeat_timeout.count() / 1000.0) + " s",
+                         fx);
+        fx.to_stop.push_back(id);
+      } else if (process.state == workers::ProcessState::kLost) {
+        (void)transition(r, WorkerStatus::kLost,
+                         process.reason.empty() ? "the backend lost the worker" : process.reason, fx);
+      }
+    }
+    expire_release_waiters(now, fx);
+    settle_waiters(fx, /*at_tick=*/true);
+  }
+  run(std::move(fx));
+}
+
+}  // namespace muster::service

@@ -1,0 +1,155 @@
+// WorkerRegistry's long-polls: await (POST /api/v1/workers/await) and a held
+// worker's wait-release, with release() that answers the latter. Neither
+// holds a thread: a waiter is a callback, called once from the thread that
+// settles it (or from tick() at its deadline).
+#include "service/registry.h"
+
+namespace muster::service {
+
+using api::WorkerStatus;
+
+api::Status WorkerRegistry::await_workers(const api::AwaitRequest& request, AwaitCallback done) {
+  Effects fx;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& id : request.ids) {
+      if (!records_.count(id)) return api::not_found("no worker '" + id + "'");
+    }
+    auto waiter = std::make_shared<Waiter>();
+    waiter->request = request;
+    if (request.timeout_seconds > 0) {
+      waiter->deadline = clock_.now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                            std::chrono::duration<double>(request.timeout_seconds));
+    }
+    waiter->done = std::move(done);
+    waiters_.push_back(std::move(waiter));
+    settle_waiters(fx, /*at_tick=*/false);
+  }
+  run(std::move(fx));
+  return api::Status::ok();
+}
+
+// Step by step, for each waiter: a worker settles as a success (running with
+// an IP, or succeeded when waiting for completion) or a failure (any other
+// terminal status); when every worker settled, or the deadline passed (then
+// the pending ones fail with "await timed out"), the waiter's callback is
+// queued with both lists in request order and the waiter is dropped.
+void WorkerRegistry::settle_waiters(Effects& fx, bool at_tick) {
+  const TimePoint now = clock_.now();
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    const Waiter& w = **it;
+    const bool expired = at_tick && w.deadline && now >= *w.deadline;
+    AwaitResult result;
+    bool pending = false;
+    for (const auto& id : w.request.ids) {
+      auto rec = records_.find(id);
+      if (rec == records_.end()) {
+        api::Worker gone;
+        gone.id = id;
+        gone.status = WorkerStatus::kFailed;
+        gone.reason = "the worker no longer exists";
+        result.failures.push_back(gone);
+        continue;
+      }
+      const api::Worker& worker = rec->second.worker;
+      const bool ok = w.request.wait_for_completion
+                          ? worker.status == WorkerStatus::kSucceeded
+                          : worker.status == WorkerStatus::kRunning && worker.ip_address != "unknown";
+      if (ok) {
+        result.workers.push_back(worker);
+      } else if (api::is_terminal(worker.status)) {
+        result.failures.push_back(worker);
+      } else if (expired) {
+        api::Worker late = worker;
+        late.reason = "await timed out";
+        result.failures.push_back(late);
+      } else {
+        pending = true;
+      }
+    }
+    if (pending) {
+      ++it;
+      continue;
+    }
+    fx.callbacks.push_back([done = w.done, result = std::move(result)]() mutable { done(std::move(result)); });
+    it = waiters_.erase(it);
+  }
+}
+
+size_t WorkerRegistry::pending_awaits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waiters_.size();
+}
+
+api::Status WorkerRegistry::agent_wait_release(const std::string& id, ReleaseCallback done) {
+  std::optional<Release> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = records_.find(id);
+    if (it == records_.end()) return api::not_found("no worker '" + id + "'");
+    Record& r = it->second;
+    if (api::is_terminal(r.worker.status)) {
+      return api::conflict("worker " + id + " is " + api::worker_status_name(r.worker.status));
+    }
+    if (!r.hold) return api::conflict("worker " + id + " is not held; it needs no release");
+    r.last_heartbeat = clock_.now();  // a waiting agent is alive
+    if (!r.release) {
+      release_waiters_.push_back({id, clock_.now() + options_.release_poll, std::move(done)});
+      return api::Status::ok();
+    }
+    ready = r.release;
+  }
+  done(std::move(ready));
+  return api::Status::ok();
+}
+
+api::Status WorkerRegistry::release(const std::string& id, Release release) {
+  if (auto s = api::validate_release(release); !s) return s;
+  Effects fx;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = records_.find(id);
+    if (it == records_.end()) return api::not_found("no worker '" + id + "'");
+    Record& r = it->second;
+    if (!r.hold) return api::conflict("worker " + id + " is not held");
+    if (api::is_terminal(r.worker.status)) {
+      return api::conflict("worker " + id + " is " + api::worker_status_name(r.worker.status));
+    }
+    const Record before = r;
+    r.release = std::move(release);
+    if (r.worker.reason == "waiting for release") r.worker.reason = "";
+    if (auto s = persist(r); !s) {
+      r = before;
+      return s;
+    }
+    fx.changed.push_back(r.worker);
+    for (auto w = release_waiters_.begin(); w != release_waiters_.end();) {
+      if (w->id == id) {
+        fx.callbacks.push_back([done = std::move(w->done), rel = *r.release]() mutable { done(std::move(rel)); });
+        w = release_waiters_.erase(w);
+      } else {
+        ++w;
+      }
+    }
+  }
+  run(std::move(fx));
+  return api::Status::ok();
+}
+
+// At tick(): a wait-release whose worker ended, or that waited its
+// release_poll, is answered "ask again" (the agent polls anew or learns the
+// worker ended).
+void WorkerRegistry::expire_release_waiters(TimePoint now, Effects& fx) {
+  for (auto w = release_waiters_.begin(); w != release_waiters_.end();) {
+    auto rec = records_.find(w->id);
+    const bool gone = rec == records_.end() || api::is_terminal(rec->second.worker.status);
+    if (gone || now >= w->deadline) {
+      fx.callbacks.push_back([done = std::move(w->done)] { done(std::nullopt); });
+      w = release_waiters_.erase(w);
+    } else {
+      ++w;
+    }
+  }
+}
+
+}  // namespace muster::service

@@ -1,0 +1,45 @@
+// WorkerRecord: what the registry keeps per worker, and its stored form (one
+// row of the Store's workers table, a JSON object). The worker object itself
+// is api::Worker; the rest is the daemon's own: the agent's token, the
+// cluster options, the release, where the log is and which process runs the
+// agent (so that a restarted daemon can reach it again).
+//
+// Contract: record_from_json(record_to_json(r), r.seq) gives back every
+// stored field of r; the times (launched_at, last_heartbeat) are not stored
+// (a restarted daemon counts its timeouts from its own start) and
+// `launching` is not either (a launch in flight does not survive a restart).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "api/agent_protocol.h"
+#include "api/worker.h"
+#include "service/clock.h"
+
+namespace muster::service {
+
+struct WorkerRecord {
+  api::Worker worker;
+  uint64_t seq = 0;  // launch order
+  std::string agent_token;
+  bool hold = false;
+  bool reserve_port = false;
+  std::optional<api::Release> release;
+  TimePoint launched_at;     // startup timeout counts from here
+  TimePoint last_heartbeat;  // heartbeat timeout counts from here
+  std::filesystem::path log_path;
+  std::string process;       // Backend::process_identity(), for a later daemon
+  bool launching = false;    // its batch is with the backend right now
+};
+
+nlohmann::json record_to_json(const WorkerRecord& r);
+// nullopt when `j` is not a stored record (a row of a future or broken
+// version is skipped, never guessed at).
+std::optional<WorkerRecord> record_from_json(const nlohmann::json& j, uint64_t seq);
+
+}  // namespace muster::service
