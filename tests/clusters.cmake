@@ -6,6 +6,8 @@ if(TARGET muster_clusters)
     DEPS muster_clusters
     LABEL unit
     TIMEOUT 120)
+  # api/kernel.h: the agent and the MPI ranks run a script the same way.
+  muster_gtest(kernel_test SOURCES kernel_test.cc DEPS muster_clusters muster_agent_lib LABEL unit TIMEOUT 60)
 endif()
 
 # A tiny MPI program (allreduce of rank+1) that the mpi-mode test launches.

@@ -100,7 +100,6 @@ class ContainerBackendTest : public ::testing::Test {
     options_.bridge = "mtest0";
     options_.instance_id = "ab12";
     options_.reap_interval = std::chrono::milliseconds(0);  // tests drive poll() themselves
-    options_.export_mpi_ssh = false;
   }
   void TearDown() override { fs::remove_all(state_); }
 

@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "service/cluster_types.h"
+#include "api/cluster.h"
 #include "service/router.h"
 #include "service/validation.h"
 
