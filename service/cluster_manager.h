@@ -28,6 +28,10 @@
 // so registry listeners can never deadlock with it. The registry, store,
 // clock and MpiHosts are borrowed; the manager owns the launcher and the
 // rendezvous strategies.
+//
+// Files: cluster_manager.cc (construction, create, the queries, stop),
+// cluster_lifecycle.cc (the thread's pass a) to d), the rendezvous, finish,
+// restore).
 #pragma once
 
 #include <chrono>

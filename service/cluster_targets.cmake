@@ -8,6 +8,7 @@ muster_library(muster_clusters
     ${CMAKE_CURRENT_LIST_DIR}/ps_rendezvous.cc
     ${CMAKE_CURRENT_LIST_DIR}/mpi_rendezvous.cc
     ${CMAKE_CURRENT_LIST_DIR}/cluster_manager.cc
+    ${CMAKE_CURRENT_LIST_DIR}/cluster_lifecycle.cc
     ${CMAKE_CURRENT_LIST_DIR}/cluster_routes.cc
   DEPS muster_service muster_clusterspec SQLite::SQLite3 Threads::Threads)
 if(TARGET musterd)
