@@ -60,7 +60,7 @@ class PreflightIntegrationTest : public ::testing::Test {
   std::unique_ptr<Connector> connector() {
     ConnectOptions c;
     c.known_hosts = containers_->ssh_keys().known_hosts;
-    c.timeout = 5s;
+    c.timeout = 30s;  // the probe runs root's startup files (pyenv init: seconds under load)
     return make_libssh2_connector(c);
   }
 

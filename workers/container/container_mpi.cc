@@ -8,7 +8,9 @@ namespace muster::workers::container {
 api::Result<MpiLaunchSettings> ContainerBackend::preflight_mpi(const MpiHostsRequest& request) {
   remote::ConnectOptions connect;
   connect.known_hosts = keys_.known_hosts;
-  connect.timeout = std::chrono::milliseconds(5000);
+  // The probe runs in root's non-interactive shell, which reads root's
+  // startup files (pyenv init alone takes seconds on a loaded host).
+  connect.timeout = std::chrono::milliseconds(30000);
   remote::SshMpiOptions p;
   for (const auto& address : request.hosts) {
     remote::Host h;
