@@ -15,7 +15,7 @@ using nlohmann::json;
 
 namespace {
 
-// As for clusters (cluster_types.cc): no host has more.
+// As for clusters (api/cluster_request.cc): no host has more.
 constexpr int kMaxGpus = 64;
 
 api::Status check_fields(const json& body, const std::set<std::string>& allowed) {
