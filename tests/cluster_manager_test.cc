@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <fstream>
@@ -69,6 +70,17 @@ struct FakeLauncher final : Launcher {
   }
 };
 
+// The cluster side's view of the backend's hosts: records what it was asked
+// and answers what the test sets.
+struct FakeMpiHosts final : workers::MpiHosts {
+  std::vector<workers::MpiHostsRequest> asked;
+  api::Result<workers::MpiLaunchSettings> answer = workers::MpiLaunchSettings{};
+  api::Result<workers::MpiLaunchSettings> preflight_mpi(const workers::MpiHostsRequest& request) override {
+    asked.push_back(request);
+    return answer;
+  }
+};
+
 class ClusterManagerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -99,7 +111,7 @@ class ClusterManagerTest : public ::testing::Test {
     fs::remove_all(root_);
   }
 
-  void make_manager() {
+  void make_manager(workers::MpiHosts* mpi_hosts = nullptr) {
     manager_.reset();
     auto launcher = std::make_unique<FakeLauncher>();
     launcher_ = launcher.get();
@@ -108,7 +120,7 @@ class ClusterManagerTest : public ::testing::Test {
     o.validation = {16, project_};
     o.ps_program = root_ / "no-such-muster-ps";
     o.start_thread = false;
-    manager_ = std::make_unique<ClusterManager>(o, *registry_, store_.get(), clock_, std::move(launcher));
+    manager_ = std::make_unique<ClusterManager>(o, *registry_, store_.get(), clock_, std::move(launcher), mpi_hosts);
   }
 
   api::Cluster create(api::ClusterRequest r) {
@@ -389,6 +401,51 @@ TEST_F(ClusterManagerTest, MpiWithoutLaunchOnlyBuildsTheLines) {
   EXPECT_NE(json["mpirun_command"].get<std::string>().find(
                 "-mca btl_tcp_if_include eth0 -mca oob_tcp_if_include eth0 -x NCCL_SOCKET_IFNAME=eth0"),
             std::string::npos);
+}
+
+// How mpirun reaches the hosts comes from the backend's MpiHosts, handed to
+// the manager explicitly, and goes on mpirun's argument vector: the line
+// shown is the line run, and nothing travels through the environment.
+TEST_F(ClusterManagerTest, MpiHostsAnswerGoesOnTheLaunchedLine) {
+  FakeMpiHosts hosts;
+  hosts.answer = workers::MpiLaunchSettings{"/opt/ompi", {"eth1"}, "ssh -i /k -l root"};
+  make_manager(&hosts);
+  auto r = mpi_request(2, 1);
+  r.ssh_port = 2200;
+  auto c = create(r);
+  ASSERT_TRUE(registry_->agent_register(c.tasks[0].worker_id, "10.0.0.5", std::nullopt).is_ok());
+  ASSERT_TRUE(registry_->agent_register(c.tasks[1].worker_id, "10.0.0.6", std::nullopt).is_ok());
+  auto running = now(c.id);
+  ASSERT_EQ(running.status, api::ClusterStatus::kRunning) << running.reason;
+  ASSERT_EQ(hosts.asked.size(), 1u);
+  EXPECT_EQ(hosts.asked[0].hosts, (std::vector<std::string>{"10.0.0.5", "10.0.0.6"}));
+  EXPECT_EQ(hosts.asked[0].ssh_port, 2200);
+  EXPECT_EQ(hosts.asked[0].program, "/usr/bin/python3");
+  ASSERT_EQ(launcher_->started.size(), 1u);
+  const auto& argv = launcher_->started[0].argv;
+  EXPECT_EQ(argv, running.mpirun_argv);
+  auto has = [&](std::vector<std::string> seq) { return std::search(argv.begin(), argv.end(), seq.begin(), seq.end()) != argv.end(); };
+  EXPECT_TRUE(has({"--prefix", "/opt/ompi"})) << clusterspec::join_for_shell(argv);
+  EXPECT_TRUE(has({"-mca", "btl_tcp_if_include", "eth1"})) << clusterspec::join_for_shell(argv);
+  EXPECT_TRUE(has({"-mca", "plm_rsh_agent", "ssh -i /k -l root"})) << clusterspec::join_for_shell(argv);
+  for (const auto& [name, value] : launcher_->started[0].env) {
+    EXPECT_NE(name.rfind("OMPI_MCA_", 0), 0u) << name << " reached mpirun through its environment";
+  }
+}
+
+TEST_F(ClusterManagerTest, FailingPreflightFailsTheClusterAndStartsNothing) {
+  FakeMpiHosts hosts;
+  hosts.answer = api::unavailable("root@10.0.0.6:2222: orted not found on the non-interactive PATH");
+  make_manager(&hosts);
+  auto c = create(mpi_request(2, 1));
+  ASSERT_TRUE(registry_->agent_register(c.tasks[0].worker_id, "10.0.0.5", std::nullopt).is_ok());
+  ASSERT_TRUE(registry_->agent_register(c.tasks[1].worker_id, "10.0.0.6", std::nullopt).is_ok());
+  auto failed = now(c.id);
+  EXPECT_EQ(failed.status, api::ClusterStatus::kFailed);
+  EXPECT_EQ(failed.reason, "preflight failed: root@10.0.0.6:2222: orted not found on the non-interactive PATH");
+  EXPECT_TRUE(launcher_->started.empty());
+  EXPECT_TRUE(failed.mpirun_argv.empty());
+  for (const auto& t : c.tasks) EXPECT_EQ(worker(t.worker_id).status, WorkerStatus::kStopped);
 }
 
 // horovodrun's tunables reach both lines and the cluster JSON.
