@@ -163,4 +163,18 @@ Result<Worker> worker_from_json(const nlohmann::json& j) {
   return w;
 }
 
+Status check_script_path(const std::string& script, const std::string& field) {
+  if (script.empty()) return invalid_argument(field + " is empty", field);
+  const std::filesystem::path rel(script);
+  if (rel.is_absolute()) {
+    return invalid_argument(field + " must be a path relative to the project directory, not '" + script + "'", field);
+  }
+  for (const auto& part : rel) {
+    if (part == "..") {
+      return invalid_argument(field + " must not contain '..' (it must stay inside the project directory)", field);
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace muster::api

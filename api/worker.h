@@ -98,6 +98,11 @@ struct LaunchRequest {
   std::vector<std::string> args;
 };
 
+// The form of a script path alone (relative, no `..` part, not empty), for
+// requests checked before the project directory is looked at (clusters) and
+// first thing when a script is resolved; the error names `field`.
+Status check_script_path(const std::string& script, const std::string& field);
+
 // POST /api/v1/workers/await, validated.
 struct AwaitRequest {
   std::vector<std::string> ids;

@@ -1,45 +1,37 @@
 // ClusterManager: clusters of workers for one distributed job (issue 3).
 //
-// Data path: cluster_routes.cc validates a request and calls create(); the
-// manager launches the tasks through the WorkerRegistry (one batch per task
-// type, tagged with the cluster id), then drives each cluster from its own
-// thread:
+// Data path: cluster_routes.cc validates a request (api/cluster.h) and calls
+// create(); the manager asks the mode's Rendezvous (rendezvous.h:
+// PsRendezvous, MpiRendezvous) for the launch batches, launches them through
+// the WorkerRegistry (one batch per task type, tagged with the cluster id,
+// all or nothing), then drives each cluster from its own thread, the same
+// for every mode:
 //
-//   ps mode (rendezvous)
-//     a) launch n_ps PS tasks, n_chief chief, n_workers worker and
-//        n_evaluator evaluator tasks (the last three run the worker script) with hold +
-//        reserve_port: each agent reserves a TCP port on its IP, registers
-//        ip:port and waits to be released;
-//     b) once every task is running with ip:port, build the ClusterSpec
-//        ({"ps": [...], "worker": [...]}, index = launch order) and release
-//        every task with TF_CONFIG (its own task type/index) in its env and
-//        cluster.json in its working dir; status -> running;
-//        (the evaluator stays outside the ClusterSpec, TensorFlow's rule, and
-//        gets TF_CONFIG task {"type": "evaluator", "index": 0});
-//     c) when the chief succeeded (with a chief: TensorFlow 2's workers and
-//        PS serve until stopped), else when every worker task succeeded,
-//        stop the rest; -> succeeded;
-//     d) any task failing, timing out, lost or stopped, or the rendezvous
-//        outlasting timeout_seconds, fails the cluster with a reason naming
-//        the task ("worker 1 (id 3fa9c0) failed with exit code 3") and stops
-//        every other task. Nobody waits forever.
-//   mpi mode
-//     a) launch n_workers idle workers; await their IPs;
-//     b) build the hosts (workers on one IP share a host: slots add up),
-//        hostfile, horovodrun and mpirun lines; -> running;
-//     c) launch=true: run the mpirun line as the cluster's launcher process
-//        (own process group, log <state>/clusters/<id>/launcher.log); the
-//        cluster ends with it (exit 0 -> succeeded, else failed) and its
-//        workers are stopped;
-//     d) a worker ending while the cluster runs aborts the launcher and fails
-//        the cluster naming the worker.
+//   a) starting: wait until every task is ready (Rendezvous::ready); the
+//      rendezvous outlasting timeout_seconds fails the cluster naming the
+//      first task that is not;
+//   b) all ready: Rendezvous::wire() (ps: ClusterSpec and releases; mpi:
+//      hostfile, launch lines, mpirun); the manager records what it
+//      returned, persists the cluster as running, then sends the releases;
+//   c) running: Rendezvous::verdict() decides when the cluster succeeded or
+//      failed (ps: the chief or every worker succeeded; mpi: mpirun's exit);
+//      the rest is stopped;
+//   d) any task failing, timing out, lost or stopped (unless the mode lets
+//      it end: Rendezvous::may_end) fails the cluster with a reason naming
+//      the task ("worker 1 (id 3fa9c0) failed with exit code 3") and stops
+//      every other task and the launcher. Nobody waits forever.
 //
 // Threads: create/list/get/stop are called from the HTTP threads; one
 // manager thread runs step() every `tick` and whenever the registry reports a
-// change of a cluster's worker. Registry calls (release, stop) and launcher
-// terminations never happen under the manager's mutex, so registry
-// listeners can never deadlock with it. The registry, store, clock and
-// launcher outlive nothing: the manager owns the launcher, borrows the rest.
+// change of a cluster's worker. Registry calls (release, stop), rendezvous
+// calls and launcher terminations never happen under the manager's mutex,
+// so registry listeners can never deadlock with it. The registry, store,
+// clock and MpiHosts are borrowed; the manager owns the launcher and the
+// rendezvous strategies.
+//
+// Files: cluster_manager.cc (construction, create, the queries, stop),
+// cluster_lifecycle.cc (the thread's pass a) to d), the rendezvous, finish,
+// restore).
 #pragma once
 
 #include <chrono>
@@ -55,13 +47,15 @@
 #include <thread>
 #include <vector>
 
+#include "api/cluster.h"
 #include "api/status.h"
 #include "service/clock.h"
 #include "service/cluster_launcher.h"
 #include "service/cluster_store.h"
-#include "service/cluster_types.h"
+#include "service/rendezvous.h"
 #include "service/registry.h"
 #include "service/validation.h"
+#include "workers/mpi_hosts.h"
 
 namespace muster::service {
 
@@ -76,17 +70,13 @@ struct ClusterManagerOptions {
   bool start_thread = true;                // false: tests call step() themselves
 };
 
-// The /bin/sh script an mpi cluster with GPUs puts in front of each rank's
-// command: it exports CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES (the
-// host's reserved devices) and MUSTER_GPU_DEVICE (the local rank's) from
-// MUSTER_RANK_GPUS, then execs the command ("$@").
-extern const char* const kRankGpuWrapper;
-
 class ClusterManager {
  public:
-  // `store` may be null (tests). Subscribes to the registry.
+  // `store` may be null (tests). `mpi_hosts`: how mpirun reaches the
+  // backend's hosts (workers::mpi_hosts_of); null for workers on this host.
+  // Subscribes to the registry.
   ClusterManager(ClusterManagerOptions options, WorkerRegistry& registry, ClusterStore* store, const Clock& clock,
-                 std::unique_ptr<Launcher> launcher);
+                 std::unique_ptr<Launcher> launcher, workers::MpiHosts* mpi_hosts = nullptr);
   ~ClusterManager();
   ClusterManager(const ClusterManager&) = delete;
   ClusterManager& operator=(const ClusterManager&) = delete;
@@ -97,12 +87,12 @@ class ClusterManager {
 
   // Validates the scripts, launches every task (all or nothing) and returns
   // the cluster in status "starting".
-  api::Result<Cluster> create(const ClusterRequest& request);
-  std::vector<Cluster> list() const;
-  api::Result<Cluster> get(const std::string& id) const;
+  api::Result<api::Cluster> create(const api::ClusterRequest& request);
+  std::vector<api::Cluster> list() const;
+  api::Result<api::Cluster> get(const std::string& id) const;
   // Stops the launcher and every task; a cluster that already ended is
   // returned as it is.
-  api::Result<Cluster> stop(const std::string& id);
+  api::Result<api::Cluster> stop(const std::string& id);
   // The log GET /api/v1/clusters/{id}/logs serves: mpi mode with launch=true,
   // the launcher's (<state>/clusters/<id>/launcher.log, mpirun's combined
   // output; it may not exist yet); ps mode, the chief's (worker task 0's)
@@ -117,13 +107,13 @@ class ClusterManager {
   // ClusterSpec, launch lines, reason). Listeners run under the manager's
   // mutex: they must only copy or queue (the dashboard's EventHub writes to
   // non-blocking streams), never call back into the manager.
-  using Listener = std::function<void(const Cluster&)>;
+  using Listener = std::function<void(const api::Cluster&)>;
   int subscribe(Listener listener);
   void unsubscribe(int handle);
 
  private:
   struct Entry {
-    Cluster cluster;
+    api::Cluster cluster;
     uint64_t seq = 0;
     bool launched = false;        // tasks are known
     bool ending = false;          // finish() is stopping the tasks; status follows
@@ -136,9 +126,10 @@ class ClusterManager {
   // Ends the cluster once (first caller wins): stops the launcher and every
   // task that has not ended, then sets the terminal status, so a cluster
   // seen as ended has nothing left running. A second caller waits for that.
-  void finish(const std::string& id, ClusterStatus status, const std::string& reason);
-  api::Status rendezvous_ps(const std::string& id, const std::vector<api::Worker>& workers);
-  api::Status rendezvous_mpi(const std::string& id, const std::vector<api::Worker>& workers);
+  void finish(const std::string& id, api::ClusterStatus status, const std::string& reason);
+  Rendezvous& mode_of(const api::ClusterRequest& request) const;
+  // b): the rendezvous of a cluster whose tasks are all ready.
+  void rendezvous(const api::Cluster& cluster, const std::vector<api::Worker>& workers);
   void persist_locked(const Entry& e);
   void loop();
 
@@ -147,6 +138,8 @@ class ClusterManager {
   ClusterStore* store_;
   const Clock& clock_;
   std::unique_ptr<Launcher> launcher_;
+  std::unique_ptr<Rendezvous> ps_;
+  std::unique_ptr<Rendezvous> mpi_;
 
   mutable std::mutex mu_;
   std::condition_variable ended_cv_;  // an `ending` cluster reached its status

@@ -8,7 +8,7 @@ using nlohmann::json;
 
 void register_cluster_routes(Router& router, ClusterManager& clusters, int max_workers, LogFollower* follower) {
   router.add("POST", "/api/v1/clusters", AuthKind::kUser, [&clusters, max_workers](const Request& req, Reply reply) {
-    auto parsed = parse_cluster_request(req.body, max_workers);
+    auto parsed = api::parse_cluster_request(req.body, max_workers);
     if (!parsed) return reply(error_response(parsed.status()));
     auto created = clusters.create(parsed.value());
     if (!created) return reply(error_response(created.status()));
@@ -34,7 +34,7 @@ void register_cluster_routes(Router& router, ClusterManager& clusters, int max_w
                const std::string id = req.params.at("id");
                serve_log(req, reply, follower, [&clusters, &id] { return clusters.log_path(id); }, [&clusters, id] {
                  auto c = clusters.get(id);
-                 return !c || is_terminal(c->status);
+                 return !c || api::is_terminal(c->status);
                });
              });
 
@@ -50,16 +50,14 @@ void register_cluster_routes(Router& router, ClusterManager& clusters, int max_w
 namespace muster::service {
 
 std::unique_ptr<ClusterManager> start_clusters(Router& router, WorkerRegistry& registry, ClusterStore* store,
-                                               const Clock& clock, const std::filesystem::path& state_dir,
-                                               const std::filesystem::path& project_dir, int max_workers,
-                                               const std::filesystem::path& agent_path,
-                                               LogFollower* follower) {
+                                               const Clock& clock, const StartClustersOptions& o) {
   ClusterManagerOptions options;
-  options.state_dir = state_dir;
-  options.validation = {max_workers, project_dir};
-  options.ps_program = agent_path.parent_path() / "muster-ps";
-  auto manager = std::make_unique<ClusterManager>(options, registry, store, clock, make_process_launcher());
-  register_cluster_routes(router, *manager, max_workers, follower);
+  options.state_dir = o.state_dir;
+  options.validation = {o.max_workers, o.project_dir};
+  options.ps_program = o.agent_path.parent_path() / "muster-ps";
+  auto manager = std::make_unique<ClusterManager>(options, registry, store, clock, make_process_launcher(),
+                                                  o.mpi_hosts);
+  register_cluster_routes(router, *manager, o.max_workers, o.follower);
   return manager;
 }
 

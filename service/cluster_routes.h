@@ -18,14 +18,21 @@ void register_cluster_routes(Router& router, ClusterManager& clusters, int max_w
 
 namespace muster::service {
 
-// musterd's one call for clusters: builds the manager (PS program
-// `muster-ps` beside the agent, cluster files under <state_dir>/clusters),
-// registers the routes, and returns the manager, which must be destroyed
-// before `registry`. Call restore() on it next.
+struct StartClustersOptions {
+  std::filesystem::path state_dir;    // cluster files under <state_dir>/clusters
+  std::filesystem::path project_dir;
+  int max_workers = 64;
+  std::filesystem::path agent_path;   // muster-ps is looked for beside it
+  // How mpirun reaches the backend's hosts (workers::mpi_hosts_of(backend));
+  // null: the workers run on this host. Borrowed; outlives the manager.
+  workers::MpiHosts* mpi_hosts = nullptr;
+  LogFollower* follower = nullptr;    // serves ?follow=true on the logs route
+};
+
+// musterd's one call for clusters: builds the manager, registers the routes,
+// and returns the manager, which must be destroyed before `registry`. Call
+// restore() on it next.
 std::unique_ptr<ClusterManager> start_clusters(Router& router, WorkerRegistry& registry, ClusterStore* store,
-                                               const Clock& clock, const std::filesystem::path& state_dir,
-                                               const std::filesystem::path& project_dir, int max_workers,
-                                               const std::filesystem::path& agent_path,
-                                               LogFollower* follower = nullptr);
+                                               const Clock& clock, const StartClustersOptions& options);
 
 }  // namespace muster::service

@@ -240,14 +240,15 @@ int main(int argc, char** argv) {
   if (auto s = registry->restore(); !s) return fail("restoring state", s);
   service::register_worker_routes(router, *registry, {max_workers, project}, follower.get());
   service::register_agent_routes(router, *registry);
-  clusters = service::start_clusters(router, *registry, cluster_store.value().get(), clock, state, project,
-                                     max_workers, agent_path, follower.get());
+  clusters = service::start_clusters(router, *registry, cluster_store.value().get(), clock,
+                                     {state, project, max_workers, agent_path,
+                                      workers::mpi_hosts_of(*backend.value()), follower.get()});
   if (auto s = clusters->restore(); !s) return fail("restoring clusters", s);
   registry->subscribe([&events, &metrics](const api::Worker& w) {
     metrics.on_worker_change(w);
     events.publish("worker", api::to_json(w));
   });
-  clusters->subscribe([&events](const service::Cluster& c) { events.publish("cluster", c.to_json()); });
+  clusters->subscribe([&events](const api::Cluster& c) { events.publish("cluster", c.to_json()); });
   service::register_training_routes(
       router, *registry, *clusters, training,
       [&events](const std::string& worker, const std::optional<std::string>& cluster,

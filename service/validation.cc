@@ -15,7 +15,7 @@ using nlohmann::json;
 
 namespace {
 
-// As for clusters (cluster_types.cc): no host has more.
+// As for clusters (api/cluster_request.cc): no host has more.
 constexpr int kMaxGpus = 64;
 
 api::Status check_fields(const json& body, const std::set<std::string>& allowed) {
@@ -102,24 +102,8 @@ bool is_env_name(const std::string& name) {
   return true;
 }
 
-api::Status check_script_path(const std::string& script, const std::string& field) {
-  if (script.empty()) return api::invalid_argument(field + " is empty", field);
-  fs::path rel(script);
-  if (rel.is_absolute()) {
-    return api::invalid_argument(field + " must be a path relative to the project directory, not '" + script + "'",
-                                 field);
-  }
-  for (const auto& part : rel) {
-    if (part == "..") {
-      return api::invalid_argument(field + " must not contain '..' (it must stay inside the project directory)",
-                                   field);
-    }
-  }
-  return api::Status::ok();
-}
-
 api::Result<fs::path> resolve_script(const fs::path& project_dir, const std::string& script) {
-  if (auto s = check_script_path(script, "script"); !s) return s;
+  if (auto s = api::check_script_path(script, "script"); !s) return s;
   fs::path rel(script);
   std::error_code ec;
   const fs::path root = fs::canonical(project_dir, ec);

@@ -11,6 +11,7 @@
 
 #include <fstream>
 
+#include "api/kernel.h"
 #include "workers/agent/http_client.h"
 #include "workers/agent/network.h"
 
@@ -64,7 +65,7 @@ TEST(ScriptCommand, BangLinesRunInTheShell) {
   const std::string mixed = "x = 1\n!echo \"a'b\" $((1+2))\nif x:\n    !echo in-block\nprint('py', x != 2)";
   const Cmd cmd = script_command(with("python3", "", mixed));
   ASSERT_EQ(cmd.size(), 6u);
-  EXPECT_EQ(cmd[3], muster::workers::agent::python_with_shell_lines(mixed));
+  EXPECT_EQ(cmd[3], muster::api::python_with_shell_lines(mixed));
   // Run it for real: the shell lines run in order with the Python ones.
   const std::string file = "/tmp/muster-agent-bang-" + std::to_string(::getpid()) + ".py";
   std::ofstream(file) << cmd[3];

@@ -2,9 +2,11 @@
 // backend, a FakeClock and a fake launcher, so nothing forks or sleeps.
 // Agents are played by calling the registry's agent_* methods.
 #include "service/cluster_manager.h"
+#include "service/mpi_rendezvous.h"
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <fstream>
@@ -68,6 +70,17 @@ struct FakeLauncher final : Launcher {
   }
 };
 
+// The cluster side's view of the backend's hosts: records what it was asked
+// and answers what the test sets.
+struct FakeMpiHosts final : workers::MpiHosts {
+  std::vector<workers::MpiHostsRequest> asked;
+  api::Result<workers::MpiLaunchSettings> answer = workers::MpiLaunchSettings{};
+  api::Result<workers::MpiLaunchSettings> preflight_mpi(const workers::MpiHostsRequest& request) override {
+    asked.push_back(request);
+    return answer;
+  }
+};
+
 class ClusterManagerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -97,7 +110,7 @@ class ClusterManagerTest : public ::testing::Test {
     fs::remove_all(root_);
   }
 
-  void make_manager() {
+  void make_manager(workers::MpiHosts* mpi_hosts = nullptr) {
     manager_.reset();
     auto launcher = std::make_unique<FakeLauncher>();
     launcher_ = launcher.get();
@@ -106,16 +119,16 @@ class ClusterManagerTest : public ::testing::Test {
     o.validation = {16, project_};
     o.ps_program = root_ / "no-such-muster-ps";
     o.start_thread = false;
-    manager_ = std::make_unique<ClusterManager>(o, *registry_, store_.get(), clock_, std::move(launcher));
+    manager_ = std::make_unique<ClusterManager>(o, *registry_, store_.get(), clock_, std::move(launcher), mpi_hosts);
   }
 
-  Cluster create(ClusterRequest r) {
+  api::Cluster create(api::ClusterRequest r) {
     auto c = manager_->create(r);
     EXPECT_TRUE(c.is_ok()) << c.status().message();
-    return c.is_ok() ? c.value() : Cluster{};
+    return c.is_ok() ? c.value() : api::Cluster{};
   }
 
-  Cluster now(const std::string& id) {
+  api::Cluster now(const std::string& id) {
     manager_->step();
     return manager_->get(id).value();
   }
@@ -123,7 +136,7 @@ class ClusterManagerTest : public ::testing::Test {
   api::Worker worker(const std::string& id) { return registry_->get(id).value(); }
 
   // Registers every task as its agent would, each with its own port.
-  void register_all(const Cluster& c, bool with_port) {
+  void register_all(const api::Cluster& c, bool with_port) {
     int port = 40000;
     for (const auto& t : c.tasks) {
       auto held = registry_->agent_register(t.worker_id, "127.0.0.1", with_port ? std::optional<int>(port++) : std::nullopt);
@@ -138,9 +151,9 @@ class ClusterManagerTest : public ::testing::Test {
     return got;
   }
 
-  static ClusterRequest ps_request(int n_ps, int n_workers) {
-    ClusterRequest r;
-    r.mode = ClusterMode::kPs;
+  static api::ClusterRequest ps_request(int n_ps, int n_workers) {
+    api::ClusterRequest r;
+    r.mode = api::ClusterMode::kPs;
     r.n_ps = n_ps;
     r.n_workers = n_workers;
     r.worker_script = "train.py";
@@ -148,9 +161,9 @@ class ClusterManagerTest : public ::testing::Test {
     return r;
   }
 
-  static ClusterRequest mpi_request(int n_workers, int slots) {
-    ClusterRequest r;
-    r.mode = ClusterMode::kMpi;
+  static api::ClusterRequest mpi_request(int n_workers, int slots) {
+    api::ClusterRequest r;
+    r.mode = api::ClusterMode::kMpi;
     r.n_workers = n_workers;
     r.slots = slots;
     r.worker_script = "train.py";
@@ -171,7 +184,7 @@ class ClusterManagerTest : public ::testing::Test {
 TEST_F(ClusterManagerTest, PsRendezvousReleasesEveryTaskWithItsOwnTfConfig) {
   auto c = create(ps_request(1, 2));
   ASSERT_EQ(c.tasks.size(), 3u);
-  EXPECT_EQ(c.status, ClusterStatus::kStarting);
+  EXPECT_EQ(c.status, api::ClusterStatus::kStarting);
   EXPECT_EQ(c.workers_json().dump(),
             nlohmann::json({{"ps", {c.tasks[0].worker_id}}, {"worker", {c.tasks[1].worker_id, c.tasks[2].worker_id}}})
                 .dump());
@@ -182,11 +195,11 @@ TEST_F(ClusterManagerTest, PsRendezvousReleasesEveryTaskWithItsOwnTfConfig) {
     EXPECT_EQ(spec.env.at("MUSTER_CLUSTER_ID"), c.id);
   }
   EXPECT_EQ(worker(c.tasks[1].worker_id).cluster_id.value_or(""), c.id);
-  EXPECT_EQ(now(c.id).status, ClusterStatus::kStarting);
+  EXPECT_EQ(now(c.id).status, api::ClusterStatus::kStarting);
 
   register_all(c, true);
   auto running = now(c.id);
-  ASSERT_EQ(running.status, ClusterStatus::kRunning) << running.reason;
+  ASSERT_EQ(running.status, api::ClusterStatus::kRunning) << running.reason;
   EXPECT_EQ(running.cluster_spec.dump(), R"({"ps":["127.0.0.1:40000"],"worker":["127.0.0.1:40001","127.0.0.1:40002"]})");
 
   std::set<std::string> seen, secrets;
@@ -211,10 +224,10 @@ TEST_F(ClusterManagerTest, PsRendezvousReleasesEveryTaskWithItsOwnTfConfig) {
 
   // Workers end well -> the PS is stopped and the cluster succeeded.
   ASSERT_TRUE(registry_->agent_exit(c.tasks[1].worker_id, 0).is_ok());
-  EXPECT_EQ(now(c.id).status, ClusterStatus::kRunning);
+  EXPECT_EQ(now(c.id).status, api::ClusterStatus::kRunning);
   ASSERT_TRUE(registry_->agent_exit(c.tasks[2].worker_id, 0).is_ok());
   auto done = now(c.id);
-  EXPECT_EQ(done.status, ClusterStatus::kSucceeded) << done.reason;
+  EXPECT_EQ(done.status, api::ClusterStatus::kSucceeded) << done.reason;
   EXPECT_EQ(worker(c.tasks[0].worker_id).status, WorkerStatus::kStopped);
   EXPECT_TRUE(done.finished_at.has_value());
 }
@@ -222,10 +235,10 @@ TEST_F(ClusterManagerTest, PsRendezvousReleasesEveryTaskWithItsOwnTfConfig) {
 TEST_F(ClusterManagerTest, CrashingWorkerFailsTheClusterAndStopsTheRest) {
   auto c = create(ps_request(1, 2));
   register_all(c, true);
-  ASSERT_EQ(now(c.id).status, ClusterStatus::kRunning);
+  ASSERT_EQ(now(c.id).status, api::ClusterStatus::kRunning);
   ASSERT_TRUE(registry_->agent_exit(c.tasks[2].worker_id, 3).is_ok());
   auto failed = now(c.id);
-  EXPECT_EQ(failed.status, ClusterStatus::kFailed);
+  EXPECT_EQ(failed.status, api::ClusterStatus::kFailed);
   EXPECT_EQ(failed.reason, "worker 1 (id " + c.tasks[2].worker_id + ") failed with exit code 3");
   EXPECT_EQ(worker(c.tasks[0].worker_id).status, WorkerStatus::kStopped);
   EXPECT_EQ(worker(c.tasks[1].worker_id).status, WorkerStatus::kStopped);
@@ -238,7 +251,7 @@ TEST_F(ClusterManagerTest, TaskDyingBeforeRendezvousFailsTheCluster) {
   ASSERT_TRUE(registry_->agent_register(c.tasks[0].worker_id, "127.0.0.1", 5000).is_ok());
   ASSERT_TRUE(registry_->agent_exit(c.tasks[1].worker_id, 1).is_ok());
   auto failed = now(c.id);
-  EXPECT_EQ(failed.status, ClusterStatus::kFailed);
+  EXPECT_EQ(failed.status, api::ClusterStatus::kFailed);
   EXPECT_EQ(failed.reason, "ps 1 (id " + c.tasks[1].worker_id + ") failed with exit code 1");
   EXPECT_TRUE(failed.cluster_spec.is_null());
   EXPECT_EQ(worker(c.tasks[0].worker_id).status, WorkerStatus::kStopped);
@@ -249,10 +262,10 @@ TEST_F(ClusterManagerTest, RendezvousTimeoutNamesTheMissingTask) {
   ASSERT_TRUE(registry_->agent_register(c.tasks[0].worker_id, "127.0.0.1", 5000).is_ok());
   ASSERT_TRUE(registry_->agent_register(c.tasks[1].worker_id, "127.0.0.1", 5001).is_ok());
   clock_.advance(std::chrono::seconds(29));
-  EXPECT_EQ(now(c.id).status, ClusterStatus::kStarting);
+  EXPECT_EQ(now(c.id).status, api::ClusterStatus::kStarting);
   clock_.advance(std::chrono::seconds(2));
   auto failed = now(c.id);
-  EXPECT_EQ(failed.status, ClusterStatus::kFailed);
+  EXPECT_EQ(failed.status, api::ClusterStatus::kFailed);
   EXPECT_EQ(failed.reason,
             "worker 1 (id " + c.tasks[2].worker_id + ") did not register within 30 s (timeout_seconds)");
   for (const auto& t : c.tasks) EXPECT_TRUE(api::is_terminal(worker(t.worker_id).status));
@@ -268,14 +281,14 @@ TEST_F(ClusterManagerTest, PsTasksWithoutScriptWaitToBeStopped) {
     EXPECT_NE((code + 1)->find("time.sleep"), std::string::npos);
   }
   register_all(c, true);
-  EXPECT_EQ(now(c.id).status, ClusterStatus::kRunning);
+  EXPECT_EQ(now(c.id).status, api::ClusterStatus::kRunning);
   auto stopped = manager_->stop(c.id);
   ASSERT_TRUE(stopped.is_ok());
-  EXPECT_EQ(stopped->status, ClusterStatus::kStopped);
+  EXPECT_EQ(stopped->status, api::ClusterStatus::kStopped);
   EXPECT_EQ(stopped->reason, "stopped by request");
   for (const auto& t : c.tasks) EXPECT_EQ(worker(t.worker_id).status, WorkerStatus::kStopped);
   // Stopping again returns the cluster unchanged.
-  EXPECT_EQ(manager_->stop(c.id)->status, ClusterStatus::kStopped);
+  EXPECT_EQ(manager_->stop(c.id)->status, api::ClusterStatus::kStopped);
 }
 
 TEST_F(ClusterManagerTest, PsProgramIsUsedWhenItExists) {
@@ -320,7 +333,7 @@ TEST_F(ClusterManagerTest, MpiBuildsLinesAndRunsTheLauncher) {
   EXPECT_EQ(backend_.launched[0].env.count("MUSTER_RESERVE_PORT"), 0u);
   register_all(c, false);
   auto running = now(c.id);
-  ASSERT_EQ(running.status, ClusterStatus::kRunning) << running.reason;
+  ASSERT_EQ(running.status, api::ClusterStatus::kRunning) << running.reason;
   // The local backend: one host, all slots on it.
   EXPECT_EQ(running.hostfile, "127.0.0.1 slots=4\n");
   const std::string script = (project_ / "train.py").string();
@@ -338,10 +351,10 @@ TEST_F(ClusterManagerTest, MpiBuildsLinesAndRunsTheLauncher) {
   std::getline(hostfile, line);
   EXPECT_EQ(line, "127.0.0.1 slots=4");
 
-  EXPECT_EQ(now(c.id).status, ClusterStatus::kRunning);
+  EXPECT_EQ(now(c.id).status, api::ClusterStatus::kRunning);
   launcher_->exit_code = 0;
   auto done = now(c.id);
-  EXPECT_EQ(done.status, ClusterStatus::kSucceeded) << done.reason;
+  EXPECT_EQ(done.status, api::ClusterStatus::kSucceeded) << done.reason;
   EXPECT_EQ(done.launcher_exit_code.value_or(-1), 0);
   for (const auto& t : c.tasks) EXPECT_EQ(worker(t.worker_id).status, WorkerStatus::kStopped);
 }
@@ -349,20 +362,20 @@ TEST_F(ClusterManagerTest, MpiBuildsLinesAndRunsTheLauncher) {
 TEST_F(ClusterManagerTest, MpiLauncherFailureFailsTheCluster) {
   auto c = create(mpi_request(2, 1));
   register_all(c, false);
-  ASSERT_EQ(now(c.id).status, ClusterStatus::kRunning);
+  ASSERT_EQ(now(c.id).status, api::ClusterStatus::kRunning);
   launcher_->exit_code = 1;
   auto failed = now(c.id);
-  EXPECT_EQ(failed.status, ClusterStatus::kFailed);
+  EXPECT_EQ(failed.status, api::ClusterStatus::kFailed);
   EXPECT_EQ(failed.reason.rfind("mpirun exited with code 1", 0), 0u) << failed.reason;
 }
 
 TEST_F(ClusterManagerTest, MpiWorkerLostAbortsTheLauncher) {
   auto c = create(mpi_request(2, 1));
   register_all(c, false);
-  ASSERT_EQ(now(c.id).status, ClusterStatus::kRunning);
+  ASSERT_EQ(now(c.id).status, api::ClusterStatus::kRunning);
   ASSERT_TRUE(registry_->agent_exit(c.tasks[0].worker_id, 137).is_ok());
   auto failed = now(c.id);
-  EXPECT_EQ(failed.status, ClusterStatus::kFailed);
+  EXPECT_EQ(failed.status, api::ClusterStatus::kFailed);
   EXPECT_EQ(failed.reason,
             "worker 0 (id " + c.tasks[0].worker_id + ") failed with exit code 137; mpirun was aborted");
   EXPECT_TRUE(launcher_->terminated);
@@ -377,7 +390,7 @@ TEST_F(ClusterManagerTest, MpiWithoutLaunchOnlyBuildsTheLines) {
   ASSERT_TRUE(registry_->agent_register(c.tasks[0].worker_id, "10.0.0.5", std::nullopt).is_ok());
   ASSERT_TRUE(registry_->agent_register(c.tasks[1].worker_id, "10.0.0.6", std::nullopt).is_ok());
   auto running = now(c.id);
-  ASSERT_EQ(running.status, ClusterStatus::kRunning);
+  ASSERT_EQ(running.status, api::ClusterStatus::kRunning);
   EXPECT_TRUE(launcher_->started.empty());
   EXPECT_EQ(running.hostfile, "10.0.0.5 slots=1\n10.0.0.6 slots=1\n");
   auto json = running.to_json();
@@ -387,6 +400,51 @@ TEST_F(ClusterManagerTest, MpiWithoutLaunchOnlyBuildsTheLines) {
   EXPECT_NE(json["mpirun_command"].get<std::string>().find(
                 "-mca btl_tcp_if_include eth0 -mca oob_tcp_if_include eth0 -x NCCL_SOCKET_IFNAME=eth0"),
             std::string::npos);
+}
+
+// How mpirun reaches the hosts comes from the backend's MpiHosts, handed to
+// the manager explicitly, and goes on mpirun's argument vector: the line
+// shown is the line run, and nothing travels through the environment.
+TEST_F(ClusterManagerTest, MpiHostsAnswerGoesOnTheLaunchedLine) {
+  FakeMpiHosts hosts;
+  hosts.answer = workers::MpiLaunchSettings{"/opt/ompi", {"eth1"}, "ssh -i /k -l root"};
+  make_manager(&hosts);
+  auto r = mpi_request(2, 1);
+  r.ssh_port = 2200;
+  auto c = create(r);
+  ASSERT_TRUE(registry_->agent_register(c.tasks[0].worker_id, "10.0.0.5", std::nullopt).is_ok());
+  ASSERT_TRUE(registry_->agent_register(c.tasks[1].worker_id, "10.0.0.6", std::nullopt).is_ok());
+  auto running = now(c.id);
+  ASSERT_EQ(running.status, api::ClusterStatus::kRunning) << running.reason;
+  ASSERT_EQ(hosts.asked.size(), 1u);
+  EXPECT_EQ(hosts.asked[0].hosts, (std::vector<std::string>{"10.0.0.5", "10.0.0.6"}));
+  EXPECT_EQ(hosts.asked[0].ssh_port, 2200);
+  EXPECT_EQ(hosts.asked[0].program, "/usr/bin/python3");
+  ASSERT_EQ(launcher_->started.size(), 1u);
+  const auto& argv = launcher_->started[0].argv;
+  EXPECT_EQ(argv, running.mpirun_argv);
+  auto has = [&](std::vector<std::string> seq) { return std::search(argv.begin(), argv.end(), seq.begin(), seq.end()) != argv.end(); };
+  EXPECT_TRUE(has({"--prefix", "/opt/ompi"})) << clusterspec::join_for_shell(argv);
+  EXPECT_TRUE(has({"-mca", "btl_tcp_if_include", "eth1"})) << clusterspec::join_for_shell(argv);
+  EXPECT_TRUE(has({"-mca", "plm_rsh_agent", "ssh -i /k -l root"})) << clusterspec::join_for_shell(argv);
+  for (const auto& [name, value] : launcher_->started[0].env) {
+    EXPECT_NE(name.rfind("OMPI_MCA_", 0), 0u) << name << " reached mpirun through its environment";
+  }
+}
+
+TEST_F(ClusterManagerTest, FailingPreflightFailsTheClusterAndStartsNothing) {
+  FakeMpiHosts hosts;
+  hosts.answer = api::unavailable("root@10.0.0.6:2222: orted not found on the non-interactive PATH");
+  make_manager(&hosts);
+  auto c = create(mpi_request(2, 1));
+  ASSERT_TRUE(registry_->agent_register(c.tasks[0].worker_id, "10.0.0.5", std::nullopt).is_ok());
+  ASSERT_TRUE(registry_->agent_register(c.tasks[1].worker_id, "10.0.0.6", std::nullopt).is_ok());
+  auto failed = now(c.id);
+  EXPECT_EQ(failed.status, api::ClusterStatus::kFailed);
+  EXPECT_EQ(failed.reason, "preflight failed: root@10.0.0.6:2222: orted not found on the non-interactive PATH");
+  EXPECT_TRUE(launcher_->started.empty());
+  EXPECT_TRUE(failed.mpirun_argv.empty());
+  for (const auto& t : c.tasks) EXPECT_EQ(worker(t.worker_id).status, WorkerStatus::kStopped);
 }
 
 // horovodrun's tunables reach both lines and the cluster JSON.
@@ -435,7 +493,7 @@ TEST_F(ClusterManagerTest, ChiefAndEvaluatorFollowTensorFlowsRules) {
   EXPECT_EQ(manager_->log_path(c.id).value(), registry_->log_path(chief).value());
   register_all(c, true);
   auto running = now(c.id);
-  ASSERT_EQ(running.status, ClusterStatus::kRunning) << running.reason;
+  ASSERT_EQ(running.status, api::ClusterStatus::kRunning) << running.reason;
   EXPECT_EQ(running.cluster_spec.dump(),
             R"({"chief":["127.0.0.1:40001"],"ps":["127.0.0.1:40000"],"worker":["127.0.0.1:40002","127.0.0.1:40003"]})");
   for (const auto& t : c.tasks) {
@@ -449,7 +507,7 @@ TEST_F(ClusterManagerTest, ChiefAndEvaluatorFollowTensorFlowsRules) {
   // Workers that serve forever do not hold the cluster up: the chief decides.
   ASSERT_TRUE(registry_->agent_exit(chief, 0).is_ok());
   auto done = now(c.id);
-  EXPECT_EQ(done.status, ClusterStatus::kSucceeded) << done.reason;
+  EXPECT_EQ(done.status, api::ClusterStatus::kSucceeded) << done.reason;
   EXPECT_EQ(worker(c.tasks[2].worker_id).status, WorkerStatus::kStopped);
   EXPECT_EQ(worker(evaluator).status, WorkerStatus::kStopped);
   EXPECT_EQ(done.to_json()["n_chief"], 1);
@@ -461,10 +519,10 @@ TEST_F(ClusterManagerTest, FailingEvaluatorFailsTheCluster) {
   r.n_evaluator = 1;
   auto c = create(r);
   register_all(c, true);
-  ASSERT_EQ(now(c.id).status, ClusterStatus::kRunning);
+  ASSERT_EQ(now(c.id).status, api::ClusterStatus::kRunning);
   ASSERT_TRUE(registry_->agent_exit(c.tasks[2].worker_id, 2).is_ok());
   auto failed = now(c.id);
-  EXPECT_EQ(failed.status, ClusterStatus::kFailed);
+  EXPECT_EQ(failed.status, api::ClusterStatus::kFailed);
   EXPECT_EQ(failed.reason, "evaluator 0 (id " + c.tasks[2].worker_id + ") failed with exit code 2");
 }
 
@@ -490,7 +548,7 @@ TEST_F(ClusterManagerTest, MpiRanksGetTheirHostsDevices) {
   ASSERT_TRUE(registry_->agent_register(c.tasks[1].worker_id, "10.0.0.6", std::nullopt).is_ok());
   ASSERT_TRUE(registry_->agent_register(c.tasks[2].worker_id, "10.0.0.5", std::nullopt).is_ok());
   auto running = now(c.id);
-  ASSERT_EQ(running.status, ClusterStatus::kRunning) << running.reason;
+  ASSERT_EQ(running.status, api::ClusterStatus::kRunning) << running.reason;
   const auto& argv = launcher_->started.at(0).argv;
   auto env = std::find(argv.begin(), argv.end(), "MUSTER_RANK_GPUS=0,2;0,2;1");
   EXPECT_NE(env, argv.end()) << clusterspec::join_for_shell(argv);
@@ -523,9 +581,9 @@ TEST_F(ClusterManagerTest, MpiRanksGetTheirHostsDevices) {
 TEST_F(ClusterManagerTest, RestartFailsClustersThatHadNotEnded) {
   auto done = create(ps_request(0, 1));
   register_all(done, true);
-  ASSERT_EQ(now(done.id).status, ClusterStatus::kRunning);
+  ASSERT_EQ(now(done.id).status, api::ClusterStatus::kRunning);
   ASSERT_TRUE(registry_->agent_exit(done.tasks[0].worker_id, 0).is_ok());
-  ASSERT_EQ(now(done.id).status, ClusterStatus::kSucceeded);
+  ASSERT_EQ(now(done.id).status, api::ClusterStatus::kSucceeded);
   auto open = create(ps_request(1, 1));
 
   make_manager();  // a new daemon over the same store
@@ -533,9 +591,9 @@ TEST_F(ClusterManagerTest, RestartFailsClustersThatHadNotEnded) {
   auto list = manager_->list();
   ASSERT_EQ(list.size(), 2u);
   EXPECT_EQ(list[0].id, done.id);
-  EXPECT_EQ(list[0].status, ClusterStatus::kSucceeded);
+  EXPECT_EQ(list[0].status, api::ClusterStatus::kSucceeded);
   EXPECT_EQ(list[1].id, open.id);
-  EXPECT_EQ(list[1].status, ClusterStatus::kFailed);
+  EXPECT_EQ(list[1].status, api::ClusterStatus::kFailed);
   EXPECT_EQ(list[1].reason, "the daemon restarted while the cluster was starting; its tasks were stopped");
   EXPECT_EQ(list[1].tasks.size(), 2u);
   for (const auto& t : open.tasks) EXPECT_EQ(worker(t.worker_id).status, WorkerStatus::kStopped);
@@ -628,7 +686,7 @@ TEST_F(ClusterManagerTest, LogsRouteServesTheLauncherLogOrTheChiefs) {
   EXPECT_EQ(empty.http_status, 200);
   EXPECT_EQ(empty.body, "");
   register_all(mpi, false);
-  ASSERT_EQ(now(mpi.id).status, ClusterStatus::kRunning);
+  ASSERT_EQ(now(mpi.id).status, api::ClusterStatus::kRunning);
   ASSERT_EQ(launcher_->started.size(), 1u);
   EXPECT_EQ(launcher_->started[0].log_path, root_ / "state" / "clusters" / mpi.id / "launcher.log");
   std::ofstream(launcher_->started[0].log_path) << "[1,0]<stdout>:step 1\n[1,1]<stdout>:step 1\n[1,0]<stdout>:accuracy 0.9\n";
@@ -653,7 +711,7 @@ TEST_F(ClusterManagerTest, LogsRouteServesTheLauncherLogOrTheChiefs) {
   lines_only.launch = false;
   auto unlaunched = create(lines_only);
   register_all(unlaunched, false);
-  ASSERT_EQ(now(unlaunched.id).status, ClusterStatus::kRunning);
+  ASSERT_EQ(now(unlaunched.id).status, api::ClusterStatus::kRunning);
   auto none = logs(unlaunched.id);
   EXPECT_EQ(none.http_status, 200);
   EXPECT_EQ(none.body, "");

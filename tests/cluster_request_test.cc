@@ -1,6 +1,6 @@
-// parse_cluster_request: a table of bad bodies, each naming its field; and
+// api::parse_cluster_request: a table of bad bodies, each naming its field; and
 // the cluster object's JSON.
-#include "service/cluster_types.h"
+#include "api/cluster.h"
 
 #include <gtest/gtest.h>
 
@@ -16,9 +16,9 @@ struct BadCase {
 };
 
 TEST(ClusterRequestTest, Defaults) {
-  auto r = parse_cluster_request(json::parse(R"({"n_workers": 2})"), 64);
+  auto r = api::parse_cluster_request(json::parse(R"({"n_workers": 2})"), 64);
   ASSERT_TRUE(r.is_ok()) << r.status().message();
-  EXPECT_EQ(r->mode, ClusterMode::kPs);
+  EXPECT_EQ(r->mode, api::ClusterMode::kPs);
   EXPECT_EQ(r->n_ps, 0);
   EXPECT_EQ(r->ssh_port, 2222);
   EXPECT_EQ(r->slots, 1);
@@ -27,18 +27,18 @@ TEST(ClusterRequestTest, Defaults) {
 }
 
 TEST(ClusterRequestTest, FullMpiRequest) {
-  auto r = parse_cluster_request(json::parse(R"({"mode":"mpi","n_workers":2,"cpu":0.5,"memory":2,"nvidia_gpu":0,
+  auto r = api::parse_cluster_request(json::parse(R"({"mode":"mpi","n_workers":2,"cpu":0.5,"memory":2,"nvidia_gpu":0,
       "worker_script":"train.py","args":["--x","1"],"env":{"A_1":"v"},"slots":2,"ssh_port":2200,
       "network_interface":"eth0","timeout_seconds":0,"launch":false})"),
                                  64);
   ASSERT_TRUE(r.is_ok()) << r.status().message();
-  EXPECT_EQ(r->mode, ClusterMode::kMpi);
+  EXPECT_EQ(r->mode, api::ClusterMode::kMpi);
   EXPECT_EQ(r->slots, 2);
   EXPECT_EQ(r->ssh_port, 2200);
   EXPECT_EQ(r->env.at("A_1"), "v");
   EXPECT_FALSE(r->launch);
   EXPECT_EQ(r->timeout_seconds, 0);
-  auto back = cluster_request_from_json(r->to_json());
+  auto back = api::cluster_request_from_json(r->to_json());
   ASSERT_TRUE(back.is_ok());
   EXPECT_EQ(back->to_json(), r->to_json());
 }
@@ -46,14 +46,14 @@ TEST(ClusterRequestTest, FullMpiRequest) {
 // 2.0 is the integer 2 to JSON Schema (api/openapi.yaml) and what Python's
 // json writes for a float holding a whole number.
 TEST(ClusterRequestTest, WholeNumbersWrittenAsFloatsAreIntegers) {
-  auto r = parse_cluster_request(json::parse(R"({"n_workers": 2.0, "slots": 3.0, "n_ps": 0.0})"), 8);
+  auto r = api::parse_cluster_request(json::parse(R"({"n_workers": 2.0, "slots": 3.0, "n_ps": 0.0})"), 8);
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   EXPECT_EQ(r->n_workers, 2);
   EXPECT_EQ(r->slots, 3);
 }
 
 TEST(ClusterRequestTest, HorovodOptionsAndTf2Roles) {
-  auto r = parse_cluster_request(json::parse(R"({"mode":"mpi","n_workers":2,"worker_script":"t.py",
+  auto r = api::parse_cluster_request(json::parse(R"({"mode":"mpi","n_workers":2,"worker_script":"t.py",
       "network_interfaces":["eth0","ib0"],"fusion_threshold_mb":0,"cycle_time_ms":2.5,
       "timeline_filename":"/tmp/tl.json","start_timeout":30,"verbose":true})"),
                                  64);
@@ -64,20 +64,20 @@ TEST(ClusterRequestTest, HorovodOptionsAndTf2Roles) {
   EXPECT_EQ(r->timeline_filename, "/tmp/tl.json");
   EXPECT_EQ(r->start_timeout, 30);
   EXPECT_TRUE(r->verbose);
-  auto back = cluster_request_from_json(r->to_json());
+  auto back = api::cluster_request_from_json(r->to_json());
   ASSERT_TRUE(back.is_ok());
   EXPECT_EQ(back->to_json(), r->to_json());
   // The older single name is still accepted, as a list of one.
-  auto one = parse_cluster_request(json::parse(R"({"mode":"mpi","n_workers":1,"worker_script":"t.py",
+  auto one = api::parse_cluster_request(json::parse(R"({"mode":"mpi","n_workers":1,"worker_script":"t.py",
       "network_interface":"eth0"})"), 64);
   ASSERT_TRUE(one.is_ok());
   EXPECT_EQ(one->network_interfaces, (std::vector<std::string>{"eth0"}));
   EXPECT_FALSE(one->fusion_threshold_mb.has_value());
-  auto ps = parse_cluster_request(json::parse(R"({"n_workers":2,"n_ps":1,"n_chief":1,"n_evaluator":1})"), 64);
+  auto ps = api::parse_cluster_request(json::parse(R"({"n_workers":2,"n_ps":1,"n_chief":1,"n_evaluator":1})"), 64);
   ASSERT_TRUE(ps.is_ok()) << ps.status().message();
   EXPECT_EQ(ps->n_chief, 1);
   EXPECT_EQ(ps->n_evaluator, 1);
-  EXPECT_EQ(cluster_request_from_json(ps->to_json())->n_evaluator, 1);
+  EXPECT_EQ(api::cluster_request_from_json(ps->to_json())->n_evaluator, 1);
   // A record written before these fields existed still loads.
   json old = one->to_json();
   for (const char* key : {"network_interfaces", "fusion_threshold_mb", "cycle_time_ms", "timeline_filename",
@@ -85,7 +85,7 @@ TEST(ClusterRequestTest, HorovodOptionsAndTf2Roles) {
     old.erase(key);
   }
   old["network_interface"] = "eth9";
-  auto loaded = cluster_request_from_json(old);
+  auto loaded = api::cluster_request_from_json(old);
   ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
   EXPECT_EQ(loaded->network_interfaces, (std::vector<std::string>{"eth9"}));
 }
@@ -148,7 +148,7 @@ TEST(ClusterRequestTest, BadBodiesNameTheField) {
       {R"({"n_workers": 1, "verbose": true})", "verbose", "mpi mode only"},
   };
   for (const auto& c : cases) {
-    auto r = parse_cluster_request(json::parse(c.body), 8);
+    auto r = api::parse_cluster_request(json::parse(c.body), 8);
     ASSERT_FALSE(r.is_ok()) << c.body;
     EXPECT_EQ(r.status().code(), api::ErrorCode::kInvalidArgument) << c.body;
     EXPECT_EQ(r.status().field(), c.field) << c.body;
@@ -157,10 +157,10 @@ TEST(ClusterRequestTest, BadBodiesNameTheField) {
 }
 
 TEST(ClusterObjectTest, JsonHasTheApiFields) {
-  Cluster c;
+  api::Cluster c;
   c.id = "c-1";
-  c.request.mode = ClusterMode::kMpi;
-  c.status = ClusterStatus::kRunning;
+  c.request.mode = api::ClusterMode::kMpi;
+  c.status = api::ClusterStatus::kRunning;
   c.tasks = {{"worker", 0, "w0"}, {"worker", 1, "w1"}};
   c.horovodrun_argv = {"horovodrun", "-np", "2", "-H", "h:2", "python3", "a b.py"};
   auto j = c.to_json();
@@ -172,7 +172,7 @@ TEST(ClusterObjectTest, JsonHasTheApiFields) {
   EXPECT_EQ(j["mode"], "mpi");
   EXPECT_EQ(j["workers"], json::parse(R"({"worker":["w0","w1"]})"));
   EXPECT_EQ(j["horovodrun_command"], "horovodrun -np 2 -H h:2 python3 'a b.py'");
-  auto back = Cluster::from_record(c.to_record());
+  auto back = api::Cluster::from_record(c.to_record());
   ASSERT_TRUE(back.is_ok()) << back.status().message();
   EXPECT_EQ(back->to_json(), j);
 }

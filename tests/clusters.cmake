@@ -5,6 +5,8 @@ muster_gtest(cluster_unit_test
   DEPS muster_clusters
   LABEL unit
   TIMEOUT 120)
+# api/kernel.h: the agent and the MPI ranks run a script the same way.
+muster_gtest(kernel_test SOURCES kernel_test.cc DEPS muster_clusters muster_agent_lib LABEL unit TIMEOUT 60)
 
 # A tiny MPI program (allreduce of rank+1) that the mpi-mode test launches.
 muster_executable(muster_mpi_hello SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi_hello.cc DEPS MPI::MPI_C)

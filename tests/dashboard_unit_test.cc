@@ -200,11 +200,11 @@ TEST(DaemonMetrics, RendersEveryFamilyWithRoutePatterns) {
   src.backend = "local";
   src.workers = [w] { return std::vector<api::Worker>{w}; };
   src.clusters = [] {
-    Cluster c;
+    api::Cluster c;
     c.id = "c1";
-    c.status = ClusterStatus::kRunning;
-    c.request.mode = ClusterMode::kMpi;
-    return std::vector<Cluster>{c};
+    c.status = api::ClusterStatus::kRunning;
+    c.request.mode = api::ClusterMode::kMpi;
+    return std::vector<api::Cluster>{c};
   };
   src.training = &series;
   const std::string text = m.render(src);

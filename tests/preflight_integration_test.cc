@@ -10,9 +10,9 @@
 
 #include "container_test_env.h"
 #include "workers/container/container_backend.h"
-#include "workers/ssh/preflight.h"
+#include "workers/remote/preflight.h"
 
-namespace muster::workers::ssh {
+namespace muster::workers::remote {
 namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -26,7 +26,6 @@ class PreflightIntegrationTest : public ::testing::Test {
     state_ = env_->state;
     container::ContainerOptions o = env_->options;
     o.reap_interval = 0ms;
-    o.export_mpi_ssh = false;
     auto c = ContainerBackend::create(o, container::make_system_executor());
     ASSERT_TRUE(c.is_ok()) << c.status().message();
     containers_ = std::move(c.value());
@@ -61,7 +60,7 @@ class PreflightIntegrationTest : public ::testing::Test {
   std::unique_ptr<Connector> connector() {
     ConnectOptions c;
     c.known_hosts = containers_->ssh_keys().known_hosts;
-    c.timeout = 5s;
+    c.timeout = 30s;  // the probe runs root's startup files (pyenv init: seconds under load)
     return make_libssh2_connector(c);
   }
 
@@ -112,4 +111,4 @@ TEST_F(PreflightIntegrationTest, MissingProgramOnThePathIsReported) {
 }
 
 }  // namespace
-}  // namespace muster::workers::ssh
+}  // namespace muster::workers::remote

@@ -321,18 +321,18 @@ TEST_F(SlurmBackendTest, MpiPreflightMapsHostsToTheJobsRunningThere) {
   fake_->nodes["n2"] = {"10.0.0.3", {"ALLOCATED"}};
   set_job("100", "RUNNING", "None", "n1");
   // w2 still pending: its host cannot be reached yet, and the error says so.
-  auto p = backend_->preflight_mpi({"10.0.0.2", "10.0.0.3"}, 2222, "python3");
+  auto p = backend_->preflight_mpi({{"10.0.0.2", "10.0.0.3"}, 2222, "python3"});
   ASSERT_FALSE(p.is_ok());
   EXPECT_NE(p.status().message().find("10.0.0.3"), std::string::npos) << p.status().message();
   set_job("101", "RUNNING", "None", "n2");
-  p = backend_->preflight_mpi({"10.0.0.2", "10.0.0.3"}, 2222, "python3");
+  p = backend_->preflight_mpi({{"10.0.0.2", "10.0.0.3"}, 2222, "python3"});
   ASSERT_TRUE(p.is_ok()) << p.status().message();
   const std::string agent = p.value().rsh_agent;
   ASSERT_NE(agent.find("muster-slurm-rsh "), std::string::npos) << agent;
   std::ifstream map(agent.substr(agent.find(' ') + 1));
   std::string text((std::istreambuf_iterator<char>(map)), std::istreambuf_iterator<char>());
   EXPECT_EQ(text, "10.0.0.2 100 n1\n10.0.0.3 101 n2\n");
-  EXPECT_FALSE(backend_->preflight_mpi({"10.9.9.9"}, 2222, "python3").is_ok());
+  EXPECT_FALSE(backend_->preflight_mpi({{"10.9.9.9"}, 2222, "python3"}).is_ok());
 }
 
 TEST_F(SlurmBackendTest, ACorruptJobListIsRefusedNamingTheFile) {

@@ -13,11 +13,12 @@
 
 #include <gtest/gtest.h>
 
-#include "workers/ssh/preflight.h"
+#include "workers/remote/preflight.h"
 #include "workers/ssh/ssh_backend.h"
 
 namespace muster::workers::ssh {
 namespace {
+using namespace ::muster::workers::remote;  // the seam, the preflight
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
@@ -181,7 +182,7 @@ TEST(SshOptionsTest, FromMap) {
   EXPECT_FALSE(SshOptions::from_map({}).is_ok()) << "inventory is required";
   EXPECT_EQ(SshOptions::from_map({{"inventory", "/i"}, {"acept_new", "on"}}).status().field(), "acept_new");
   EXPECT_FALSE(SshOptions::from_map({{"inventory", "/i"}, {"accept_new", "maybe"}}).is_ok());
-  EXPECT_TRUE(ok->export_mpi_ssh) << "the daemon exports mpirun's ssh settings by default";
+  EXPECT_TRUE(ok->mpi_ssh) << "the daemon hands mpirun its ssh settings by default";
 }
 
 TEST(SshOptionsTest, MpiRshAgentOnlyWhenHostsShareUserAndKey) {
@@ -417,6 +418,47 @@ TEST(PreflightTest, FailuresAreReportedPerHost) {
       << s;
   EXPECT_NE(s.find("python3 not found"), std::string::npos) << s;
   EXPECT_NE(s.find("root@10.213.0.4:2222: unreachable over SSH"), std::string::npos) << s;
+}
+
+// MpiHosts of the ssh backend: the preflight's findings and the rsh agent
+// come back explicitly (nothing reaches mpirun through the environment).
+TEST(PreflightTest, SshBackendAnswersTheLaunchLineValues) {
+  FakeWorld world;
+  world.replies["command -v"] =
+      RemoteResult{0,
+                   "PATH=/usr/bin\nmpirun=/usr/bin/mpirun\norted=/opt/ompi/bin/orted\n/usr/bin/python3=/usr/bin/python3\n"
+                   "route:10.213.0.3=10.213.0.3 dev eth1 src 10.213.0.2 uid 0\n"
+                   "route:10.213.0.2=10.213.0.2 dev eth1 src 10.213.0.3 uid 0\n",
+                   ""};
+  SshOptions o;
+  o.hosts = {make_host("10.213.0.2"), make_host("10.213.0.3")};
+  o.master_address = "10.213.0.1";
+  o.known_hosts = "/kh";
+  o.mpi_ssh = true;
+  auto b = SshBackend::create(o, std::make_unique<FakeConnector>(&world));
+  ASSERT_TRUE(b.is_ok());
+  MpiHosts& hosts = *b.value();
+  auto found = hosts.preflight_mpi({{"10.213.0.2", "10.213.0.3"}, 2222, "/usr/bin/python3"});
+  ASSERT_TRUE(found.is_ok()) << found.status().message();
+  EXPECT_EQ(found->prefix, "/opt/ompi");
+  EXPECT_EQ(found->network_interfaces, std::vector<std::string>{"eth1"});
+  EXPECT_EQ(found->rsh_agent, b.value()->mpi_rsh_agent());
+  EXPECT_EQ(std::getenv("OMPI_MCA_plm_rsh_agent"), nullptr) << "no process-wide channel to mpirun";
+
+  world.unreachable.insert("10.213.0.3");
+  auto failed = hosts.preflight_mpi({{"10.213.0.2", "10.213.0.3"}, 2222, "/usr/bin/python3"});
+  ASSERT_FALSE(failed.is_ok());
+  EXPECT_EQ(failed.status().code(), api::ErrorCode::kUnavailable);
+  EXPECT_NE(failed.status().message().find("root@10.213.0.3:2222: unreachable over SSH"), std::string::npos)
+      << failed.status().message();
+
+  o.mpi_ssh = false;
+  world.unreachable.clear();
+  auto quiet = SshBackend::create(o, std::make_unique<FakeConnector>(&world));
+  ASSERT_TRUE(quiet.is_ok());
+  auto plain = quiet.value()->preflight_mpi({{"10.213.0.2", "10.213.0.3"}, 2222, "/usr/bin/python3"});
+  ASSERT_TRUE(plain.is_ok()) << plain.status().message();
+  EXPECT_EQ(plain->rsh_agent, "") << "mpi_ssh off: mpirun's own ssh";
 }
 
 }  // namespace

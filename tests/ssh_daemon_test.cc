@@ -29,7 +29,6 @@ class SshDaemonTest : public ::testing::Test {
     env_ = std::make_unique<container::test_env::TestContainers>("sdt", 221);
     state_ = env_->state;
     container::ContainerOptions o = env_->options;
-    o.export_mpi_ssh = false;  // the daemon under test must find its own way in
     auto c = ContainerBackend::create(o, container::make_system_executor());
     ASSERT_TRUE(c.is_ok()) << c.status().message();
     containers_ = std::move(c.value());

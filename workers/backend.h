@@ -13,7 +13,10 @@
 // - The agent's combined stdout/stderr goes to LaunchSpec::log_path on this
 //   machine (a remote backend streams it back there).
 // - Every method may be called from any thread; implementations lock inside.
-// - Implementations live in one subfolder each: local/, container/, ssh/.
+// - Implementations live in one subfolder each: local/, container/, ssh/,
+//   slurm/. How mpirun reaches the workers' hosts is not part of this
+//   interface: backends that need to say so implement MpiHosts
+//   (mpi_hosts.h), which the cluster side is handed explicitly.
 #pragma once
 
 #include <chrono>
@@ -70,15 +73,6 @@ struct ProcessStatus {
   std::optional<api::WorkerStatus> outcome;
 };
 
-// Launch-line values found by checking the hosts of an mpi-mode launch.
-struct MpiPreflight {
-  std::string prefix;             // Open MPI's --prefix on the hosts ("" = leave it out)
-  std::string network_interface;  // btl_tcp_if_include / NCCL_SOCKET_IFNAME ("" = leave it out)
-  // The program (and its arguments, space-separated) mpirun starts its
-  // daemons on the hosts with (-mca plm_rsh_agent); "" = ssh as configured.
-  std::string rsh_agent;
-};
-
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -114,16 +108,6 @@ class Backend {
   // A restarted daemon hands back what process_identity() said for a worker
   // that had not finished, so that poll() and stop() reach it again.
   virtual void adopt(const std::string& /*worker_id*/, const std::string& /*identity*/) {}
-
-  // Before an mpi-mode launch: checks every host of the job (reachable over
-  // ssh on `ssh_port`, mpirun/orted and `program` on the non-interactive PATH,
-  // the interface that reaches the others) and returns the values for the
-  // launch line. An error names each failing host; the caller then launches
-  // nothing. Default: nothing to check (local processes).
-  virtual api::Result<MpiPreflight> preflight_mpi(const std::vector<std::string>& /*hosts*/, int /*ssh_port*/,
-                                                  const std::string& /*program*/) {
-    return MpiPreflight{};
-  }
 
   // Releases everything the backend created (processes, namespaces, links,
   // sessions). Called once when the daemon shuts down.

@@ -45,4 +45,6 @@ api::Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& optio
                                "backend");
 }
 
+MpiHosts* mpi_hosts_of(Backend& backend) { return dynamic_cast<MpiHosts*>(&backend); }
+
 }  // namespace muster::workers

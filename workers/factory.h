@@ -16,6 +16,7 @@
 
 #include "api/status.h"
 #include "workers/backend.h"
+#include "workers/mpi_hosts.h"
 
 namespace muster::workers {
 
@@ -27,5 +28,11 @@ struct BackendOptions {
 
 // invalid_argument (field "backend") for an unknown name or a bad option.
 api::Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options);
+
+// How the cluster side's mpirun reaches `backend`'s hosts (mpi_hosts.h),
+// handed explicitly to the cluster manager: the backend itself when it
+// implements MpiHosts (container, ssh, slurm), else null (workers on the
+// daemon's host: mpirun's defaults do). Borrowed from `backend`.
+MpiHosts* mpi_hosts_of(Backend& backend);
 
 }  // namespace muster::workers

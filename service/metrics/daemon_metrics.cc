@@ -58,15 +58,15 @@ std::string DaemonMetrics::render(const Sources& src) const {
     out.sample("muster_worker_failures_total", {}, failures_);
   }
 
-  std::vector<Cluster> clusters = src.clusters ? src.clusters() : std::vector<Cluster>{};
+  std::vector<api::Cluster> clusters = src.clusters ? src.clusters() : std::vector<api::Cluster>{};
   std::map<std::pair<std::string, std::string>, double> by_mode;
-  for (auto mode : {ClusterMode::kPs, ClusterMode::kMpi}) {
-    for (auto st : {ClusterStatus::kStarting, ClusterStatus::kRunning, ClusterStatus::kSucceeded,
-                    ClusterStatus::kFailed, ClusterStatus::kStopped}) {
-      by_mode[{cluster_mode_name(mode), cluster_status_name(st)}] = 0;
+  for (auto mode : {api::ClusterMode::kPs, api::ClusterMode::kMpi}) {
+    for (auto st : {api::ClusterStatus::kStarting, api::ClusterStatus::kRunning, api::ClusterStatus::kSucceeded,
+                    api::ClusterStatus::kFailed, api::ClusterStatus::kStopped}) {
+      by_mode[{api::cluster_mode_name(mode), api::cluster_status_name(st)}] = 0;
     }
   }
-  for (const auto& c : clusters) by_mode[{cluster_mode_name(c.request.mode), cluster_status_name(c.status)}] += 1;
+  for (const auto& c : clusters) by_mode[{api::cluster_mode_name(c.request.mode), api::cluster_status_name(c.status)}] += 1;
   out.family("muster_clusters", "gauge", "Clusters this daemon knows, by mode and status.");
   for (const auto& [key, n] : by_mode) out.sample("muster_clusters", {{"mode", key.first}, {"status", key.second}}, n);
 
@@ -94,7 +94,7 @@ std::string DaemonMetrics::render(const Sources& src) const {
   if (src.training) {
     std::set<std::string> running;
     for (const auto& c : clusters) {
-      if (c.status == ClusterStatus::kRunning) running.insert(c.id);
+      if (c.status == api::ClusterStatus::kRunning) running.insert(c.id);
     }
     const auto latest = src.training->latest_by_cluster();
     struct Scalar {

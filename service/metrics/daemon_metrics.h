@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "api/worker.h"
-#include "service/cluster_types.h"
+#include "api/cluster.h"
 #include "service/metrics/prometheus_text.h"
 #include "service/metrics/training_series.h"
 
@@ -39,7 +39,7 @@ class DaemonMetrics {
   struct Sources {
     std::string backend;
     std::function<std::vector<api::Worker>()> workers;
-    std::function<std::vector<Cluster>()> clusters;
+    std::function<std::vector<api::Cluster>()> clusters;
     std::function<double()> max_heartbeat_age;  // seconds, 0 when nothing runs
     const TrainingSeries* training = nullptr;
   };

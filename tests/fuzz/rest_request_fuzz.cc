@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "service/cluster_types.h"
+#include "api/cluster.h"
 #include "service/router.h"
 #include "service/validation.h"
 
@@ -120,7 +120,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     }
     case 3: {
-      auto r = muster::service::parse_cluster_request(body, w.validation.max_workers);
+      auto r = muster::api::parse_cluster_request(body, w.validation.max_workers);
       check(r.is_ok(), r.is_ok() ? "" : r.status().message());
       break;
     }

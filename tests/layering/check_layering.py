@@ -35,7 +35,7 @@ import sys
 # api/workers/service, data plane: runtime) share only clusterspec and base.
 LAYERS = {
     "base": (["api/base"], []),
-    "api": (["api"], ["base"]),
+    "api": (["api"], ["base", "clusterspec"]),
     "clusterspec": (["clusterspec"], ["base"]),
     "runtime": (["runtime"], ["clusterspec"]),
     "workers": (["workers"], ["api"]),

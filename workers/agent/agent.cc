@@ -19,6 +19,7 @@
 #include "api/base/atomic_file.h"
 #include "api/base/net.h"
 #include "api/base/process.h"
+#include "api/kernel.h"
 #include "workers/agent/limits.h"
 #include "workers/agent/network.h"
 
@@ -43,10 +44,6 @@ void forward_signal(int sig) {
 void log_line(const std::string& text) {
   std::fprintf(stdout, "[muster-agent] %s\n", text.c_str());
   std::fflush(stdout);
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 class Client {
@@ -97,57 +94,13 @@ pid_t spawn_script(const std::vector<std::string>& command, const std::map<std::
 
 }  // namespace
 
-std::string python_with_shell_lines(const std::string& code) {
-  std::string out;
-  size_t start = 0;
-  while (start <= code.size()) {
-    size_t end = code.find('\n', start);
-    if (end == std::string::npos) end = code.size();
-    const std::string line = code.substr(start, end - start);
-    const size_t first = line.find_first_not_of(" \t");
-    if (first != std::string::npos && line[first] == '!') {
-      // A JSON string is a valid Python string literal.
-      out += line.substr(0, first) + "__import__('subprocess').call(" + json(line.substr(first + 1)).dump() +
-             ", shell=True, executable='/bin/bash')";
-    } else {
-      out += line;
-    }
-    if (end == code.size()) break;
-    out += '\n';
-    start = end + 1;
-  }
-  return out;
-}
-
 std::vector<std::string> script_command(const AgentOptions& o) {
-  const std::string python = "/usr/bin/python3";
-  const std::string bash = "/bin/bash";
-  std::vector<std::string> cmd;
-  if (!o.code.empty()) {
-    const size_t first = o.code.find_first_not_of(" \t\n");
-    const bool shell_only = first != std::string::npos && o.code[first] == '!' &&
-                            o.code.find('\n', first) == std::string::npos;
-    if (o.kernel == "bash") {
-      cmd = {bash, "-c", o.code, "muster-worker"};
-    } else if (shell_only) {
-      // cdsw's `code="!nvidia-smi"`: one shell command, its exit code is the worker's.
-      cmd = {bash, "-c", o.code.substr(first + 1), "muster-worker"};
-    } else if (o.code.find('!') != std::string::npos) {
-      cmd = {python, "-u", "-c", python_with_shell_lines(o.code)};
-    } else {
-      cmd = {python, "-u", "-c", o.code};
-    }
-  } else if (o.kernel == "bash" || ends_with(o.script, ".sh")) {
-    cmd = {bash, o.script};
-  } else if (o.kernel == "executable") {
-    cmd = {o.script};
-  } else if (ends_with(o.script, ".py") || ::access(o.script.c_str(), X_OK) != 0) {
-    cmd = {python, "-u", o.script};
-  } else {
-    cmd = {o.script};  // python3 kernel, an executable that is not a .py
-  }
-  cmd.insert(cmd.end(), o.args.begin(), o.args.end());
-  return cmd;
+  api::KernelCommandOptions k;
+  k.kernel = o.kernel;
+  k.script = o.script;
+  k.code = o.code;
+  k.args = o.args;
+  return api::script_command(k);
 }
 
 int run_agent(const AgentOptions& o) {

@@ -46,14 +46,9 @@ struct AgentOptions {
   std::vector<std::string> args;   // after --
 };
 
-// The script's command line for `options` (kernel rules in api/openapi.yaml).
-// python3 code as in cdsw's IPython engines: code that is one `!command`
-// line runs that command with bash (its exit code is the worker's); in
-// longer code every line starting with `!` (after indentation) runs its
-// rest as a shell command, the other lines are Python.
+// The script's command line for `options`: api/kernel.h's rules (the same
+// the cluster manager runs MPI ranks with).
 std::vector<std::string> script_command(const AgentOptions& options);
-// The Python for `code` with each `!command` line turned into a shell call.
-std::string python_with_shell_lines(const std::string& code);
 
 // Runs steps 1-6; returns the agent's exit code.
 int run_agent(const AgentOptions& options);

@@ -1,30 +1,13 @@
 #include "workers/container/container_backend.h"
 
-#include "workers/ssh/preflight.h"
-
 #include <csignal>
-#include <fstream>
 #include <random>
 #include <sstream>
 
-extern char** environ;
+#include "workers/container/container.h"
 
 namespace muster::workers::container {
 namespace fs = std::filesystem;
-
-// One worker's container. Members are declared in the order they are built,
-// so that destruction (reverse order) stops sshd before the link and the
-// namespace go away.
-struct ContainerBackend::Container {
-  std::string worker_id;
-  uint32_t index = 0;
-  std::string address;
-  fs::path dir;
-  NetNamespace netns;
-  VethPair veth;
-  SshdProcess sshd;
-  pid_t agent_pid = 0;
-};
 
 namespace {
 
@@ -36,90 +19,7 @@ std::string random_instance_id() {
   return std::string(4 - s.size(), '0') + s;
 }
 
-std::string hostname_for(const std::string& worker_id) {
-  std::string h;
-  for (char ch : worker_id) h += (std::isalnum(static_cast<unsigned char>(ch)) ? ch : '-');
-  if (h.empty() || !std::isalnum(static_cast<unsigned char>(h.front()))) h = "w" + h;
-  if (h.size() > 63) h.resize(63);
-  return h;
-}
-
-bool valid_link_word(const std::string& s) {
-  if (s.empty()) return false;
-  for (char c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') return false;
-  return true;
-}
-
 }  // namespace
-
-bool tcp_listening(const std::string& proc_net_tcp, int port) {
-  char want[8];
-  std::snprintf(want, sizeof want, "%04X", port);
-  std::istringstream in(proc_net_tcp);
-  std::string line;
-  std::getline(in, line);  // header
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string slot, local, remote, state;
-    if (!(ls >> slot >> local >> remote >> state)) continue;
-    auto colon = local.rfind(':');
-    if (colon != std::string::npos && local.substr(colon + 1) == want && state == "0A") return true;
-  }
-  return false;
-}
-
-std::string replace_url_host(const std::string& url, const std::string& host) {
-  auto scheme = url.find("://");
-  if (scheme == std::string::npos) return url;
-  size_t start = scheme + 3;
-  size_t end = url.find_first_of(":/", start);
-  if (end == std::string::npos) end = url.size();
-  return url.substr(0, start) + host + url.substr(end);
-}
-
-api::Result<ContainerOptions> ContainerOptions::from_map(const fs::path& state_dir,
-                                                         const std::map<std::string, std::string>& opts) {
-  ContainerOptions o;
-  o.state_dir = state_dir;
-  for (const auto& [key, value] : opts) {
-    if (key == "bridge") {
-      if (!valid_link_word(value) || value.size() > 15)
-        return api::invalid_argument("--backend-opt bridge='" + value + "': use 1-15 letters, digits, - or _",
-                                     "bridge");
-      o.bridge = value;
-    } else if (key == "subnet") {
-      o.subnet = value;
-    } else if (key == "prefix") {
-      if (!valid_link_word(value) || value.size() > 4)
-        return api::invalid_argument("--backend-opt prefix='" + value + "': use 1-4 letters or digits", "prefix");
-      o.prefix = value;
-    } else if (key == "ssh_port") {
-      try {
-        o.ssh_port = std::stoi(value);
-      } catch (...) {
-        o.ssh_port = 0;
-      }
-      if (o.ssh_port < 1 || o.ssh_port > 65535)
-        return api::invalid_argument("--backend-opt ssh_port='" + value + "': not a port number", "ssh_port");
-    } else if (key == "sshd") {
-      if (value != "on" && value != "off")
-        return api::invalid_argument("--backend-opt sshd='" + value + "': use on or off", "sshd");
-      o.start_sshd = value == "on";
-    } else if (key == "instance") {
-      if (!valid_link_word(value) || value.size() > 4)
-        return api::invalid_argument("--backend-opt instance='" + value + "': use 1-4 letters or digits",
-                                     "instance");
-      o.instance_id = value;
-    } else {
-      return api::invalid_argument("unknown container backend option '" + key +
-                                       "' (known: bridge, subnet, prefix, ssh_port, sshd, instance)",
-                                   key);
-    }
-  }
-  if (auto s = Subnet::parse(o.subnet); !s) return s.status();
-  return o;
-}
 
 void ContainerBackend::clean_leftovers(Executor& exec, Ledger& ledger) {
   auto entries = ledger.entries();
@@ -160,7 +60,6 @@ api::Result<std::unique_ptr<ContainerBackend>> ContainerBackend::create(const Co
   if (!keys) return keys.status();
   b->keys_ = keys.value();
   if (auto s = b->start_bridge(); !s) return s;
-  if (options.export_mpi_ssh) ::setenv("OMPI_MCA_plm_rsh_agent", b->mpi_rsh_agent().c_str(), 1);
   if (options.reap_interval.count() > 0) {
     ContainerBackend* self = b.get();
     b->reaper_ = std::thread([self] { self->reap_loop(); });
@@ -185,91 +84,6 @@ api::Status ContainerBackend::start_bridge() {
   if (!bridge) return bridge.status();
   bridge_ = std::move(bridge.value());
   return api::Status::ok();
-}
-
-std::map<std::string, std::string> ContainerBackend::agent_env(const LaunchSpec& spec) const {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    std::string kv(*e);
-    auto eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  // spec.env already names master_address() (the registry builds MUSTER_URL
-  // from it: api/agent_protocol.h).
-  for (const auto& [k, v] : spec.env) env[k] = v;
-  return env;
-}
-
-api::Result<std::unique_ptr<ContainerBackend::Container>> ContainerBackend::build(const LaunchSpec& spec,
-                                                                                  uint32_t index) {
-  auto c = std::make_unique<Container>();
-  c->worker_id = spec.worker_id;
-  c->index = index;
-  c->address = subnet_.host(index);
-  std::string tag = options_.prefix + options_.instance_id;
-  std::string ns_name = tag + "-" + std::to_string(index);
-  c->dir = dir_ / ns_name;
-  std::error_code ec;
-  fs::create_directories(c->dir, ec);
-  if (ec) return api::internal_error("cannot create " + c->dir.string() + ": " + ec.message());
-
-  auto ns = NetNamespace::create(*exec_, ledger_.get(), ns_name);
-  if (!ns) return ns.status();
-  c->netns = std::move(ns.value());
-
-  VethOptions vo;
-  vo.host_name = tag + "v" + std::to_string(index);
-  vo.bridge = options_.bridge;
-  vo.netns = ns_name;
-  vo.address_cidr = c->address + "/" + std::to_string(subnet_.prefix_length());
-  vo.gateway = subnet_.bridge_address();
-  auto veth = VethPair::create(*exec_, ledger_.get(), vo);
-  if (!veth) return veth.status();
-  c->veth = std::move(veth.value());
-
-  std::string hostname = hostname_for(spec.worker_id);
-  pid_t uts_owner = 0;
-  if (options_.start_sshd) {
-    fs::path config = c->dir / "sshd_config";
-    {
-      std::ofstream out(config, std::ios::trunc);
-      out << sshd_config_text(keys_, c->address, options_.ssh_port, c->dir / "sshd.pid");
-      if (!out) return api::internal_error("cannot write " + config.string());
-    }
-    auto sshd = SshdProcess::start(*exec_, {ns_name, hostname, config, c->dir / "sshd.log"});
-    if (!sshd) return sshd.status();
-    c->sshd = std::move(sshd.value());
-    uts_owner = c->sshd.pid();
-    // sshd binds within milliseconds; /proc/<pid>/net/tcp shows its namespace's sockets.
-    auto waited = std::chrono::milliseconds(0);
-    const auto step = std::chrono::milliseconds(20);
-    fs::path tcp = "/proc/" + std::to_string(uts_owner) + "/net/tcp";
-    while (!tcp_listening(exec_->read_file(tcp), options_.ssh_port)) {
-      if (auto code = exec_->try_wait(uts_owner)) {
-        return api::internal_error("sshd in container " + ns_name + " exited with " + std::to_string(*code) +
-                                   ": " + exec_->read_file(c->dir / "sshd.log"));
-      }
-      if (waited >= options_.sshd_ready_timeout)
-        return api::internal_error("sshd in container " + ns_name + " did not listen on port " +
-                                   std::to_string(options_.ssh_port) + " within " +
-                                   std::to_string(options_.sshd_ready_timeout.count()) + " ms");
-      exec_->sleep_for(step);
-      waited += step;
-    }
-  }
-
-  SpawnSpec agent;
-  agent.argv = spec.agent_argv;
-  agent.env = agent_env(spec);
-  agent.cwd = spec.working_dir;
-  agent.log_path = spec.log_path;
-  agent.netns = ns_name;
-  if (uts_owner != 0) agent.join_uts_of = uts_owner;
-  else agent.new_hostname = hostname;
-  auto pid = exec_->spawn(agent);
-  if (!pid) return pid.status();
-  c->agent_pid = pid.value();
-  return c;
 }
 
 api::Status ContainerBackend::launch(const std::vector<LaunchSpec>& specs) {
@@ -392,38 +206,6 @@ ProcessStatus ContainerBackend::poll(const std::string& worker_id) {
   used_indices_.erase(ended->index);
   refresh_known_hosts();
   return {ProcessState::kExited, code};
-}
-
-api::Result<MpiPreflight> ContainerBackend::preflight_mpi(const std::vector<std::string>& hosts, int ssh_port,
-                                                          const std::string& program) {
-  ssh::ConnectOptions connect;
-  connect.known_hosts = keys_.known_hosts;
-  connect.timeout = std::chrono::milliseconds(5000);
-  ssh::PreflightOptions p;
-  for (const auto& address : hosts) {
-    ssh::Host h;
-    h.address = address;
-    h.port = ssh_port;
-    h.user = "root";
-    h.identity_file = keys_.client_key;
-    p.hosts.push_back(h);
-  }
-  p.program = program;
-  p.master_address = master_address();
-  auto connector = ssh::make_libssh2_connector(connect);
-  ssh::PreflightReport report = ssh::run_preflight(*connector, p);
-  if (!report.ok) return api::unavailable(report.summary());
-  MpiPreflight found;
-  found.prefix = report.prefix;
-  found.network_interface = report.interfaces;
-  return found;
-}
-
-std::string ContainerBackend::mpi_rsh_agent() const {
-  // The port comes from plm_rsh_args ("-p 2222"); Open MPI splits this on spaces.
-  return "ssh -i " + keys_.client_key.string() + " -l root -o IdentitiesOnly=yes -o BatchMode=yes" +
-         " -o StrictHostKeyChecking=yes -o UserKnownHostsFile=" + keys_.known_hosts.string() +
-         " -o GlobalKnownHostsFile=/dev/null";
 }
 
 void ContainerBackend::reap_loop() {

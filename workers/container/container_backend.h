@@ -20,10 +20,14 @@
 //   set down), so heartbeats are not the only signal.
 // - A reaper thread (every reap_interval; 0 = none) polls the containers so
 //   that one whose agent exited is torn down even if nobody asks.
-// - With export_mpi_ssh, create() exports OMPI_MCA_plm_rsh_agent (ssh with
-//   the generated key and strict known_hosts) into the daemon's environment,
-//   before any thread starts, so the mpirun that clusters run reaches the
-//   containers' sshd; plm_rsh_args "-p 2222" comes from the cluster request.
+// - MpiHosts (workers/mpi_hosts.h): the preflight over the containers' sshd,
+//   and with mpi_ssh an rsh agent (ssh with the generated key and strict
+//   known_hosts) that the cluster side puts on mpirun's line, so mpirun
+//   reaches the containers as root; plm_rsh_args "-p 2222" comes from the
+//   cluster request.
+// - Files: container_backend.cc (lifecycle), container_build.cc (one
+//   container), container_options.cc, container_mpi.cc; container.h holds
+//   the private per-worker state they share.
 // - Thread-safe; launch() builds containers outside the lock.
 #pragma once
 
@@ -38,6 +42,7 @@
 #include <vector>
 
 #include "workers/backend.h"
+#include "workers/mpi_hosts.h"
 #include "workers/container/executor.h"
 #include "workers/container/ledger.h"
 #include "workers/container/net_resources.h"
@@ -56,14 +61,14 @@ struct ContainerOptions {
   bool start_sshd = true;
   std::chrono::milliseconds sshd_ready_timeout{5000};
   std::chrono::milliseconds reap_interval{500};
-  bool export_mpi_ssh = true;
+  bool mpi_ssh = true;  // preflight_mpi() answers the ssh rsh agent
 
   // From --backend-opt key=value: bridge, subnet, prefix, ssh_port, sshd (on/off).
   static api::Result<ContainerOptions> from_map(const std::filesystem::path& state_dir,
                                                 const std::map<std::string, std::string>& opts);
 };
 
-class ContainerBackend final : public Backend {
+class ContainerBackend final : public Backend, public MpiHosts {
  public:
   static api::Result<std::unique_ptr<ContainerBackend>> create(const ContainerOptions& options,
                                                                std::unique_ptr<Executor> exec);
@@ -75,10 +80,9 @@ class ContainerBackend final : public Backend {
   api::Status stop(const std::string& worker_id, std::chrono::milliseconds grace) override;
   ProcessStatus poll(const std::string& worker_id) override;
   void shutdown() override;
-  // Preflight (workers/ssh/preflight.h) over the containers' sshd with the
-  // generated key and strict known_hosts.
-  api::Result<MpiPreflight> preflight_mpi(const std::vector<std::string>& hosts, int ssh_port,
-                                          const std::string& program) override;
+  // MpiHosts: the preflight (workers/remote/) over the containers' sshd
+  // with the generated key and strict known_hosts.
+  api::Result<MpiLaunchSettings> preflight_mpi(const MpiHostsRequest& request) override;
 
   // The ssh(1) command line mpirun should use as its rsh agent.
   std::string mpi_rsh_agent() const;
@@ -127,7 +131,5 @@ class ContainerBackend final : public Backend {
 
 // True when /proc/<pid>/net/tcp text shows a socket listening on `port`.
 bool tcp_listening(const std::string& proc_net_tcp, int port);
-// "http://127.0.0.1:7878/x" with host replaced: "http://10.213.0.1:7878/x".
-std::string replace_url_host(const std::string& url, const std::string& host);
 
 }  // namespace muster::workers::container

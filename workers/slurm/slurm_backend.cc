@@ -274,8 +274,9 @@ void SlurmBackend::shutdown() {
   for (const auto& job : to_cancel) (void)client_->cancel(job);
 }
 
-api::Result<MpiPreflight> SlurmBackend::preflight_mpi(const std::vector<std::string>& hosts, int /*ssh_port*/,
-                                                     const std::string& /*program: on the shared filesystem*/) {
+api::Result<MpiLaunchSettings> SlurmBackend::preflight_mpi(const MpiHostsRequest& request) {
+  // request.ssh_port: unused (srun, not ssh); request.program: on the shared filesystem.
+  const std::vector<std::string>& hosts = request.hosts;
   refresh();
   std::string map;
   std::vector<std::string> problems;
@@ -311,7 +312,7 @@ api::Result<MpiPreflight> SlurmBackend::preflight_mpi(const std::vector<std::str
   if (auto s = write_durably(map_path, map, 0600); !s) return s;
   fs::path agent = options_.rsh_agent;
   if (agent.empty()) agent = fs::read_symlink("/proc/self/exe").parent_path() / "muster-slurm-rsh";
-  MpiPreflight p;
+  MpiLaunchSettings p;
   p.rsh_agent = agent.string() + " " + map_path.string();
   return p;
 }

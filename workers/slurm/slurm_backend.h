@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "workers/backend.h"
+#include "workers/mpi_hosts.h"
 #include "workers/slurm/slurm_client.h"
 
 namespace muster::workers::slurm {
@@ -61,7 +62,7 @@ struct SlurmOptions {
                                             const std::map<std::string, std::string>& opts);
 };
 
-class SlurmBackend final : public Backend {
+class SlurmBackend final : public Backend, public MpiHosts {
  public:
   static api::Result<std::unique_ptr<SlurmBackend>> create(SlurmOptions options, std::unique_ptr<SlurmClient> client);
   ~SlurmBackend() override;
@@ -77,8 +78,7 @@ class SlurmBackend final : public Backend {
   // be a node running one of this backend's jobs; the answer's rsh_agent is
   // muster-slurm-rsh with a map host -> (job, node), which starts orted with
   // `srun --jobid=<job> --overlap` inside that job.
-  api::Result<MpiPreflight> preflight_mpi(const std::vector<std::string>& hosts, int ssh_port,
-                                          const std::string& program) override;
+  api::Result<MpiLaunchSettings> preflight_mpi(const MpiHostsRequest& request) override;
 
   // The Slurm job id of a worker ("" if none).
   std::string job_of(const std::string& worker_id) const;

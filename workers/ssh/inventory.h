@@ -16,18 +16,23 @@
 #include <vector>
 
 #include "api/status.h"
+#include "workers/remote/host.h"
+#include "workers/remote/remote.h"
 
 namespace muster::workers::ssh {
 
-struct Host {
-  std::string address;
-  int port = 22;
-  std::string user;
-  std::filesystem::path identity_file;
-  int slots = 1;
-
-  std::string label() const { return user + "@" + address + ":" + std::to_string(port); }
-};
+// The ssh backend is built on workers/remote/ (shared with the container
+// backend): its hosts, sessions and connector are remote's.
+using remote::ConnectOptions;
+using remote::Connector;
+using remote::Host;
+using remote::ReadEvent;
+using remote::ReadState;
+using remote::RemoteProcess;
+using remote::RemoteResult;
+using remote::RemoteSession;
+using remote::make_libssh2_connector;
+using base::shell_quote;
 
 // `source` names the text in errors (usually the file path).
 api::Result<std::vector<Host>> parse_inventory(const std::string& text, const std::string& source);

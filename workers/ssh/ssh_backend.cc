@@ -1,6 +1,6 @@
 #include "workers/ssh/ssh_backend.h"
 
-#include "workers/ssh/preflight.h"
+#include "workers/remote/ssh_mpi.h"
 
 #include "api/base/net.h"
 
@@ -61,7 +61,7 @@ void append_to(const fs::path& log, const std::string& text) {
 
 api::Result<SshOptions> SshOptions::from_map(const std::map<std::string, std::string>& opts) {
   SshOptions o;
-  o.export_mpi_ssh = true;  // the daemon's case
+  o.mpi_ssh = true;  // the daemon's case
   api::Status error;
   for (const auto& [key, value] : opts) {
     if (key == "inventory") o.inventory = value;
@@ -72,7 +72,7 @@ api::Result<SshOptions> SshOptions::from_map(const std::map<std::string, std::st
     else if (key == "master") o.master_address = value;
     else if (key == "connect_timeout_ms") positive_ms(key, value, o.connect_timeout, error);
     else if (key == "dead_after_ms") positive_ms(key, value, o.dead_after, error);
-    else if (key == "mpi_ssh") on_off(key, value, o.export_mpi_ssh, error);
+    else if (key == "mpi_ssh") on_off(key, value, o.mpi_ssh, error);
     else
       error = api::invalid_argument("unknown ssh backend option '" + key +
                                         "' (known: inventory, known_hosts, accept_new, agent_path, copy_agent, "
@@ -116,43 +116,35 @@ api::Result<std::unique_ptr<SshBackend>> SshBackend::create(SshOptions options, 
       return api::unavailable(*local.failure + "; set --backend-opt master=IP (the address the hosts reach musterd at)");
     options.master_address = local.address;
   }
-  std::unique_ptr<SshBackend> b(new SshBackend(std::move(options), std::move(connector)));
-  if (b->options_.export_mpi_ssh) {
-    std::string agent = b->mpi_rsh_agent();
-    if (!agent.empty()) ::setenv("OMPI_MCA_plm_rsh_agent", agent.c_str(), 1);
-  }
-  return b;
+  return std::unique_ptr<SshBackend>(new SshBackend(std::move(options), std::move(connector)));
 }
 
-api::Result<MpiPreflight> SshBackend::preflight_mpi(const std::vector<std::string>& hosts, int ssh_port,
-                                                    const std::string& program) {
-  PreflightOptions p;
-  for (const auto& address : hosts) {
+api::Result<MpiLaunchSettings> SshBackend::preflight_mpi(const MpiHostsRequest& request) {
+  remote::SshMpiOptions p;
+  for (const auto& address : request.hosts) {
     Host h = options_.hosts.front();
     for (const auto& known : options_.hosts)
       if (known.address == address) h = known;
     h.address = address;
-    h.port = ssh_port;
+    h.port = request.ssh_port;
     p.hosts.push_back(h);
   }
-  p.program = program;
+  p.program = request.program;
   p.master_address = master_address();
-  PreflightReport report = run_preflight(*connector_, p);
-  if (!report.ok) return api::unavailable(report.summary());
-  MpiPreflight found;
-  found.prefix = report.prefix;
-  found.network_interface = report.interfaces;
-  return found;
+  if (options_.mpi_ssh) p.rsh_agent = mpi_rsh_agent();
+  return remote::ssh_mpi_preflight(*connector_, p);
 }
 
 std::string SshBackend::mpi_rsh_agent() const {
   const Host& first = options_.hosts.front();
   for (const auto& h : options_.hosts)
     if (h.user != first.user || h.identity_file != first.identity_file) return "";
-  // Open MPI splits this on spaces; the port comes from plm_rsh_args.
-  return "ssh -i " + first.identity_file.string() + " -l " + first.user +
-         " -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=" +
-         (options_.accept_new ? "accept-new" : "yes") + " -o UserKnownHostsFile=" + options_.known_hosts.string();
+  remote::RshAgentOptions a;
+  a.identity_file = first.identity_file;
+  a.user = first.user;
+  a.strict_host_key_checking = options_.accept_new ? "accept-new" : "yes";
+  a.known_hosts = options_.known_hosts;
+  return remote::ssh_rsh_agent(a);
 }
 
 SshBackend::SshBackend(SshOptions options, std::unique_ptr<Connector> connector)

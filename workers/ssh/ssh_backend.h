@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "workers/backend.h"
+#include "workers/mpi_hosts.h"
 #include "workers/ssh/inventory.h"
-#include "workers/ssh/remote.h"
 
 namespace muster::workers::ssh {
 
@@ -42,10 +42,10 @@ struct SshOptions {
   std::string master_address;          // default: the local address that routes to the first host
   std::chrono::milliseconds connect_timeout{10000};
   std::chrono::milliseconds dead_after{6000};
-  // Export OMPI_MCA_plm_rsh_agent (ssh with the inventory's key and user and
-  // strict checking against known_hosts) so that the daemon's mpirun reaches
-  // the hosts as this backend does; only when all hosts share user and key.
-  bool export_mpi_ssh = false;
+  // Hand mpirun (preflight_mpi's rsh_agent) ssh with the inventory's key and
+  // user and strict checking against known_hosts, so that it reaches the
+  // hosts as this backend does; only when all hosts share user and key.
+  bool mpi_ssh = false;
 
   // From --backend-opt key=value: inventory, known_hosts, accept_new (on/off),
   // agent_path, copy_agent (on/off), master, connect_timeout_ms, dead_after_ms,
@@ -54,7 +54,7 @@ struct SshOptions {
   ConnectOptions connect_options() const;
 };
 
-class SshBackend final : public Backend {
+class SshBackend final : public Backend, public MpiHosts {
  public:
   static api::Result<std::unique_ptr<SshBackend>> create(SshOptions options, std::unique_ptr<Connector> connector);
   ~SshBackend() override;
@@ -65,10 +65,10 @@ class SshBackend final : public Backend {
   api::Status stop(const std::string& worker_id, std::chrono::milliseconds grace) override;
   ProcessStatus poll(const std::string& worker_id) override;
   void shutdown() override;
-  // Preflight (preflight.h) of the hosts, with the inventory's user and key
-  // for each address (the first host's for an address not in it).
-  api::Result<MpiPreflight> preflight_mpi(const std::vector<std::string>& hosts, int ssh_port,
-                                          const std::string& program) override;
+  // MpiHosts: the preflight (workers/remote/) of the hosts, with the
+  // inventory's user and key for each address (the first host's for an
+  // address not in it), and mpi_rsh_agent() when mpi_ssh is on.
+  api::Result<MpiLaunchSettings> preflight_mpi(const MpiHostsRequest& request) override;
 
   const std::vector<Host>& hosts() const { return options_.hosts; }
   // The host a running worker was placed on (nullptr if none).

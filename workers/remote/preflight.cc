@@ -1,11 +1,11 @@
-#include "workers/ssh/preflight.h"
+#include "workers/remote/preflight.h"
 
 #include <algorithm>
 #include <future>
 #include <set>
 #include <sstream>
 
-namespace muster::workers::ssh {
+namespace muster::workers::remote {
 
 std::string parse_route_dev(const std::string& output) {
   std::istringstream in(output);
@@ -134,4 +134,4 @@ PreflightReport run_preflight(Connector& connector, const PreflightOptions& opti
   return report;
 }
 
-}  // namespace muster::workers::ssh
+}  // namespace muster::workers::remote

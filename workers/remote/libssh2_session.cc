@@ -18,9 +18,9 @@
 #include <fstream>
 #include <mutex>
 
-#include "workers/ssh/remote.h"
+#include "workers/remote/remote.h"
 
-namespace muster::workers::ssh {
+namespace muster::workers::remote {
 namespace {
 
 std::once_flag g_init;
@@ -390,4 +390,4 @@ std::unique_ptr<Connector> make_libssh2_connector(const ConnectOptions& options)
   return std::make_unique<Libssh2Connector>(options);
 }
 
-}  // namespace muster::workers::ssh
+}  // namespace muster::workers::remote

@@ -1,4 +1,5 @@
-// Cluster: the object of /api/v1/clusters, its request, and their JSON.
+// Cluster: the object of /api/v1/clusters, its request, their JSON and the
+// request's validation (beside the worker's types in api/worker.h).
 //
 // A cluster is a group of workers started together for one distributed job:
 // - mode "ps": n_ps parameter servers + n_workers workers that rendezvous
@@ -22,7 +23,7 @@
 #include "api/base/process.h"
 #include "api/status.h"
 
-namespace muster::service {
+namespace muster::api {
 
 enum class ClusterStatus { kStarting, kRunning, kSucceeded, kFailed, kStopped };
 const char* cluster_status_name(ClusterStatus status);
@@ -69,10 +70,12 @@ struct ClusterRequest {
   nlohmann::json to_json() const;
 };
 
-// Types and ranges only; `max_workers` bounds n_ps + n_workers.
-api::Result<ClusterRequest> parse_cluster_request(const nlohmann::json& body, int max_workers);
+// Types and ranges only (api/cluster_request.cc); `max_workers` bounds the
+// number of tasks. Scripts are checked in form here (check_script_path) and
+// resolved in the project directory when the tasks are launched.
+Result<ClusterRequest> parse_cluster_request(const nlohmann::json& body, int max_workers);
 // The inverse of to_json, for the store (no range checks beyond types).
-api::Result<ClusterRequest> cluster_request_from_json(const nlohmann::json& j);
+Result<ClusterRequest> cluster_request_from_json(const nlohmann::json& j);
 
 // One task of the cluster: which worker plays it.
 struct ClusterTask {
@@ -103,8 +106,8 @@ struct Cluster {
   nlohmann::json workers_json() const;
   nlohmann::json to_json() const;       // the API object
   nlohmann::json to_record() const;     // to_json() plus the request, for the store
-  static api::Result<Cluster> from_record(const nlohmann::json& j);
+  static Result<Cluster> from_record(const nlohmann::json& j);
   std::string task_name(const ClusterTask& task) const;  // "worker 1 (id 3fa9c0)"
 };
 
-}  // namespace muster::service
+}  // namespace muster::api

@@ -24,10 +24,10 @@
 #include <string>
 #include <vector>
 
-#include "workers/ssh/inventory.h"
-#include "workers/ssh/remote.h"
+#include "workers/remote/host.h"
+#include "workers/remote/remote.h"
 
-namespace muster::workers::ssh {
+namespace muster::workers::remote {
 
 struct PreflightOptions {
   std::vector<Host> hosts;
@@ -67,4 +67,4 @@ std::map<std::string, std::string> parse_probe(const std::string& output);
 // The probe script itself: one command per host for all of steps 2 and 3.
 std::string probe_command(const std::vector<std::string>& names, const std::vector<std::string>& peers);
 
-}  // namespace muster::workers::ssh
+}  // namespace muster::workers::remote

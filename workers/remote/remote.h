@@ -19,9 +19,9 @@
 
 #include "api/base/shell_quote.h"
 #include "api/status.h"
-#include "workers/ssh/inventory.h"
+#include "workers/remote/host.h"
 
-namespace muster::workers::ssh {
+namespace muster::workers::remote {
 
 struct RemoteResult {
   int exit_code = -1;   // 128+signal when killed by one
@@ -80,4 +80,4 @@ std::unique_ptr<Connector> make_libssh2_connector(const ConnectOptions& options)
 // Remote commands are quoted with the floor's one set of rules.
 using base::shell_quote;
 
-}  // namespace muster::workers::ssh
+}  // namespace muster::workers::remote

@@ -1,4 +1,4 @@
-#include "service/cluster_types.h"
+#include "api/cluster.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,10 +6,9 @@
 
 #include "api/json_integer.h"
 #include "clusterspec/names.h"
-#include "clusterspec/shell.h"
-#include "service/validation.h"
+#include "api/worker.h"
 
-namespace muster::service {
+namespace muster::api {
 
 using nlohmann::json;
 
@@ -17,97 +16,72 @@ namespace {
 
 constexpr int kMaxSlots = 1024;
 
-api::Status bad(const std::string& field, const std::string& message) {
-  return api::invalid_argument(field + " " + message, field);
+Status bad(const std::string& field, const std::string& message) {
+  return invalid_argument(field + " " + message, field);
 }
 
 bool has_nul(const std::string& s) { return s.find('\0') != std::string::npos; }
 
-api::Status read_int(const json& body, const char* field, int lo, int hi, int* out) {
+Status read_int(const json& body, const char* field, int lo, int hi, int* out) {
   auto it = body.find(field);
-  if (it == body.end() || it->is_null()) return api::Status::ok();
-  const auto n = api::json_integer(*it);
+  if (it == body.end() || it->is_null()) return Status::ok();
+  const auto n = json_integer(*it);
   if (!n) return bad(field, "must be an integer");
   const long long v = *n;
   if (v < lo || v > hi) return bad(field, "must be in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " + std::to_string(v));
   *out = static_cast<int>(v);
-  return api::Status::ok();
+  return Status::ok();
 }
 
-api::Status read_optional_int(const json& body, const char* field, int lo, int hi, std::optional<int>* out) {
+Status read_optional_int(const json& body, const char* field, int lo, int hi, std::optional<int>* out) {
   auto it = body.find(field);
-  if (it == body.end() || it->is_null()) return api::Status::ok();
+  if (it == body.end() || it->is_null()) return Status::ok();
   int v = 0;
   if (auto s = read_int(body, field, lo, hi, &v); !s) return s;
   *out = v;
-  return api::Status::ok();
+  return Status::ok();
 }
 
-api::Status read_number(const json& body, const char* field, bool allow_zero, double* out) {
+Status read_number(const json& body, const char* field, bool allow_zero, double* out) {
   auto it = body.find(field);
-  if (it == body.end() || it->is_null()) return api::Status::ok();
+  if (it == body.end() || it->is_null()) return Status::ok();
   if (!it->is_number()) return bad(field, "must be a number");
   double v = it->get<double>();
   if (!std::isfinite(v) || v < 0 || (!allow_zero && v == 0)) {
     return bad(field, allow_zero ? "must be a number >= 0" : "must be greater than 0");
   }
   *out = v;
-  return api::Status::ok();
+  return Status::ok();
 }
 
-api::Status read_string(const json& body, const char* field, std::string* out) {
+Status read_string(const json& body, const char* field, std::string* out) {
   auto it = body.find(field);
-  if (it == body.end() || it->is_null()) return api::Status::ok();
+  if (it == body.end() || it->is_null()) return Status::ok();
   if (!it->is_string()) return bad(field, "must be a string");
   *out = it->get<std::string>();
   if (has_nul(*out)) return bad(field, "must not contain NUL characters");
-  return api::Status::ok();
+  return Status::ok();
 }
 
-api::Status read_bool(const json& body, const char* field, bool* out) {
+Status read_bool(const json& body, const char* field, bool* out) {
   auto it = body.find(field);
-  if (it == body.end() || it->is_null()) return api::Status::ok();
+  if (it == body.end() || it->is_null()) return Status::ok();
   if (!it->is_boolean()) return bad(field, "must be true or false");
   *out = it->get<bool>();
-  return api::Status::ok();
+  return Status::ok();
 }
 
 }  // namespace
 
-const char* cluster_status_name(ClusterStatus s) {
-  switch (s) {
-    case ClusterStatus::kStarting: return "starting";
-    case ClusterStatus::kRunning: return "running";
-    case ClusterStatus::kSucceeded: return "succeeded";
-    case ClusterStatus::kFailed: return "failed";
-    case ClusterStatus::kStopped: return "stopped";
-  }
-  return "unknown";
-}
-
-std::optional<ClusterStatus> parse_cluster_status(const std::string& name) {
-  for (auto s : {ClusterStatus::kStarting, ClusterStatus::kRunning, ClusterStatus::kSucceeded, ClusterStatus::kFailed,
-                 ClusterStatus::kStopped}) {
-    if (name == cluster_status_name(s)) return s;
-  }
-  return std::nullopt;
-}
-
-bool is_terminal(ClusterStatus s) {
-  return s == ClusterStatus::kSucceeded || s == ClusterStatus::kFailed || s == ClusterStatus::kStopped;
-}
-
-const char* cluster_mode_name(ClusterMode mode) { return mode == ClusterMode::kPs ? "ps" : "mpi"; }
-
-api::Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) {
+Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) {
   static const std::set<std::string> kFields = {
       "mode", "n_workers", "n_ps", "cpu", "memory", "nvidia_gpu", "worker_script", "args", "env", "ps_script",
       "slots", "ssh_port", "network_interface", "network_interfaces", "timeout_seconds", "launch",
       "fusion_threshold_mb", "cycle_time_ms", "timeline_filename", "start_timeout", "verbose", "n_chief",
       "n_evaluator"};
-  if (!body.is_object()) return api::invalid_argument("the request body must be a JSON object");
+  if (!body.is_object()) return invalid_argument("the request body must be a JSON object");
   for (const auto& item : body.items()) {
-    if (!kFields.count(item.key())) return api::invalid_argument("unknown field '" + item.key() + "'", item.key());
+    if (!kFields.count(item.key())) return invalid_argument("unknown field '" + item.key() + "'", item.key());
   }
   ClusterRequest r;
   std::string mode = "ps";
@@ -162,10 +136,10 @@ api::Result<ClusterRequest> parse_cluster_request(const json& body, int max_work
     if (!it->is_object()) return bad("env", "must be an object of NAME: value strings");
     for (const auto& item : it->items()) {
       if (!clusterspec::is_valid_env_name(item.key())) {
-        return api::invalid_argument("env name " + clusterspec::quoted(item.key()) + " must match [A-Za-z_][A-Za-z0-9_]*", "env");
+        return invalid_argument("env name " + clusterspec::quoted(item.key()) + " must match [A-Za-z_][A-Za-z0-9_]*", "env");
       }
-      if (!item.value().is_string()) return api::invalid_argument("env." + item.key() + " must be a string", "env");
-      if (has_nul(item.value().get<std::string>())) return api::invalid_argument("env." + item.key() + " must not contain NUL characters", "env");
+      if (!item.value().is_string()) return invalid_argument("env." + item.key() + " must be a string", "env");
+      if (has_nul(item.value().get<std::string>())) return invalid_argument("env." + item.key() + " must not contain NUL characters", "env");
       r.env[item.key()] = item.value().get<std::string>();
     }
   }
@@ -240,7 +214,7 @@ json ClusterRequest::to_json() const {
               {"n_evaluator", n_evaluator}};
 }
 
-api::Result<ClusterRequest> cluster_request_from_json(const json& j) {
+Result<ClusterRequest> cluster_request_from_json(const json& j) {
   try {
     ClusterRequest r;
     r.mode = j.at("mode").get<std::string>() == "mpi" ? ClusterMode::kMpi : ClusterMode::kPs;
@@ -273,99 +247,8 @@ api::Result<ClusterRequest> cluster_request_from_json(const json& j) {
     r.n_evaluator = j.value("n_evaluator", 0);
     return r;
   } catch (const json::exception& e) {
-    return api::internal_error(std::string("stored cluster request is malformed: ") + e.what());
+    return internal_error(std::string("stored cluster request is malformed: ") + e.what());
   }
 }
 
-json Cluster::workers_json() const {
-  json out = json::object();
-  for (const auto& t : tasks) {
-    if (!out.contains(t.type)) out[t.type] = json::array();
-    out[t.type].push_back(t.worker_id);
-  }
-  return out;
-}
-
-std::string Cluster::task_name(const ClusterTask& t) const {
-  return t.type + " " + std::to_string(t.index) + " (id " + t.worker_id + ")";
-}
-
-json Cluster::to_json() const {
-  json out{{"id", id},
-           {"mode", cluster_mode_name(request.mode)},
-           {"status", cluster_status_name(status)},
-           {"workers", workers_json()},
-           {"n_workers", request.n_workers},
-           {"n_ps", request.n_ps},
-           {"n_chief", request.n_chief},
-           {"n_evaluator", request.n_evaluator},
-           {"cluster_spec", cluster_spec},
-           {"hostfile", hostfile},
-           {"reason", reason},
-           {"created_at", created_at},
-           {"finished_at", finished_at ? json(*finished_at) : json(nullptr)},
-           {"launch", request.mode == ClusterMode::kMpi && request.launch},
-           {"launcher_exit_code", launcher_exit_code ? json(*launcher_exit_code) : json(nullptr)}};
-  out["horovodrun_command"] = horovodrun_argv.empty() ? "" : clusterspec::join_for_shell(horovodrun_argv);
-  out["mpirun_command"] = mpirun_argv.empty() ? "" : clusterspec::join_for_shell(mpirun_argv);
-  out["horovodrun_argv"] = horovodrun_argv;
-  out["mpirun_argv"] = mpirun_argv;
-  if (request.mode == ClusterMode::kMpi) {
-    const json r = request.to_json();
-    for (const char* key : {"network_interfaces", "fusion_threshold_mb", "cycle_time_ms", "timeline_filename",
-                            "start_timeout", "verbose"}) {
-      out[key] = r.at(key);
-    }
-  }
-  return out;
-}
-
-json Cluster::to_record() const {
-  json out = to_json();
-  out["request"] = request.to_json();
-  json tasks_json = json::array();
-  for (const auto& t : tasks) tasks_json.push_back({{"type", t.type}, {"index", t.index}, {"worker_id", t.worker_id}});
-  out["tasks"] = tasks_json;
-  if (launcher_process) {
-    out["launcher_process"] = {{"pid", launcher_process->pid},
-                               {"start_time", launcher_process->start_time},
-                               {"pgid", launcher_process->pid}};
-  }
-  return out;
-}
-
-api::Result<Cluster> Cluster::from_record(const json& j) {
-  try {
-    Cluster c;
-    c.id = j.at("id").get<std::string>();
-    auto request = cluster_request_from_json(j.at("request"));
-    if (!request) return request.status();
-    c.request = request.value();
-    auto status = parse_cluster_status(j.at("status").get<std::string>());
-    if (!status) return api::internal_error("stored cluster " + c.id + " has an unknown status");
-    c.status = *status;
-    for (const auto& t : j.at("tasks")) {
-      c.tasks.push_back({t.at("type").get<std::string>(), t.at("index").get<int>(), t.at("worker_id").get<std::string>()});
-    }
-    c.cluster_spec = j.value("cluster_spec", json(nullptr));
-    c.horovodrun_argv = j.value("horovodrun_argv", std::vector<std::string>{});
-    c.mpirun_argv = j.value("mpirun_argv", std::vector<std::string>{});
-    c.hostfile = j.value("hostfile", "");
-    c.reason = j.value("reason", "");
-    c.created_at = j.value("created_at", "");
-    if (j.contains("finished_at") && j["finished_at"].is_string()) c.finished_at = j["finished_at"].get<std::string>();
-    if (j.contains("launcher_exit_code") && j["launcher_exit_code"].is_number_integer()) {
-      c.launcher_exit_code = j["launcher_exit_code"].get<int>();
-    }
-    if (j.contains("launcher_process") && j["launcher_process"].is_object()) {
-      const json& p = j["launcher_process"];
-      base::ProcessId id{p.value("pid", 0), p.value("start_time", 0ull)};
-      if (id.valid()) c.launcher_process = id;
-    }
-    return c;
-  } catch (const json::exception& e) {
-    return api::internal_error(std::string("stored cluster is malformed: ") + e.what());
-  }
-}
-
-}  // namespace muster::service
+}  // namespace muster::api

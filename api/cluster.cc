@@ -1,0 +1,125 @@
+#include "api/cluster.h"
+
+#include "api/base/shell_quote.h"
+
+namespace muster::api {
+
+using nlohmann::json;
+
+const char* cluster_status_name(ClusterStatus s) {
+  switch (s) {
+    case ClusterStatus::kStarting: return "starting";
+    case ClusterStatus::kRunning: return "running";
+    case ClusterStatus::kSucceeded: return "succeeded";
+    case ClusterStatus::kFailed: return "failed";
+    case ClusterStatus::kStopped: return "stopped";
+  }
+  return "unknown";
+}
+
+std::optional<ClusterStatus> parse_cluster_status(const std::string& name) {
+  for (auto s : {ClusterStatus::kStarting, ClusterStatus::kRunning, ClusterStatus::kSucceeded, ClusterStatus::kFailed,
+                 ClusterStatus::kStopped}) {
+    if (name == cluster_status_name(s)) return s;
+  }
+  return std::nullopt;
+}
+
+bool is_terminal(ClusterStatus s) {
+  return s == ClusterStatus::kSucceeded || s == ClusterStatus::kFailed || s == ClusterStatus::kStopped;
+}
+
+const char* cluster_mode_name(ClusterMode mode) { return mode == ClusterMode::kPs ? "ps" : "mpi"; }
+
+json Cluster::workers_json() const {
+  json out = json::object();
+  for (const auto& t : tasks) {
+    if (!out.contains(t.type)) out[t.type] = json::array();
+    out[t.type].push_back(t.worker_id);
+  }
+  return out;
+}
+
+std::string Cluster::task_name(const ClusterTask& t) const {
+  return t.type + " " + std::to_string(t.index) + " (id " + t.worker_id + ")";
+}
+
+json Cluster::to_json() const {
+  json out{{"id", id},
+           {"mode", cluster_mode_name(request.mode)},
+           {"status", cluster_status_name(status)},
+           {"workers", workers_json()},
+           {"n_workers", request.n_workers},
+           {"n_ps", request.n_ps},
+           {"n_chief", request.n_chief},
+           {"n_evaluator", request.n_evaluator},
+           {"cluster_spec", cluster_spec},
+           {"hostfile", hostfile},
+           {"reason", reason},
+           {"created_at", created_at},
+           {"finished_at", finished_at ? json(*finished_at) : json(nullptr)},
+           {"launch", request.mode == ClusterMode::kMpi && request.launch},
+           {"launcher_exit_code", launcher_exit_code ? json(*launcher_exit_code) : json(nullptr)}};
+  out["horovodrun_command"] = horovodrun_argv.empty() ? "" : base::join_for_shell(horovodrun_argv);
+  out["mpirun_command"] = mpirun_argv.empty() ? "" : base::join_for_shell(mpirun_argv);
+  out["horovodrun_argv"] = horovodrun_argv;
+  out["mpirun_argv"] = mpirun_argv;
+  if (request.mode == ClusterMode::kMpi) {
+    const json r = request.to_json();
+    for (const char* key : {"network_interfaces", "fusion_threshold_mb", "cycle_time_ms", "timeline_filename",
+                            "start_timeout", "verbose"}) {
+      out[key] = r.at(key);
+    }
+  }
+  return out;
+}
+
+json Cluster::to_record() const {
+  json out = to_json();
+  out["request"] = request.to_json();
+  json tasks_json = json::array();
+  for (const auto& t : tasks) tasks_json.push_back({{"type", t.type}, {"index", t.index}, {"worker_id", t.worker_id}});
+  out["tasks"] = tasks_json;
+  if (launcher_process) {
+    out["launcher_process"] = {{"pid", launcher_process->pid},
+                               {"start_time", launcher_process->start_time},
+                               {"pgid", launcher_process->pid}};
+  }
+  return out;
+}
+
+Result<Cluster> Cluster::from_record(const json& j) {
+  try {
+    Cluster c;
+    c.id = j.at("id").get<std::string>();
+    auto request = cluster_request_from_json(j.at("request"));
+    if (!request) return request.status();
+    c.request = request.value();
+    auto status = parse_cluster_status(j.at("status").get<std::string>());
+    if (!status) return internal_error("stored cluster " + c.id + " has an unknown status");
+    c.status = *status;
+    for (const auto& t : j.at("tasks")) {
+      c.tasks.push_back({t.at("type").get<std::string>(), t.at("index").get<int>(), t.at("worker_id").get<std::string>()});
+    }
+    c.cluster_spec = j.value("cluster_spec", json(nullptr));
+    c.horovodrun_argv = j.value("horovodrun_argv", std::vector<std::string>{});
+    c.mpirun_argv = j.value("mpirun_argv", std::vector<std::string>{});
+    c.hostfile = j.value("hostfile", "");
+    c.reason = j.value("reason", "");
+    c.created_at = j.value("created_at", "");
+    if (j.contains("finished_at") && j["finished_at"].is_string()) c.finished_at = j["finished_at"].get<std::string>();
+    if (j.contains("launcher_exit_code") && j["launcher_exit_code"].is_number_integer()) {
+      c.launcher_exit_code = j["launcher_exit_code"].get<int>();
+    }
+    if (j.contains("launcher_process") && j["launcher_process"].is_object()) {
+      const json& p = j["launcher_process"];
+      base::ProcessId id{p.value("pid", 0), p.value("start_time", 0ull)};
+      if (id.valid()) c.launcher_process = id;
+    }
+    return c;
+  } catch (const json::exception& e) {
+    return internal_error(std::string("stored cluster is malformed: ") + e.what());
+  }
+}
+
+}  // namespace muster::api

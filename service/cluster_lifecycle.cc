@@ -1,0 +1,222 @@
+// ClusterManager, the life of a cluster after create(): the manager
+// thread's pass (step, evaluate: steps a) to d) of cluster_manager.h), the
+// rendezvous, the one way a cluster ends (finish) and what a restarted
+// daemon does with the clusters of the earlier one (restore).
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+#include "service/cluster_manager.h"
+
+namespace muster::service {
+
+using api::WorkerStatus;
+
+namespace {
+
+std::string seconds_text(double s) {
+  std::string text = std::to_string(s);
+  text.erase(text.find_last_not_of('0') + 1);
+  if (!text.empty() && text.back() == '.') text.pop_back();
+  return text;
+}
+
+// Why a task that ended (or never came up) ends its cluster.
+std::string describe_end(const std::string& task, const api::Worker& w) {
+  const std::string why = w.reason.empty() ? "" : ": " + w.reason;
+  switch (w.status) {
+    case WorkerStatus::kFailed:
+      if (w.exit_code) return task + " failed with exit code " + std::to_string(*w.exit_code);
+      return task + " failed" + why;
+    case WorkerStatus::kTimedOut: return task + " timed out" + why;
+    case WorkerStatus::kLost: return task + " was lost" + why;
+    case WorkerStatus::kStopped: return task + " was stopped" + why;
+    case WorkerStatus::kSucceeded: return task + " ended (exit code 0) while the cluster needed it";
+    default: return task + " is " + api::worker_status_name(w.status);
+  }
+}
+
+}  // namespace
+
+api::Status ClusterManager::restore() {
+  if (!store_) return api::Status::ok();
+  auto records = store_->load_all();
+  if (!records) return records.status();
+  std::vector<std::string> interrupted;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& record : records.value()) {
+      auto cluster = api::Cluster::from_record(record);
+      if (!cluster) continue;
+      Entry e;
+      e.cluster = std::move(cluster).value();
+      e.seq = next_seq_++;
+      e.launched = true;
+      e.dir = options_.state_dir / "clusters" / e.cluster.id;
+      if (!is_terminal(e.cluster.status)) interrupted.push_back(e.cluster.id);
+      clusters_[e.cluster.id] = std::move(e);
+    }
+  }
+  for (const auto& id : interrupted) {
+    std::string was;
+    std::optional<base::ProcessId> orphan;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      was = api::cluster_status_name(clusters_[id].cluster.status);
+      orphan = clusters_[id].cluster.launcher_process;
+    }
+    // The earlier daemon's mpirun outlived it (kill -9 leaves children
+    // running): end it and its ranks by identity before failing the cluster.
+    std::string launcher_note;
+    if (orphan) {
+      const bool ended = launcher_->end_orphan(*orphan, options_.launcher_grace);
+      launcher_note = ended ? "; its mpirun (pid " + std::to_string(orphan->pid) + ") and ranks were ended"
+                            : "; its mpirun (pid " + std::to_string(orphan->pid) + ") had already ended";
+      spdlog::info("cluster {}: launcher of the earlier daemon (pid {}) {}", id, orphan->pid,
+                   ended ? "ended" : "already gone");
+    }
+    finish(id, api::ClusterStatus::kFailed,
+           "the daemon restarted while the cluster was " + was + launcher_note + "; its tasks were stopped");
+  }
+  return api::Status::ok();
+}
+
+void ClusterManager::finish(const std::string& id, api::ClusterStatus status, const std::string& reason) {
+  std::unique_ptr<LauncherProcess> launcher;
+  std::vector<std::string> ids;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto it = clusters_.find(id);
+    if (it == clusters_.end() || is_terminal(it->second.cluster.status)) return;
+    if (it->second.ending) {
+      ended_cv_.wait(lock, [&] { return is_terminal(clusters_[id].cluster.status); });
+      return;
+    }
+    Entry& e = it->second;
+    e.ending = true;
+    launcher = std::move(e.launcher);
+    for (const auto& t : e.cluster.tasks) ids.push_back(t.worker_id);
+  }
+  std::optional<int> launcher_code;
+  if (launcher) {
+    launcher->terminate(options_.launcher_grace);
+    launcher_code = launcher->poll();
+  }
+  // Only tasks that are still alive; an empty list would mean "every worker".
+  std::vector<std::string> alive;
+  for (const auto& wid : ids) {
+    auto w = registry_.get(wid);
+    if (w && !api::is_terminal(w->status)) alive.push_back(wid);
+  }
+  if (!alive.empty()) (void)registry_.stop(alive);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Entry& e = clusters_[id];
+    e.cluster.status = status;
+    e.cluster.reason = reason;
+    e.cluster.finished_at = format_time(clock_.now());
+    if (!e.cluster.launcher_exit_code) e.cluster.launcher_exit_code = launcher_code;
+    e.cluster.launcher_process.reset();  // ended above (or by restore())
+    persist_locked(e);
+  }
+  ended_cv_.notify_all();
+  spdlog::info("cluster {} {}{}{}", id, api::cluster_status_name(status), reason.empty() ? "" : ": ", reason);
+}
+
+void ClusterManager::step() {
+  std::vector<std::string> active;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, e] : clusters_) {
+      if (e.launched && !e.ending && !is_terminal(e.cluster.status)) active.push_back(id);
+    }
+  }
+  for (const auto& id : active) evaluate(id);
+}
+
+Rendezvous& ClusterManager::mode_of(const api::ClusterRequest& request) const {
+  return request.mode == api::ClusterMode::kMpi ? *mpi_ : *ps_;
+}
+
+void ClusterManager::evaluate(const std::string& id) {
+  api::Cluster c;
+  TimePoint deadline;
+  bool has_launcher = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = clusters_.find(id);
+    if (it == clusters_.end() || it->second.ending || api::is_terminal(it->second.cluster.status)) return;
+    c = it->second.cluster;
+    deadline = it->second.deadline;
+    has_launcher = it->second.launcher != nullptr;
+  }
+  Rendezvous& mode = mode_of(c.request);
+
+  std::vector<api::Worker> workers;
+  for (const auto& t : c.tasks) {
+    auto w = registry_.get(t.worker_id);
+    if (!w) return finish(id, api::ClusterStatus::kFailed, c.task_name(t) + " is gone: " + w.status().message());
+    workers.push_back(w.value());
+  }
+
+  // d) Any task that ended badly ends the cluster.
+  for (size_t i = 0; i < c.tasks.size(); ++i) {
+    if (api::is_terminal(workers[i].status) && !mode.may_end(c.tasks[i], workers[i])) {
+      std::string reason = describe_end(c.task_name(c.tasks[i]), workers[i]);
+      if (has_launcher) reason += "; mpirun was aborted";
+      return finish(id, api::ClusterStatus::kFailed, reason);
+    }
+  }
+
+  // a) + b) Starting: the rendezvous once every task is ready.
+  if (c.status == api::ClusterStatus::kStarting) {
+    auto pending = std::find_if(workers.begin(), workers.end(), [&](const api::Worker& w) { return !mode.ready(w); });
+    if (pending == workers.end()) return rendezvous(c, workers);
+    if (clock_.now() >= deadline) {
+      finish(id, api::ClusterStatus::kFailed,
+             c.task_name(c.tasks[static_cast<size_t>(pending - workers.begin())]) + " did not register within " +
+                 seconds_text(c.request.timeout_seconds) + " s (timeout_seconds)");
+    }
+    return;
+  }
+
+  // c) Running: the mode decides when it ended.
+  std::optional<int> code;
+  if (has_launcher) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& e = clusters_[id];
+    if (e.launcher) code = e.launcher->poll();
+    if (code) e.cluster.launcher_exit_code = code;
+  }
+  if (auto verdict = mode.verdict(c, workers, code)) finish(id, verdict->status, verdict->reason);
+}
+
+void ClusterManager::rendezvous(const api::Cluster& c, const std::vector<api::Worker>& workers) {
+  auto wired = mode_of(c.request).wire(c, workers);
+  if (!wired) return finish(c.id, api::ClusterStatus::kFailed, wired.status().message());
+  Wiring w = std::move(wired).value();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& e = clusters_[c.id];
+    if (!w.cluster_spec.is_null()) e.cluster.cluster_spec = w.cluster_spec;
+    e.cluster.horovodrun_argv = w.horovodrun_argv;
+    e.cluster.mpirun_argv = w.mpirun_argv;
+    e.cluster.hostfile = w.hostfile;
+    if (e.ending || api::is_terminal(e.cluster.status)) {
+      // Stopped while the rendezvous ran: end what it started here.
+      if (w.launcher) w.launcher->terminate(options_.launcher_grace);
+      persist_locked(e);
+      return;
+    }
+    if (w.launcher && w.launcher->identity().valid()) e.cluster.launcher_process = w.launcher->identity();
+    e.launcher = std::move(w.launcher);
+    e.cluster.status = api::ClusterStatus::kRunning;
+    persist_locked(e);
+  }
+  spdlog::info("cluster {} running: {}", c.id, w.summary);
+  // A release that fails (the task ended meanwhile) shows up as that task's
+  // end on the next pass.
+  for (auto& [worker_id, release] : w.releases) (void)registry_.release(worker_id, std::move(release));
+}
+
+}  // namespace muster::service

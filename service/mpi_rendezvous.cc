@@ -1,0 +1,208 @@
+#include "service/mpi_rendezvous.h"
+
+#include <algorithm>
+
+#include "api/base/atomic_file.h"
+#include "api/kernel.h"
+#include "clusterspec/cluster_spec.h"
+#include "clusterspec/launch_line.h"
+#include "clusterspec/names.h"
+#include "clusterspec/shell.h"
+#include "clusterspec/spec_error.h"
+#include "service/cluster_tasks.h"
+#include "service/validation.h"
+
+namespace muster::service {
+
+namespace fs = std::filesystem;
+using api::WorkerStatus;
+
+namespace {
+
+// The GPUs of an mpi cluster's ranks. mpirun maps ranks by slot over -H in
+// order, so global rank g runs on a known host; every rank of a host gets
+// the devices its workers reserved (in worker order) as
+// CUDA_VISIBLE_DEVICES (so device `local_rank` is its own, Horovod's
+// pinning), and MUSTER_GPU_DEVICE = the physical index of its local rank's
+// device. Encoded for the wrapper: one entry per global rank, ';'-separated,
+// each the host's comma-separated list. "" when no worker has a GPU.
+std::string rank_gpus(const std::vector<clusterspec::HostSlots>& hosts, const std::vector<api::Worker>& workers) {
+  bool any = false;
+  std::vector<std::string> per_rank;
+  for (const auto& h : hosts) {
+    std::string list;
+    for (const auto& w : workers) {
+      if (w.ip_address != h.host || w.gpu_devices.empty()) continue;
+      list += (list.empty() ? "" : ",") + w.gpu_devices;
+      any = true;
+    }
+    per_rank.insert(per_rank.end(), static_cast<size_t>(h.slots), list);
+  }
+  if (!any) return "";
+  std::string out;
+  for (size_t i = 0; i < per_rank.size(); ++i) out += (i ? ";" : "") + per_rank[i];
+  return out;
+}
+
+// Workers on one IP share a host (the local backend: one host, all slots).
+std::vector<clusterspec::HostSlots> hosts_of(const std::vector<api::Worker>& workers, int slots) {
+  std::vector<clusterspec::HostSlots> hosts;
+  for (const auto& w : workers) {
+    auto it = std::find_if(hosts.begin(), hosts.end(), [&](const auto& h) { return h.host == w.ip_address; });
+    if (it == hosts.end()) {
+      hosts.push_back({w.ip_address, slots});
+    } else {
+      it->slots += slots;
+    }
+  }
+  return hosts;
+}
+
+}  // namespace
+
+// Run by /bin/sh in front of each rank's command when the cluster has GPUs.
+const char* const kRankGpuWrapper =
+    "h=$(printf %s \"$MUSTER_RANK_GPUS\" | cut -d \\; -f $((${OMPI_COMM_WORLD_RANK:-0} + 1))); "
+    "d=$(printf %s \"$h\" | cut -d , -f $((${OMPI_COMM_WORLD_LOCAL_RANK:-0} + 1))); "
+    "export CUDA_VISIBLE_DEVICES=\"$h\" NVIDIA_VISIBLE_DEVICES=\"$h\" MUSTER_GPU_DEVICE=\"$d\"; exec \"$@\"";
+
+std::vector<std::string> rank_command(const fs::path& script_path, const std::vector<std::string>& args) {
+  api::KernelCommandOptions k;
+  k.kernel = api::kKernelPython3;
+  k.script = script_path.string();
+  k.args = args;
+  return api::script_command(k);
+}
+
+MpiRendezvous::MpiRendezvous(MpiRendezvousOptions options, WorkerRegistry& registry, Launcher& launcher,
+                             workers::MpiHosts* mpi_hosts)
+    : options_(std::move(options)), registry_(registry), launcher_(launcher), mpi_hosts_(mpi_hosts) {}
+
+fs::path MpiRendezvous::dir_of(const std::string& id) const { return options_.state_dir / "clusters" / id; }
+
+api::Result<std::vector<TaskBatch>> MpiRendezvous::plan(const std::string& id, const api::ClusterRequest& request) {
+  // The rank command is the worker script itself: it must resolve now.
+  if (auto s = resolve_script(options_.project_dir, request.worker_script); !s) {
+    return api::invalid_argument(s.status().message(), "worker_script");
+  }
+  auto idle = task_launch_request(request, {request.n_workers, "", {}, "worker_script", options_.project_dir});
+  if (!idle) return idle.status();
+  std::vector<TaskBatch> batches;
+  batches.push_back({clusterspec::kWorker, task_batch(id, std::move(idle).value(), false, false)});
+  return batches;
+}
+
+bool MpiRendezvous::ready(const api::Worker& w) const {
+  return w.status == WorkerStatus::kRunning && w.ip_address != "unknown" && !w.ip_address.empty();
+}
+
+bool MpiRendezvous::may_end(const api::ClusterTask& /*task*/, const api::Worker& /*worker*/) const {
+  return false;  // every worker hosts ranks: it must stay up
+}
+
+api::Result<Wiring> MpiRendezvous::wire(const api::Cluster& c, const std::vector<api::Worker>& workers) {
+  const api::ClusterRequest& r = c.request;
+  const std::vector<clusterspec::HostSlots> hosts = hosts_of(workers, r.slots);
+  auto script_path = resolve_script(options_.project_dir, r.worker_script);
+  if (!script_path) return api::invalid_argument("worker_script: " + script_path.status().message());
+
+  clusterspec::HorovodrunOptions h;
+  h.hosts = hosts;
+  h.ssh_port = r.ssh_port;
+  h.network_interfaces = r.network_interfaces;
+  h.fusion_threshold_mb = r.fusion_threshold_mb;
+  h.cycle_time_ms = r.cycle_time_ms;
+  h.timeline_filename = r.timeline_filename;
+  h.start_timeout_s = r.start_timeout;
+  h.verbose = r.verbose;
+  h.command = rank_command(script_path.value(), r.args);
+  // Preflight: every host is checked before mpirun starts; what the backend
+  // answers goes on the line, explicitly.
+  workers::MpiLaunchSettings found;
+  if (mpi_hosts_) {
+    workers::MpiHostsRequest q;
+    for (const auto& hs : hosts) q.hosts.push_back(hs.host);
+    q.ssh_port = r.ssh_port;
+    q.program = h.command.front();
+    auto preflight = mpi_hosts_->preflight_mpi(q);
+    if (!preflight) return api::Status(preflight.status().code(), "preflight failed: " + preflight.status().message());
+    found = std::move(preflight).value();
+  }
+  if (h.network_interfaces.empty()) h.network_interfaces = found.network_interfaces;
+
+  Wiring wiring;
+  try {
+    wiring.horovodrun_argv = clusterspec::horovodrun_argv(h);
+    clusterspec::MpirunOptions m = clusterspec::mpirun_options_for(h);
+    m.program = options_.mpirun;
+    m.prefix = found.prefix;
+    for (const auto& [name, value] : r.env) m.forward_env.push_back(name);
+    m.forward_env.push_back("MUSTER_CLUSTER_ID");
+    m.extra_mpi_args = options_.mpirun_extra_args;
+    if (auto gpus = rank_gpus(hosts, workers); !gpus.empty()) {
+      // Each rank sees its host's reserved devices and is handed the one of
+      // its local rank (see rank_gpus()).
+      m.set_env["MUSTER_RANK_GPUS"] = gpus;
+      m.command.insert(m.command.begin(), {"/bin/sh", "-c", kRankGpuWrapper, "muster-rank"});
+    }
+    // How mpirun reaches the hosts (ssh with the backend's key, srun inside
+    // Slurm jobs), for this launch only.
+    if (!found.rsh_agent.empty()) {
+      m.extra_mpi_args.insert(m.extra_mpi_args.end(), {"-mca", "plm_rsh_agent", found.rsh_agent});
+    }
+    wiring.mpirun_argv = clusterspec::mpirun_argv(m);
+    wiring.hostfile = clusterspec::write_hostfile(hosts);
+  } catch (const clusterspec::SpecError& e) {
+    return api::invalid_argument(std::string("cannot build the launch lines: ") + e.what());
+  }
+  if (auto err = base::write_file_atomically(dir_of(c.id) / "hostfile", wiring.hostfile)) {
+    return api::internal_error(*err);
+  }
+  if (r.launch) {
+    auto started = start_mpirun(c, workers, wiring.mpirun_argv);
+    if (!started) return started.status();
+    wiring.launcher = std::move(started).value();
+  }
+  wiring.summary = std::string(r.launch ? "launched: " : "") + clusterspec::join_for_shell(wiring.mpirun_argv);
+  return wiring;
+}
+
+api::Result<std::unique_ptr<LauncherProcess>> MpiRendezvous::start_mpirun(const api::Cluster& c,
+                                                                          const std::vector<api::Worker>& workers,
+                                                                          const std::vector<std::string>& mpirun) {
+  LauncherSpec spec;
+  spec.argv = mpirun;
+  spec.env = c.request.env;
+  spec.env["MUSTER_CLUSTER_ID"] = c.id;
+  // Rank 0 reports training metrics as the first worker (its metrics
+  // token, never its agent's). The launched line forwards them with -x;
+  // the shown line stays without (a user may run it by hand, where they
+  // are not set). Open MPI refuses mca_base_env_list beside -x.
+  if (auto token = registry_.metrics_token(workers.front().id); !token.empty()) {
+    spec.env["MUSTER_URL"] = registry_.agent_url();
+    spec.env["MUSTER_WORKER_ID"] = workers.front().id;
+    spec.env["MUSTER_METRICS_TOKEN"] = token;
+    const std::vector<std::string> forward = {"-x", "MUSTER_URL", "-x", "MUSTER_WORKER_ID", "-x",
+                                              "MUSTER_METRICS_TOKEN"};
+    spec.argv.insert(spec.argv.begin() + 1, forward.begin(), forward.end());
+  }
+  spec.working_dir = options_.project_dir;
+  spec.log_path = dir_of(c.id) / "launcher.log";
+  return launcher_.start(spec);
+}
+
+std::optional<Verdict> MpiRendezvous::verdict(const api::Cluster& c, const std::vector<api::Worker>& /*workers*/,
+                                              std::optional<int> launcher_exit) const {
+  if (!launcher_exit) return std::nullopt;  // launch=false: running until stopped
+  if (*launcher_exit == 0) return Verdict{api::ClusterStatus::kSucceeded, ""};
+  return Verdict{api::ClusterStatus::kFailed, "mpirun exited with code " + std::to_string(*launcher_exit) + " (see " +
+                                                  (dir_of(c.id) / "launcher.log").string() + ")"};
+}
+
+LogSource MpiRendezvous::log(const api::Cluster& c) const {
+  LogSource source;
+  if (c.request.launch) source.file = dir_of(c.id) / "launcher.log";
+  return source;
+}
+
+}  // namespace muster::service

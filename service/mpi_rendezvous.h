@@ -1,0 +1,76 @@
+// MpiRendezvous: the mpi mode of clusters (Horovod / Open MPI), behind the
+// Rendezvous interface (rendezvous.h).
+//
+//   a) plan: n_workers idle workers (they wait to be stopped); the worker
+//      script must resolve in the project directory.
+//   b) wire, once every worker registered its IP: the hosts (workers on one
+//      IP share a host, their slots add up); the preflight of the backend's
+//      hosts (workers::MpiHosts, handed to the manager explicitly), whose
+//      --prefix, interfaces and rsh agent go on the line; the hostfile
+//      (written to <state>/clusters/<id>/hostfile) and the horovodrun and
+//      mpirun argument vectors; with launch=true, mpirun started through the
+//      Launcher (own session, log <state>/clusters/<id>/launcher.log) with
+//      its environment in its spawn options: the request's env, the cluster
+//      id and rank 0's metrics credentials.
+//   c) verdict: the cluster ends with mpirun (exit 0 -> succeeded, else
+//      failed naming the code and the log). Every worker must stay up.
+//   d) log: the launcher's log (none with launch=false).
+//
+// Every rank runs the worker script by api/kernel.h's rules, the same the
+// agent runs a worker's script with (rank_command()).
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "clusterspec/hostfile.h"
+#include "service/rendezvous.h"
+#include "workers/mpi_hosts.h"
+
+namespace muster::service {
+
+struct MpiRendezvousOptions {
+  std::filesystem::path state_dir;             // cluster files: <state_dir>/clusters/<id>/
+  std::filesystem::path project_dir;           // canonical: scripts resolve inside it; mpirun's cwd
+  std::string mpirun = "mpirun";               // argv[0] of the launched line
+  std::vector<std::string> mpirun_extra_args;  // added before the command when launching
+};
+
+// The /bin/sh script an mpi cluster with GPUs puts in front of each rank's
+// command: it exports CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES (the
+// host's reserved devices) and MUSTER_GPU_DEVICE (the local rank's) from
+// MUSTER_RANK_GPUS, then execs the command ("$@").
+extern const char* const kRankGpuWrapper;
+
+// The command every rank runs for `script_path` (api/kernel.h, kernel python3).
+std::vector<std::string> rank_command(const std::filesystem::path& script_path, const std::vector<std::string>& args);
+
+class MpiRendezvous final : public Rendezvous {
+ public:
+  // `mpi_hosts` null: the workers run on the daemon's host (mpirun's
+  // defaults reach it). `registry`, `launcher` and `mpi_hosts` are borrowed.
+  MpiRendezvous(MpiRendezvousOptions options, WorkerRegistry& registry, Launcher& launcher,
+                workers::MpiHosts* mpi_hosts);
+
+  api::Result<std::vector<TaskBatch>> plan(const std::string& cluster_id, const api::ClusterRequest& request) override;
+  bool ready(const api::Worker& worker) const override;
+  bool may_end(const api::ClusterTask& task, const api::Worker& worker) const override;
+  api::Result<Wiring> wire(const api::Cluster& cluster, const std::vector<api::Worker>& workers) override;
+  std::optional<Verdict> verdict(const api::Cluster& cluster, const std::vector<api::Worker>& workers,
+                                 std::optional<int> launcher_exit) const override;
+  LogSource log(const api::Cluster& cluster) const override;
+
+ private:
+  std::filesystem::path dir_of(const std::string& cluster_id) const;
+  api::Result<std::unique_ptr<LauncherProcess>> start_mpirun(const api::Cluster& cluster,
+                                                             const std::vector<api::Worker>& workers,
+                                                             const std::vector<std::string>& mpirun);
+
+  MpiRendezvousOptions options_;
+  WorkerRegistry& registry_;
+  Launcher& launcher_;
+  workers::MpiHosts* mpi_hosts_;
+};
+
+}  // namespace muster::service

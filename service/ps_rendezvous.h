@@ -1,0 +1,47 @@
+// PsRendezvous: the ps mode of clusters (TensorFlow's parameter-server
+// strategy, muster-ps), behind the Rendezvous interface (rendezvous.h).
+//
+//   a) plan: n_ps PS tasks, n_chief chief, n_workers worker and n_evaluator
+//      evaluator tasks (the last three run the worker script), each held and
+//      reserving a port: its agent registers ip:port and waits to be
+//      released. PS tasks run `muster-ps` when no ps_script is given and the
+//      program exists, else wait to be stopped; they get no GPU.
+//   b) wire, once every task registered with its port: the ClusterSpec
+//      ({"ps": [...], "chief": [...], "worker": [...]}, index = launch order;
+//      the evaluator stays outside, TensorFlow's rule) and one release per
+//      task: TF_CONFIG with its own task type/index, cluster.json in its
+//      working dir, the cluster's secret for the PS (never stored or shown).
+//   c) verdict: with a chief, once the chief succeeded (TensorFlow 2's
+//      workers and PS serve until stopped); without one, once every worker
+//      task succeeded. A worker task that succeeded may end early.
+//   d) log: the chief's (else worker 0's) worker log.
+#pragma once
+
+#include <filesystem>
+
+#include "service/rendezvous.h"
+
+namespace muster::service {
+
+struct PsRendezvousOptions {
+  std::filesystem::path project_dir;  // canonical: scripts resolve inside it
+  std::filesystem::path ps_program;   // muster-ps; PS tasks run it when it exists
+};
+
+class PsRendezvous final : public Rendezvous {
+ public:
+  explicit PsRendezvous(PsRendezvousOptions options) : options_(std::move(options)) {}
+
+  api::Result<std::vector<TaskBatch>> plan(const std::string& cluster_id, const api::ClusterRequest& request) override;
+  bool ready(const api::Worker& worker) const override;
+  bool may_end(const api::ClusterTask& task, const api::Worker& worker) const override;
+  api::Result<Wiring> wire(const api::Cluster& cluster, const std::vector<api::Worker>& workers) override;
+  std::optional<Verdict> verdict(const api::Cluster& cluster, const std::vector<api::Worker>& workers,
+                                 std::optional<int> launcher_exit) const override;
+  LogSource log(const api::Cluster& cluster) const override;
+
+ private:
+  PsRendezvousOptions options_;
+};
+
+}  // namespace muster::service

@@ -1,0 +1,85 @@
+// Rendezvous: what one cluster mode does with its tasks, behind the
+// ClusterManager (which is the same for every mode). One implementation per
+// mode: PsRendezvous (ps_rendezvous.h: ClusterSpec and TF_CONFIG) and
+// MpiRendezvous (mpi_rendezvous.h: hostfile, horovodrun/mpirun lines,
+// running mpirun).
+//
+// Contract
+// - plan() turns a validated request into the launch batches, in task order
+//   (the order gives each task its index), with their task type; scripts are
+//   resolved here, so a bad one launches nothing. Errors name the field.
+// - ready(w): the task counts as registered for the rendezvous.
+// - may_end(task, w): a task that reached a terminal status without ending
+//   the cluster (ps: a worker task that succeeded). Any other ending fails
+//   the cluster, naming the task.
+// - wire() runs once, when every task is ready. It does the mode's own side
+//   effects (writing the hostfile, starting mpirun) and returns what the
+//   manager records and whom it releases; the manager persists the record,
+//   marks the cluster running and then sends the releases. An error fails
+//   the cluster with its message (nothing it started is left running).
+// - verdict(): while running, whether the cluster ended and how (nullopt:
+//   not yet). `launcher_exit` is the launcher's exit code once it ended.
+// - log(): where GET /clusters/{id}/logs reads.
+// Threads: plan() is called from HTTP threads, the rest from the manager's
+// thread; never under the manager's mutex, so they may call the registry.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "api/cluster.h"
+#include "api/status.h"
+#include "api/worker.h"
+#include "service/cluster_launcher.h"
+#include "service/registry.h"
+
+namespace muster::service {
+
+// One batch of tasks of one type ("ps", "chief", "worker", "evaluator").
+struct TaskBatch {
+  std::string type;
+  LaunchBatch batch;
+};
+
+// What wire() hands the manager.
+struct Wiring {
+  nlohmann::json cluster_spec;                   // ps: the ClusterSpec
+  std::vector<std::string> horovodrun_argv;      // mpi
+  std::vector<std::string> mpirun_argv;          // mpi
+  std::string hostfile;                          // mpi
+  std::unique_ptr<LauncherProcess> launcher;     // mpi with launch=true
+  std::vector<std::pair<std::string, Release>> releases;  // worker id -> its release
+  std::string summary;                           // for the daemon's log line
+};
+
+struct Verdict {
+  api::ClusterStatus status = api::ClusterStatus::kFailed;
+  std::string reason;
+};
+
+// A file (the launcher's log), a worker whose log it is, or neither.
+struct LogSource {
+  std::filesystem::path file;
+  std::string worker_id;
+};
+
+class Rendezvous {
+ public:
+  virtual ~Rendezvous() = default;
+  virtual api::Result<std::vector<TaskBatch>> plan(const std::string& cluster_id,
+                                                   const api::ClusterRequest& request) = 0;
+  virtual bool ready(const api::Worker& worker) const = 0;
+  virtual bool may_end(const api::ClusterTask& task, const api::Worker& worker) const = 0;
+  virtual api::Result<Wiring> wire(const api::Cluster& cluster, const std::vector<api::Worker>& workers) = 0;
+  virtual std::optional<Verdict> verdict(const api::Cluster& cluster, const std::vector<api::Worker>& workers,
+                                         std::optional<int> launcher_exit) const = 0;
+  virtual LogSource log(const api::Cluster& cluster) const = 0;
+};
+
+}  // namespace muster::service

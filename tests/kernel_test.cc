@@ -1,0 +1,84 @@
+// api/kernel.h: how a kernel and a script become a command line, and the
+// two programs that must agree on it: the agent (a worker's script) and the
+// cluster manager (every MPI rank's command).
+#include "api/kernel.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "service/mpi_rendezvous.h"
+#include "workers/agent/agent.h"
+
+namespace muster {
+namespace {
+
+namespace fs = std::filesystem;
+using Cmd = std::vector<std::string>;
+
+class KernelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("muster_kernel_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    for (const char* name : {"train.py", "job.sh", "tool", "data"}) std::ofstream(dir_ / name) << "#!/bin/sh\n";
+    ::chmod((dir_ / "tool").c_str(), 0755);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST_F(KernelTest, ScriptRulesUseAbsoluteInterpreters) {
+  auto cmd = [](std::string kernel, std::string script, std::function<bool(const std::string&)> x = nullptr) {
+    api::KernelCommandOptions o;
+    o.kernel = std::move(kernel);
+    o.script = std::move(script);
+    o.args = {"-n", "2"};
+    o.is_executable = std::move(x);
+    return api::script_command(o);
+  };
+  auto yes = [](const std::string&) { return true; };
+  auto no = [](const std::string&) { return false; };
+  EXPECT_EQ(cmd("python3", "/p/train.py", yes), (Cmd{"/usr/bin/python3", "-u", "/p/train.py", "-n", "2"}));
+  EXPECT_EQ(cmd("python3", "/p/job.sh", yes), (Cmd{"/bin/bash", "/p/job.sh", "-n", "2"}));
+  EXPECT_EQ(cmd("python3", "/p/tool", yes), (Cmd{"/p/tool", "-n", "2"}));
+  EXPECT_EQ(cmd("python3", "/p/data", no), (Cmd{"/usr/bin/python3", "-u", "/p/data", "-n", "2"}));
+  EXPECT_EQ(cmd("bash", "/p/train.py", yes), (Cmd{"/bin/bash", "/p/train.py", "-n", "2"}));
+  EXPECT_EQ(cmd("executable", "/p/data", no), (Cmd{"/p/data", "-n", "2"}));
+}
+
+// The agent runs a worker's script and the cluster manager runs each MPI
+// rank with the same rules: the same file gives the same command line.
+TEST_F(KernelTest, AgentAndMpiRanksAgree) {
+  for (const char* name : {"train.py", "job.sh", "tool", "data"}) {
+    const fs::path script = dir_ / name;
+    workers::agent::AgentOptions agent;
+    agent.kernel = api::kKernelPython3;
+    agent.script = script.string();
+    agent.args = {"--epochs", "1"};
+    EXPECT_EQ(workers::agent::script_command(agent), service::rank_command(script, agent.args)) << name;
+  }
+  // And they are what the rules say, not merely equal.
+  EXPECT_EQ(service::rank_command(dir_ / "data", {}), (Cmd{"/usr/bin/python3", "-u", (dir_ / "data").string()}));
+  EXPECT_EQ(service::rank_command(dir_ / "tool", {}), (Cmd{(dir_ / "tool").string()}));
+  EXPECT_EQ(service::rank_command(dir_ / "job.sh", {}), (Cmd{"/bin/bash", (dir_ / "job.sh").string()}));
+}
+
+TEST(KernelCodeTest, CodeRules) {
+  api::KernelCommandOptions o;
+  o.code = "print(1)";
+  EXPECT_EQ(api::script_command(o), (Cmd{"/usr/bin/python3", "-u", "-c", "print(1)"}));
+  o.code = "!nvidia-smi";
+  EXPECT_EQ(api::script_command(o), (Cmd{"/bin/bash", "-c", "nvidia-smi", "muster-worker"}));
+  o.kernel = "bash";
+  o.code = "echo $1";
+  o.args = {"x"};
+  EXPECT_EQ(api::script_command(o), (Cmd{"/bin/bash", "-c", "echo $1", "muster-worker", "x"}));
+}
+
+}  // namespace
+}  // namespace muster

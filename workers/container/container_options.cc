@@ -1,0 +1,62 @@
+// ContainerOptions from musterd's --backend-opt key=value flags.
+#include <cctype>
+
+#include "workers/container/container_backend.h"
+
+namespace muster::workers::container {
+namespace fs = std::filesystem;
+namespace {
+
+bool valid_link_word(const std::string& s) {
+  if (s.empty()) return false;
+  for (char c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') return false;
+  return true;
+}
+
+}  // namespace
+
+api::Result<ContainerOptions> ContainerOptions::from_map(const fs::path& state_dir,
+                                                         const std::map<std::string, std::string>& opts) {
+  ContainerOptions o;
+  o.state_dir = state_dir;
+  for (const auto& [key, value] : opts) {
+    if (key == "bridge") {
+      if (!valid_link_word(value) || value.size() > 15)
+        return api::invalid_argument("--backend-opt bridge='" + value + "': use 1-15 letters, digits, - or _",
+                                     "bridge");
+      o.bridge = value;
+    } else if (key == "subnet") {
+      o.subnet = value;
+    } else if (key == "prefix") {
+      if (!valid_link_word(value) || value.size() > 4)
+        return api::invalid_argument("--backend-opt prefix='" + value + "': use 1-4 letters or digits", "prefix");
+      o.prefix = value;
+    } else if (key == "ssh_port") {
+      try {
+        o.ssh_port = std::stoi(value);
+      } catch (...) {
+        o.ssh_port = 0;
+      }
+      if (o.ssh_port < 1 || o.ssh_port > 65535)
+        return api::invalid_argument("--backend-opt ssh_port='" + value + "': not a port number", "ssh_port");
+    } else if (key == "sshd") {
+      if (value != "on" && value != "off")
+        return api::invalid_argument("--backend-opt sshd='" + value + "': use on or off", "sshd");
+      o.start_sshd = value == "on";
+    } else if (key == "instance") {
+      if (!valid_link_word(value) || value.size() > 4)
+        return api::invalid_argument("--backend-opt instance='" + value + "': use 1-4 letters or digits",
+                                     "instance");
+      o.instance_id = value;
+    } else {
+      return api::invalid_argument("unknown container backend option '" + key +
+                                       "' (known: bridge, subnet, prefix, ssh_port, sshd, instance)",
+                                   key);
+    }
+  }
+  if (auto s = Subnet::parse(o.subnet); !s) return s.status();
+  return o;
+}
+
+}  // namespace muster::workers::container
