@@ -24,6 +24,7 @@ void ring_step(char* data, std::size_t esize, const Chunking& chunks, int send_c
     recv.expect(std::min(seg_elems, recv_len - off) * esize);
   }
   std::size_t sent = 0, received = 0;  // elements
+  bool flushed = false;
   for (;;) {
     watchdog.prepare();
     bool moved = false;
@@ -33,6 +34,10 @@ void ring_step(char* data, std::size_t esize, const Chunking& chunks, int send_c
         sent += n;
         moved = true;
       }
+    } else if (!flushed) {
+      // Keeps pushing what the link still holds while this rank waits to
+      // receive (a TCP link only writes when called).
+      flushed = send.flushed();
     }
     if (received < recv_len) {
       if (const void* seg = recv.try_recv()) {
@@ -48,7 +53,7 @@ void ring_step(char* data, std::size_t esize, const Chunking& chunks, int send_c
         moved = true;
       }
     }
-    if (sent == send_len && received == recv_len && send.flushed()) return;
+    if (sent == send_len && received == recv_len && (flushed || send.flushed())) return;
     if (moved) {
       watchdog.progressed();
     } else {
