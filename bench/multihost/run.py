@@ -106,7 +106,7 @@ def gloo(hosts, p, tmp):
         if pr.returncode != 0:
             raise RuntimeError("gloo rank failed:\n" + text[-2000:])
     with open(out) as f:
-        return {int(b): int(b) / t / 1e9 for b, t in json.load(f).items()}
+        return {int(b): (int(b) / x["seconds"] / 1e9, x["cpu_s"]) for b, x in json.load(f).items()}
 
 
 def ps_step(build, hosts):

@@ -20,6 +20,9 @@
 namespace muster::runtime::comm {
 namespace {
 
+// Idle polls of the TCP links (a readv and sendmsg each) before ppoll.
+constexpr uint32_t kTcpPauseRounds = 8;
+
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
@@ -295,9 +298,10 @@ void WorldCommunicator::allreduce_ring(void* data, std::size_t count, DataType d
                                        Watchdog& watchdog) {
   // Both links in shared memory: sleep on this rank's doorbell when idle.
   if (ring_all_shm_) watchdog.set_sleeper(sleeper_.get(), options_.spin);
-  // Both links TCP: wait in ppoll on the streams. No spinning first: the
-  // kernel's TCP work (softirqs, copies) needs the CPU a spinning rank holds.
-  if (ring_all_tcp_) watchdog.set_sleeper(tcp_.get(), std::chrono::microseconds(0));
+  // Both links TCP: wait in ppoll on the streams after a few polls. No
+  // spinning: the kernel's TCP work (softirqs, copies) may need the CPU a
+  // spinning rank holds, and ppoll wakes it as soon as a stream can move.
+  if (ring_all_tcp_) watchdog.set_sleeper(tcp_.get(), std::chrono::microseconds(0), kTcpPauseRounds);
   RingContext ctx;
   ctx.rank = rank_;
   ctx.size = size_;
