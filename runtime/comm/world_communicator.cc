@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -107,6 +108,11 @@ WorldCommunicator::WorldCommunicator(const CommOptions& options) : options_(appl
   if (with_mpi_) {
     init_mpi();
     init_links();
+  }
+  if (const char* v = std::getenv("MUSTER_COMM_DEBUG"); v && *v && std::string(v) != "0") {
+    // One line per rank saying how its ring is wired (tests and operators check it).
+    std::fprintf(stderr, "muster comm: rank %d of %d, %d on this host, ring links %s\n", rank_, size_, local_size_,
+                 ring_transport_name().c_str());
   }
   if (options_.spin == CommOptions::kAutoSpin) {
     const long cpus = sysconf(_SC_NPROCESSORS_ONLN);

@@ -25,7 +25,11 @@ TcpReceiver::~TcpReceiver() { std::free(buffers_); }
 
 void TcpReceiver::expect(std::size_t bytes) {
   MUSTER_CHECK_LE(bytes, segment_bytes_, "TCP segment larger than a receive slot");
-  expected_.push_back(Expected{next_index_++, bytes, 0, {}});
+  expected_.push_back(Expected{next_index_++, bytes, 0, {}, nullptr});
+}
+
+void TcpReceiver::expect_into(void* dst, std::size_t bytes) {
+  expected_.push_back(Expected{next_index_++, bytes, 0, {}, static_cast<char*>(dst)});
 }
 
 const void* TcpReceiver::try_recv() {
@@ -35,7 +39,7 @@ const void* TcpReceiver::try_recv() {
     progress();
     if (front.got < kHeader + front.bytes) return nullptr;
   }
-  return slot(front.index);
+  return target(front);
 }
 
 void TcpReceiver::release() { expected_.pop_front(); }
@@ -58,9 +62,9 @@ void TcpReceiver::read_stream(std::size_t s) {
       targets[t++] = &e;
       if (e.got < kHeader) {
         iov[n++] = {reinterpret_cast<char*>(&e.header) + e.got, kHeader - e.got};
-        if (e.bytes > 0) iov[n++] = {slot(e.index), e.bytes};
+        if (e.bytes > 0) iov[n++] = {target(e), e.bytes};
       } else {
-        iov[n++] = {slot(e.index) + (e.got - kHeader), e.bytes - (e.got - kHeader)};
+        iov[n++] = {target(e) + (e.got - kHeader), e.bytes - (e.got - kHeader)};
       }
     }
     if (n == 0) return;

@@ -2,7 +2,8 @@
 // over one or more streams (segment i on stream i mod streams).
 //
 // expect() announces each segment's size in order; segment i is received
-// into slot i mod `slots`, a buffer of `segment_bytes`, once the segment
+// into slot i mod `slots`, a buffer of `segment_bytes` (or, announced with
+// expect_into(), straight into the caller's memory), once the segment
 // `slots` before it has been released. Each stream is read with one readv
 // across every announced segment that has a slot, so a call drains what the
 // kernel holds, however many segments that is, while the ring reduces the
@@ -34,6 +35,8 @@ class TcpReceiver {
   ~TcpReceiver();
 
   void expect(std::size_t bytes);
+  // Segment received straight into `dst` instead of a slot.
+  void expect_into(void* dst, std::size_t bytes);
   // The oldest expected segment's payload once all of it is in, else nullptr.
   const void* try_recv();
   void release();
@@ -48,10 +51,11 @@ class TcpReceiver {
     std::size_t bytes;
     std::size_t got = 0;  // of sizeof(FrameHeader) + bytes
     FrameHeader header;
+    char* dst = nullptr;  // receive here instead of the slot
   };
   void read_stream(std::size_t s);
   void check_header(const Expected& e, std::size_t s) const;
-  char* slot(uint64_t index) const { return buffers_ + (index % slots_) * segment_bytes_; }
+  char* target(const Expected& e) const { return e.dst ? e.dst : buffers_ + (e.index % slots_) * segment_bytes_; }
   // Announced segments that have a slot: the first `slots_` of expected_.
   std::size_t window() const { return expected_.size() < slots_ ? expected_.size() : slots_; }
 

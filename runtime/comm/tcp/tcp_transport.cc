@@ -23,6 +23,7 @@ class TcpRecvLink : public RecvLink {
  public:
   TcpRecvLink(TcpReceiver* r, TcpSender* s) : r_(r), s_(s) {}
   void expect(std::size_t bytes) override { r_->expect(bytes); }
+  void expect_into(void* dst, std::size_t bytes) override { r_->expect_into(dst, bytes); }
   const void* try_recv() override {
     if (s_) s_->progress();
     return r_->try_recv();
