@@ -111,7 +111,7 @@ void TcpReceiver::check_header(const Expected& e, std::size_t s) const {
   if (h.kind == static_cast<uint32_t>(FrameKind::kAbort)) {
     const std::string culprit = h.blamed >= 0 ? "rank " + std::to_string(h.blamed) : "an unknown rank";
     throw CommError(where + ": rank " + std::to_string(peer_) + " gave up on this op, blaming " + culprit +
-                        " (see that rank's error); " + culprit + " has exited or failed",
+                        " (see rank " + std::to_string(peer_) + "'s error); " + culprit + " has exited or failed",
                     h.blamed >= 0 ? h.blamed : peer_);
   }
   if (h.kind != static_cast<uint32_t>(FrameKind::kData) || h.index != e.index || h.bytes != e.bytes) {
