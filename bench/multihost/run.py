@@ -243,7 +243,11 @@ def report(r):
                          "shared CPUs, not by a wire. muster's ring reaches "
                          f"{x['ratio_vs_shared_link_bound']}x of the bound from the ring of iperf3 streams, "
                          f"{x['ratio_vs_best_peer']}x the better peer, and {x['ratio_tcp_vs_mpi_links']}x the same "
-                         "ring over MPI's tcp btl.")
+                         "ring over MPI's tcp btl. CPU seconds per op, all ranks: muster "
+                         f"{x['cpu_s_per_op']['muster']}, gloo {x['cpu_s_per_op']['gloo']}, muster over MPI "
+                         f"{x['cpu_s_per_op']['muster_mpi_links']}, MPI_Allreduce {x['cpu_s_per_op']['mpi']}: with "
+                         "the hosts on 2 shared cores, CPU per byte (mostly the kernel's TCP work) is what sets the "
+                         "speed, and wall-clock ratios move with the load of the moment.")
     if r.get("ps"):
         ps = r["ps"]
         lines += ["", f"PS step, 1 PS + 2 workers on three hosts, 102 MB model: {ps['step_s']} s, "
