@@ -24,6 +24,7 @@ Writes OUT_DIR/multihost.json and multihost.md.
 """
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -74,12 +75,25 @@ def iperf3(hosts, servers, client_hosts, seconds=3):
 
 def mpirun(hosts, p, argv, timeout=900):
     subnet = hosts.prefix + "0/24"
-    cmd = ["mpirun", "--allow-run-as-root", "-np", str(p), "-H", ",".join(hosts.address(i) for i in range(p)),
-           "-mca", "plm_rsh_agent", hosts.rsh_agent(), "-mca", "btl", "self,tcp",
-           "-mca", "btl_tcp_if_include", subnet, "-mca", "oob_tcp_if_include", subnet, "-x", "PATH",
-           "-x", "LD_LIBRARY_PATH"] + argv
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    for attempt in range(3):
+        # A session directory of its own: the hosts share /tmp and the hostname
+        # with every other mpirun on this machine.
+        session = tempfile.mkdtemp(prefix="muster-multihost-orte-")
+        cmd = ["mpirun", "--allow-run-as-root", "-mca", "orte_tmpdir_base", session, "-np", str(p),
+               "-H", ",".join(hosts.address(i) for i in range(p)), "-mca", "plm_rsh_agent", hosts.rsh_agent(),
+               "-mca", "btl", "self,tcp", "-mca", "btl_tcp_if_include", subnet, "-mca", "oob_tcp_if_include", subnet,
+               "-x", "PATH", "-x", "LD_LIBRARY_PATH"] + argv
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        finally:
+            shutil.rmtree(session, ignore_errors=True)
+        # Open MPI 4.1's daemons now and then fail to start (orted crashes or
+        # cannot route) when the machine is loaded: that is no figure, retry.
+        if r.returncode != 0 and "ORTE was unable to reliably start" in r.stderr + r.stdout and attempt < 2:
+            print(f"mpirun on {p} hosts: ORTE did not start, retrying", file=sys.stderr)
+            continue
+        break
     if r.returncode != 0:
         raise RuntimeError(f"mpirun {' '.join(argv[:1])} on {p} hosts failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
     return r.stdout
