@@ -22,6 +22,7 @@ on the same links in the same run:
     process, as scaling efficiency.
 Writes OUT_DIR/multihost.json and multihost.md.
 """
+import atexit
 import json
 import os
 import shutil
@@ -175,6 +176,7 @@ def main():
         raise SystemExit("bench/multihost needs root (network namespaces)")
     os.makedirs(out_dir, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="muster-multihost-")
+    atexit.register(shutil.rmtree, tmp, True)
     fm = os.path.join(build, "bin", "fashion_mnist")
     single = images_per_sec(subprocess.run([fm, "--model", "mlp", "--epochs", "1", "--limit", "12000",
                                             "--test-limit", "1000"], capture_output=True, text=True,
