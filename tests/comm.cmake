@@ -13,6 +13,17 @@ muster_mpi_test(comm_allreduce_np4 NP 4 TARGET comm_allreduce_test TIMEOUT 300)
 # The ring's MPI point-to-point transport (what ranks on different hosts use).
 muster_mpi_test(comm_allreduce_mpi_links_np3 NP 3 TARGET comm_allreduce_test ARGS --transport=mpi TIMEOUT 300)
 
+# The ring over muster's TCP transport (what ranks on different hosts use),
+# forced onto loopback on one host: ring cases of every op x dtype x size
+# (1 MB + 3 elements is two blocks), then the TCP-specific suite.
+foreach(np 2 3 4)
+  muster_mpi_test(comm_allreduce_tcp_np${np} NP ${np} TARGET comm_allreduce_test TIMEOUT 120
+    ARGS --transport=tcp "--gtest_filter=AllOpsDtypesSizes/*_ring:AllreduceAsync.*")
+endforeach()
+muster_comm_mpi_program(comm_tcp_test comm_tcp_test.cc)
+muster_mpi_test(comm_tcp_np2 NP 2 TARGET comm_tcp_test ARGS --transport=tcp TIMEOUT 120)
+muster_mpi_test(comm_tcp_np3 NP 3 TARGET comm_tcp_test ARGS --transport=tcp TIMEOUT 120)
+
 # Shared buffers and the direct allreduce; over MPI links the same checks run
 # through the ring (the peers do not map the memory).
 muster_comm_mpi_program(comm_shared_test comm_shared_test.cc)
@@ -31,6 +42,7 @@ muster_gtest(comm_half_test SOURCES comm_half_test.cc DEPS muster_comm LABEL uni
 muster_gtest(comm_reduce_test SOURCES comm_reduce_test.cc DEPS muster_comm LABEL unit)
 muster_gtest(comm_ring_test SOURCES comm_ring_test.cc DEPS muster_comm LABEL unit)
 muster_gtest(comm_single_process_test SOURCES comm_single_process_test.cc DEPS muster_comm LABEL unit)
+muster_gtest(comm_tcp_link_test SOURCES comm_tcp_link_test.cc DEPS muster_comm LABEL unit TIMEOUT 60)
 
 add_executable(comm_fault_worker comm_fault_worker.cc)
 muster_target_defaults(comm_fault_worker)

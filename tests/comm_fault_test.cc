@@ -82,7 +82,9 @@ TEST_P(CommFaultTest, SurvivorsFailNamingTheRankWithinTheTimeout) {
 
 INSTANTIATE_TEST_SUITE_P(Faults, CommFaultTest,
                          ::testing::Values(Case{"kill", "ring", 3}, Case{"kill", "mpi", 3},
-                                           Case{"kill", "ring-mpi-links", 4}, Case{"stall", "ring", 3},
+                                           Case{"kill", "ring-mpi-links", 4}, Case{"kill", "ring-tcp-links", 3},
+                                           Case{"kill", "ring-tcp-links", 4}, Case{"stall", "ring-tcp-links", 2},
+                                           Case{"stall", "ring", 3},
                                            Case{"stall", "mpi", 2}, Case{"kill", "direct", 3},
                                            Case{"stall", "direct", 2}),
                          [](const ::testing::TestParamInfo<Case>& info) {

@@ -5,11 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
 
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/world_communicator.h"
 
 namespace muster::runtime::comm::testing {
 
@@ -18,17 +20,28 @@ inline std::unique_ptr<Communicator>& world() {
   return comm;
 }
 
-// --transport=shm|mpi selects the ring's local transport.
+// --transport=shm|mpi|tcp selects the ring's transport (and checks that
+// the ring really runs over it).
 inline int run_mpi_tests(int argc, char** argv) {
   ::testing::GTEST_FLAG(brief) = true;
   ::testing::GTEST_FLAG(color) = "no";
   ::testing::InitGoogleTest(&argc, argv);
   CommOptions options;
+  std::string transport;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--transport=mpi") == 0) options.ring_transport = RingTransport::kMpi;
-    if (std::strcmp(argv[i], "--transport=shm") == 0) options.ring_transport = RingTransport::kShm;
+    if (std::strncmp(argv[i], "--transport=", 12) == 0) transport = argv[i] + 12;
   }
+  if (transport == "mpi") options.ring_transport = RingTransport::kMpi;
+  if (transport == "shm") options.ring_transport = RingTransport::kShm;
+  if (transport == "tcp") options.ring_transport = RingTransport::kTcp;
   world() = Communicator::create(options);
+  if (!transport.empty() && world()->size() > 1) {
+    const std::string actual = dynamic_cast<WorldCommunicator&>(*world()).ring_transport_name();
+    if (actual != transport) {
+      std::fprintf(stderr, "--transport=%s asked for, but the ring runs over %s\n", transport.c_str(), actual.c_str());
+      return 1;
+    }
+  }
   const int rc = RUN_ALL_TESTS();
   world().reset();
   return rc;

@@ -67,11 +67,14 @@ class ContainerTrainingTest : public ::testing::Test {
 TEST_F(ContainerTrainingTest, AllreduceAcrossTwoContainersConverges) {
   json c = run_cluster({{"mode", "mpi"}, {"n_workers", 2}, {"cpu", 1}, {"memory", 2},
                         {"worker_script", "bin/fashion_mnist"}, {"args", kArgs}, {"launch", true},
-                        {"timeout_seconds", 60}});
+                        {"timeout_seconds", 60}, {"env", {{"MUSTER_COMM_DEBUG", "1"}}}});
   std::ifstream in(daemon_->state() / "clusters" / c.value("id", "") / "launcher.log");
   std::string log((std::istreambuf_iterator<char>(in)), {});
   ASSERT_EQ(c.value("status", ""), "succeeded") << c.dump() << "\n" << log;
   EXPECT_NE(log.find("mode=allreduce workers=2"), std::string::npos) << log;
+  // Between containers (hosts) the ring runs over muster's TCP transport.
+  EXPECT_NE(log.find("rank 0 of 2, 1 on this host, ring links tcp"), std::string::npos) << log;
+  EXPECT_NE(log.find("rank 1 of 2, 1 on this host, ring links tcp"), std::string::npos) << log;
   EXPECT_GE(accuracy(log), 0.80) << log;
 }
 

@@ -2,11 +2,14 @@
 
     RANK=r WORLD_SIZE=p MASTER_ADDR=a MASTER_PORT=n python3 gloo_allreduce.py OUT.json BYTES...
 
-Rank 0 writes {"<bytes>": median seconds per op} to OUT.json; each size runs
-a warm-up then REPS timed ops between barriers (the slowest rank's time).
+Rank 0 writes {"<bytes>": {"seconds": median per op, "cpu_s": median CPU
+seconds per op summed over ranks}} to OUT.json; each size runs a warm-up then
+REPS timed ops between barriers (the slowest rank's time; CPU from getrusage,
+every thread of the process, as multihost_allreduce_bench measures it).
 """
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -17,6 +20,11 @@ import torch.distributed as dist
 REPS = int(os.environ.get("GLOO_REPS", "7"))
 
 
+def cpu_s():
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
+
+
 def main():
     torch.set_num_threads(1)
     out, sizes = sys.argv[1], [int(b) for b in sys.argv[2:]]
@@ -25,15 +33,18 @@ def main():
     for size in sizes:
         t = torch.ones(size // 4, dtype=torch.float32)
         dist.all_reduce(t)
-        times = []
+        times, cpus = [], []
         for _ in range(REPS):
             dist.barrier()
-            t0 = time.perf_counter()
+            c0, t0 = cpu_s(), time.perf_counter()
             dist.all_reduce(t)
             dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+            dc = torch.tensor([cpu_s() - c0], dtype=torch.float64)
             dist.all_reduce(dt, op=dist.ReduceOp.MAX)
+            dist.all_reduce(dc, op=dist.ReduceOp.SUM)
             times.append(dt.item())
-        results[str(size)] = statistics.median(times)
+            cpus.append(dc.item())
+        results[str(size)] = {"seconds": statistics.median(times), "cpu_s": statistics.median(cpus)}
     if dist.get_rank() == 0:
         with open(out, "w") as f:
             json.dump(results, f)

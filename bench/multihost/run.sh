@@ -9,5 +9,5 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "bench/multihost: skipped, needs root (network namespaces)" >&2
   exit 0
 fi
-cmake --build "$build" --target allreduce_bandwidth_bench muster_ps_server ps_bench_worker fashion_mnist -j "${JOBS:-2}" >/dev/null
+cmake --build "$build" --target multihost_allreduce_bench muster_ps_server ps_bench_worker fashion_mnist -j "${JOBS:-2}" >/dev/null
 exec /usr/bin/python3 "$here/run.py" "$build" "$here/../out"

@@ -26,8 +26,9 @@
 // bfloat16 use a user-defined MPI op that reduces in float. kRing is muster's
 // ring allreduce (see ring_allreduce.h): reduce-scatter then allgather over a
 // transport chosen per link, POSIX shared memory between ranks of one host
-// (shm/), MPI point-to-point otherwise (mpi/). kAuto picks kRing for buffers
-// of at least ring_threshold_bytes and kMpi below.
+// (shm/), muster's own TCP streams between hosts (tcp/), or MPI
+// point-to-point (mpi/) when asked for. kAuto picks kRing for buffers of at
+// least ring_threshold_bytes and kMpi below.
 //
 // Shared buffers. allocate_shared() gives memory that every rank of a host
 // maps. An allreduce on a buffer inside it (same offset on every rank) runs
@@ -57,8 +58,10 @@ namespace muster::runtime::comm {
 
 enum class ReduceOp { kSum, kAverage, kMin, kMax };
 enum class Algorithm { kAuto, kMpi, kRing };
-// How the ring moves bytes between two ranks on the same host.
-enum class RingTransport { kAuto, kShm, kMpi };
+// How the ring moves bytes between neighbours. kAuto (and kShm): shared
+// memory between ranks of one host, TCP between hosts. kTcp: TCP for every
+// link, also on one host. kMpi: MPI point-to-point for every link.
+enum class RingTransport { kAuto, kShm, kMpi, kTcp };
 
 const char* reduce_op_name(ReduceOp op);
 const char* algorithm_name(Algorithm a);
@@ -77,10 +80,19 @@ struct CommOptions {
   std::chrono::milliseconds timeout{60000};
   // kAuto: ring at or above this many bytes, MPI below (bench/allreduce).
   std::size_t ring_threshold_bytes = 64 * 1024;
-  // Ring links between ranks of one host: shared memory (kAuto, kShm) or MPI
-  // point-to-point (kMpi). MUSTER_COMM_RING_TRANSPORT=shm|mpi overrides it.
-  // Ranks on different hosts always use MPI point-to-point.
+  // The ring's links (see RingTransport): MUSTER_COMM_RING_TRANSPORT=
+  // auto|shm|tcp|mpi overrides it. kTcp and kMpi also turn the direct
+  // allreduce off, so every ring byte crosses that transport.
   RingTransport ring_transport = RingTransport::kAuto;
+  // TCP links (tcp/): the interfaces or subnets to use, as Open MPI's
+  // btl_tcp_if_include ("eth0", "10.1.0.0/16"; MUSTER_COMM_TCP_IFACE and
+  // then OMPI_MCA_btl_tcp_if_include win over it; "" = the first up,
+  // non-loopback IPv4 interface, loopback when the job is on one host),
+  // streams per direction (MUSTER_COMM_TCP_STREAMS), and SO_SNDBUF/SO_RCVBUF
+  // (MUSTER_COMM_TCP_BUFFER_BYTES; 0 = kernel autotuning).
+  std::string tcp_interface;
+  int tcp_streams = 1;
+  std::size_t tcp_socket_buffer_bytes = 4u << 20;
   // Ring pipelining: bytes per segment, and segments in flight per link
   // (MUSTER_COMM_SEGMENT_BYTES, MUSTER_COMM_SEGMENTS_IN_FLIGHT override;
   // MUSTER_COMM_RING_THRESHOLD_BYTES overrides ring_threshold_bytes).

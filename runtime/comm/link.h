@@ -7,7 +7,8 @@
 // progress thread only; the ring polls them and feeds a Watchdog.
 //
 // Implementations: shm/ (a single-producer single-consumer ring of slots in
-// POSIX shared memory, ranks on one host) and mpi/ (MPI_Isend/MPI_Irecv).
+// POSIX shared memory, ranks on one host), tcp/ (muster's own sockets
+// between hosts) and mpi/ (MPI_Isend/MPI_Irecv).
 #pragma once
 
 #include <cstddef>
@@ -30,6 +31,14 @@ class RecvLink {
   virtual ~RecvLink() = default;
   // Announces the next segment's size (in order); lets MPI pre-post receives.
   virtual void expect(std::size_t bytes) = 0;
+  // Like expect(), for a segment that is only to be copied to `dst` (the
+  // ring's allgather): a transport that can receive straight into place
+  // does so, and try_recv() then returns `dst` itself. `dst` must stay
+  // untouched until the segment is released. By default it is staged.
+  virtual void expect_into(void* dst, std::size_t bytes) {
+    (void)dst;
+    expect(bytes);
+  }
   // The oldest unreleased expected segment if it has arrived, else nullptr.
   // The memory stays valid until release().
   virtual const void* try_recv() = 0;

@@ -21,9 +21,15 @@ void ring_step(char* data, std::size_t esize, const Chunking& chunks, int send_c
   const std::size_t send_begin = chunks.begin(send_chunk), send_len = chunks.length(send_chunk);
   const std::size_t recv_begin = chunks.begin(recv_chunk), recv_len = chunks.length(recv_chunk);
   for (std::size_t off = 0; off < recv_len; off += seg_elems) {
-    recv.expect(std::min(seg_elems, recv_len - off) * esize);
+    const std::size_t bytes = std::min(seg_elems, recv_len - off) * esize;
+    if (arrival == Arrival::kCopy) {
+      recv.expect_into(data + (recv_begin + off) * esize, bytes);  // TCP receives straight into place
+    } else {
+      recv.expect(bytes);
+    }
   }
   std::size_t sent = 0, received = 0;  // elements
+  bool flushed = false;
   for (;;) {
     watchdog.prepare();
     bool moved = false;
@@ -33,6 +39,10 @@ void ring_step(char* data, std::size_t esize, const Chunking& chunks, int send_c
         sent += n;
         moved = true;
       }
+    } else if (!flushed) {
+      // Keeps pushing what the link still holds while this rank waits to
+      // receive (a TCP link only writes when called).
+      flushed = send.flushed();
     }
     if (received < recv_len) {
       if (const void* seg = recv.try_recv()) {
@@ -40,7 +50,7 @@ void ring_step(char* data, std::size_t esize, const Chunking& chunks, int send_c
         char* dst = data + (recv_begin + received) * esize;
         if (arrival == Arrival::kReduce) {
           reduce_into(dst, seg, n, dtype, op);
-        } else {
+        } else if (seg != dst) {
           std::memcpy(dst, seg, n * esize);
         }
         recv.release();
@@ -48,7 +58,7 @@ void ring_step(char* data, std::size_t esize, const Chunking& chunks, int send_c
         moved = true;
       }
     }
-    if (sent == send_len && received == recv_len && send.flushed()) return;
+    if (sent == send_len && received == recv_len && (flushed || send.flushed())) return;
     if (moved) {
       watchdog.progressed();
     } else {

@@ -42,7 +42,7 @@ void Watchdog::idle(int waiting_on) {
   // more busy process on the host, 64 yields per wait made a 102 MB allreduce
   // ~15x slower), while a futex wake-up gets this thread back promptly.
   // Without one: spin briefly, yield, then sleep in growing steps.
-  if (idle_rounds_ < 64) {
+  if (idle_rounds_ < pause_rounds_) {
     _mm_pause();
     return;
   }

@@ -61,11 +61,13 @@ class Watchdog {
   Watchdog(std::chrono::milliseconds timeout, PeerMonitor* monitor, uint64_t seq, std::string what,
            NowFn now = &Clock::now);
 
-  // Use `sleeper` (may be null) for the waits of this op: spin for `spin`,
-  // then sleep on it.
-  void set_sleeper(Sleeper* sleeper, std::chrono::microseconds spin = std::chrono::microseconds(0)) {
+  // Use `sleeper` (may be null) for the waits of this op: `pause_rounds`
+  // idle polls with a pause each, then spin for `spin`, then sleep on it.
+  void set_sleeper(Sleeper* sleeper, std::chrono::microseconds spin = std::chrono::microseconds(0),
+                   uint32_t pause_rounds = 64) {
     sleeper_ = sleeper;
     sleeper_spin_ = spin;
+    pause_rounds_ = pause_rounds;
   }
   // At the top of each poll round, before checking the links.
   void prepare() {
@@ -86,6 +88,7 @@ class Watchdog {
   PeerMonitor* monitor_;
   Sleeper* sleeper_ = nullptr;
   std::chrono::microseconds sleeper_spin_{0};
+  uint32_t pause_rounds_ = 64;
   uint64_t seq_;
   std::string what_;
   Clock::time_point last_progress_;

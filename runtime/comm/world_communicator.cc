@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -13,9 +15,14 @@
 #include "runtime/comm/ring_allreduce.h"
 #include "runtime/comm/shm/direct_allreduce.h"
 #include "runtime/comm/shm/shm_link.h"
+#include "runtime/comm/tcp/interfaces.h"
+#include "runtime/comm/tcp/ring_bootstrap.h"
 
 namespace muster::runtime::comm {
 namespace {
+
+// Idle polls of the TCP links (a readv and sendmsg each) before ppoll.
+constexpr uint32_t kTcpPauseRounds = 8;
 
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -38,11 +45,23 @@ CommOptions apply_env(CommOptions o) {
       o.ring_transport = RingTransport::kShm;
     } else if (t == "mpi") {
       o.ring_transport = RingTransport::kMpi;
+    } else if (t == "tcp") {
+      o.ring_transport = RingTransport::kTcp;
     } else if (t == "auto") {
       o.ring_transport = RingTransport::kAuto;
     } else {
-      throw InvalidArgument("MUSTER_COMM_RING_TRANSPORT=" + t + ": expected shm, mpi or auto");
+      throw InvalidArgument("MUSTER_COMM_RING_TRANSPORT=" + t + ": expected auto, shm, tcp or mpi");
     }
+  }
+  if (const char* v = std::getenv("MUSTER_COMM_TCP_STREAMS"); v && *v) {
+    o.tcp_streams = env_int("MUSTER_COMM_TCP_STREAMS", 0);
+  }
+  if (const char* v = std::getenv("MUSTER_COMM_TCP_BUFFER_BYTES"); v && *v) {
+    o.tcp_socket_buffer_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_TCP_BUFFER_BYTES", 0));
+  }
+  if (o.tcp_streams < 1 || o.tcp_streams > 64) {
+    throw InvalidArgument("CommOptions.tcp_streams (MUSTER_COMM_TCP_STREAMS) must be 1..64, got " +
+                          std::to_string(o.tcp_streams));
   }
   if (const char* v = std::getenv("MUSTER_COMM_SEGMENT_BYTES"); v && *v) {
     o.segment_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_SEGMENT_BYTES", 0));
@@ -90,6 +109,11 @@ WorldCommunicator::WorldCommunicator(const CommOptions& options) : options_(appl
     init_mpi();
     init_links();
   }
+  if (const char* v = std::getenv("MUSTER_COMM_DEBUG"); v && *v && std::string(v) != "0") {
+    // One line per rank saying how its ring is wired (tests and operators check it).
+    std::fprintf(stderr, "muster comm: rank %d of %d, %d on this host, ring links %s\n", rank_, size_, local_size_,
+                 ring_transport_name().c_str());
+  }
   if (options_.spin == CommOptions::kAutoSpin) {
     const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     options_.spin = local_size_ <= cpus ? std::chrono::microseconds(5000) : std::chrono::microseconds(50);
@@ -101,6 +125,7 @@ WorldCommunicator::~WorldCommunicator() {
   progress_.reset();  // drain and join before tearing down what ops use
   send_link_.reset();
   recv_link_.reset();
+  tcp_.reset();
   sleeper_.reset();
   monitor_.reset();
   segment_.reset();
@@ -157,29 +182,60 @@ void WorldCommunicator::init_links() {
   if (size_ == 1) return;
   const int right = (rank_ + 1) % size_;
   const int left = (rank_ + size_ - 1) % size_;
-  const bool use_shm = segment_ && options_.ring_transport != RingTransport::kMpi;
-  if (use_shm && host_of_[static_cast<std::size_t>(right)] == host_of_[static_cast<std::size_t>(rank_)]) {
-    send_link_ = std::make_unique<shm::ShmSendLink>(segment_.get(), shm_local_rank_, right,
-                                                    local_of_[static_cast<std::size_t>(right)]);
-  } else {
-    send_link_ = std::make_unique<mpi::MpiSendLink>(comm_, right, options_.segments_in_flight);
+  auto same_host = [&](int peer) { return host_of_[static_cast<std::size_t>(peer)] == host_of_[static_cast<std::size_t>(rank_)]; };
+  // Per link: shm on this host (kAuto, kShm), TCP between hosts (and
+  // everywhere under kTcp), MPI everywhere under kMpi.
+  enum class Kind { kShm, kTcp, kMpi };
+  auto kind_to = [&](int peer) {
+    switch (options_.ring_transport) {
+      case RingTransport::kMpi: return Kind::kMpi;
+      case RingTransport::kTcp: return Kind::kTcp;
+      default: return segment_ && same_host(peer) ? Kind::kShm : Kind::kTcp;
+    }
+  };
+  const Kind send_kind = kind_to(right), recv_kind = kind_to(left);
+  // Collective: every rank takes part, even with no TCP link of its own.
+  tcp::TcpRingOptions tcp_options;
+  tcp_options.interface_spec = tcp::interface_spec_from_env(options_.tcp_interface);
+  tcp_options.streams = options_.tcp_streams;
+  tcp_options.socket_buffer_bytes = options_.tcp_socket_buffer_bytes;
+  tcp_options.segment_bytes = options_.segment_bytes;
+  tcp_options.in_flight = options_.segments_in_flight;
+  tcp_options.timeout = options_.timeout;
+  tcp_options.whole_job_on_one_host =
+      std::all_of(host_of_.begin(), host_of_.end(), [&](int h) { return h == host_of_[0]; });
+  tcp_ = tcp::connect_ring(comm_, send_kind == Kind::kTcp, recv_kind == Kind::kTcp, tcp_options);
+  switch (send_kind) {
+    case Kind::kShm:
+      send_link_ = std::make_unique<shm::ShmSendLink>(segment_.get(), shm_local_rank_, right,
+                                                      local_of_[static_cast<std::size_t>(right)]);
+      break;
+    case Kind::kTcp: send_link_ = tcp_->send_link(); break;
+    case Kind::kMpi: send_link_ = std::make_unique<mpi::MpiSendLink>(comm_, right, options_.segments_in_flight); break;
   }
-  if (use_shm && host_of_[static_cast<std::size_t>(left)] == host_of_[static_cast<std::size_t>(rank_)]) {
-    recv_link_ = std::make_unique<shm::ShmRecvLink>(segment_.get(), local_of_[static_cast<std::size_t>(left)], left);
-  } else {
-    recv_link_ = std::make_unique<mpi::MpiRecvLink>(comm_, left, options_.segment_bytes, options_.segments_in_flight);
+  switch (recv_kind) {
+    case Kind::kShm:
+      recv_link_ = std::make_unique<shm::ShmRecvLink>(segment_.get(), local_of_[static_cast<std::size_t>(left)], left);
+      break;
+    case Kind::kTcp: recv_link_ = tcp_->recv_link(); break;
+    case Kind::kMpi:
+      recv_link_ = std::make_unique<mpi::MpiRecvLink>(comm_, left, options_.segment_bytes, options_.segments_in_flight);
+      break;
   }
-  ring_all_shm_ = sleeper_ && ring_transport_name() == "shm";
-  direct_capable_ = segment_ && segment_->local_size() == size_ && options_.ring_transport != RingTransport::kMpi;
+  ring_all_shm_ = sleeper_ && send_kind == Kind::kShm && recv_kind == Kind::kShm;
+  ring_all_tcp_ = send_kind == Kind::kTcp && recv_kind == Kind::kTcp;
+  direct_capable_ = segment_ && segment_->local_size() == size_ && options_.ring_transport != RingTransport::kMpi &&
+                    options_.ring_transport != RingTransport::kTcp;
 }
 
 std::string WorldCommunicator::ring_transport_name() const {
   if (!send_link_) return "none";
-  const bool send_shm = dynamic_cast<shm::ShmSendLink*>(send_link_.get()) != nullptr;
-  const bool recv_shm = dynamic_cast<shm::ShmRecvLink*>(recv_link_.get()) != nullptr;
-  if (send_shm && recv_shm) return "shm";
-  if (!send_shm && !recv_shm) return "mpi";
-  return "mixed";
+  auto name = [&](bool shm, bool tcp) { return shm ? "shm" : tcp ? "tcp" : "mpi"; };
+  const std::string send = name(dynamic_cast<shm::ShmSendLink*>(send_link_.get()) != nullptr,
+                                tcp_ && tcp_->has_sender());
+  const std::string recv = name(dynamic_cast<shm::ShmRecvLink*>(recv_link_.get()) != nullptr,
+                                tcp_ && tcp_->has_receiver());
+  return send == recv ? send : "mixed";
 }
 
 Handle WorldCommunicator::submit(std::string what, Op op) {
@@ -195,6 +251,7 @@ Handle WorldCommunicator::submit(std::string what, Op op) {
       broken_ = std::current_exception();
       mpi::mark_failed();
       if (monitor_) monitor_->record_failure(e.rank());
+      if (tcp_) tcp_->abort(e.rank());  // the right neighbour learns whom to blame
       throw;
     }
   });
@@ -247,6 +304,10 @@ void WorldCommunicator::allreduce_ring(void* data, std::size_t count, DataType d
                                        Watchdog& watchdog) {
   // Both links in shared memory: sleep on this rank's doorbell when idle.
   if (ring_all_shm_) watchdog.set_sleeper(sleeper_.get(), options_.spin);
+  // Both links TCP: wait in ppoll on the streams after a few polls. No
+  // spinning: the kernel's TCP work (softirqs, copies) may need the CPU a
+  // spinning rank holds, and ppoll wakes it as soon as a stream can move.
+  if (ring_all_tcp_) watchdog.set_sleeper(tcp_.get(), std::chrono::microseconds(0), kTcpPauseRounds);
   RingContext ctx;
   ctx.rank = rank_;
   ctx.size = size_;

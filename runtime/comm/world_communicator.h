@@ -2,8 +2,8 @@
 //
 // Ownership: it owns a duplicate of MPI_COMM_WORLD (errors returned, not
 // fatal), the host communicator, the host's ShmSegment and peer monitor, the
-// two ring links, and the progress thread, which alone touches all of these
-// after construction. Ops are closures queued on the progress thread; each
+// two ring links (and the TCP streams under them), and the progress thread,
+// which alone touches all of these after construction. Ops are closures queued on the progress thread; each
 // one gets a sequence number (the same on every rank) and a Watchdog. The
 // first CommError breaks the Communicator: later ops rethrow it at once
 // instead of talking to peers in an unknown state.
@@ -25,6 +25,7 @@
 #include "runtime/comm/shm/shm_link.h"
 #include "runtime/comm/shm/shm_peer_monitor.h"
 #include "runtime/comm/shm/shm_segment.h"
+#include "runtime/comm/tcp/tcp_transport.h"
 #include "runtime/comm/watchdog.h"
 
 namespace muster::runtime::comm {
@@ -48,7 +49,8 @@ class WorldCommunicator : public Communicator {
   Handle barrier_async() override;
   std::unique_ptr<SharedBuffer> allocate_shared(std::size_t bytes) override;
 
-  // Which transport each ring link uses ("shm", "mpi" or "none"), for tests and logs.
+  // Which transport the ring links use ("shm", "tcp", "mpi", "mixed" when
+  // they differ, or "none"), for tests and logs.
   std::string ring_transport_name() const;
 
  private:
@@ -82,9 +84,11 @@ class WorldCommunicator : public Communicator {
   std::unique_ptr<shm::ShmSegment> segment_;
   std::unique_ptr<shm::ShmPeerMonitor> monitor_;
   std::unique_ptr<shm::DoorbellSleeper> sleeper_;
+  std::unique_ptr<tcp::TcpTransport> tcp_;  // the links' TCP streams, if any
   std::unique_ptr<SendLink> send_link_;
   std::unique_ptr<RecvLink> recv_link_;
   bool ring_all_shm_ = false;  // both ring links in shm: sleep on the doorbell
+  bool ring_all_tcp_ = false;  // both ring links TCP: sleep in ppoll on the streams
   bool direct_capable_ = false;  // the whole job on this host, with a segment
   // The shared buffers alive, shared with them (they deregister on destruction).
   std::shared_ptr<shm::RegionTable> regions_ = std::make_shared<shm::RegionTable>();

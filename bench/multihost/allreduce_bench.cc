@@ -1,0 +1,131 @@
+// Allreduce between hosts: muster's ring over its own TCP transport (the
+// default between hosts), the same ring over MPI point-to-point (Open MPI's
+// tcp btl, the transport it replaced), and Open MPI's MPI_Allreduce, side by
+// side in one mpirun (one rank per host).
+//
+//   mpirun -np P multihost_allreduce_bench OUT.json BYTES...
+//
+// For each size the three run rep by rep, interleaved, so load on the
+// machine hits them alike; a rep is one op between barriers, its time the
+// slowest rank's, and the figure the median (algbw = bytes / time). Next to
+// it, the CPU seconds per op summed over ranks (getrusage: every thread of
+// the process, kernel time of its socket calls included): when the hosts
+// share a machine's cores, as network namespaces do, that cost is what
+// decides the speed. Every op's result is checked. Rank 0 writes OUT.json:
+//   {"ranks", "transport", "sizes": [{"size_bytes", "tcp_gbs", "mpi_links_gbs", "mpi_gbs",
+//     "tcp_cpu_s", "mpi_links_cpu_s", "mpi_cpu_s", "reps"}]}
+#include <mpi.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/comm/communicator.h"
+#include "runtime/comm/world_communicator.h"
+
+using muster::runtime::DataType;
+using namespace muster::runtime::comm;
+
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double cpu_s() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct Sample {
+  double seconds;  // slowest rank
+  double cpu;      // summed over ranks
+};
+
+Sample run_once(const std::function<void()>& op) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double c0 = cpu_s(), t0 = now_s();
+  op();
+  double v[2] = {now_s() - t0, cpu_s() - c0};
+  double out[2];
+  MPI_Allreduce(&v[0], &out[0], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(&v[1], &out[1], 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return {out[0], out[1]};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s OUT.json BYTES...\n", argv[0]);
+    return 2;
+  }
+  const int reps = std::getenv("MULTIHOST_REPS") ? std::atoi(std::getenv("MULTIHOST_REPS")) : 7;
+  CommOptions over_mpi;
+  over_mpi.ring_transport = RingTransport::kMpi;
+  auto tcp = Communicator::create();  // the default: shm on a host, TCP between hosts
+  auto mpi_links = Communicator::create(over_mpi);
+  const int rank = tcp->rank(), size = tcp->size();
+  const std::string transport = dynamic_cast<WorldCommunicator&>(*tcp).ring_transport_name();
+  nlohmann::json rows = nlohmann::json::array();
+  bool ok = true;
+  for (int i = 2; i < argc; ++i) {
+    const std::size_t bytes = std::stoull(argv[i]), count = bytes / sizeof(float);
+    std::vector<float> buf(count);
+    std::vector<double> t[3], c[3];
+    const float want = static_cast<float>(size * (size + 1) / 2);
+    auto fill = [&] { std::fill(buf.begin(), buf.end(), 1.0f + static_cast<float>(rank)); };
+    auto check = [&] { ok = ok && buf[0] == want && buf[count / 2] == want && buf[count - 1] == want; };
+    const std::function<void()> ops[3] = {
+        [&] { tcp->allreduce(buf.data(), count, DataType::kFloat32, {ReduceOp::kSum, Algorithm::kRing}); },
+        [&] { mpi_links->allreduce(buf.data(), count, DataType::kFloat32, {ReduceOp::kSum, Algorithm::kRing}); },
+        [&] { MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); }};
+    for (int rep = -1; rep < reps; ++rep) {  // rep -1: warm-up
+      for (int k = 0; k < 3; ++k) {
+        fill();
+        const Sample s = run_once(ops[k]);
+        check();
+        if (rep >= 0) {
+          t[k].push_back(s.seconds);
+          c[k].push_back(s.cpu);
+        }
+      }
+    }
+    auto gbs = [&](int k) { return static_cast<double>(bytes) / median(t[k]) / 1e9; };
+    if (rank == 0) {
+      std::printf("%10zu B  tcp %.3f GB/s (%.3f cpu-s)  mpi-links %.3f (%.3f)  MPI_Allreduce %.3f (%.3f)%s\n", bytes,
+                  gbs(0), median(c[0]), gbs(1), median(c[1]), gbs(2), median(c[2]), ok ? "" : "  WRONG RESULT");
+      std::fflush(stdout);
+    }
+    rows.push_back({{"size_bytes", bytes},
+                    {"tcp_gbs", gbs(0)},
+                    {"mpi_links_gbs", gbs(1)},
+                    {"mpi_gbs", gbs(2)},
+                    {"tcp_cpu_s", median(c[0])},
+                    {"mpi_links_cpu_s", median(c[1])},
+                    {"mpi_cpu_s", median(c[2])},
+                    {"reps", reps}});
+  }
+  if (!ok) {
+    std::fprintf(stderr, "rank %d: wrong allreduce result\n", rank);
+    return 1;
+  }
+  if (rank == 0) {
+    nlohmann::json j = {{"ranks", size}, {"transport", transport}, {"sizes", rows}};
+    std::ofstream(argv[1]) << j.dump(2) << "\n";
+  }
+  return 0;
+}
