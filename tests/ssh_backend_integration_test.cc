@@ -77,11 +77,14 @@ class SshBackendIntegrationTest : public ::testing::Test {
     ssh_ = std::move(b.value());
   }
 
-  LaunchSpec worker(const std::string& id, const std::string& script) {
+  // A worker for `backend` (the fixture's own by default) whose agent is a
+  // shell script; MUSTER_URL names the daemon address the backend reports.
+  LaunchSpec worker(const std::string& id, const std::string& script, const SshBackend* backend = nullptr) {
+    const SshBackend& via = backend ? *backend : *ssh_;
     LaunchSpec s;
     s.worker_id = id;
     s.agent_argv = {"/bin/sh", "-c", script};
-    s.env = {{"MUSTER_URL", "http://" + ssh_->master_address() + ":7878"}, {"GREETING", "it's quoted"}};
+    s.env = {{"MUSTER_URL", "http://" + via.master_address() + ":7878"}, {"GREETING", "it's quoted"}};
     s.working_dir = state_;
     s.log_path = state_ / (id + ".log");
     return s;
@@ -179,7 +182,7 @@ TEST_F(SshBackendIntegrationTest, UnknownHostKeyRefusedUnlessAcceptNew) {
   {
     auto b = SshBackend::create(o, make_libssh2_connector(o.connect_options()));
     ASSERT_TRUE(b.is_ok());
-    api::Status s = b.value()->launch({worker("a", "true")});
+    api::Status s = b.value()->launch({worker("a", "true", b.value().get())});
     EXPECT_EQ(s.code(), api::ErrorCode::kUnavailable);
     EXPECT_NE(s.message().find("not in known_hosts"), std::string::npos) << s.message();
     EXPECT_NE(s.message().find("worker a"), std::string::npos) << s.message();
@@ -187,7 +190,7 @@ TEST_F(SshBackendIntegrationTest, UnknownHostKeyRefusedUnlessAcceptNew) {
   o.accept_new = true;
   auto b = SshBackend::create(o, make_libssh2_connector(o.connect_options()));
   ASSERT_TRUE(b.is_ok());
-  api::Status launched = b.value()->launch({worker("a", "true")});
+  api::Status launched = b.value()->launch({worker("a", "true", b.value().get())});
   ASSERT_TRUE(launched.is_ok()) << launched.message();
   std::string kh = slurp(o.known_hosts);
   EXPECT_NE(kh.find("[" + host("host1").address + "]:2222 ssh-ed25519"), std::string::npos) << kh;

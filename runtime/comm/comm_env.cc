@@ -1,0 +1,74 @@
+#include "runtime/comm/comm_env.h"
+
+#include <climits>
+#include <cstdlib>
+#include <string>
+
+#include "runtime/error.h"
+
+namespace muster::runtime::comm {
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < 0 || x > INT_MAX) {
+    throw InvalidArgument(std::string(name) + "=" + v + " is not a non-negative integer");
+  }
+  return static_cast<int>(x);
+}
+
+CommOptions apply_env(CommOptions o) {
+  if (const char* v = std::getenv("MUSTER_COMM_TIMEOUT_MS"); v && *v) {
+    o.timeout = std::chrono::milliseconds(env_int("MUSTER_COMM_TIMEOUT_MS", 0));
+  }
+  if (const char* v = std::getenv("MUSTER_COMM_RING_TRANSPORT"); v && *v) {
+    const std::string t = v;
+    if (t == "shm") {
+      o.ring_transport = RingTransport::kShm;
+    } else if (t == "mpi") {
+      o.ring_transport = RingTransport::kMpi;
+    } else if (t == "tcp") {
+      o.ring_transport = RingTransport::kTcp;
+    } else if (t == "auto") {
+      o.ring_transport = RingTransport::kAuto;
+    } else {
+      throw InvalidArgument("MUSTER_COMM_RING_TRANSPORT=" + t + ": expected auto, shm, tcp or mpi");
+    }
+  }
+  if (const char* v = std::getenv("MUSTER_COMM_TCP_STREAMS"); v && *v) {
+    o.tcp_streams = env_int("MUSTER_COMM_TCP_STREAMS", 0);
+  }
+  if (const char* v = std::getenv("MUSTER_COMM_TCP_BUFFER_BYTES"); v && *v) {
+    o.tcp_socket_buffer_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_TCP_BUFFER_BYTES", 0));
+  }
+  if (o.tcp_streams < 1 || o.tcp_streams > 64) {
+    throw InvalidArgument("CommOptions.tcp_streams (MUSTER_COMM_TCP_STREAMS) must be 1..64, got " +
+                          std::to_string(o.tcp_streams));
+  }
+  if (const char* v = std::getenv("MUSTER_COMM_SEGMENT_BYTES"); v && *v) {
+    o.segment_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_SEGMENT_BYTES", 0));
+  }
+  if (const char* v = std::getenv("MUSTER_COMM_SEGMENTS_IN_FLIGHT"); v && *v) {
+    o.segments_in_flight = static_cast<std::size_t>(env_int("MUSTER_COMM_SEGMENTS_IN_FLIGHT", 0));
+  }
+  if (const char* v = std::getenv("MUSTER_COMM_BLOCK_BYTES"); v && *v) {
+    o.block_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_BLOCK_BYTES", 0));
+  }
+  if (const char* v = std::getenv("MUSTER_COMM_SPIN_US"); v && *v) {
+    o.spin = std::chrono::microseconds(env_int("MUSTER_COMM_SPIN_US", 0));
+  }
+  if (const char* v = std::getenv("MUSTER_COMM_RING_THRESHOLD_BYTES"); v && *v) {
+    o.ring_threshold_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_RING_THRESHOLD_BYTES", 0));
+  }
+  if (o.timeout.count() <= 0) throw InvalidArgument("CommOptions.timeout must be positive");
+  if (o.segment_bytes < 64) throw InvalidArgument("CommOptions.segment_bytes must be at least 64");
+  if (o.spin.count() < 0 && o.spin != CommOptions::kAutoSpin) {
+    throw InvalidArgument("CommOptions.spin must not be negative (or kAutoSpin)");
+  }
+  if (o.segments_in_flight == 0) throw InvalidArgument("CommOptions.segments_in_flight must be at least 1");
+  o.segment_bytes = (o.segment_bytes + 63) / 64 * 64;
+  return o;
+}
+
+}  // namespace muster::runtime::comm
