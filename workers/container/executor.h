@@ -58,7 +58,8 @@ class Executor {
   virtual bool is_root() = 0;
 };
 
-// The real one: fork + setns/unshare + execvp.
+// The real one, over base::spawn (joining namespaces: the floor's fork +
+// exec path, setns/unshare/sethostname before exec).
 std::unique_ptr<Executor> make_system_executor();
 
 }  // namespace muster::workers::container

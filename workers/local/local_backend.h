@@ -1,6 +1,6 @@
 // LocalBackend: every worker is a process tree on this machine.
 //
-// - launch(): posix_spawn of the agent in a new session (so its own process
+// - launch(): base::spawn of the agent in a new session (so its own process
 //   group, pgid == pid), cwd = LaunchSpec::working_dir, stdin /dev/null,
 //   stdout+stderr appended to LaunchSpec::log_path, environment = the
 //   daemon's environment plus LaunchSpec::env. All-or-nothing.
