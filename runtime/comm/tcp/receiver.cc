@@ -36,7 +36,6 @@ const void* TcpReceiver::try_recv() {
   if (expected_.empty()) return nullptr;
   const Expected& front = expected_.front();
   if (front.got < kHeader + front.bytes) {
-    if (deferred_) return nullptr;
     progress();
     if (front.got < kHeader + front.bytes) return nullptr;
   }
@@ -45,16 +44,13 @@ const void* TcpReceiver::try_recv() {
 
 void TcpReceiver::release() { expected_.pop_front(); }
 
-bool TcpReceiver::progress() {
-  bool completed = false;
-  for (std::size_t s = 0; s < streams_.size(); ++s) completed |= read_stream(s);
-  return completed;
+void TcpReceiver::progress() {
+  for (std::size_t s = 0; s < streams_.size(); ++s) read_stream(s);
 }
 
-bool TcpReceiver::read_stream(std::size_t s) {
+void TcpReceiver::read_stream(std::size_t s) {
   const std::size_t n_streams = streams_.size();
   const std::size_t w = window();
-  bool completed = false;
   for (;;) {
     // The stream's announced, slotted, incomplete segments, in order.
     iovec iov[kMaxIov];
@@ -71,10 +67,10 @@ bool TcpReceiver::read_stream(std::size_t s) {
         iov[n++] = {target(e) + (e.got - kHeader), e.bytes - (e.got - kHeader)};
       }
     }
-    if (n == 0) return completed;
+    if (n == 0) return;
     const ssize_t r = readv(streams_[s].fd(), iov, static_cast<int>(n));
     if (r < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return completed;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
       if (errno == EINTR) continue;
       const int err = errno;
       throw CommError("TCP link from rank " + std::to_string(peer_) + " (stream " + std::to_string(s) +
@@ -96,12 +92,11 @@ bool TcpReceiver::read_stream(std::size_t s) {
       e.got += take;
       left -= take;
       if (!had_header && e.got >= kHeader) check_header(e, s);
-      if (e.got == kHeader + e.bytes) completed = true;
     }
     // A short read means the kernel has nothing more for now.
     std::size_t asked = 0;
     for (std::size_t k = 0; k < n; ++k) asked += iov[k].iov_len;
-    if (static_cast<std::size_t>(r) < asked) return completed;
+    if (static_cast<std::size_t>(r) < asked) return;
   }
 }
 

@@ -40,11 +40,7 @@ class TcpReceiver {
   // The oldest expected segment's payload once all of it is in, else nullptr.
   const void* try_recv();
   void release();
-  // Reads what the kernel holds; true if a segment became complete.
-  bool progress();
-  // Deferred: try_recv() only looks; progress() (the transport's I/O
-  // thread) does every read.
-  void set_deferred(bool deferred) { deferred_ = deferred; }
+  void progress();
   // POLLIN for every stream with a slot waiting for data.
   void add_poll(std::vector<pollfd>* fds) const;
   int peer() const { return peer_; }
@@ -57,8 +53,7 @@ class TcpReceiver {
     FrameHeader header;
     char* dst = nullptr;  // receive here instead of the slot
   };
-  bool read_stream(std::size_t s);
-  bool deferred_ = false;
+  void read_stream(std::size_t s);
   void check_header(const Expected& e, std::size_t s) const;
   char* target(const Expected& e) const { return e.dst ? e.dst : buffers_ + (e.index % slots_) * segment_bytes_; }
   // Announced segments that have a slot: the first `slots_` of expected_.

@@ -1,8 +1,6 @@
 #include "runtime/comm/tcp/ring_bootstrap.h"
 
-#include <cstdlib>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "runtime/comm/mpi/mpi_world.h"
@@ -164,9 +162,7 @@ std::unique_ptr<TcpTransport> connect_ring(MPI_Comm comm, bool send_tcp, bool re
   std::unique_ptr<TcpReceiver> receiver;
   if (send_tcp) sender = std::make_unique<TcpSender>(std::move(out), right, options.in_flight);
   if (recv_tcp) receiver = std::make_unique<TcpReceiver>(std::move(in), left, options.segment_bytes, options.in_flight);
-  bool io_thread = options.io_thread;
-  if (const char* v = std::getenv("MUSTER_COMM_TCP_IO_THREAD"); v && *v) io_thread = std::string(v) != "0";
-  return std::make_unique<TcpTransport>(std::move(sender), std::move(receiver), io_thread);
+  return std::make_unique<TcpTransport>(std::move(sender), std::move(receiver));
 }
 
 }  // namespace muster::runtime::comm::tcp

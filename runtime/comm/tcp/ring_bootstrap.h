@@ -35,9 +35,6 @@ struct TcpRingOptions {
   std::size_t in_flight = 8;
   std::chrono::milliseconds timeout{60000};
   bool whole_job_on_one_host = false;
-  // A thread per transport does the socket I/O (tcp_transport.h);
-  // MUSTER_COMM_TCP_IO_THREAD=0/1 overrides.
-  bool io_thread = false;
 };
 
 // Null when neither of this rank's links is TCP.

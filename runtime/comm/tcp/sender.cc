@@ -22,7 +22,6 @@ TcpSender::TcpSender(std::vector<Socket> streams, int peer, std::size_t in_fligh
 
 bool TcpSender::try_send(const void* src, std::size_t bytes) {
   if (queued_ >= in_flight_) {
-    if (deferred_) return false;
     progress();
     if (queued_ >= in_flight_) return false;
   }
@@ -34,23 +33,20 @@ bool TcpSender::try_send(const void* src, std::size_t bytes) {
   ++next_index_;
   streams_[s].queue.push_back(f);
   ++queued_;
-  if (!deferred_) write_stream(s);
+  write_stream(s);
   return true;
 }
 
 bool TcpSender::flushed() {
   if (queued_ == 0) return true;
-  if (deferred_) return false;
   progress();
   return queued_ == 0;
 }
 
-bool TcpSender::progress() {
-  const std::size_t before = queued_;
+void TcpSender::progress() {
   for (std::size_t s = 0; s < streams_.size(); ++s) {
     if (!streams_[s].queue.empty()) write_stream(s);
   }
-  return queued_ < before;
 }
 
 void TcpSender::write_stream(std::size_t s) {

@@ -32,11 +32,7 @@ class TcpSender {
   bool try_send(const void* src, std::size_t bytes);
   // Writes what the sockets take; true once every queued byte is in the kernel.
   bool flushed();
-  // Writes what the sockets take; true if a frame left the queue.
-  bool progress();
-  // Deferred: try_send() and flushed() only queue and look; progress() (the
-  // transport's I/O thread) does every write.
-  void set_deferred(bool deferred) { deferred_ = deferred; }
+  void progress();
   // After a failure: drops the queue, writes an abort frame blaming `blamed`
   // on every stream that sits between frames, and shuts the streams down.
   // Best effort, never blocks or throws.
@@ -56,7 +52,6 @@ class TcpSender {
     std::deque<Frame> queue;
   };
   void write_stream(std::size_t s);
-  bool deferred_ = false;
 
   std::vector<Stream> streams_;
   int peer_;
