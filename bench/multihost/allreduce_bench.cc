@@ -11,7 +11,10 @@
 // it, the CPU seconds per op summed over ranks (getrusage: every thread of
 // the process, kernel time of its socket calls included): when the hosts
 // share a machine's cores, as network namespaces do, that cost is what
-// decides the speed. Every op's result is checked. Rank 0 writes OUT.json:
+// decides the speed. Every op's result is checked. A/B probes:
+// MULTIHOST_AB=NAME=VALUE[,...] makes the second column the default
+// transport again, created with those variables set (mpirun -x it). Rank 0
+// writes OUT.json:
 //   {"ranks", "transport", "sizes": [{"size_bytes", "tcp_gbs", "mpi_links_gbs", "mpi_gbs",
 //     "tcp_cpu_s", "mpi_links_cpu_s", "mpi_cpu_s", "reps"}]}
 #include <mpi.h>
@@ -20,9 +23,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -77,7 +82,27 @@ int main(int argc, char** argv) {
   CommOptions over_mpi;
   over_mpi.ring_transport = RingTransport::kMpi;
   auto tcp = Communicator::create();  // the default: shm on a host, TCP between hosts
-  auto mpi_links = Communicator::create(over_mpi);
+  // MULTIHOST_AB=NAME=VALUE[,NAME=VALUE...] (a probe while developing): the
+  // second column is the default transport again, created with those set.
+  std::unique_ptr<Communicator> mpi_links;
+  if (const char* ab = std::getenv("MULTIHOST_AB"); ab && *ab) {
+    std::vector<std::pair<std::string, std::string>> saved;
+    std::string rest(ab);
+    while (!rest.empty()) {
+      const std::string kv = rest.substr(0, rest.find(','));
+      rest = rest.find(',') == std::string::npos ? "" : rest.substr(rest.find(',') + 1);
+      const std::string name = kv.substr(0, kv.find('='));
+      const char* old = std::getenv(name.c_str());
+      saved.emplace_back(name, old ? std::string(old) : std::string("\x01"));
+      setenv(name.c_str(), kv.substr(kv.find('=') + 1).c_str(), 1);
+    }
+    mpi_links = Communicator::create();
+    for (const auto& [name, value] : saved) {
+      if (value == "\x01") unsetenv(name.c_str()); else setenv(name.c_str(), value.c_str(), 1);
+    }
+  } else {
+    mpi_links = Communicator::create(over_mpi);
+  }
   const int rank = tcp->rank(), size = tcp->size();
   const std::string transport = dynamic_cast<WorldCommunicator&>(*tcp).ring_transport_name();
   nlohmann::json rows = nlohmann::json::array();

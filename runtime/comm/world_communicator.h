@@ -89,6 +89,7 @@ class WorldCommunicator : public Communicator {
   std::unique_ptr<RecvLink> recv_link_;
   bool ring_all_shm_ = false;  // both ring links in shm: sleep on the doorbell
   bool ring_all_tcp_ = false;  // both ring links TCP: sleep in ppoll on the streams
+  bool block_from_env_ = false;  // MUSTER_COMM_BLOCK_BYTES set: no one-block TCP ring
   bool direct_capable_ = false;  // the whole job on this host, with a segment
   // The shared buffers alive, shared with them (they deregister on destruction).
   std::shared_ptr<shm::RegionTable> regions_ = std::make_shared<shm::RegionTable>();
