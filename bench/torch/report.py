@@ -66,7 +66,7 @@ def main():
     o = r["overhead"]
     t = r["targets"]
     lines += ["", "Targets: allreduce at 64 MB >= %.0fx gloo: %s. Extension overhead at 64 MB (hvd.allreduce_ "
-              "%.2f ms vs the runtime's own Communicator allreduce %.2f ms on torch memory of the same kind): "
+              "%.2f ms vs the runtime's own Communicator allreduce %.2f ms on the same tensor): "
               "%+.1f%% (target < %.0f%%: %s). The runtime on a numpy array (huge pages): %.2f ms." % (
                   ALLREDUCE_TARGET, mark(t["allreduce_64mb_vs_gloo"]["met"]), o["extension_s"] * 1e3,
                   o["runtime_s"] * 1e3, o["extension_overhead"] * 100, OVERHEAD_TARGET * 100,
