@@ -141,8 +141,16 @@ TEST(PsSync, BackupWorkersDropTheSlowestAndNeverMixSteps) {
   // Every worker uses the same samples for a step: whichever 2 of the 3
   // gradients are averaged, the result is the one-process result, unless a
   // step mixed in a gradient computed at another step.
-  auto results = train(ps, 3, opt, steps, 4, /*same_data=*/true, [&ps](int worker, int64_t step) {
+  // The fast two wait for the slow one to reach its first step: on a loaded
+  // machine its thread could otherwise start after they had finished, pull
+  // the final step and push nothing at all.
+  std::atomic<bool> slow_started{false};
+  auto results = train(ps, 3, opt, steps, 4, /*same_data=*/true, [&ps, &slow_started](int worker, int64_t step) {
+    if (worker != 2) {
+      for (int i = 0; i < 5000 && !slow_started; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     if (worker == 2) {  // the slow one: pushes only once the others have completed its step on slice 0
+      slow_started = true;
       for (int i = 0; i < 5000; ++i) {
         int64_t global = -1;
         for (auto& s : ps.servers) global = std::max(global, s->global_step(0));
