@@ -161,7 +161,7 @@ ClusterSpec ClusterSpec::parse(const std::string& json) {
   nlohmann::json parsed;
   try {
     parsed = nlohmann::json::parse(json);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for numbers past double
     throw SpecError(std::string("cluster: not valid JSON: ") + e.what());
   }
   return from_json(parsed);

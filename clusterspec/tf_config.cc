@@ -96,7 +96,7 @@ TfConfig TfConfig::parse(const std::string& json) {
   nlohmann::json parsed;
   try {
     parsed = nlohmann::json::parse(json);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for numbers past double
     throw SpecError(std::string(kContext) + ": not valid JSON: " + e.what());
   }
   return from_json(parsed);

@@ -139,6 +139,7 @@ TEST(ClusterSpecTest, ValidationRules) {
   expect_spec_error([] { ClusterSpec::parse(R"({"worker": [1]})"); }, "cluster.worker[0] must be");
   expect_spec_error([] { ClusterSpec::parse(R"(["a:1"])"); }, "must be a JSON object");
   expect_spec_error([] { ClusterSpec::parse("{"); }, "not valid JSON");
+  expect_spec_error([] { ClusterSpec::parse(R"({"ps":[1e999]})"); }, "not valid JSON");  // out_of_range, not parse_error
 }
 
 TEST(ClusterSpecTest, AcceptsEveryKnownTaskType) {
