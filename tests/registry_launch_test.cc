@@ -11,9 +11,9 @@
 #include <gtest/gtest.h>
 
 #include "fake_backend.h"
+#include "temp_dir.h"
 #include "service/registry.h"
 
-namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using muster::api::ErrorCode;
 using muster::api::WorkerStatus;
@@ -29,10 +29,8 @@ namespace {
 class RegistryLaunchTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/muster-registry-launch-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    options_.state_dir = dir_;
-    options_.project_dir = dir_;
+    options_.state_dir = dir_.path();
+    options_.project_dir = dir_.path();
     options_.agent_path = "/bin/muster-agent";
     options_.daemon_port = 9;
     options_.async_backend = true;  // launches run on the registry's threads, as in musterd
@@ -45,7 +43,6 @@ class RegistryLaunchTest : public ::testing::Test {
   void TearDown() override {
     backend_.open_gate();  // a launch thread still waiting must end
     registry_.reset();
-    fs::remove_all(dir_);
   }
   std::vector<std::string> launch(int n) {
     LaunchBatch b;
@@ -73,7 +70,7 @@ class RegistryLaunchTest : public ::testing::Test {
     ASSERT_TRUE(backend_.launching) << "the launch never reached the backend";
   }
 
-  fs::path dir_;
+  muster::testing::TempDir dir_{"muster-registry-launch"};
   RegistryOptions options_;
   FakeClock clock_;
   FakeBackend backend_;
