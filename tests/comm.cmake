@@ -54,9 +54,12 @@ muster_gtest(comm_fault_test SOURCES comm_fault_test.cc DEPS muster_base LABEL m
 add_dependencies(comm_fault_test comm_fault_worker)
 
 # NCCL (device buffers): only where CUDA and NCCL were found; the test skips
-# itself (ctest shows "Skipped") on hosts without one GPU per rank.
+# itself (ctest shows "Skipped") on hosts without one GPU per rank. np1 runs
+# the whole device path on a one-GPU machine, np2 the exchange between GPUs.
 if(MUSTER_WITH_NCCL)
   muster_comm_mpi_program(comm_nccl_test comm_nccl_test.cc)
-  muster_mpi_test(comm_nccl_np2 NP 2 TARGET comm_nccl_test TIMEOUT 120)
-  set_tests_properties(comm_nccl_np2 PROPERTIES SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+  foreach(np 1 2)
+    muster_mpi_test(comm_nccl_np${np} NP ${np} TARGET comm_nccl_test TIMEOUT 120)
+    set_tests_properties(comm_nccl_np${np} PROPERTIES SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+  endforeach()
 endif()

@@ -15,11 +15,17 @@ everything is removed in __exit__ (and at interpreter exit).
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import signal
 import subprocess
 import tempfile
 from pathlib import Path
+
+
+# Each set gets its own names even within one process: a kernel may still be
+# tearing down the last set's links when the next one is made.
+_SETS = itertools.count()
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -31,9 +37,10 @@ class NetnsHosts:
         pid = os.getpid()
         self.n = n
         self.tag = tag
-        self.bridge = f"mh{tag}{pid % 10000}"
+        name = f"mh{tag}{pid % 10000}s{next(_SETS) % 10}"
+        self.bridge = name
         self.prefix = f"10.{subnet_octet}.{pid % 200}."
-        self.namespaces = [f"mh{tag}{pid % 10000}n{i + 1}" for i in range(n)]
+        self.namespaces = [f"{name}n{i + 1}" for i in range(n)]
         self._made: list[str] = []
         self._dir = Path(tempfile.mkdtemp(prefix=f"muster-netns-{tag}-"))
 

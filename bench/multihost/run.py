@@ -41,6 +41,8 @@ from testutil import free_port  # noqa: E402
 
 SIZES = [1 << 20, 16 << 20, 64 << 20]
 TARGET_VS_PEER, TARGET_VS_LINK, TARGET_PS = 1.2, 0.8, 0.7
+# The Python with torch for the gloo reference (another machine may keep it elsewhere).
+PYTHON = os.environ.get("MUSTER_BENCH_PYTHON", "/usr/bin/python3")
 
 
 def iperf3(hosts, servers, client_hosts, seconds=3):
@@ -69,17 +71,20 @@ def iperf3(hosts, servers, client_hosts, seconds=3):
             p.wait()
 
 
-def mpirun(hosts, p, argv, timeout=900):
+def mpirun(hosts, p, argv, timeout=900, extra_env=()):
     subnet = hosts.prefix + "0/24"
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     for attempt in range(3):
         # A session directory of its own: the hosts share /tmp and the hostname
         # with every other mpirun on this machine.
         session = tempfile.mkdtemp(prefix="muster-multihost-orte-")
-        cmd = ["mpirun", "--allow-run-as-root", "-mca", "orte_tmpdir_base", session, "-np", str(p),
+        # --bind-to none: the hosts share one machine's cores, and Open MPI's
+        # default for two ranks (bind each to a core) puts every host's rank
+        # on the same core, since each host's daemon counts from core 0.
+        cmd = ["mpirun", "--allow-run-as-root", "--bind-to", "none", "-mca", "orte_tmpdir_base", session, "-np", str(p),
                "-H", ",".join(hosts.address(i) for i in range(p)), "-mca", "plm_rsh_agent", hosts.rsh_agent(),
                "-mca", "btl", "self,tcp", "-mca", "btl_tcp_if_include", subnet, "-mca", "oob_tcp_if_include", subnet,
-               "-x", "PATH", "-x", "LD_LIBRARY_PATH"] + argv
+               "-x", "PATH", "-x", "LD_LIBRARY_PATH"] + [a for v in extra_env for a in ("-x", v)] + argv
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
         finally:
@@ -87,7 +92,7 @@ def mpirun(hosts, p, argv, timeout=900):
         # Open MPI 4.1's daemons now and then fail to start (orted crashes or
         # cannot route) when the machine is loaded: that is no figure, retry.
         if r.returncode != 0 and "ORTE was unable to reliably start" in r.stderr + r.stdout and attempt < 2:
-            print(f"mpirun on {p} hosts: ORTE did not start, retrying", file=sys.stderr)
+            print(f"mpirun on {p} hosts: ORTE did not start, retrying:\n{r.stderr[-600:]}", file=sys.stderr)
             continue
         break
     if r.returncode != 0:
@@ -111,7 +116,7 @@ def gloo(hosts, p, tmp):
     for r in range(p):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(p), MASTER_ADDR=hosts.address(0), MASTER_PORT=port,
                    OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME=hosts.netns(r) + "c")
-        procs.append(hosts.run(r, ["/usr/bin/python3", os.path.join(HERE, "gloo_allreduce.py"), out]
+        procs.append(hosts.run(r, [PYTHON, os.path.join(HERE, "gloo_allreduce.py"), out]
                                + [str(b) for b in SIZES], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True))
     for pr in procs:
