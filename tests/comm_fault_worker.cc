@@ -1,9 +1,10 @@
 // Fault-injection worker for comm_fault_test (run under mpirun by that test).
 //
-//   comm_fault_worker stall|kill ring|mpi|ring-mpi-links|ring-tcp-links|direct
+//   comm_fault_worker stall|kill ring|mpi|ring-mpi-links|ring-tcp-links|ring-tcp-threads|direct
 //
 // (ring-mpi-links / ring-tcp-links: the ring over MPI point-to-point or
-// muster's TCP streams instead of shared memory, as between hosts; direct: the buffer in Communicator::allocate_shared
+// muster's TCP streams instead of shared memory, as between hosts;
+// ring-tcp-threads: the TCP streams moved by their I/O threads; direct: the buffer in Communicator::allocate_shared
 // memory, so the direct allreduce runs.)
 // Every rank allreduces a 1 MB float32 buffer in a loop. At iteration 3 the
 // last rank misbehaves: `stall` sleeps MUSTER_COMM_TIMEOUT_MS + 4 s without
@@ -31,14 +32,22 @@ using namespace muster::runtime::comm;
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: %s stall|kill ring|mpi|ring-mpi-links|ring-tcp-links|direct\n", argv[0]);
+    std::fprintf(stderr, "usage: %s stall|kill ring|mpi|ring-mpi-links|ring-tcp-links|ring-tcp-threads|direct\n",
+                 argv[0]);
     return 2;
   }
   const bool kill_mode = std::strcmp(argv[1], "kill") == 0;
   const Algorithm algorithm = std::strcmp(argv[2], "mpi") == 0 ? Algorithm::kMpi : Algorithm::kRing;
   CommOptions options;
   if (std::strcmp(argv[2], "ring-mpi-links") == 0) options.ring_transport = RingTransport::kMpi;
-  if (std::strcmp(argv[2], "ring-tcp-links") == 0) options.ring_transport = RingTransport::kTcp;
+  if (std::strcmp(argv[2], "ring-tcp-links") == 0) {
+    options.ring_transport = RingTransport::kTcp;
+    options.tcp_threads = CommOptions::TcpThreads::kOff;
+  }
+  if (std::strcmp(argv[2], "ring-tcp-threads") == 0) {
+    options.ring_transport = RingTransport::kTcp;
+    options.tcp_threads = CommOptions::TcpThreads::kOn;
+  }
   auto comm = Communicator::create(options);
   const int victim = comm->size() - 1;
   std::vector<float> heap(1 << 18, 1.0f);

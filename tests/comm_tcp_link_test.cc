@@ -8,12 +8,15 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
 #include <thread>
+#include <tuple>
 #include <vector>
 
+#include "runtime/comm/comm_env.h"
 #include "runtime/comm/reduce.h"
 #include "runtime/comm/ring_allreduce.h"
 #include "runtime/comm/tcp/bootstrap.h"
@@ -58,16 +61,18 @@ Pair connect_pair(int from, int to, int streams) {
 }
 
 // n ranks in a ring, each with a TcpTransport to its right and from its left.
-std::vector<std::unique_ptr<TcpTransport>> make_ring(int n, int streams, std::size_t segment_bytes) {
+// io_threads: the links move their bytes on I/O threads (else inline).
+std::vector<std::unique_ptr<TcpTransport>> make_ring(int n, int streams, std::size_t segment_bytes, bool io_threads) {
   std::vector<Pair> links;  // link r: r -> r+1
   for (int r = 0; r < n; ++r) links.push_back(connect_pair(r, (r + 1) % n, streams));
   std::vector<std::unique_ptr<TcpTransport>> ring;
   for (int r = 0; r < n; ++r) {
     const int left = (r + n - 1) % n;
-    auto sender = std::make_unique<TcpSender>(std::move(links[static_cast<std::size_t>(r)].out), (r + 1) % n, 4);
+    auto bell = io_threads ? std::make_shared<ProgressBell>() : nullptr;
+    auto sender = std::make_unique<TcpSender>(std::move(links[static_cast<std::size_t>(r)].out), (r + 1) % n, 4, bell);
     auto receiver = std::make_unique<TcpReceiver>(std::move(links[static_cast<std::size_t>(left)].in), left,
-                                                  segment_bytes, 4);
-    ring.push_back(std::make_unique<TcpTransport>(std::move(sender), std::move(receiver)));
+                                                  segment_bytes, 4, bell);
+    ring.push_back(std::make_unique<TcpTransport>(std::move(sender), std::move(receiver), bell));
   }
   return ring;
 }
@@ -80,11 +85,12 @@ struct RingCase {
   std::size_t block_bytes;
 };
 
-class TcpRingTest : public ::testing::TestWithParam<RingCase> {};
+// Every case inline and with I/O threads.
+class TcpRingTest : public ::testing::TestWithParam<std::tuple<RingCase, bool>> {};
 
 TEST_P(TcpRingTest, SumsAcrossRanksOnThreads) {
-  const RingCase c = GetParam();
-  auto ring = make_ring(c.ranks, c.streams, c.segment_bytes);
+  const RingCase c = std::get<0>(GetParam());
+  auto ring = make_ring(c.ranks, c.streams, c.segment_bytes, std::get<1>(GetParam()));
   std::vector<std::vector<float>> data(static_cast<std::size_t>(c.ranks));
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(c.ranks));
   std::vector<std::thread> threads;
@@ -125,11 +131,12 @@ TEST_P(TcpRingTest, SumsAcrossRanksOnThreads) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, TcpRingTest,
-                         ::testing::Values(RingCase{2, 1, 1, 4096, 0}, RingCase{2, 1, 7, 4096, 0},
-                                           RingCase{3, 1, 100003, 4096, 65536},      // many segments, blocks
-                                           RingCase{3, 2, 100003, 8192, 0},          // two streams
-                                           RingCase{4, 2, (4u << 20) / 4 + 5, 256 * 1024, 1 << 20},
-                                           RingCase{5, 1, 1000, 64, 0}));
+                         ::testing::Combine(::testing::Values(RingCase{2, 1, 1, 4096, 0}, RingCase{2, 1, 7, 4096, 0},
+                                                              RingCase{3, 1, 100003, 4096, 65536},  // many segments
+                                                              RingCase{3, 2, 100003, 8192, 0},      // two streams
+                                                              RingCase{4, 2, (4u << 20) / 4 + 5, 256 * 1024, 1 << 20},
+                                                              RingCase{5, 1, 1000, 64, 0}),
+                                            ::testing::Bool()));
 
 // A single directed link 0 -> 1.
 struct Link {
@@ -137,11 +144,15 @@ struct Link {
   std::unique_ptr<TcpReceiver> receiver;
 };
 
-Link make_link(int streams = 1) {
+Link make_link(bool io_threads, int streams = 1) {
   Pair p = connect_pair(0, 1, streams);
-  return Link{std::make_unique<TcpSender>(std::move(p.out), 1, 4),
-              std::make_unique<TcpReceiver>(std::move(p.in), 0, 4096, 4)};
+  auto bell = io_threads ? std::make_shared<ProgressBell>() : nullptr;
+  return Link{std::make_unique<TcpSender>(std::move(p.out), 1, 4, bell),
+              std::make_unique<TcpReceiver>(std::move(p.in), 0, 4096, 4, bell)};
 }
+
+// The link's failures, inline and with I/O threads.
+class TcpLink : public ::testing::TestWithParam<bool> {};
 
 // Polls try_recv until it returns or throws (at most ~5 s).
 const void* recv_until(TcpReceiver& r) {
@@ -152,8 +163,8 @@ const void* recv_until(TcpReceiver& r) {
   return nullptr;
 }
 
-TEST(TcpLink, PeerClosingMidOpIsCommErrorNamingIt) {
-  Link l = make_link();
+TEST_P(TcpLink, PeerClosingMidOpIsCommErrorNamingIt) {
+  Link l = make_link(GetParam());
   l.receiver->expect(100);
   l.sender.reset();  // the peer process is gone: its sockets close
   try {
@@ -165,8 +176,8 @@ TEST(TcpLink, PeerClosingMidOpIsCommErrorNamingIt) {
   }
 }
 
-TEST(TcpLink, AbortFrameBlamesTheCulpritNotTheMessenger) {
-  Link l = make_link();
+TEST_P(TcpLink, AbortFrameBlamesTheCulpritNotTheMessenger) {
+  Link l = make_link(GetParam());
   l.receiver->expect(100);
   l.sender->abort(7);
   try {
@@ -178,8 +189,8 @@ TEST(TcpLink, AbortFrameBlamesTheCulpritNotTheMessenger) {
   }
 }
 
-TEST(TcpLink, SizeMismatchIsAClearErrorNotAHang) {
-  Link l = make_link();
+TEST_P(TcpLink, SizeMismatchIsAClearErrorNotAHang) {
+  Link l = make_link(GetParam());
   std::vector<char> data(300, 'x');
   ASSERT_TRUE(l.sender->try_send(data.data(), 300));
   l.receiver->expect(200);  // this rank thinks the op is smaller
@@ -194,8 +205,8 @@ TEST(TcpLink, SizeMismatchIsAClearErrorNotAHang) {
   }
 }
 
-TEST(TcpLink, SendToAPeerThatIsGoneIsCommErrorNamingIt) {
-  Link l = make_link();
+TEST_P(TcpLink, SendToAPeerThatIsGoneIsCommErrorNamingIt) {
+  Link l = make_link(GetParam());
   l.receiver.reset();
   std::vector<char> data(4096, 'x');
   try {
@@ -211,10 +222,11 @@ TEST(TcpLink, SendToAPeerThatIsGoneIsCommErrorNamingIt) {
   }
 }
 
-TEST(TcpLink, ZeroCopySendsLargeSegmentsAcrossTwoStreams) {
+TEST_P(TcpLink, ZeroCopySendsLargeSegmentsAcrossTwoStreams) {
   Pair p = connect_pair(0, 1, 2);
-  TcpSender sender(std::move(p.out), 1, 4);
-  TcpReceiver receiver(std::move(p.in), 0, 1 << 20, 4);
+  auto bell = GetParam() ? std::make_shared<ProgressBell>() : nullptr;
+  TcpSender sender(std::move(p.out), 1, 4, bell);
+  TcpReceiver receiver(std::move(p.in), 0, 1 << 20, 4, bell);
   std::vector<uint32_t> src(16u << 20 >> 2);
   std::iota(src.begin(), src.end(), 0u);
   const std::size_t seg = 1 << 20, n = src.size() * 4 / seg;
@@ -234,6 +246,9 @@ TEST(TcpLink, ZeroCopySendsLargeSegmentsAcrossTwoStreams) {
   EXPECT_EQ(wrong, 0u);
   EXPECT_TRUE(sender.flushed());
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, TcpLink, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "io_threads" : "inline"; });
 
 // --- bootstrap ---
 
@@ -376,3 +391,23 @@ TEST(TcpInterfaces, ThisMachineHasLoopback) {
 
 }  // namespace
 }  // namespace muster::runtime::comm::tcp
+
+// --- MUSTER_COMM_TCP_THREADS ---
+
+TEST(TcpThreadsEnv, ReadsAutoOnOffAndNamesABadValue) {
+  const auto with = [](const char* v) {
+    setenv("MUSTER_COMM_TCP_THREADS", v, 1);
+    return muster::runtime::comm::apply_env(muster::runtime::comm::CommOptions{}).tcp_threads;
+  };
+  EXPECT_EQ(with("1"), muster::runtime::comm::CommOptions::TcpThreads::kOn);
+  EXPECT_EQ(with("0"), muster::runtime::comm::CommOptions::TcpThreads::kOff);
+  EXPECT_EQ(with("auto"), muster::runtime::comm::CommOptions::TcpThreads::kAuto);
+  try {
+    with("yes");
+    ADD_FAILURE() << "no error";
+  } catch (const muster::runtime::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("MUSTER_COMM_TCP_THREADS=yes: expected auto, 0 or 1"), std::string::npos)
+        << e.what();
+  }
+  unsetenv("MUSTER_COMM_TCP_THREADS");
+}

@@ -10,6 +10,8 @@
 // comm_fault_test (ring-tcp-links).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <string>
 #include <vector>
 
@@ -35,6 +37,10 @@ TEST(TcpTransport, WorldRingRunsOverTcp) {
   auto* w = dynamic_cast<WorldCommunicator*>(world().get());
   ASSERT_NE(w, nullptr);
   EXPECT_EQ(w->ring_transport_name(), "tcp");
+  // ctest runs this suite with the links' bytes moved inline and on I/O threads.
+  if (const char* t = std::getenv("MUSTER_COMM_TCP_THREADS"); t && (*t == '0' || *t == '1')) {
+    EXPECT_EQ(w->tcp_io_threads(), *t == '1');
+  }
 }
 
 TEST(TcpTransport, TwoStreamsSmallSegmentsAndBlocksAreExact) {

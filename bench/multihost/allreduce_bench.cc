@@ -104,7 +104,8 @@ int main(int argc, char** argv) {
     mpi_links = Communicator::create(over_mpi);
   }
   const int rank = tcp->rank(), size = tcp->size();
-  const std::string transport = dynamic_cast<WorldCommunicator&>(*tcp).ring_transport_name();
+  const auto& world = dynamic_cast<WorldCommunicator&>(*tcp);
+  const std::string transport = world.ring_transport_name() + (world.tcp_io_threads() ? " (I/O threads)" : "");
   nlohmann::json rows = nlohmann::json::array();
   bool ok = true;
   for (int i = 2; i < argc; ++i) {

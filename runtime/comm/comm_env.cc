@@ -39,6 +39,18 @@ CommOptions apply_env(CommOptions o) {
   if (const char* v = std::getenv("MUSTER_COMM_TCP_STREAMS"); v && *v) {
     o.tcp_streams = env_int("MUSTER_COMM_TCP_STREAMS", 0);
   }
+  if (const char* v = std::getenv("MUSTER_COMM_TCP_THREADS"); v && *v) {
+    const std::string t = v;
+    if (t == "auto") {
+      o.tcp_threads = CommOptions::TcpThreads::kAuto;
+    } else if (t == "1") {
+      o.tcp_threads = CommOptions::TcpThreads::kOn;
+    } else if (t == "0") {
+      o.tcp_threads = CommOptions::TcpThreads::kOff;
+    } else {
+      throw InvalidArgument("MUSTER_COMM_TCP_THREADS=" + t + ": expected auto, 0 or 1");
+    }
+  }
   if (const char* v = std::getenv("MUSTER_COMM_TCP_BUFFER_BYTES"); v && *v) {
     o.tcp_socket_buffer_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_TCP_BUFFER_BYTES", 0));
   }

@@ -88,11 +88,22 @@ struct CommOptions {
   // btl_tcp_if_include ("eth0", "10.1.0.0/16"; MUSTER_COMM_TCP_IFACE and
   // then OMPI_MCA_btl_tcp_if_include win over it; "" = the first up,
   // non-loopback IPv4 interface, loopback when the job is on one host),
-  // streams per direction (MUSTER_COMM_TCP_STREAMS), and SO_SNDBUF/SO_RCVBUF
+  // streams per direction (MUSTER_COMM_TCP_STREAMS; every rank must use the
+  // same; 2: with I/O threads each stream's kernel work runs on a core of its
+  // own, 1.2-1.6x one stream in bench/multihost), and SO_SNDBUF/SO_RCVBUF
   // (MUSTER_COMM_TCP_BUFFER_BYTES; 0 = kernel autotuning).
   std::string tcp_interface;
-  int tcp_streams = 1;
+  int tcp_streams = 2;
   std::size_t tcp_socket_buffer_bytes = 4u << 20;
+  // Who moves the TCP links' bytes (tcp/tcp_transport.h): threads of their
+  // own, one per stream and direction, beside the progress thread that
+  // reduces (kOn), or the progress thread itself between its reductions
+  // (kOff). kAuto: threads when this process may run on at least 4 CPUs and
+  // 2 per rank on its host (bench/multihost: with cores to spare they were
+  // the faster way; where the ranks already share 2 cores the inline way
+  // was). MUSTER_COMM_TCP_THREADS=auto|0|1 overrides it.
+  enum class TcpThreads { kAuto, kOff, kOn };
+  TcpThreads tcp_threads = TcpThreads::kAuto;
   // Ring pipelining: bytes per segment, and segments in flight per link
   // (MUSTER_COMM_SEGMENT_BYTES, MUSTER_COMM_SEGMENTS_IN_FLIGHT override;
   // MUSTER_COMM_RING_THRESHOLD_BYTES overrides ring_threshold_bytes).

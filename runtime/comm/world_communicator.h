@@ -52,6 +52,8 @@ class WorldCommunicator : public Communicator {
   // Which transport the ring links use ("shm", "tcp", "mpi", "mixed" when
   // they differ, or "none"), for tests and logs.
   std::string ring_transport_name() const;
+  // Whether this rank's TCP links move their bytes on I/O threads.
+  bool tcp_io_threads() const;
 
  private:
   using Op = std::function<void(Watchdog&)>;
@@ -89,7 +91,8 @@ class WorldCommunicator : public Communicator {
   std::unique_ptr<RecvLink> recv_link_;
   bool ring_all_shm_ = false;  // both ring links in shm: sleep on the doorbell
   bool ring_all_tcp_ = false;  // both ring links TCP: sleep in ppoll on the streams
-  bool block_from_env_ = false;  // MUSTER_COMM_BLOCK_BYTES set: no one-block TCP ring
+  bool tcp_ring_everywhere_ = false;  // every rank's links TCP (same on all ranks): 16 MB blocks
+  bool block_from_env_ = false;  // MUSTER_COMM_BLOCK_BYTES set: keep it on TCP rings too
   bool direct_capable_ = false;  // the whole job on this host, with a segment
   // The shared buffers alive, shared with them (they deregister on destruction).
   std::shared_ptr<shm::RegionTable> regions_ = std::make_shared<shm::RegionTable>();

@@ -1,7 +1,9 @@
 #include "runtime/comm/tcp/receiver.h"
 
+#include <poll.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 
@@ -11,28 +13,56 @@ namespace muster::runtime::comm::tcp {
 namespace {
 constexpr std::size_t kHeader = sizeof(FrameHeader);
 constexpr std::size_t kMaxIov = 64;
+constexpr int kWouldBlock = -1;       // read_once: the kernel had nothing
+constexpr int kNothingExpected = -2;  // read_once: no slotted segment to read into
+// An I/O thread waiting on its socket looks at stop_ this often.
+constexpr int kPollMs = 20;
 }  // namespace
 
-TcpReceiver::TcpReceiver(std::vector<Socket> streams, int peer, std::size_t segment_bytes, std::size_t slots)
+TcpReceiver::TcpReceiver(std::vector<Socket> streams, int peer, std::size_t segment_bytes, std::size_t slots,
+                         std::shared_ptr<ProgressBell> bell)
     : streams_(std::move(streams)), peer_(peer), segment_bytes_((segment_bytes + 63) / 64 * 64),
-      slots_(slots < 1 ? 1 : slots) {
+      slots_(slots < 1 ? 1 : slots), bell_(std::move(bell)) {
   MUSTER_CHECK(!streams_.empty(), "TcpReceiver needs at least one stream");
   buffers_ = static_cast<char*>(std::aligned_alloc(64, slots_ * segment_bytes_));
   if (!buffers_) throw Error("TCP transport: out of memory for " + std::to_string(slots_) + " receive slots");
+  if (bell_) {
+    for (std::size_t s = 0; s < streams_.size(); ++s) threads_.emplace_back([this, s] { io_loop(s); });
+  }
 }
 
-TcpReceiver::~TcpReceiver() { std::free(buffers_); }
+TcpReceiver::~TcpReceiver() {
+  stop_threads();
+  std::free(buffers_);
+}
 
 void TcpReceiver::expect(std::size_t bytes) {
   MUSTER_CHECK_LE(bytes, segment_bytes_, "TCP segment larger than a receive slot");
-  expected_.push_back(Expected{next_index_++, bytes, 0, {}, nullptr});
+  expect_into(nullptr, bytes);
 }
 
 void TcpReceiver::expect_into(void* dst, std::size_t bytes) {
-  expected_.push_back(Expected{next_index_++, bytes, 0, {}, static_cast<char*>(dst)});
+  if (!bell_) {
+    expected_.push_back(Expected{next_index_++, bytes, 0, {}, static_cast<char*>(dst)});
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    expected_.push_back(Expected{next_index_++, bytes, 0, {}, static_cast<char*>(dst)});
+  }
+  work_.notify_all();
 }
 
 const void* TcpReceiver::try_recv() {
+  if (bell_) {
+    std::lock_guard<std::mutex> lk(mu_);
+    // A failure first: the segment whose header was refused counts as read.
+    if (failure_) std::rethrow_exception(failure_);
+    if (!expected_.empty() && expected_.front().got == kHeader + expected_.front().bytes) {
+      return target(expected_.front());
+    }
+    return nullptr;
+  }
   if (expected_.empty()) return nullptr;
   const Expected& front = expected_.front();
   if (front.got < kHeader + front.bytes) {
@@ -42,20 +72,43 @@ const void* TcpReceiver::try_recv() {
   return target(front);
 }
 
-void TcpReceiver::release() { expected_.pop_front(); }
+void TcpReceiver::release() {
+  if (!bell_) {
+    expected_.pop_front();
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    expected_.pop_front();
+  }
+  work_.notify_all();  // a slot came free
+}
 
 void TcpReceiver::progress() {
+  if (bell_) return;
   for (std::size_t s = 0; s < streams_.size(); ++s) read_stream(s);
 }
 
 void TcpReceiver::read_stream(std::size_t s) {
+  bool more = true;
+  while (more && read_once(s, &more) >= 0) {
+  }
+}
+
+// With I/O threads, called by stream s's thread: the readv runs without mu_.
+// Only that thread advances stream s's entries, and the progress thread
+// only pops entries that are complete (never one this call reads into).
+int TcpReceiver::read_once(std::size_t s, bool* more) {
+  *more = false;
   const std::size_t n_streams = streams_.size();
-  const std::size_t w = window();
-  for (;;) {
+  iovec iov[kMaxIov];
+  Expected* targets[kMaxIov / 2];
+  std::size_t n = 0, t = 0, asked = 0;
+  {
+    std::unique_lock<std::mutex> lk(mu_, std::defer_lock);
+    if (bell_) lk.lock();
     // The stream's announced, slotted, incomplete segments, in order.
-    iovec iov[kMaxIov];
-    Expected* targets[kMaxIov / 2];
-    std::size_t n = 0, t = 0;
+    const std::size_t w = window();
     for (std::size_t i = 0; i < w && n + 2 <= kMaxIov; ++i) {
       Expected& e = expected_[i];
       if (e.index % n_streams != s || e.got == kHeader + e.bytes) continue;
@@ -67,37 +120,92 @@ void TcpReceiver::read_stream(std::size_t s) {
         iov[n++] = {target(e) + (e.got - kHeader), e.bytes - (e.got - kHeader)};
       }
     }
-    if (n == 0) return;
-    const ssize_t r = readv(streams_[s].fd(), iov, static_cast<int>(n));
-    if (r < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      if (errno == EINTR) continue;
-      const int err = errno;
-      throw CommError("TCP link from rank " + std::to_string(peer_) + " (stream " + std::to_string(s) +
-                          "): receive failed: " + errno_text(err) + "; rank " + std::to_string(peer_) +
-                          " has exited or its host is unreachable",
-                      peer_);
-    }
-    if (r == 0) {
-      throw CommError("TCP link from rank " + std::to_string(peer_) + " (stream " + std::to_string(s) +
-                          "): the connection was closed while segment " + std::to_string(targets[0]->index) +
-                          " was expected; rank " + std::to_string(peer_) + " has exited",
-                      peer_);
-    }
-    auto left = static_cast<std::size_t>(r);
-    for (std::size_t k = 0; k < t && left > 0; ++k) {
-      Expected& e = *targets[k];
-      const bool had_header = e.got >= kHeader;
-      const std::size_t take = std::min(kHeader + e.bytes - e.got, left);
-      e.got += take;
-      left -= take;
-      if (!had_header && e.got >= kHeader) check_header(e, s);
-    }
-    // A short read means the kernel has nothing more for now.
-    std::size_t asked = 0;
-    for (std::size_t k = 0; k < n; ++k) asked += iov[k].iov_len;
-    if (static_cast<std::size_t>(r) < asked) return;
   }
+  if (n == 0) return kNothingExpected;
+  for (std::size_t k = 0; k < n; ++k) asked += iov[k].iov_len;
+  ssize_t r;
+  do {
+    r = readv(streams_[s].fd(), iov, static_cast<int>(n));
+  } while (r < 0 && errno == EINTR);
+  if (r < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return kWouldBlock;
+    const int err = errno;
+    throw CommError("TCP link from rank " + std::to_string(peer_) + " (stream " + std::to_string(s) +
+                        "): receive failed: " + errno_text(err) + "; rank " + std::to_string(peer_) +
+                        " has exited or its host is unreachable",
+                    peer_);
+  }
+  if (r == 0) {
+    throw CommError("TCP link from rank " + std::to_string(peer_) + " (stream " + std::to_string(s) +
+                        "): the connection was closed while segment " + std::to_string(targets[0]->index) +
+                        " was expected; rank " + std::to_string(peer_) + " has exited",
+                    peer_);
+  }
+  std::unique_lock<std::mutex> lk(mu_, std::defer_lock);
+  if (bell_) lk.lock();
+  int completed = 0;
+  auto left = static_cast<std::size_t>(r);
+  for (std::size_t k = 0; k < t && left > 0; ++k) {
+    Expected& e = *targets[k];
+    const bool had_header = e.got >= kHeader;
+    const std::size_t take = std::min(kHeader + e.bytes - e.got, left);
+    e.got += take;
+    left -= take;
+    if (!had_header && e.got >= kHeader) check_header(e, s);
+    completed += e.got == kHeader + e.bytes;
+  }
+  // A short read means the kernel has nothing more for now.
+  *more = static_cast<std::size_t>(r) == asked;
+  return completed;
+}
+
+void TcpReceiver::io_loop(std::size_t s) {
+  const int fd = streams_[s].fd();
+  for (;;) {
+    bool more = false;
+    int got;
+    try {
+      got = read_once(s, &more);
+    } catch (...) {
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!failure_) failure_ = std::current_exception();
+      }
+      bell_->ring();
+      return;
+    }
+    if (got > 0) bell_->ring();
+    std::unique_lock<std::mutex> lk(mu_);
+    if (stop_) return;
+    if (got == kNothingExpected) {
+      work_.wait(lk, [&] { return stop_ || has_work_locked(s); });
+      if (stop_) return;
+    } else if (got == kWouldBlock) {
+      lk.unlock();
+      pollfd p{fd, POLLIN, 0};
+      poll(&p, 1, kPollMs);
+    }
+  }
+}
+
+bool TcpReceiver::has_work_locked(std::size_t s) const {
+  const std::size_t w = window();
+  for (std::size_t i = 0; i < w; ++i) {
+    const Expected& e = expected_[i];
+    if (e.index % streams_.size() == s && e.got < kHeader + e.bytes) return true;
+  }
+  return false;
+}
+
+void TcpReceiver::stop_threads() noexcept {
+  if (threads_.empty()) return;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  work_.notify_all();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
 }
 
 void TcpReceiver::check_header(const Expected& e, std::size_t s) const {
@@ -123,15 +231,8 @@ void TcpReceiver::check_header(const Expected& e, std::size_t s) const {
 }
 
 void TcpReceiver::add_poll(std::vector<pollfd>* fds) const {
-  const std::size_t w = window();
   for (std::size_t s = 0; s < streams_.size(); ++s) {
-    for (std::size_t i = 0; i < w; ++i) {
-      const Expected& e = expected_[i];
-      if (e.index % streams_.size() == s && e.got < kHeader + e.bytes) {
-        fds->push_back(pollfd{streams_[s].fd(), POLLIN, 0});
-        break;
-      }
-    }
+    if (has_work_locked(s)) fds->push_back(pollfd{streams_[s].fd(), POLLIN, 0});
   }
 }
 

@@ -13,26 +13,41 @@
 // rank the peer blamed; end of stream or a reset while a segment is
 // expected throws CommError naming the peer.
 //
-// Threads: the progress thread only.
+// Who reads. Inline (no bell): try_recv() reads what the kernel holds.
+// With I/O threads (a ProgressBell given): one thread per stream reads into
+// every announced segment that has a slot as soon as it can and rings the
+// bell when one is complete; try_recv() only looks, and rethrows a stream's
+// failure (sender.h says why).
+//
+// Threads: the progress thread calls everything; the I/O threads are
+// private.
 #pragma once
 
 #include <poll.h>
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "runtime/comm/tcp/frame.h"
+#include "runtime/comm/tcp/progress_bell.h"
 #include "runtime/comm/tcp/socket.h"
 
 namespace muster::runtime::comm::tcp {
 
 class TcpReceiver {
  public:
-  TcpReceiver(std::vector<Socket> streams, int peer, std::size_t segment_bytes, std::size_t slots);
+  TcpReceiver(std::vector<Socket> streams, int peer, std::size_t segment_bytes, std::size_t slots,
+              std::shared_ptr<ProgressBell> bell = nullptr);
   ~TcpReceiver();
+  TcpReceiver(const TcpReceiver&) = delete;
+  TcpReceiver& operator=(const TcpReceiver&) = delete;
 
   void expect(std::size_t bytes);
   // Segment received straight into `dst` instead of a slot.
@@ -40,10 +55,12 @@ class TcpReceiver {
   // The oldest expected segment's payload once all of it is in, else nullptr.
   const void* try_recv();
   void release();
+  // Inline: reads what the kernel holds. With I/O threads: nothing.
   void progress();
-  // POLLIN for every stream with a slot waiting for data.
+  // Inline: POLLIN for every stream with a slot waiting for data.
   void add_poll(std::vector<pollfd>* fds) const;
   int peer() const { return peer_; }
+  bool io_threads() const { return bell_ != nullptr; }
 
  private:
   struct Expected {
@@ -53,7 +70,14 @@ class TcpReceiver {
     FrameHeader header;
     char* dst = nullptr;  // receive here instead of the slot
   };
-  void read_stream(std::size_t s);
+  // One readv into the stream's announced, slotted, incomplete segments.
+  // Returns how many it completed (*more: the kernel may hold more), or a
+  // negative code: nothing was there, or nothing is announced.
+  int read_once(std::size_t s, bool* more);
+  bool has_work_locked(std::size_t s) const;  // a slotted segment of stream s is incomplete
+  void read_stream(std::size_t s);  // inline: read_once until it runs dry
+  void io_loop(std::size_t s);      // an I/O thread
+  void stop_threads() noexcept;
   void check_header(const Expected& e, std::size_t s) const;
   char* target(const Expected& e) const { return e.dst ? e.dst : buffers_ + (e.index % slots_) * segment_bytes_; }
   // Announced segments that have a slot: the first `slots_` of expected_.
@@ -64,8 +88,17 @@ class TcpReceiver {
   std::size_t segment_bytes_;
   std::size_t slots_;
   char* buffers_ = nullptr;  // slots_ * segment_bytes_, 64-byte aligned
-  std::deque<Expected> expected_;
+  std::deque<Expected> expected_;  // entries keep their address while others come and go
   uint64_t next_index_ = 0;
+
+  // I/O threads: mu_ guards expected_ (and every `got`), stop_ and failure_
+  // (never held across a system call).
+  std::shared_ptr<ProgressBell> bell_;
+  std::mutex mu_;
+  std::condition_variable work_;
+  bool stop_ = false;
+  std::exception_ptr failure_;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace muster::runtime::comm::tcp

@@ -160,9 +160,12 @@ std::unique_ptr<TcpTransport> connect_ring(MPI_Comm comm, bool send_tcp, bool re
   agree(comm, me, failure, "connect its TCP ring streams");
   std::unique_ptr<TcpSender> sender;
   std::unique_ptr<TcpReceiver> receiver;
-  if (send_tcp) sender = std::make_unique<TcpSender>(std::move(out), right, options.in_flight);
-  if (recv_tcp) receiver = std::make_unique<TcpReceiver>(std::move(in), left, options.segment_bytes, options.in_flight);
-  return std::make_unique<TcpTransport>(std::move(sender), std::move(receiver));
+  auto bell = options.io_threads ? std::make_shared<ProgressBell>() : nullptr;
+  if (send_tcp) sender = std::make_unique<TcpSender>(std::move(out), right, options.in_flight, bell);
+  if (recv_tcp) {
+    receiver = std::make_unique<TcpReceiver>(std::move(in), left, options.segment_bytes, options.in_flight, bell);
+  }
+  return std::make_unique<TcpTransport>(std::move(sender), std::move(receiver), std::move(bell));
 }
 
 }  // namespace muster::runtime::comm::tcp

@@ -35,6 +35,9 @@ struct TcpRingOptions {
   std::size_t in_flight = 8;
   std::chrono::milliseconds timeout{60000};
   bool whole_job_on_one_host = false;
+  // Socket I/O on threads of its own (tcp_transport.h) or inline on the
+  // progress thread.
+  bool io_threads = false;
 };
 
 // Null when neither of this rank's links is TCP.

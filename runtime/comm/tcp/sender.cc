@@ -12,25 +12,43 @@ namespace muster::runtime::comm::tcp {
 namespace {
 constexpr std::size_t kHeader = sizeof(FrameHeader);
 constexpr std::size_t kMaxIov = 64;
+// An I/O thread blocked on a full socket looks at stop_ this often.
+constexpr int kPollMs = 20;
 }  // namespace
 
-TcpSender::TcpSender(std::vector<Socket> streams, int peer, std::size_t in_flight)
-    : peer_(peer), in_flight_(std::max<std::size_t>(in_flight, 1)) {
+TcpSender::TcpSender(std::vector<Socket> streams, int peer, std::size_t in_flight, std::shared_ptr<ProgressBell> bell)
+    : peer_(peer), in_flight_(std::max<std::size_t>(in_flight, 1)), bell_(std::move(bell)) {
   for (auto& s : streams) streams_.push_back(Stream{std::move(s), {}});
   MUSTER_CHECK(!streams_.empty(), "TcpSender needs at least one stream");
+  if (bell_) {
+    for (std::size_t s = 0; s < streams_.size(); ++s) threads_.emplace_back([this, s] { io_loop(s); });
+  }
 }
 
+TcpSender::~TcpSender() { stop_threads(); }
+
 bool TcpSender::try_send(const void* src, std::size_t bytes) {
+  Frame f{};
+  f.header.bytes = bytes;
+  f.data = static_cast<const char*>(src);
+  if (bell_) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      rethrow_failure_locked();
+      if (queued_ >= in_flight_) return false;
+      f.header.index = next_index_++;
+      streams_[f.header.index % streams_.size()].queue.push_back(f);
+      ++queued_;
+    }
+    work_.notify_all();
+    return true;
+  }
   if (queued_ >= in_flight_) {
     progress();
     if (queued_ >= in_flight_) return false;
   }
-  Frame f{};
-  f.header.index = next_index_;
-  f.header.bytes = bytes;
-  f.data = static_cast<const char*>(src);
-  const std::size_t s = next_index_ % streams_.size();
-  ++next_index_;
+  f.header.index = next_index_++;
+  const std::size_t s = f.header.index % streams_.size();
   streams_[s].queue.push_back(f);
   ++queued_;
   write_stream(s);
@@ -38,22 +56,38 @@ bool TcpSender::try_send(const void* src, std::size_t bytes) {
 }
 
 bool TcpSender::flushed() {
+  if (bell_) {
+    std::lock_guard<std::mutex> lk(mu_);
+    rethrow_failure_locked();
+    return queued_ == 0;
+  }
   if (queued_ == 0) return true;
   progress();
   return queued_ == 0;
 }
 
 void TcpSender::progress() {
+  if (bell_) return;
   for (std::size_t s = 0; s < streams_.size(); ++s) {
     if (!streams_[s].queue.empty()) write_stream(s);
   }
 }
 
 void TcpSender::write_stream(std::size_t s) {
+  while (!streams_[s].queue.empty() && write_once(s) >= 0) {
+  }
+}
+
+// With I/O threads, called by stream s's thread without mu_: only that thread
+// pops stream s's queue or touches its frames' `sent`, and a deque keeps the
+// address of an element while others are pushed.
+int TcpSender::write_once(std::size_t s) {
   Stream& st = streams_[s];
-  while (!st.queue.empty()) {
-    iovec iov[kMaxIov];
-    std::size_t n = 0;
+  iovec iov[kMaxIov];
+  std::size_t n = 0;
+  {
+    std::unique_lock<std::mutex> lk(mu_, std::defer_lock);
+    if (bell_) lk.lock();  // the progress thread may be pushing
     for (std::size_t i = 0; i < st.queue.size() && n + 2 <= kMaxIov; ++i) {
       Frame& f = st.queue[i];
       if (f.sent < kHeader) {
@@ -63,35 +97,85 @@ void TcpSender::write_stream(std::size_t s) {
         iov[n++] = {const_cast<char*>(f.data) + (f.sent - kHeader), f.header.bytes - (f.sent - kHeader)};
       }
     }
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = n;
-    const ssize_t w = sendmsg(st.socket.fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      if (errno == EINTR) continue;
-      const int err = errno;
-      throw CommError("TCP link to rank " + std::to_string(peer_) + " (stream " + std::to_string(s) +
-                          "): send failed: " + errno_text(err) + "; rank " + std::to_string(peer_) +
-                          " has exited or its host is unreachable",
-                      peer_);
+  }
+  if (n == 0) return 0;
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = n;
+  ssize_t w;
+  do {
+    w = sendmsg(st.socket.fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  } while (w < 0 && errno == EINTR);
+  if (w < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return -1;
+    const int err = errno;
+    throw CommError("TCP link to rank " + std::to_string(peer_) + " (stream " + std::to_string(s) +
+                        "): send failed: " + errno_text(err) + "; rank " + std::to_string(peer_) +
+                        " has exited or its host is unreachable",
+                    peer_);
+  }
+  std::unique_lock<std::mutex> lk(mu_, std::defer_lock);
+  if (bell_) lk.lock();
+  int finished = 0;
+  auto left = static_cast<std::size_t>(w);
+  while (left > 0) {
+    Frame& f = st.queue.front();
+    const std::size_t rest = kHeader + f.header.bytes - f.sent;
+    const std::size_t take = std::min(rest, left);
+    f.sent += take;
+    left -= take;
+    if (take == rest) {
+      st.queue.pop_front();
+      --queued_;
+      ++finished;
     }
-    auto left = static_cast<std::size_t>(w);
-    while (left > 0) {
-      Frame& f = st.queue.front();
-      const std::size_t rest = kHeader + f.header.bytes - f.sent;
-      const std::size_t take = std::min(rest, left);
-      f.sent += take;
-      left -= take;
-      if (take == rest) {
-        st.queue.pop_front();
-        --queued_;
+  }
+  return finished;
+}
+
+void TcpSender::io_loop(std::size_t s) {
+  const int fd = streams_[s].socket.fd();
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      work_.wait(lk, [&] { return stop_ || !streams_[s].queue.empty(); });
+      if (stop_) return;
+    }
+    try {
+      const int finished = write_once(s);
+      if (finished > 0) bell_->ring();
+      if (finished < 0) {
+        pollfd p{fd, POLLOUT, 0};
+        poll(&p, 1, kPollMs);
       }
+    } catch (...) {
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!failure_) failure_ = std::current_exception();
+      }
+      bell_->ring();
+      return;
     }
   }
 }
 
+void TcpSender::stop_threads() noexcept {
+  if (threads_.empty()) return;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  work_.notify_all();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+void TcpSender::rethrow_failure_locked() const {
+  if (failure_) std::rethrow_exception(failure_);
+}
+
 void TcpSender::abort(int blamed) noexcept {
+  stop_threads();
   for (auto& st : streams_) {
     const bool between_frames = st.queue.empty() || st.queue.front().sent == 0;
     st.queue.clear();

@@ -38,8 +38,9 @@ class TcpRecvLink : public RecvLink {
 
 }  // namespace
 
-TcpTransport::TcpTransport(std::unique_ptr<TcpSender> sender, std::unique_ptr<TcpReceiver> receiver)
-    : sender_(std::move(sender)), receiver_(std::move(receiver)) {}
+TcpTransport::TcpTransport(std::unique_ptr<TcpSender> sender, std::unique_ptr<TcpReceiver> receiver,
+                           std::shared_ptr<ProgressBell> bell)
+    : sender_(std::move(sender)), receiver_(std::move(receiver)), bell_(std::move(bell)) {}
 
 std::unique_ptr<SendLink> TcpTransport::send_link() {
   return sender_ ? std::make_unique<TcpSendLink>(sender_.get()) : nullptr;
@@ -54,6 +55,10 @@ void TcpTransport::abort(int blamed) noexcept {
 }
 
 void TcpTransport::sleep(std::chrono::microseconds max) {
+  if (bell_) {
+    bell_->wait(seen_, max);
+    return;
+  }
   std::vector<pollfd> fds;
   if (sender_) sender_->add_poll(&fds);
   if (receiver_) receiver_->add_poll(&fds);

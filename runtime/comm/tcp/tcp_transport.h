@@ -3,19 +3,29 @@
 // neighbour is reached through shared memory), the SendLink/RecvLink views
 // the ring uses, and a Sleeper that waits in ppoll on the streams.
 //
-// Progress. Sockets only move when someone calls into them, and the progress
-// thread is the only caller: every try_recv() also pushes the sender's queue,
-// so a rank waiting for its left neighbour keeps feeding its right one (two
-// ranks each waiting to receive while holding the other's data would
-// otherwise deadlock once the socket buffers fill).
+// Progress, two ways (chosen at connect time, ring_bootstrap.h):
+//  - inline: sockets only move when the progress thread calls into them:
+//    every try_recv() also pushes the sender's queue, so a rank waiting for
+//    its left neighbour keeps feeding its right one (two ranks each waiting
+//    to receive while holding the other's data would otherwise deadlock once
+//    the socket buffers fill), and sleep() waits in ppoll on the streams;
+//  - I/O threads: the sender and receiver each run a thread per stream that
+//    moves bytes as soon as it can and rings a ProgressBell; the progress
+//    thread only queues, reduces and looks, and sleep() waits on the bell.
+//    The kernel's TCP work then runs beside the reductions: on hosts with
+//    cores to spare this is the faster way (bench/multihost), on hosts whose
+//    ranks already share a few cores it adds wake-ups and loses.
 //
-// Threads: the progress thread only.
+// Threads: the progress thread (the I/O threads are the sender's and the
+// receiver's own).
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 
 #include "runtime/comm/link.h"
+#include "runtime/comm/tcp/progress_bell.h"
 #include "runtime/comm/tcp/receiver.h"
 #include "runtime/comm/tcp/sender.h"
 #include "runtime/comm/watchdog.h"
@@ -24,8 +34,10 @@ namespace muster::runtime::comm::tcp {
 
 class TcpTransport : public Sleeper {
  public:
-  // Either may be null.
-  TcpTransport(std::unique_ptr<TcpSender> sender, std::unique_ptr<TcpReceiver> receiver);
+  // Either may be null. `bell`: the one the sender and receiver were made
+  // with when they run I/O threads, else null.
+  TcpTransport(std::unique_ptr<TcpSender> sender, std::unique_ptr<TcpReceiver> receiver,
+               std::shared_ptr<ProgressBell> bell = nullptr);
 
   bool has_sender() const { return sender_ != nullptr; }
   bool has_receiver() const { return receiver_ != nullptr; }
@@ -37,10 +49,14 @@ class TcpTransport : public Sleeper {
   // closes the outgoing streams (see TcpSender::abort).
   void abort(int blamed) noexcept;
 
-  // Sleeper: nothing to remember; sleep() waits in ppoll until a stream can
-  // move (or `max` passes).
-  void prepare() override {}
+  // Sleeper. Inline: sleep() waits in ppoll until a stream can move (or
+  // `max` passes). I/O threads: prepare() remembers the bell's generation
+  // and sleep() waits for it to change.
+  void prepare() override {
+    if (bell_) seen_ = bell_->generation();
+  }
   void sleep(std::chrono::microseconds max) override;
+  bool io_threads() const { return bell_ != nullptr; }
 
   TcpSender* sender() { return sender_.get(); }
   TcpReceiver* receiver() { return receiver_.get(); }
@@ -48,6 +64,8 @@ class TcpTransport : public Sleeper {
  private:
   std::unique_ptr<TcpSender> sender_;
   std::unique_ptr<TcpReceiver> receiver_;
+  std::shared_ptr<ProgressBell> bell_;
+  uint64_t seen_ = 0;
 };
 
 }  // namespace muster::runtime::comm::tcp

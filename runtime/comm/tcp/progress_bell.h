@@ -1,0 +1,46 @@
+// What a TCP transport's I/O threads ring when a segment has been sent or
+// received (or a stream failed), and what the progress thread sleeps on
+// while it waits for one: a generation counter under a mutex. prepare()
+// remembers the generation before the caller polls its links, so a ring
+// between that poll and wait() is not lost.
+//
+// Threads: any.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+
+namespace muster::runtime::comm::tcp {
+
+class ProgressBell {
+ public:
+  uint64_t generation() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return generation_;
+  }
+  void ring() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      ++generation_;
+      if (waiters_ == 0) return;
+    }
+    cv_.notify_all();
+  }
+  // Returns once the generation differs from `seen`, or after `max`.
+  void wait(uint64_t seen, std::chrono::microseconds max) {
+    std::unique_lock<std::mutex> lk(mu_);
+    ++waiters_;
+    cv_.wait_for(lk, max, [&] { return generation_ != seen; });
+    --waiters_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t generation_ = 0;
+  int waiters_ = 0;
+};
+
+}  // namespace muster::runtime::comm::tcp
