@@ -108,7 +108,10 @@ class NetnsHosts:
 
     def rsh_agent(self) -> str:
         """A program for mpirun's -mca plm_rsh_agent: `agent [ssh opts] HOST CMD...`
-        runs CMD in the namespace whose address is HOST."""
+        runs CMD in the namespace whose address is HOST, under a hostname of
+        its own (the namespace's name): Open MPI's daemons tell nodes apart by
+        the hostname they report, and with the machine's one name ORTE now and
+        then failed to route between them ("does not know how to route")."""
         path = self._dir / "netns-rsh"
         if not path.exists():
             cases = "\n".join(f"  {self.address(i)}) ns={ns} ;;" for i, ns in enumerate(self.namespaces))
@@ -119,7 +122,7 @@ case $host in
 {cases}
   *) echo "netns-rsh: unknown host $host" >&2; exit 255 ;;
 esac
-exec nsenter --net=/var/run/netns/$ns /bin/sh -c "$*"
+exec nsenter --net=/var/run/netns/$ns unshare --uts /bin/sh -c "hostname $ns; $*"
 """)
             path.chmod(0o755)
         return str(path)

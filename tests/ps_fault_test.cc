@@ -53,6 +53,21 @@ TEST(PsFaults, WorkerDeathWithoutBackupsFailsWithATimeoutError) {
   EXPECT_THROW(ps.servers[0]->wait(), TimeoutError) << "the PS fails too";
 }
 
+TEST(PsFaults, ABadStreamsVariableIsRefusedNamingIt) {
+  LocalPs ps(1);
+  setenv("MUSTER_PS_STREAMS", "zero", 1);
+  ClientOptions opt;  // reads MUSTER_PS_STREAMS
+  unsetenv("MUSTER_PS_STREAMS");
+  try {
+    SyncReplicasClient client(ps.cluster(1, 0), opt);
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("MUSTER_PS_STREAMS"), std::string::npos) << e.what();
+  }
+  opt.streams = 17;
+  EXPECT_THROW(SyncReplicasClient(ps.cluster(1, 0), opt), InvalidArgument);
+}
+
 TEST(PsFaults, PsDeathFailsWorkersWithAnErrorNamingIt) {
   LocalPs ps(2);
   ClientOptions opt = small_slices({});

@@ -94,9 +94,10 @@ std::vector<unsigned char> frame(FrameHeader h, std::size_t payload = 0) {
   return out;
 }
 
-std::vector<unsigned char> hello(uint32_t worker, const std::string& secret) {
+std::vector<unsigned char> hello(uint32_t worker, const std::string& secret, uint32_t streams = 1) {
   HelloPayload p;
   p.worker_index = worker;
+  p.streams = streams;
   p.replicas_to_aggregate = 2;
   p.total_num_replicas = 2;
   p.learning_rate = kLr;
@@ -138,6 +139,7 @@ void train_two_workers(PsServer& ps, const std::string& secret, const std::funct
         opt.learning_rate = kLr;
         opt.secret = secret;
         opt.timeout_ms = 20000;
+        opt.streams = 1;  // one connection each: the limit cases count them
         SyncReplicasClient client(c, opt);
         Model& m = models[i];
         client.register_variables({{"w", m.w.data(), m.w.size()}, {"b", m.b.data(), m.b.size()}});
@@ -242,6 +244,16 @@ TEST(PsHostile, HugeDeclaredInitLengthAllocatesNothingUntilItArrives) {
   Raw r(ps.port());
   r.send(hello(0, kSecret) + frame(huge));
   EXPECT_TRUE(r.closed_within(3s));
+  train_two_workers(ps, kSecret);
+}
+
+TEST(PsHostile, HelloClaimingTooManyConnectionsIsRefusedSayingWhy) {
+  PsServer ps(hostile_options());
+  ps.start();
+  Raw r(ps.port());
+  r.send(hello(1, kSecret, 200));
+  EXPECT_TRUE(r.closed_within(3s));
+  EXPECT_NE(r.error().find("hello: 200 connections from one worker; expected 1..16"), std::string::npos) << r.error();
   train_two_workers(ps, kSecret);
 }
 

@@ -54,6 +54,15 @@ TEST(PsProtocol, HeaderIsLittleEndianAndRoundTrips) {
   EXPECT_EQ(back.worker_index, 3u);
   EXPECT_TRUE(same_options(hello, back));
   EXPECT_EQ(back.secret, "");
+  EXPECT_EQ(back.streams, 1u);
+  hello.streams = 5;  // byte 13; a hello from before it (0 there) reads as 1
+  encode_hello(hello, buf);
+  EXPECT_EQ(buf[13], 5);
+  EXPECT_EQ(decode_hello(buf).streams, 5u);
+  EXPECT_TRUE(same_options(hello, back)) << "workers may open different numbers of connections";
+  buf[13] = 0;
+  EXPECT_EQ(decode_hello(buf).streams, 1u);
+  hello.streams = 1;
 
   hello.secret = "c0ffee";
   std::vector<unsigned char> with(hello_size(hello));

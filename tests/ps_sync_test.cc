@@ -71,6 +71,7 @@ struct EquivalenceCase {
   int n_ps;
   int n_workers;
   const char* optimizer;
+  int streams;  // connections per PS task
 };
 
 class PsEquivalence : public ::testing::TestWithParam<EquivalenceCase> {};
@@ -83,6 +84,7 @@ TEST_P(PsEquivalence, SyncTrainingMatchesOneProcessOnTheConcatenatedBatches) {
   ClientOptions opt = small_slices({});
   opt.optimizer = c.optimizer;
   opt.learning_rate = 0.05f;
+  opt.streams = c.streams;
   auto results = train(ps, c.n_workers, opt, steps, batch);
   Model expected = reference(c.optimizer, 0.05f, steps, batch * c.n_workers);
   for (int i = 0; i < c.n_workers; ++i) {
@@ -103,8 +105,8 @@ TEST_P(PsEquivalence, SyncTrainingMatchesOneProcessOnTheConcatenatedBatches) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, PsEquivalence,
-                         ::testing::Values(EquivalenceCase{1, 2, "sgd"}, EquivalenceCase{1, 3, "momentum"},
-                                           EquivalenceCase{2, 2, "adam"}, EquivalenceCase{2, 3, "sgd"}));
+                         ::testing::Values(EquivalenceCase{1, 2, "sgd", 1}, EquivalenceCase{1, 3, "momentum", 2},
+                                           EquivalenceCase{2, 2, "adam", 3}, EquivalenceCase{2, 3, "sgd", 5}));
 
 TEST(PsSync, StaleGradientsAreDroppedAndCounted) {
   LocalPs ps(2);

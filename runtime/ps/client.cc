@@ -1,6 +1,7 @@
 #include "runtime/ps/client.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 
 #include <spdlog/spdlog.h>
@@ -108,6 +109,11 @@ SyncReplicasClient::SyncReplicasClient(PsCluster cluster, ClientOptions options)
   if (options_.secret.size() > kMaxSecretBytes) {
     throw InvalidArgument("ps client: the secret (MUSTER_PS_SECRET) is longer than " + std::to_string(kMaxSecretBytes) + " bytes");
   }
+  if (options_.streams < 1 || options_.streams > static_cast<int>(kMaxStreams)) {
+    throw InvalidArgument("ps client: streams per PS task (MUSTER_PS_STREAMS) must be 1.." + std::to_string(kMaxStreams) +
+                          (std::getenv("MUSTER_PS_STREAMS") ? ", got MUSTER_PS_STREAMS=" + std::string(std::getenv("MUSTER_PS_STREAMS"))
+                                                           : ", got " + std::to_string(options_.streams)));
+  }
   links_ = std::make_unique<Links>(cluster_.ps, options_.timeout_ms, options_.socket_buffer_bytes);
 }
 
@@ -133,7 +139,13 @@ int64_t SyncReplicasClient::initialize_or_wait() {
   hello.learning_rate = options_.learning_rate;
   hello.optimizer = options_.optimizer;
   hello.secret = options_.secret;
-  links_->connect_all(hello);
+  // options_.streams connections to each PS task, but no more than it has
+  // slices: every connection then carries some, and the chief's (a frame
+  // after its inits on each) seal the slice set (protocol.h).
+  std::vector<int> streams(cluster_.ps.size(), 0);
+  for (const auto& s : placement_.slices) ++streams[static_cast<std::size_t>(s.ps)];
+  for (auto& n : streams) n = std::max(1, std::min(n, options_.streams));
+  links_->connect_all(hello, streams);
 
   Round round(cluster_.ps.size());
   LoadedCheckpoint ckpt;                           // keeps the optimizer state alive until sent

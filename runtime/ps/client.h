@@ -5,8 +5,9 @@
 // the chief initialises them on the PS tasks (from its values, or from the
 // newest checkpoint), the others wait for that; then every step pushes the
 // gradients and pulls the new parameters straight into the registered
-// memory. One TCP connection per PS task; pushes and pulls to different PS
-// tasks run concurrently; the tensors are written and read in place.
+// memory. `streams` TCP connections per PS task (2 by default; a slice
+// always uses the same one); pushes and pulls to different PS tasks and
+// connections run concurrently; the tensors are written and read in place.
 //
 // Usage:
 //   #include "runtime/ps/client.h"
@@ -66,6 +67,7 @@ struct ClientOptions {
   int checkpoint_every = 0;       // chief: steps between checkpoints (0: only in done())
   int timeout_ms = default_timeout_ms();
   int socket_buffer_bytes = default_socket_buffer_bytes();
+  int streams = default_streams();  // connections to each PS task (MUSTER_PS_STREAMS)
   std::string secret = default_secret();  // MUSTER_PS_SECRET: sent in every hello
   PlacementOptions placement;
 };

@@ -19,13 +19,13 @@ using Clock = std::chrono::steady_clock;
 
 struct Links::Impl {
   struct Link {
-    int index = 0;
+    int index = 0;  // the PS task
     std::string address;
     std::unique_ptr<tcp::socket> sock;
     // Per exchange:
     std::vector<HeaderBytes> headers;
     std::vector<asio::const_buffer> out;
-    std::vector<Expected>* in = nullptr;
+    std::vector<Expected*> in;
     std::size_t next = 0;
     HeaderBytes reply{};
     std::string message;
@@ -41,7 +41,11 @@ struct Links::Impl {
   int error_ps = -1;
   bool broken = false;
 
-  std::string name(int i) const { return "ps task " + std::to_string(i) + " (" + links[i].address + ")"; }
+  std::vector<std::string> addresses;  // per PS task
+  std::vector<int> streams;            // per PS task: its connections, in links in task order
+  std::string name(int i) const {
+    return "ps task " + std::to_string(i) + " (" + addresses[static_cast<std::size_t>(i)] + ")";
+  }
 
   void fail(int ps, const std::string& msg, bool timeout = false) {
     if (error.empty()) {
@@ -66,7 +70,7 @@ struct Links::Impl {
   }
 
   void read_next(Link& l, const std::string& what) {
-    if (l.next >= l.in->size()) {
+    if (l.next >= l.in.size()) {
       l.reading = false;
       return;
     }
@@ -85,7 +89,7 @@ struct Links::Impl {
           fail(l.index, name(l.index) + " failed " + what + ": " + l.message, timeout);
         });
       }
-      Expected& e = (*l.in)[l.next];
+      Expected& e = *l.in[l.next];
       if (h.op != e.op || h.slice != e.slice || h.length != e.count * sizeof(float)) {
         return fail(l.index, name(l.index) + " answered " + what + " with " + op_name(h.op) + " of slice " +
                                  std::to_string(h.slice) + " (" + std::to_string(h.length) + " bytes), expected slice " +
@@ -144,12 +148,7 @@ struct Links::Impl {
 Links::Links(std::vector<std::string> ps, int timeout_ms, int socket_buffer_bytes) : impl_(std::make_unique<Impl>()) {
   impl_->timeout_ms = timeout_ms;
   impl_->sockbuf = socket_buffer_bytes;
-  for (std::size_t i = 0; i < ps.size(); ++i) {
-    Impl::Link l;
-    l.index = static_cast<int>(i);
-    l.address = ps[i];
-    impl_->links.push_back(std::move(l));
-  }
+  impl_->addresses = std::move(ps);
 }
 
 Links::~Links() {
@@ -160,18 +159,32 @@ Links::~Links() {
 }
 
 std::string Links::name(int ps) const { return impl_->name(ps); }
-int Links::size() const { return static_cast<int>(impl_->links.size()); }
+int Links::size() const { return static_cast<int>(impl_->addresses.size()); }
 
-void Links::connect_all(const HelloPayload& hello) {
+void Links::connect_all(const HelloPayload& hello, const std::vector<int>& streams) {
+  auto& d = *impl_;
+  MUSTER_CHECK(streams.size() == d.addresses.size() && d.links.empty(), "Links::connect_all: one stream count per PS task, once");
+  d.streams = streams;
+  for (std::size_t i = 0; i < d.addresses.size(); ++i) {
+    MUSTER_CHECK(streams[i] >= 1 && streams[i] <= static_cast<int>(kMaxStreams), "Links: 1..kMaxStreams connections per PS task");
+    for (int k = 0; k < streams[i]; ++k) {
+      Impl::Link l;
+      l.index = static_cast<int>(i);
+      l.address = d.addresses[i];
+      d.links.push_back(std::move(l));
+    }
+  }
   const auto deadline = Clock::now() + std::chrono::milliseconds(impl_->timeout_ms);
-  std::vector<unsigned char> payload(hello_size(hello));
-  encode_hello(hello, payload.data());
-  FrameHeader h;
-  h.op = Op::kHello;
-  h.slice = hello.worker_index;
-  h.length = payload.size();
-  HeaderBytes hb = encode_header(h);
   for (auto& l : impl_->links) {
+    HelloPayload mine = hello;
+    mine.streams = static_cast<uint32_t>(d.streams[static_cast<std::size_t>(l.index)]);
+    std::vector<unsigned char> payload(hello_size(mine));
+    encode_hello(mine, payload.data());
+    FrameHeader h;
+    h.op = Op::kHello;
+    h.slice = hello.worker_index;
+    h.length = payload.size();
+    HeaderBytes hb = encode_header(h);
     impl_->connect(l, deadline);
     boost::system::error_code ec;
     std::array<asio::const_buffer, 2> bufs{asio::buffer(hb), asio::buffer(payload)};
@@ -190,23 +203,35 @@ void Links::exchange(const std::vector<std::vector<Outgoing>>& out, std::vector<
   auto& d = *impl_;
   if (d.broken) throw CommError("ps client is unusable after an earlier failure: " + d.error);
   d.error.clear();
-  for (auto& l : d.links) {
-    const auto& frames = out[l.index];
+  // A slice's frames and replies all go over connection slice % streams of
+  // its PS task, so each connection keeps the order of its own.
+  std::size_t first = 0;  // of the current task's connections in d.links
+  for (std::size_t j = 0; j < d.links.size(); ++j) {
+    auto& l = d.links[j];
+    if (j > 0 && d.links[j - 1].index != l.index) first = j;
+    const auto n = static_cast<uint32_t>(d.streams[static_cast<std::size_t>(l.index)]);
+    const auto stream_of = [n](uint32_t slice) { return static_cast<std::size_t>(slice % n); };
+    const std::size_t k = j - first;
+    const auto& frames = out[static_cast<std::size_t>(l.index)];
     l.headers.resize(frames.size());
     l.out.clear();
-    for (std::size_t k = 0; k < frames.size(); ++k) {
-      encode_header(frames[k].header, l.headers[k].data());
-      l.out.push_back(asio::buffer(l.headers[k]));
-      if (frames[k].more.empty()) {
-        if (frames[k].header.length > 0) l.out.push_back(asio::buffer(frames[k].data, frames[k].header.length));
+    for (std::size_t f = 0; f < frames.size(); ++f) {
+      if (stream_of(frames[f].header.slice) != k) continue;
+      encode_header(frames[f].header, l.headers[f].data());
+      l.out.push_back(asio::buffer(l.headers[f]));
+      if (frames[f].more.empty()) {
+        if (frames[f].header.length > 0) l.out.push_back(asio::buffer(frames[f].data, frames[f].header.length));
       } else {
-        for (const auto& [p, n] : frames[k].more) l.out.push_back(asio::buffer(p, n));
+        for (const auto& [p, n] : frames[f].more) l.out.push_back(asio::buffer(p, n));
       }
     }
-    l.in = &in[l.index];
+    l.in.clear();
+    for (auto& e : in[static_cast<std::size_t>(l.index)]) {
+      if (stream_of(e.slice) == k) l.in.push_back(&e);
+    }
     l.next = 0;
     l.writing = !l.out.empty();
-    l.reading = !l.in->empty();
+    l.reading = !l.in.empty();
     if (l.writing) {
       asio::async_write(*l.sock, l.out, [&d, &l, what](boost::system::error_code ec, std::size_t) {
         if (ec) return d.io_failed(l, ec, what);

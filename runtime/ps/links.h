@@ -1,10 +1,13 @@
-// Links: a worker's TCP connections to every PS task (one each), and the
-// exchange that drives them all at once.
+// Links: a worker's TCP connections to every PS task (`streams` each), and
+// the exchange that drives them all at once.
 //
 // exchange() writes each PS task's frames in one gather write (headers and
 // tensor memory, no copies) while reading that task's replies straight into
 // the destination tensors; all PS tasks progress concurrently on the
-// caller's thread (one io_context), bounded by the timeout. Any failure
+// caller's thread (one io_context), bounded by the timeout. A slice's frames
+// and replies use connection slice % streams of its task: the task serves
+// each connection on its own, so with several a PS's reads, sums and
+// optimizer updates for one worker spread over its threads. Any failure
 // closes every link and throws CommError/TimeoutError naming the PS task.
 #pragma once
 
@@ -41,11 +44,11 @@ class Links {
   Links(const Links&) = delete;
   Links& operator=(const Links&) = delete;
 
-  // Connects to every PS (retrying while it starts, up to the timeout) and
-  // sends the hello.
-  void connect_all(const HelloPayload& hello);
-  // out[i] / in[i]: frames for and replies from PS task i. `what` names the
-  // operation in errors ("pull of step 5").
+  // Opens streams[i] connections to PS task i (retrying while it starts, up
+  // to the timeout) and sends the hello on each, saying how many.
+  void connect_all(const HelloPayload& hello, const std::vector<int>& streams);
+  // out[i] / in[i]: frames for and replies from PS task i (in order per
+  // slice connection). `what` names the operation in errors ("pull of step 5").
   void exchange(const std::vector<std::vector<Outgoing>>& out, std::vector<std::vector<Expected>>& in,
                 const std::string& what);
   // Best effort: kDone to every PS, then close.

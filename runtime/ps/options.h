@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "runtime/ps/protocol.h"
+
 namespace muster::runtime::ps {
 
 // MUSTER_PS_TIMEOUT_MS, else 120 s: how long anyone waits for a missing peer
@@ -26,6 +28,18 @@ inline int default_socket_buffer_bytes() {
     if (v >= 0) return static_cast<int>(v);
   }
   return 4 << 20;
+}
+
+// Connections from each worker to each PS task: MUSTER_PS_STREAMS, else
+// kDefaultStreams (links.h says what they buy). 0 when the variable is not a
+// number in 1..kMaxStreams: the client refuses it, naming the variable.
+inline constexpr int kDefaultStreams = 2;
+inline int default_streams() {
+  const char* s = std::getenv("MUSTER_PS_STREAMS");
+  if (s == nullptr || *s == '\0') return kDefaultStreams;
+  char* end = nullptr;
+  const long v = std::strtol(s, &end, 10);
+  return *end == '\0' && v >= 1 && v <= static_cast<long>(kMaxStreams) ? static_cast<int>(v) : 0;
 }
 
 // MUSTER_PS_SECRET, else "": the per-cluster secret every hello carries and

@@ -78,6 +78,7 @@ void encode_hello(const HelloPayload& h, unsigned char* out) {
   put<uint32_t>(out + 4, h.replicas_to_aggregate);
   put<uint32_t>(out + 8, h.total_num_replicas);
   out[12] = static_cast<unsigned char>(h.mode);
+  out[13] = static_cast<unsigned char>(std::min<uint32_t>(h.streams, 255));
   uint32_t lr_bits;
   std::memcpy(&lr_bits, &h.learning_rate, 4);
   put<uint32_t>(out + 16, lr_bits);
@@ -94,6 +95,7 @@ HelloPayload decode_hello(const unsigned char* in, std::size_t n) {
   h.replicas_to_aggregate = get<uint32_t>(in + 4);
   h.total_num_replicas = get<uint32_t>(in + 8);
   h.mode = static_cast<Mode>(in[12]);
+  h.streams = in[13] == 0 ? 1u : in[13];
   uint32_t lr_bits = get<uint32_t>(in + 16);
   std::memcpy(&h.learning_rate, &lr_bits, 4);
   const char* name = reinterpret_cast<const char*>(in + 20);

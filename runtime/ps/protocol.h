@@ -17,8 +17,10 @@
 //
 // Protocol (one TCP connection per worker and PS task; requests are handled
 // strictly in order on a connection):
-//   a) The worker connects and sends kHello, payload = HelloPayload (its
-//      worker index, the SyncReplicas options, then the cluster's secret:
+//   a) The worker opens 1..kMaxStreams connections to the PS task (a slice
+//      always on connection slice % n) and sends kHello on each, payload =
+//      HelloPayload (its worker index, the SyncReplicas options, how many
+//      connections it opened, then the cluster's secret:
 //      kHelloSize fixed bytes followed by 0..kMaxSecretBytes secret bytes,
 //      header.length says how many). A PS with a secret (MUSTER_PS_SECRET)
 //      compares it in constant time and answers a wrong or missing one with
@@ -35,7 +37,8 @@
 //   c) Every worker sends kPull(slice, step = s) and gets kParams(slice,
 //      step = global step, payload = values) once the slice exists and its
 //      global step is >= s. Pull(0) therefore waits for the chief's init.
-//      The chief's first frame after its inits seals the slice set: a pull
+//      Once the chief has sent a frame other than kInit on each of its
+//      connections, its inits are over and the slice set is sealed: a pull
 //      of a slice that does not exist then gets kError (that connection only).
 //   d) Each training step a worker sends kPush(slice, step = its local step,
 //      payload = gradient), no reply. Sync mode: accepted only when the step
@@ -122,7 +125,11 @@ struct HelloPayload {
   float learning_rate = 0.01f;
   std::string optimizer = "sgd";  // at most kOptimizerNameBytes - 1 characters
   std::string secret;             // at most kMaxSecretBytes bytes
+  // Connections this worker opens to this PS task, 1..kMaxStreams (byte 13;
+  // 0, from a client that predates it, reads as 1).
+  uint32_t streams = 1;
 };
+inline constexpr uint32_t kMaxStreams = 16;
 inline constexpr std::size_t kOptimizerNameBytes = 16;
 inline constexpr std::size_t kHelloSize = 4 + 4 + 4 + 1 + 3 + 4 + kOptimizerNameBytes;  // 36, without the secret
 inline constexpr std::size_t kMaxSecretBytes = 256;

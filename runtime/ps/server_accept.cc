@@ -84,6 +84,14 @@ void PsServer::Impl::seal() {
   for (auto& p : missing) p.conn->send_error(missing_slice(p.slice));
 }
 
+void PsServer::Impl::chief_inits_over() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (++chief_inits_over_ < chief_streams_) return;
+  }
+  seal();
+}
+
 std::string PsServer::Impl::hello(Connection& c, const HelloPayload& h) {
   if (h.replicas_to_aggregate < 1 || h.total_num_replicas < h.replicas_to_aggregate) {
     return "hello: replicas_to_aggregate " + std::to_string(h.replicas_to_aggregate) + " must be in 1..total_num_replicas (" +
@@ -95,6 +103,9 @@ std::string PsServer::Impl::hello(Connection& c, const HelloPayload& h) {
   if (h.mode != Mode::kSync && h.mode != Mode::kAsync) return "hello: unknown mode " + std::to_string(static_cast<int>(h.mode));
   if (h.worker_index >= h.total_num_replicas) {
     return "hello: worker index " + std::to_string(h.worker_index) + " >= total_num_replicas " + std::to_string(h.total_num_replicas);
+  }
+  if (h.streams < 1 || h.streams > kMaxStreams) {
+    return "hello: " + std::to_string(h.streams) + " connections from one worker; expected 1.." + std::to_string(kMaxStreams);
   }
   try {
     optim::make_optimizer(h.optimizer, h.learning_rate);
@@ -112,7 +123,10 @@ std::string PsServer::Impl::hello(Connection& c, const HelloPayload& h) {
     return "worker " + std::to_string(h.worker_index) + " has options (replicas_to_aggregate, total_num_replicas, mode, optimizer, "
            "learning rate) different from the first worker's; start every worker with the same options";
   }
-  if (h.worker_index == 0) chief_seen_ = true;
+  if (h.worker_index == 0) {
+    chief_seen_ = true;
+    chief_streams_ = static_cast<int>(h.streams);
+  }
   c.worker_ = static_cast<int>(h.worker_index);
   ++live_[c.worker_];
   lost_.erase(c.worker_);

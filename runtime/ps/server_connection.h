@@ -85,6 +85,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::atomic<int64_t> deadline_{0};  // Clock ticks; 0: none (idle between frames, or waiting for a step)
   std::atomic<bool> evicted_{false};
   bool done_ = false;
+  bool inits_over_ = false;  // chief: a frame other than kInit came (on the strand)
   bool reported_lost_ = false;
   uint32_t stale_ = 0;  // this connection's pushes dropped as stale (sent in kParams' aux)
   bool slot_released_ = false;

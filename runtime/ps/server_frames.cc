@@ -41,7 +41,10 @@ void Connection::on_header() {
   if (worker > 0 && (h_.op == Op::kInit || h_.op == Op::kPullState)) {
     return bad_frame(std::string(op_name(h_.op)) + " from worker " + std::to_string(worker) + "; only the chief (worker 0) sends it");
   }
-  if (worker == 0 && h_.op != Op::kInit && h_.op != Op::kHello) s_.seal();  // the chief's inits on this PS are complete
+  if (worker == 0 && h_.op != Op::kInit && h_.op != Op::kHello && !inits_over_) {
+    inits_over_ = true;  // the chief's inits on this connection are over
+    s_.chief_inits_over();
+  }
   switch (h_.op) {
     case Op::kHello:
       if (h_.length < kHelloSize || h_.length > kHelloSize + kMaxSecretBytes) {

@@ -78,6 +78,9 @@ class PsServer::Impl {
   void sweep();
   // The chief has sent its inits to this PS: pulls of missing slices fail.
   void seal();
+  // One of the chief's connections sent its first frame after its inits:
+  // seals once all chief_streams_ of them have.
+  void chief_inits_over();
   std::string name() const { return "ps task " + std::to_string(opt_.task_index); }
   std::string missing_slice(uint32_t id) const {
     return name() + ": pull of slice " + std::to_string(id) + ", which does not exist on this ps task";
@@ -115,6 +118,8 @@ class PsServer::Impl {
   std::vector<PendingPull> orphan_pulls_;  // pulls of slices the chief has not initialised yet
   std::atomic<bool> sealed_{false};        // seal(): no slice will appear any more
   bool chief_seen_ = false;                // worker 0 has said hello
+  int chief_streams_ = 1;                  // its connections (its hello says)
+  int chief_inits_over_ = 0;               // of them, past their inits
   std::set<int> done_, lost_;
   Clock::time_point first_done_;
   std::vector<std::weak_ptr<Connection>> conns_;

@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "io threads");
   app.add_option("--timeout-ms", timeout_ms, "fail after waiting this long for a missing worker (env MUSTER_PS_TIMEOUT_MS)");
   app.add_option("--max-connections", max_connections,
-                 "open connections at most (default: 4 x the cluster's tasks, at least 16)");
+                 "open connections at most (default: (4 + MUSTER_PS_STREAMS) x the cluster's tasks, at least 16)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -54,7 +54,10 @@ int main(int argc, char** argv) {
     opt.threads = threads;
     opt.timeout_ms = timeout_ms;
     const int tasks = cluster.num_workers() + static_cast<int>(cluster.ps.size());
-    opt.max_connections = max_connections > 0 ? max_connections : std::max(16, 4 * tasks);  // secret: MUSTER_PS_SECRET
+    // Each worker opens MUSTER_PS_STREAMS connections; room for as many again
+    // (reconnects, evaluators, probes). Secret: MUSTER_PS_SECRET.
+    const int streams = std::max(ps::default_streams(), ps::kDefaultStreams);
+    opt.max_connections = max_connections > 0 ? max_connections : std::max(16, (4 + streams) * tasks);
     ps::PsServer server(opt);
     server.start();
     spdlog::info("ps task {} listening on {}:{} ({} workers in the cluster)", cluster.task_index, host, server.port(),
