@@ -153,11 +153,15 @@ void WorldCommunicator::init_links() {
   tcp_options.in_flight = options_.segments_in_flight;
   tcp_options.timeout = options_.timeout;
   // kAuto: threads where there are CPUs for them (at least 4, and 2 for each
-  // of this host's ranks).
+  // of this host's ranks). Decided for the whole job (threads only if every
+  // rank would have them), since the ring's block size follows it.
   const int cpus = usable_cpus();
-  tcp_options.io_threads = options_.tcp_threads == CommOptions::TcpThreads::kOn ||
-                           (options_.tcp_threads == CommOptions::TcpThreads::kAuto && cpus >= 4 &&
-                            cpus >= 2 * std::max(local_size_, 1));
+  int threads = options_.tcp_threads == CommOptions::TcpThreads::kOn ||
+                (options_.tcp_threads == CommOptions::TcpThreads::kAuto && cpus >= 4 &&
+                 cpus >= 2 * std::max(local_size_, 1));
+  mpi::check(MPI_Allreduce(MPI_IN_PLACE, &threads, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce(TCP I/O threads)");
+  tcp_options.io_threads = threads != 0;
+  tcp_threads_everywhere_ = threads != 0;
   tcp_options.whole_job_on_one_host =
       std::all_of(host_of_.begin(), host_of_.end(), [&](int h) { return h == host_of_[0]; });
   tcp_ = tcp::connect_ring(comm_, send_kind == Kind::kTcp, recv_kind == Kind::kTcp, tcp_options);
@@ -278,15 +282,16 @@ void WorldCommunicator::allreduce_ring(void* data, std::size_t count, DataType d
   ctx.size = size_;
   ctx.segment_bytes = options_.segment_bytes;
   ctx.block_bytes = options_.block_bytes;
-  // Every link TCP: 16 MB blocks, unless MUSTER_COMM_BLOCK_BYTES says
-  // otherwise. Each block costs 2 (p - 1) hand-offs around the ring (at 1 MB
-  // and 4 ranks, one 256 KB segment per step), each waiting for the slowest
-  // rank, and cache reuse between a block's two halves matters little next to
-  // the wire. bench/multihost, 64 MB: with I/O threads (16 cores) 2 hosts ran
+  // Every link TCP and I/O threads on every rank (both decided alike
+  // everywhere): 16 MB blocks, unless MUSTER_COMM_BLOCK_BYTES says otherwise.
+  // Each block costs 2 (p - 1) hand-offs around the ring, each waiting for the
+  // slowest rank; with the kernel's copies on threads of their own that wait,
+  // not the cache, is what counts. bench/multihost, 64 MB, 16 cores: 2 hosts
   // 4.6 GB/s at 16 MB blocks against 3.3 at 1 MB, 4 hosts the same as one
-  // whole block; inline on 2 shared cores 4 hosts ran 1.1-1.3x the 1 MB
-  // blocks at one block, 2 hosts within the noise at 16 MB.
-  if (tcp_ring_everywhere_ && !block_from_env_) ctx.block_bytes = kTcpRingBlockBytes;
+  // whole block. Inline (2 shared cores) the 1 MB blocks stay: the progress
+  // thread does every copy, and a block still in cache for its allgather
+  // saved 30-45% CPU per op there (1.3-1.7x the 16 MB blocks).
+  if (tcp_ring_everywhere_ && tcp_threads_everywhere_ && !block_from_env_) ctx.block_bytes = kTcpRingBlockBytes;
   ring_allreduce(data, count, dtype, op, ctx, *send_link_, *recv_link_, watchdog);
 }
 
