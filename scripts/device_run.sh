@@ -31,5 +31,9 @@ done
 
 echo "== bench/multihost"
 export MUSTER_BENCH_PYTHON="$(command -v python3)"
-if [ $# -eq 0 ]; then set -- python3 bench/multihost/run.py /opt/muster/build "$out"; fi
+if [ $# -eq 0 ]; then
+  export MULTIHOST_NAME="${MULTIHOST_NAME:-multihost_16core}"
+  export MULTIHOST_LABEL="${MULTIHOST_LABEL:-on a lent GPU machine ($(nproc) cores, one namespace per host)}"
+  set -- python3 bench/multihost/run.py /opt/muster/build "$out"
+fi
 PYTHONUNBUFFERED=1 timeout "${MULTIHOST_TIMEOUT:-420}" "$@" 2>&1 | tail -80
