@@ -222,6 +222,33 @@ TEST_P(TcpLink, SendToAPeerThatIsGoneIsCommErrorNamingIt) {
   }
 }
 
+// With I/O threads try_send() only queues, so a rank that has queued its
+// segments and now waits on its left must learn from try_recv() that its
+// right neighbour is gone (inline, the write in try_send/try_recv says it).
+TEST(TcpLinkThreads, ARankWaitingOnTheLeftLearnsThatTheRightIsGone) {
+  Pair to_right = connect_pair(0, 1, 1);   // this rank (0) -> rank 1
+  Pair from_left = connect_pair(2, 0, 1);  // rank 2 -> this rank: nothing ever comes
+  auto bell = std::make_shared<ProgressBell>();
+  TcpTransport t(std::make_unique<TcpSender>(std::move(to_right.out), 1, 4, bell),
+                 std::make_unique<TcpReceiver>(std::move(from_left.in), 2, 4096, 4, bell), bell);
+  to_right.in.clear();  // rank 1 is gone: its ends of the streams close
+  auto send = t.send_link();
+  auto recv = t.recv_link();
+  std::vector<char> data(16 << 20, 'x');  // more than the socket buffers hold
+  ASSERT_TRUE(send->try_send(data.data(), data.size()));
+  recv->expect(100);
+  try {
+    for (int i = 0; i < 5000; ++i) {
+      ASSERT_EQ(recv->try_recv(), nullptr);
+      std::this_thread::sleep_for(1ms);
+    }
+    FAIL() << "no error";
+  } catch (const CommError& e) {
+    EXPECT_EQ(e.rank(), 1) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 1 has exited"), std::string::npos) << e.what();
+  }
+}
+
 TEST_P(TcpLink, ZeroCopySendsLargeSegmentsAcrossTwoStreams) {
   Pair p = connect_pair(0, 1, 2);
   auto bell = GetParam() ? std::make_shared<ProgressBell>() : nullptr;

@@ -67,7 +67,13 @@ bool TcpSender::flushed() {
 }
 
 void TcpSender::progress() {
-  if (bell_) return;
+  if (bell_) {
+    // The threads write; a failed stream is reported here too, so a rank
+    // waiting on its left still learns at once that its right one is gone.
+    std::lock_guard<std::mutex> lk(mu_);
+    rethrow_failure_locked();
+    return;
+  }
   for (std::size_t s = 0; s < streams_.size(); ++s) {
     if (!streams_[s].queue.empty()) write_stream(s);
   }

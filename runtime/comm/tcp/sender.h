@@ -51,7 +51,8 @@ class TcpSender {
   bool try_send(const void* src, std::size_t bytes);
   // True once every queued byte is in the kernel.
   bool flushed();
-  // Inline: writes what the sockets take. With I/O threads: nothing.
+  // Inline: writes what the sockets take. With I/O threads: rethrows a
+  // stream's failure, if any.
   void progress();
   // After a failure: stops the I/O threads, drops the queue, writes an abort
   // frame blaming `blamed` on every stream that sits between frames, and
