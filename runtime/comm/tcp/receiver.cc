@@ -15,7 +15,7 @@ constexpr std::size_t kHeader = sizeof(FrameHeader);
 constexpr std::size_t kMaxIov = 64;
 constexpr int kWouldBlock = -1;       // read_once: the kernel had nothing
 constexpr int kNothingExpected = -2;  // read_once: no slotted segment to read into
-// An I/O thread waiting on its socket looks at stop_ this often.
+// An I/O thread waiting on its socket looks at io_.stopping this often.
 constexpr int kPollMs = 20;
 }  // namespace
 
@@ -27,12 +27,12 @@ TcpReceiver::TcpReceiver(std::vector<Socket> streams, int peer, std::size_t segm
   buffers_ = static_cast<char*>(std::aligned_alloc(64, slots_ * segment_bytes_));
   if (!buffers_) throw Error("TCP transport: out of memory for " + std::to_string(slots_) + " receive slots");
   if (bell_) {
-    for (std::size_t s = 0; s < streams_.size(); ++s) threads_.emplace_back([this, s] { io_loop(s); });
+    io_.start(streams_.size(), [this](std::size_t s) { io_loop(s); });
   }
 }
 
 TcpReceiver::~TcpReceiver() {
-  stop_threads();
+  io_.stop();
   std::free(buffers_);
 }
 
@@ -47,17 +47,17 @@ void TcpReceiver::expect_into(void* dst, std::size_t bytes) {
     return;
   }
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<std::mutex> lk(io_.mu);
     expected_.push_back(Expected{next_index_++, bytes, 0, {}, static_cast<char*>(dst)});
   }
-  work_.notify_all();
+  io_.work.notify_all();
 }
 
 const void* TcpReceiver::try_recv() {
   if (bell_) {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<std::mutex> lk(io_.mu);
     // A failure first: the segment whose header was refused counts as read.
-    if (failure_) std::rethrow_exception(failure_);
+    io_.rethrow_locked();
     if (!expected_.empty() && expected_.front().got == kHeader + expected_.front().bytes) {
       return target(expected_.front());
     }
@@ -78,10 +78,10 @@ void TcpReceiver::release() {
     return;
   }
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<std::mutex> lk(io_.mu);
     expected_.pop_front();
   }
-  work_.notify_all();  // a slot came free
+  io_.work.notify_all();  // a slot came free
 }
 
 void TcpReceiver::progress() {
@@ -95,7 +95,7 @@ void TcpReceiver::read_stream(std::size_t s) {
   }
 }
 
-// With I/O threads, called by stream s's thread: the readv runs without mu_.
+// With I/O threads, called by stream s's thread: the readv runs without io_.mu.
 // Only that thread advances stream s's entries, and the progress thread
 // only pops entries that are complete (never one this call reads into).
 int TcpReceiver::read_once(std::size_t s, bool* more) {
@@ -105,7 +105,7 @@ int TcpReceiver::read_once(std::size_t s, bool* more) {
   Expected* targets[kMaxIov / 2];
   std::size_t n = 0, t = 0, asked = 0;
   {
-    std::unique_lock<std::mutex> lk(mu_, std::defer_lock);
+    std::unique_lock<std::mutex> lk(io_.mu, std::defer_lock);
     if (bell_) lk.lock();
     // The stream's announced, slotted, incomplete segments, in order.
     const std::size_t w = window();
@@ -141,7 +141,7 @@ int TcpReceiver::read_once(std::size_t s, bool* more) {
                         " was expected; rank " + std::to_string(peer_) + " has exited",
                     peer_);
   }
-  std::unique_lock<std::mutex> lk(mu_, std::defer_lock);
+  std::unique_lock<std::mutex> lk(io_.mu, std::defer_lock);
   if (bell_) lk.lock();
   int completed = 0;
   auto left = static_cast<std::size_t>(r);
@@ -167,19 +167,16 @@ void TcpReceiver::io_loop(std::size_t s) {
     try {
       got = read_once(s, &more);
     } catch (...) {
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        if (!failure_) failure_ = std::current_exception();
-      }
+      io_.fail(std::current_exception());
       bell_->ring();
       return;
     }
     if (got > 0) bell_->ring();
-    std::unique_lock<std::mutex> lk(mu_);
-    if (stop_) return;
+    std::unique_lock<std::mutex> lk(io_.mu);
+    if (io_.stopping) return;
     if (got == kNothingExpected) {
-      work_.wait(lk, [&] { return stop_ || has_work_locked(s); });
-      if (stop_) return;
+      io_.work.wait(lk, [&] { return io_.stopping || has_work_locked(s); });
+      if (io_.stopping) return;
     } else if (got == kWouldBlock) {
       lk.unlock();
       pollfd p{fd, POLLIN, 0};
@@ -195,17 +192,6 @@ bool TcpReceiver::has_work_locked(std::size_t s) const {
     if (e.index % streams_.size() == s && e.got < kHeader + e.bytes) return true;
   }
   return false;
-}
-
-void TcpReceiver::stop_threads() noexcept {
-  if (threads_.empty()) return;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
-  }
-  work_.notify_all();
-  for (auto& t : threads_) t.join();
-  threads_.clear();
 }
 
 void TcpReceiver::check_header(const Expected& e, std::size_t s) const {

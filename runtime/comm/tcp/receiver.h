@@ -25,17 +25,14 @@
 
 #include <poll.h>
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <exception>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "runtime/comm/tcp/frame.h"
+#include "runtime/comm/tcp/io_threads.h"
 #include "runtime/comm/tcp/progress_bell.h"
 #include "runtime/comm/tcp/socket.h"
 
@@ -77,7 +74,6 @@ class TcpReceiver {
   bool has_work_locked(std::size_t s) const;  // a slotted segment of stream s is incomplete
   void read_stream(std::size_t s);  // inline: read_once until it runs dry
   void io_loop(std::size_t s);      // an I/O thread
-  void stop_threads() noexcept;
   void check_header(const Expected& e, std::size_t s) const;
   char* target(const Expected& e) const { return e.dst ? e.dst : buffers_ + (e.index % slots_) * segment_bytes_; }
   // Announced segments that have a slot: the first `slots_` of expected_.
@@ -91,14 +87,9 @@ class TcpReceiver {
   std::deque<Expected> expected_;  // entries keep their address while others come and go
   uint64_t next_index_ = 0;
 
-  // I/O threads: mu_ guards expected_ (and every `got`), stop_ and failure_
-  // (never held across a system call).
+  // With I/O threads: io_.mu guards expected_ (and every `got`).
   std::shared_ptr<ProgressBell> bell_;
-  std::mutex mu_;
-  std::condition_variable work_;
-  bool stop_ = false;
-  std::exception_ptr failure_;
-  std::vector<std::thread> threads_;
+  IoThreads io_;
 };
 
 }  // namespace muster::runtime::comm::tcp

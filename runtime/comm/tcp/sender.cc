@@ -12,7 +12,7 @@ namespace muster::runtime::comm::tcp {
 namespace {
 constexpr std::size_t kHeader = sizeof(FrameHeader);
 constexpr std::size_t kMaxIov = 64;
-// An I/O thread blocked on a full socket looks at stop_ this often.
+// An I/O thread blocked on a full socket looks at io_.stopping this often.
 constexpr int kPollMs = 20;
 }  // namespace
 
@@ -21,11 +21,11 @@ TcpSender::TcpSender(std::vector<Socket> streams, int peer, std::size_t in_fligh
   for (auto& s : streams) streams_.push_back(Stream{std::move(s), {}});
   MUSTER_CHECK(!streams_.empty(), "TcpSender needs at least one stream");
   if (bell_) {
-    for (std::size_t s = 0; s < streams_.size(); ++s) threads_.emplace_back([this, s] { io_loop(s); });
+    io_.start(streams_.size(), [this](std::size_t s) { io_loop(s); });
   }
 }
 
-TcpSender::~TcpSender() { stop_threads(); }
+TcpSender::~TcpSender() { io_.stop(); }
 
 bool TcpSender::try_send(const void* src, std::size_t bytes) {
   Frame f{};
@@ -33,14 +33,14 @@ bool TcpSender::try_send(const void* src, std::size_t bytes) {
   f.data = static_cast<const char*>(src);
   if (bell_) {
     {
-      std::lock_guard<std::mutex> lk(mu_);
-      rethrow_failure_locked();
+      std::lock_guard<std::mutex> lk(io_.mu);
+      io_.rethrow_locked();
       if (queued_ >= in_flight_) return false;
       f.header.index = next_index_++;
       streams_[f.header.index % streams_.size()].queue.push_back(f);
       ++queued_;
     }
-    work_.notify_all();
+    io_.work.notify_all();
     return true;
   }
   if (queued_ >= in_flight_) {
@@ -57,8 +57,8 @@ bool TcpSender::try_send(const void* src, std::size_t bytes) {
 
 bool TcpSender::flushed() {
   if (bell_) {
-    std::lock_guard<std::mutex> lk(mu_);
-    rethrow_failure_locked();
+    std::lock_guard<std::mutex> lk(io_.mu);
+    io_.rethrow_locked();
     return queued_ == 0;
   }
   if (queued_ == 0) return true;
@@ -70,8 +70,8 @@ void TcpSender::progress() {
   if (bell_) {
     // The threads write; a failed stream is reported here too, so a rank
     // waiting on its left still learns at once that its right one is gone.
-    std::lock_guard<std::mutex> lk(mu_);
-    rethrow_failure_locked();
+    std::lock_guard<std::mutex> lk(io_.mu);
+    io_.rethrow_locked();
     return;
   }
   for (std::size_t s = 0; s < streams_.size(); ++s) {
@@ -84,7 +84,7 @@ void TcpSender::write_stream(std::size_t s) {
   }
 }
 
-// With I/O threads, called by stream s's thread without mu_: only that thread
+// With I/O threads, called by stream s's thread without io_.mu: only that thread
 // pops stream s's queue or touches its frames' `sent`, and a deque keeps the
 // address of an element while others are pushed.
 int TcpSender::write_once(std::size_t s) {
@@ -92,7 +92,7 @@ int TcpSender::write_once(std::size_t s) {
   iovec iov[kMaxIov];
   std::size_t n = 0;
   {
-    std::unique_lock<std::mutex> lk(mu_, std::defer_lock);
+    std::unique_lock<std::mutex> lk(io_.mu, std::defer_lock);
     if (bell_) lk.lock();  // the progress thread may be pushing
     for (std::size_t i = 0; i < st.queue.size() && n + 2 <= kMaxIov; ++i) {
       Frame& f = st.queue[i];
@@ -120,7 +120,7 @@ int TcpSender::write_once(std::size_t s) {
                         " has exited or its host is unreachable",
                     peer_);
   }
-  std::unique_lock<std::mutex> lk(mu_, std::defer_lock);
+  std::unique_lock<std::mutex> lk(io_.mu, std::defer_lock);
   if (bell_) lk.lock();
   int finished = 0;
   auto left = static_cast<std::size_t>(w);
@@ -143,9 +143,9 @@ void TcpSender::io_loop(std::size_t s) {
   const int fd = streams_[s].socket.fd();
   for (;;) {
     {
-      std::unique_lock<std::mutex> lk(mu_);
-      work_.wait(lk, [&] { return stop_ || !streams_[s].queue.empty(); });
-      if (stop_) return;
+      std::unique_lock<std::mutex> lk(io_.mu);
+      io_.work.wait(lk, [&] { return io_.stopping || !streams_[s].queue.empty(); });
+      if (io_.stopping) return;
     }
     try {
       const int finished = write_once(s);
@@ -155,33 +155,15 @@ void TcpSender::io_loop(std::size_t s) {
         poll(&p, 1, kPollMs);
       }
     } catch (...) {
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        if (!failure_) failure_ = std::current_exception();
-      }
+      io_.fail(std::current_exception());
       bell_->ring();
       return;
     }
   }
 }
 
-void TcpSender::stop_threads() noexcept {
-  if (threads_.empty()) return;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
-  }
-  work_.notify_all();
-  for (auto& t : threads_) t.join();
-  threads_.clear();
-}
-
-void TcpSender::rethrow_failure_locked() const {
-  if (failure_) std::rethrow_exception(failure_);
-}
-
 void TcpSender::abort(int blamed) noexcept {
-  stop_threads();
+  io_.stop();
   for (auto& st : streams_) {
     const bool between_frames = st.queue.empty() || st.queue.front().sent == 0;
     st.queue.clear();

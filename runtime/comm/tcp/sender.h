@@ -22,17 +22,14 @@
 
 #include <poll.h>
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <exception>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "runtime/comm/tcp/frame.h"
+#include "runtime/comm/tcp/io_threads.h"
 #include "runtime/comm/tcp/progress_bell.h"
 #include "runtime/comm/tcp/socket.h"
 
@@ -78,8 +75,6 @@ class TcpSender {
   int write_once(std::size_t s);
   void write_stream(std::size_t s);  // inline: write_once until it blocks
   void io_loop(std::size_t s);       // an I/O thread
-  void stop_threads() noexcept;
-  void rethrow_failure_locked() const;
 
   std::vector<Stream> streams_;
   int peer_;
@@ -87,14 +82,9 @@ class TcpSender {
   std::size_t queued_ = 0;
   uint64_t next_index_ = 0;
 
-  // I/O threads: mu_ guards the queues, queued_, stop_ and failure_ (never
-  // held across a system call).
+  // With I/O threads: io_.mu guards the queues, queued_ and next_index_.
   std::shared_ptr<ProgressBell> bell_;
-  std::mutex mu_;
-  std::condition_variable work_;
-  bool stop_ = false;
-  std::exception_ptr failure_;
-  std::vector<std::thread> threads_;
+  IoThreads io_;
 };
 
 }  // namespace muster::runtime::comm::tcp
