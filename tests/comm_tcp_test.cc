@@ -62,6 +62,26 @@ TEST(TcpTransport, TwoStreamsSmallSegmentsAndBlocksAreExact) {
   }
 }
 
+TEST(TcpTransport, IoThreadsRunOnlyWhereEveryRankHasThem) {
+  // The ring's block size follows the choice, so the ranks agree on it.
+  const char* env = std::getenv("MUSTER_COMM_TCP_THREADS");
+  const std::string saved = env ? env : "";
+  unsetenv("MUSTER_COMM_TCP_THREADS");
+  CommOptions o = tcp_options();
+  o.tcp_threads = world()->rank() == 0 ? CommOptions::TcpThreads::kOff : CommOptions::TcpThreads::kOn;
+  auto mixed = Communicator::create(o);
+  EXPECT_FALSE(dynamic_cast<WorldCommunicator&>(*mixed).tcp_io_threads());
+  o.tcp_threads = CommOptions::TcpThreads::kOn;
+  auto on = Communicator::create(o);
+  EXPECT_TRUE(dynamic_cast<WorldCommunicator&>(*on).tcp_io_threads());
+  for (Communicator* c : {mixed.get(), on.get()}) {
+    std::vector<char> buf = make_input(100003, DataType::kFloat32, c->rank());
+    c->allreduce(buf.data(), 100003, DataType::kFloat32, {ReduceOp::kSum, Algorithm::kRing});
+    EXPECT_EQ(check_result(buf, 100003, DataType::kFloat32, ReduceOp::kSum, c->size()), 0u);
+  }
+  if (!saved.empty()) setenv("MUSTER_COMM_TCP_THREADS", saved.c_str(), 1);
+}
+
 // create() must throw on every rank; returns this rank's message.
 std::string create_error(const CommOptions& o) {
   try {
