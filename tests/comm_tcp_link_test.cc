@@ -190,8 +190,8 @@ TEST_P(TcpLink, AbortFrameBlamesTheCulpritNotTheMessenger) {
 }
 
 TEST_P(TcpLink, SizeMismatchIsAClearErrorNotAHang) {
+  std::vector<char> data(300, 'x');  // outlives the sender, whose threads may still read it
   Link l = make_link(GetParam());
-  std::vector<char> data(300, 'x');
   ASSERT_TRUE(l.sender->try_send(data.data(), 300));
   l.receiver->expect(200);  // this rank thinks the op is smaller
   try {
@@ -206,9 +206,9 @@ TEST_P(TcpLink, SizeMismatchIsAClearErrorNotAHang) {
 }
 
 TEST_P(TcpLink, SendToAPeerThatIsGoneIsCommErrorNamingIt) {
+  std::vector<char> data(4096, 'x');  // outlives the sender
   Link l = make_link(GetParam());
   l.receiver.reset();
-  std::vector<char> data(4096, 'x');
   try {
     for (int i = 0; i < 5000; ++i) {
       l.sender->try_send(data.data(), data.size());
@@ -226,6 +226,7 @@ TEST_P(TcpLink, SendToAPeerThatIsGoneIsCommErrorNamingIt) {
 // segments and now waits on its left must learn from try_recv() that its
 // right neighbour is gone (inline, the write in try_send/try_recv says it).
 TEST(TcpLinkThreads, ARankWaitingOnTheLeftLearnsThatTheRightIsGone) {
+  std::vector<char> data(16 << 20, 'x');  // more than the socket buffers hold; outlives the sender
   Pair to_right = connect_pair(0, 1, 1);   // this rank (0) -> rank 1
   Pair from_left = connect_pair(2, 0, 1);  // rank 2 -> this rank: nothing ever comes
   auto bell = std::make_shared<ProgressBell>();
@@ -234,7 +235,6 @@ TEST(TcpLinkThreads, ARankWaitingOnTheLeftLearnsThatTheRightIsGone) {
   to_right.in.clear();  // rank 1 is gone: its ends of the streams close
   auto send = t.send_link();
   auto recv = t.recv_link();
-  std::vector<char> data(16 << 20, 'x');  // more than the socket buffers hold
   ASSERT_TRUE(send->try_send(data.data(), data.size()));
   recv->expect(100);
   try {
@@ -250,11 +250,11 @@ TEST(TcpLinkThreads, ARankWaitingOnTheLeftLearnsThatTheRightIsGone) {
 }
 
 TEST_P(TcpLink, ZeroCopySendsLargeSegmentsAcrossTwoStreams) {
+  std::vector<uint32_t> src(16u << 20 >> 2);  // outlives the sender
   Pair p = connect_pair(0, 1, 2);
   auto bell = GetParam() ? std::make_shared<ProgressBell>() : nullptr;
   TcpSender sender(std::move(p.out), 1, 4, bell);
   TcpReceiver receiver(std::move(p.in), 0, 1 << 20, 4, bell);
-  std::vector<uint32_t> src(16u << 20 >> 2);
   std::iota(src.begin(), src.end(), 0u);
   const std::size_t seg = 1 << 20, n = src.size() * 4 / seg;
   for (std::size_t i = 0; i < n; ++i) receiver.expect(seg);
