@@ -100,7 +100,10 @@ def test_run_cluster_with_script_gives_every_task_its_own_tf_config(daemon, tmp_
 def test_tf2_chief_and_evaluator_get_tensorflow_valid_tf_configs(daemon, tmp_path):
     result = muster.run_cluster(n_workers=2, n_ps=1, n_chief=1, n_evaluator=1, cpu=0.5, memory=1,
                                 worker_script="show_tf_config.py", ps_script="ps.py", timeout_seconds=60,
-                                env={"OUT_DIR": str(tmp_path), "WAIT_FOR": "evaluator-0.json"}, progress=False)
+                                # The chief's success ends the cluster: it waits for every
+                                # other task's file, or a worker started late writes none.
+                                env={"OUT_DIR": str(tmp_path),
+                                     "WAIT_FOR": "evaluator-0.json,worker-0.json,worker-1.json"}, progress=False)
     spec, session_addr = result
     # TensorFlow's rules: the chief is in the cluster spec, the evaluator is not.
     assert sorted(spec) == ["chief", "ps", "worker"] and len(spec["chief"]) == 1, spec
