@@ -23,10 +23,10 @@ namespace {
 
 AgentOptions with(std::string kernel, std::string script, std::string code = "") {
   AgentOptions o;
-  o.kernel = std::move(kernel);
-  o.script = std::move(script);
-  o.code = std::move(code);
-  o.args = {"--epochs", "2"};
+  o.command.kernel = std::move(kernel);
+  o.command.script = std::move(script);
+  o.command.code = std::move(code);
+  o.command.args = {"--epochs", "2"};
   return o;
 }
 

@@ -57,10 +57,10 @@ TEST_F(KernelTest, AgentAndMpiRanksAgree) {
   for (const char* name : {"train.py", "job.sh", "tool", "data"}) {
     const fs::path script = dir_ / name;
     workers::agent::AgentOptions agent;
-    agent.kernel = api::kKernelPython3;
-    agent.script = script.string();
-    agent.args = {"--epochs", "1"};
-    EXPECT_EQ(workers::agent::script_command(agent), service::rank_command(script, agent.args)) << name;
+    agent.command.kernel = api::kKernelPython3;
+    agent.command.script = script.string();
+    agent.command.args = {"--epochs", "1"};
+    EXPECT_EQ(workers::agent::script_command(agent), service::rank_command(script, agent.command.args)) << name;
   }
   // And they are what the rules say, not merely equal.
   EXPECT_EQ(service::rank_command(dir_ / "data", {}), (Cmd{"/usr/bin/python3", "-u", (dir_ / "data").string()}));

@@ -44,7 +44,6 @@ def main():
             for probe in probes:
                 path = os.path.join(tmp, f"ab{p}.json")
                 env = [f"MULTIHOST_AB={probe}"] if probe else []
-                os.environ["MULTIHOST_AB"] = probe
                 run.mpirun(hosts, p, [os.path.join(build, "bin", "multihost_allreduce_bench"), path]
                            + [str(b) for b in SIZES], extra_env=env)
                 with open(path) as f:

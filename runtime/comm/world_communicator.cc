@@ -161,7 +161,6 @@ void WorldCommunicator::init_links() {
                  cpus >= 2 * std::max(local_size_, 1));
   mpi::check(MPI_Allreduce(MPI_IN_PLACE, &threads, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce(TCP I/O threads)");
   tcp_options.io_threads = threads != 0;
-  tcp_threads_everywhere_ = threads != 0;
   tcp_options.whole_job_on_one_host =
       std::all_of(host_of_.begin(), host_of_.end(), [&](int h) { return h == host_of_[0]; });
   tcp_ = tcp::connect_ring(comm_, send_kind == Kind::kTcp, recv_kind == Kind::kTcp, tcp_options);
@@ -291,7 +290,7 @@ void WorldCommunicator::allreduce_ring(void* data, std::size_t count, DataType d
   // whole block. Inline (2 shared cores) the 1 MB blocks stay: the progress
   // thread does every copy, and a block still in cache for its allgather
   // saved 30-45% CPU per op there (1.3-1.7x the 16 MB blocks).
-  if (tcp_ring_everywhere_ && tcp_threads_everywhere_ && !block_from_env_) ctx.block_bytes = kTcpRingBlockBytes;
+  if (tcp_ring_everywhere_ && tcp_io_threads() && !block_from_env_) ctx.block_bytes = kTcpRingBlockBytes;
   ring_allreduce(data, count, dtype, op, ctx, *send_link_, *recv_link_, watchdog);
 }
 

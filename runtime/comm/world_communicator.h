@@ -91,8 +91,9 @@ class WorldCommunicator : public Communicator {
   std::unique_ptr<RecvLink> recv_link_;
   bool ring_all_shm_ = false;  // both ring links in shm: sleep on the doorbell
   bool ring_all_tcp_ = false;  // both ring links TCP: sleep in ppoll on the streams
-  bool tcp_ring_everywhere_ = false;   // every rank's links TCP (same on all ranks)
-  bool tcp_threads_everywhere_ = false;  // TCP I/O threads on every rank: with the above, 16 MB blocks
+  // Every rank's links TCP (same on all ranks); with tcp_io_threads(), which
+  // every rank agreed on, 16 MB blocks.
+  bool tcp_ring_everywhere_ = false;
   bool block_from_env_ = false;  // MUSTER_COMM_BLOCK_BYTES set: keep it on TCP rings too
   bool direct_capable_ = false;  // the whole job on this host, with a segment
   // The shared buffers alive, shared with them (they deregister on destruction).

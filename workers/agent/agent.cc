@@ -49,10 +49,10 @@ void log_line(const std::string& text) {
 class Client {
  public:
   explicit Client(const AgentOptions& o) : options_(o) {
-    if (auto e = parse_http_url(o.url)) endpoint_ = *e;
+    if (auto e = parse_http_url(o.env.url)) endpoint_ = *e;
   }
   std::optional<HttpReply> post(const std::string& call, const json& body, std::chrono::milliseconds timeout = 10s) {
-    return post_json(endpoint_, "/api/v1/agent/workers/" + options_.worker_id + "/" + call, options_.token,
+    return post_json(endpoint_, "/api/v1/agent/workers/" + options_.env.worker_id + "/" + call, options_.env.token,
                      body.dump(), timeout);
   }
   // Retries while the daemon is unreachable (e.g. restarting) until `patience` ran out.
@@ -96,30 +96,30 @@ pid_t spawn_script(const std::vector<std::string>& command, const std::map<std::
 
 std::vector<std::string> script_command(const AgentOptions& o) {
   api::KernelCommandOptions k;
-  k.kernel = o.kernel;
-  k.script = o.script;
-  k.code = o.code;
-  k.args = o.args;
+  k.kernel = o.command.kernel;
+  k.script = o.command.script;
+  k.code = o.command.code;
+  k.args = o.command.args;
   return api::script_command(k);
 }
 
 int run_agent(const AgentOptions& o) {
   Client client(o);
-  auto endpoint = parse_http_url(o.url);
-  if (!endpoint || o.worker_id.empty() || o.token.empty()) {
+  auto endpoint = parse_http_url(o.env.url);
+  if (!endpoint || o.env.worker_id.empty() || o.env.token.empty()) {
     log_line("MUSTER_URL (http://host:port), MUSTER_WORKER_ID and MUSTER_AGENT_TOKEN are required");
     return 2;
   }
   // 1. The IP that routes to the daemon, and maybe a reserved port.
-  const std::string master = o.master_ip.empty() ? endpoint->host : o.master_ip;
+  const std::string master = o.env.master_ip.empty() ? endpoint->host : o.env.master_ip;
   const auto local = base::local_address_towards(master, endpoint->port);
   if (local.failure) {
     log_line("cannot find the address that reaches the daemon: " + *local.failure);
     return 2;
   }
   const std::string& ip = local.address;
-  std::optional<ReservedPort> port = o.reserve_port ? ReservedPort::reserve(ip) : std::nullopt;
-  if (o.reserve_port) {
+  std::optional<ReservedPort> port = o.env.reserve_port ? ReservedPort::reserve(ip) : std::nullopt;
+  if (o.env.reserve_port) {
     if (!port) log_line("could not reserve a port on " + ip + "; registering without one");
   }
   // 2. Register.
@@ -146,25 +146,26 @@ int run_agent(const AgentOptions& o) {
   std::condition_variable cv;
   bool done = false;
   std::atomic<bool> stopped_by_daemon{false};
+  const auto orphan_timeout = o.env.orphan_timeout.value_or(kDefaultOrphanTimeout);
   std::thread heartbeat([&] {
     std::unique_lock<std::mutex> lock(mu);
     auto last_answer = std::chrono::steady_clock::now();
     int refused = 0;  // 401/403 in a row
-    while (!cv.wait_for(lock, o.heartbeat, [&] { return done; })) {
+    while (!cv.wait_for(lock, o.env.heartbeat, [&] { return done; })) {
       lock.unlock();
       auto r = client.post("heartbeat", json::object(), 5s);
       lock.lock();
       const bool denied = r && (r->status == 401 || r->status == 403);
       refused = denied ? refused + 1 : 0;
       if (r && r->status < 500 && !denied) last_answer = std::chrono::steady_clock::now();
-      const bool orphaned = std::chrono::steady_clock::now() - last_answer > o.orphan_timeout;
+      const bool orphaned = std::chrono::steady_clock::now() - last_answer > orphan_timeout;
       // A daemon that keeps refusing the token (restarted with another state
       // dir, or the worker was deleted) will never take this worker back.
       const bool disowned = refused >= kRefusalsBeforeExit;
       if ((r && (r->status == 404 || r->status == 409)) || orphaned || disowned) {
         stopped_by_daemon = true;
         if (disowned) {
-          log_line("the daemon at " + o.url + " refused this worker's token " + std::to_string(refused) +
+          log_line("the daemon at " + o.env.url + " refused this worker's token " + std::to_string(refused) +
                    " times in a row (" + std::to_string(r->status) + " " + r->body +
                    "); it no longer knows this worker (restarted with another state dir?); stopping the script");
         } else {
@@ -221,7 +222,7 @@ int run_agent(const AgentOptions& o) {
   if (g_signal || stopped_by_daemon) return finish(128 + (g_signal ? g_signal : SIGTERM));
 
   // 4. Limits, then the script.
-  log_line(apply_limits(o.worker_id, o.cpu, o.memory_gb, ::getpid()));
+  log_line(apply_limits(o.env.worker_id, o.env.cpu, o.env.memory_gb, ::getpid()));
   if (port) port->release();
   const auto command = script_command(o);
   const pid_t child = spawn_script(command, env);

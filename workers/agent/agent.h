@@ -24,27 +24,21 @@
 #include <string>
 #include <vector>
 
+#include "api/agent_protocol.h"
 #include "workers/agent/http_client.h"
 
 namespace muster::workers::agent {
 
+// What muster-agent was started with: its environment and its command line,
+// as api/agent_protocol.h parses and checks them.
 struct AgentOptions {
-  std::string url;          // MUSTER_URL
-  std::string worker_id;    // MUSTER_WORKER_ID
-  std::string token;        // MUSTER_AGENT_TOKEN
-  std::string master_ip;    // MUSTER_MASTER_IP (default: the URL's host)
-  bool reserve_port = false;                   // MUSTER_RESERVE_PORT=1
-  std::chrono::milliseconds heartbeat{2000};   // MUSTER_HEARTBEAT_S
-  // MUSTER_ORPHAN_TIMEOUT_S: with no daemon answering for this long, the
-  // agent ends the script and exits (a daemon restart takes far less).
-  std::chrono::milliseconds orphan_timeout{300'000};
-  double cpu = 0;        // MUSTER_CPU
-  double memory_gb = 0;  // MUSTER_MEMORY_GB
-  std::string kernel = "python3";  // --kernel
-  std::string script;              // --script (absolute)
-  std::string code;                // --code
-  std::vector<std::string> args;   // after --
+  api::AgentEnvironment env;  // MUSTER_* (MUSTER_MASTER_IP default: the URL's host)
+  api::AgentCommand command;  // --kernel / --script / --code, and the script's arguments
 };
+
+// With no daemon answering for this long (MUSTER_ORPHAN_TIMEOUT_S unset), the
+// agent ends the script and exits; a daemon restart takes far less.
+inline constexpr std::chrono::milliseconds kDefaultOrphanTimeout{300'000};
 
 // The script's command line for `options`: api/kernel.h's rules (the same
 // the cluster manager runs MPI ranks with).

@@ -14,29 +14,15 @@
 
 int main(int argc, char** argv) {
   using muster::workers::agent::AgentOptions;
-  const auto command = muster::api::parse_agent_argv(std::vector<std::string>(argv, argv + argc));
+  auto command = muster::api::parse_agent_argv(std::vector<std::string>(argv, argv + argc));
   if (!command) {
     std::fprintf(stderr, "muster-agent: %s\n", command.status().message().c_str());
     return 2;
   }
-  const auto env = muster::api::parse_agent_env(muster::api::process_env());
+  auto env = muster::api::parse_agent_env(muster::api::process_env());
   if (!env) {
     std::fprintf(stderr, "muster-agent: %s\n", env.status().message().c_str());
     return 2;
   }
-  AgentOptions o;
-  o.url = env->url;
-  o.worker_id = env->worker_id;
-  o.token = env->token;
-  o.master_ip = env->master_ip;
-  o.reserve_port = env->reserve_port;
-  o.cpu = env->cpu;
-  o.memory_gb = env->memory_gb;
-  o.heartbeat = env->heartbeat;
-  if (env->orphan_timeout) o.orphan_timeout = *env->orphan_timeout;
-  o.kernel = command->kernel;
-  o.script = command->script;
-  o.code = command->code;
-  o.args = command->args;
-  return muster::workers::agent::run_agent(o);
+  return muster::workers::agent::run_agent(AgentOptions{*env, *command});
 }
