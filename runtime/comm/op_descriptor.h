@@ -1,0 +1,52 @@
+// What a rank says about a collective before any of its data moves. Ranks
+// compare descriptors (Horovod's coordinator does the same with its
+// requests): where they differ, every rank throws the same MismatchError
+// naming the ranks and the fields that differ, and the Communicator stays
+// usable, since no rank has sent or received a byte of the op.
+//
+// The descriptor travels as 48 raw bytes: with the data itself on the small
+// paths (no extra round trip), or in one small exchange ahead of a large op.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace muster::runtime::comm {
+
+enum class OpKind : uint8_t {
+  kAllreduce = 1,
+  kBroadcast = 2,
+  kAllgather = 3,   // same count on every rank
+  kAllgatherv = 4,  // counts may differ: count is not compared
+  kReduceScatter = 5,
+  kAlltoall = 6,    // counts may differ: count is not compared
+  kBarrier = 7,
+};
+
+const char* op_kind_name(OpKind kind);
+
+struct OpDescriptor {
+  uint8_t kind = 0;       // OpKind
+  uint8_t dtype = 0;      // DataType
+  uint8_t reduce_op = 0;  // ReduceOp, for allreduce and reduce-scatter; else 0
+  uint8_t flags = 0;      // reserved, 0
+  int32_t root = -1;      // broadcast's root; else -1
+  uint64_t count = 0;     // elements this rank contributes (see OpKind)
+  uint64_t name_hash = 0; // FNV-1a of the op's name, 0 for unnamed ops
+  uint64_t seq = 0;       // the op's sequence number on this communicator
+  uint64_t shape_hash = 0;  // the caller's shape (0 when only the count matters)
+  uint64_t reserved = 0;
+};
+static_assert(sizeof(OpDescriptor) == 48, "OpDescriptor travels as 48 bytes");
+
+uint64_t op_name_hash(const std::string& name);
+
+// Empty when every descriptor agrees with rank 0's on the fields its kind
+// compares; else a message naming the ranks and each field that differs
+// ("allreduce #12: rank 1 has dtype int32, ranks 0, 2 have float32"). The
+// same on every rank that calls it with the same descriptors. `names` may be
+// empty, else the op name each rank gave, to quote them.
+std::string describe_mismatch(const std::vector<OpDescriptor>& all, const std::vector<std::string>& names = {});
+
+}  // namespace muster::runtime::comm
