@@ -25,8 +25,9 @@
 //   throws CommError. After a throw the Bootstrap is not used again.
 // - subset(ranks) is called by the members of `ranks` only (sorted, unique,
 //   each in [0, size())), all with the same `ranks` and `name`, and returns
-//   a Bootstrap among them alone, with rank = index in `ranks`. Distinct
-//   subsets of one Bootstrap need distinct names. The parent stays usable.
+//   a Bootstrap among them alone, with rank = index in `ranks`. A name is
+//   used once per Bootstrap, also for the same members again
+//   (Communicator::split adds a counter of its own). The parent stays usable.
 // - One thread at a time uses a Bootstrap.
 #pragma once
 
@@ -42,7 +43,7 @@ class Bootstrap {
   virtual ~Bootstrap() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // What formed this world, for logs and errors: "mpi", "musterd", "torch store", "single".
+  // What formed this world, for logs and errors: "mpi", "musterd", "store", "single".
   virtual std::string kind() const = 0;
   virtual std::vector<std::string> allgather(const std::string& mine, const std::string& tag,
                                              std::chrono::milliseconds timeout) = 0;
@@ -69,7 +70,7 @@ class KvStore {
 // The world of one process: rank 0 of 1; allgather returns {mine}.
 std::unique_ptr<Bootstrap> single_process_bootstrap();
 
-// The job's own Bootstrap, from the environment:
+// The job's own Bootstrap, from the environment (bootstrap_env.cc):
 //   launched by mpirun (OMPI_COMM_WORLD_SIZE set, or MPI already initialised) -> MPI;
 //   launched by musterd as a rank of a muster-formed world (MUSTER_RENDEZVOUS_URL set) -> musterd;
 //   else the world of one.

@@ -1,85 +1,141 @@
-// Collectives for data-parallel training: allreduce, broadcast, allgather,
-// barrier over CPU buffers, between the ranks of one mpirun job.
+// Collectives for data-parallel training over CPU buffers: allreduce,
+// broadcast, allgather(v), reduce-scatter, alltoall(v), barrier, between the
+// ranks of one world, and process sets (split) within it.
+//
+// Formation. A Communicator is built over a Bootstrap (bootstrap.h): MPI's
+// world under mpirun, a KvStore that every rank reaches (musterd's
+// rendezvous, a torch.distributed Store, a file or in-process store), or the
+// world of one. The Bootstrap only carries the few bytes formation swaps
+// (host map, shared-memory segment names, TCP endpoints, agreements); every
+// op then runs over muster's own links: POSIX shared memory between ranks of
+// one host (shm/), muster's TCP streams between hosts (tcp/). No op calls
+// MPI unless asked to (Algorithm::kMpi, RingTransport::kMpi: opt-ins for
+// benchmarks, only under an MPI Bootstrap).
 //
 // Contract
-// - Every rank issues the same collectives in the same order (same count,
-//   dtype, op, root). muster does not negotiate: a mismatch is a caller bug.
+// - Every rank issues the same collectives in the same order. Before an op's
+//   data moves the ranks compare what each asked for (OpDescriptor: kind,
+//   dtype, count or shape, reduce op, root, name; op_descriptor.h). Where
+//   they differ every rank's op throws the same MismatchError naming the
+//   ranks and the fields that differ, and the Communicator stays usable: no
+//   byte of that op has moved and the next op runs normally.
 // - Calls may come from several threads. Each call is appended to one FIFO
 //   queue and executed in submission order by the Communicator's own progress
 //   thread; the synchronous forms are the asynchronous ones plus wait().
-// - Buffers belong to the caller and must stay valid (and, for the in-place
-//   allreduce, untouched) until the op's Handle is done.
+// - Buffers (and the vectors an op fills) belong to the caller and must stay
+//   valid (and, for in-place ops, untouched) until the op's Handle is done.
 // - Never hangs: every wait on a peer carries a watchdog deadline. A peer that
 //   makes no progress for CommOptions::timeout raises TimeoutError naming it;
-//   a local peer that exits raises CommError naming it; MPI errors are
-//   returned (MPI_ERRORS_RETURN) and thrown as CommError. After a failure the
-//   Communicator is broken: every later op rethrows the first error.
-// - MPI: create() initialises it with MPI_THREAD_MULTIPLE unless the program
-//   already did (then it must have asked for MULTIPLE too if other threads
-//   call MPI while ops run) and finalises it at exit. Each Communicator
-//   works on its own duplicate of MPI_COMM_WORLD.
-// - Without mpirun (no OMPI_COMM_WORLD_* in the environment and MPI not yet
-//   initialised) it is a size-1 world: allreduce/broadcast are no-ops (average
-//   leaves the data unchanged), allgather is a copy, barrier returns.
+//   a peer that exits raises CommError naming it (a local one within ~50 ms,
+//   a remote one as soon as its TCP streams close). After such a failure the
+//   Communicator is broken: every later op rethrows the first error. A
+//   broken Communicator is destroyed promptly and leaves nothing behind
+//   (shared-memory objects, sockets, threads); a new one may then be created
+//   in the same process over a new Bootstrap (a KvStore with a new prefix:
+//   MPI cannot be re-initialised).
+// - Destroying a Communicator ends an op in flight with CommError (the peers
+//   see this rank leave) and joins its threads.
 //
-// Algorithms. kMpi hands the buffer to MPI's own MPI_Iallreduce; float16 and
-// bfloat16 use a user-defined MPI op that reduces in float. kRing is muster's
-// ring allreduce (see ring_allreduce.h): reduce-scatter then allgather over a
-// transport chosen per link, POSIX shared memory between ranks of one host
-// (shm/), muster's own TCP streams between hosts (tcp/), or MPI
-// point-to-point (mpi/) when asked for. kAuto picks kRing for buffers of at
-// least ring_threshold_bytes and kMpi below.
+// Which op runs how (runtime/comm/README.md has the details and figures):
+// - Every op starts with the ranks' exchange of descriptors (control_plane.h):
+//   one round over shared memory on one host, over the TCP mesh between
+//   hosts. Ops small enough (CommOptions::inline_bytes) carry their data in
+//   that same exchange and are done after it (the "small" path).
+// - allreduce: the direct algorithm when the buffer lies at the same place
+//   in a shared buffer on every rank and the whole world is on one host
+//   (shm/direct_allreduce.h); else muster's ring (ring_allreduce.h):
+//   reduce-scatter then allgather over a SendLink to the right neighbour and
+//   a RecvLink from the left one (shm on a host, TCP between hosts).
+// - broadcast: pipelined along the ring from the root. allgather(v): the
+//   ring's allgather. reduce-scatter: the ring's reduce-scatter, each rank
+//   ending with its own block. alltoall(v): point to point, every pair of
+//   ranks through its own shared-memory channel (one host) or TCP stream.
+//   barrier: the exchange itself.
 //
 // Shared buffers. allocate_shared() gives memory that every rank of a host
 // maps. An allreduce on a buffer inside it (same offset on every rank) runs
-// the direct algorithm when the whole job is on one host (shm/
-// direct_allreduce.h): each rank reduces its chunk straight out of the
-// others' buffers, with no copies through the ring's slots. Ranks on several
-// hosts get ordinary memory and the ring. DistributedOptimizer keeps the
-// gradients it owns in one.
+// the direct algorithm when the whole job is on one host: each rank reduces
+// its chunk straight out of the others' buffers, with no copies through the
+// ring's slots. Ranks on several hosts get ordinary memory and the ring.
+// DistributedOptimizer keeps the gradients it owns in one.
 //
 // Usage:
-//   auto comm = muster::runtime::comm::Communicator::create();
+//   auto comm = muster::runtime::comm::Communicator::create();   // from the environment
 //   comm->broadcast(params.data(), params.size(), DataType::kFloat32, 0);
 //   comm->allreduce(grads.data(), grads.size(), DataType::kFloat32, {ReduceOp::kAverage});
 //   Handle h = comm->allreduce_async(buf, n, DataType::kFloat16);   // ... h.wait();
+//   // A world over a store every rank reaches (no mpirun):
+//   auto store = make_file_kv_store("/shared/dir");
+//   auto world = Communicator::create(std::make_unique<KvBootstrap>(store, rank, size, "job-7"));
+//   auto evens = world->split({0, 2}, "evens");   // null on ranks 1 and 3
 #pragma once
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "runtime/comm/bootstrap.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 
 namespace muster::runtime::comm {
 
 enum class ReduceOp { kSum, kAverage, kMin, kMax };
+// kAuto: muster's own paths (inline, direct, ring). kRing: the ring even
+// where the inline or direct path would run. kMpi: MPI_Iallreduce on the MPI
+// Bootstrap's communicator (benchmarks and comparison; InvalidArgument
+// without an MPI Bootstrap). kAuto never picks kMpi.
 enum class Algorithm { kAuto, kMpi, kRing };
 // How the ring moves bytes between neighbours. kAuto (and kShm): shared
 // memory between ranks of one host, TCP between hosts. kTcp: TCP for every
-// link, also on one host. kMpi: MPI point-to-point for every link.
+// link (ring and mesh), also on one host. kMpi: MPI point-to-point for the
+// ring's links (only under an MPI Bootstrap; the rest as kAuto).
 enum class RingTransport { kAuto, kShm, kMpi, kTcp };
 
 const char* reduce_op_name(ReduceOp op);
 const char* algorithm_name(Algorithm a);
 
+// What every op may carry besides its buffers.
+//   name:  compared across ranks and quoted in errors ("" = unnamed; every
+//          rank must then leave it empty);
+//   shape: the caller's shape, compared across ranks where the kind says so
+//          (allreduce, broadcast: the whole shape; allgather(v), alltoall:
+//          the dimensions after the first); empty = only counts compared.
+struct OpOptions {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
 struct AllreduceOptions {
   ReduceOp op = ReduceOp::kSum;
   Algorithm algorithm = Algorithm::kAuto;
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+struct ReduceScatterOptions {
+  ReduceOp op = ReduceOp::kSum;
+  std::string name;
+  std::vector<int64_t> shape;
 };
 
 struct CommOptions {
   // A peer silent this long -> TimeoutError naming it. The environment
-  // variable MUSTER_COMM_TIMEOUT_MS overrides it. The ring restarts the
-  // clock at every segment that moves; an MPI collective (kMpi, broadcast,
-  // allgather, barrier) shows no partial progress, so there it bounds the
-  // whole op: keep it well above the slowest legitimate op.
+  // variable MUSTER_COMM_TIMEOUT_MS overrides it. muster's own paths restart
+  // the clock at every segment that moves; an MPI collective (kMpi) shows no
+  // partial progress, so there it bounds the whole op.
   std::chrono::milliseconds timeout{60000};
-  // kAuto: ring at or above this many bytes, MPI below (bench/allreduce).
-  std::size_t ring_threshold_bytes = 64 * 1024;
+  // Ops whose data is at most this many bytes per rank travel inside the
+  // descriptor exchange (the small path); 0 turns it off.
+  // MUSTER_COMM_INLINE_BYTES overrides it.
+  std::size_t inline_bytes = 4096;
+  // Whether ranks compare OpDescriptors before an op's data moves. Only for
+  // measuring what the check costs (bench/allreduce): without it, ops that
+  // differ between ranks give undefined results. MUSTER_COMM_CHECK_OPS=0|1.
+  bool check_ops = true;
   // The ring's links (see RingTransport): MUSTER_COMM_RING_TRANSPORT=
   // auto|shm|tcp|mpi overrides it. kTcp and kMpi also turn the direct
   // allreduce off, so every ring byte crosses that transport.
@@ -88,25 +144,22 @@ struct CommOptions {
   // btl_tcp_if_include ("eth0", "10.1.0.0/16"; MUSTER_COMM_TCP_IFACE and
   // then OMPI_MCA_btl_tcp_if_include win over it; "" = the first up,
   // non-loopback IPv4 interface, loopback when the job is on one host),
-  // streams per direction (MUSTER_COMM_TCP_STREAMS; every rank must use the
-  // same; 2: with I/O threads each stream's kernel work runs on a core of its
-  // own, 1.2-1.6x one stream in bench/multihost), and SO_SNDBUF/SO_RCVBUF
-  // (MUSTER_COMM_TCP_BUFFER_BYTES; 0 = kernel autotuning).
+  // streams per direction on the ring (MUSTER_COMM_TCP_STREAMS; every rank
+  // must use the same; 2: with I/O threads each stream's kernel work runs on
+  // a core of its own, 1.2-1.6x one stream in bench/multihost), and
+  // SO_SNDBUF/SO_RCVBUF (MUSTER_COMM_TCP_BUFFER_BYTES; 0 = kernel autotuning).
   std::string tcp_interface;
   int tcp_streams = 2;
   std::size_t tcp_socket_buffer_bytes = 4u << 20;
-  // Who moves the TCP links' bytes (tcp/tcp_transport.h): threads of their
-  // own, one per stream and direction, beside the progress thread that
+  // Who moves the TCP ring links' bytes (tcp/tcp_transport.h): threads of
+  // their own, one per stream and direction, beside the progress thread that
   // reduces (kOn), or the progress thread itself between its reductions
-  // (kOff). kAuto: threads when this process may run on at least 4 CPUs and
-  // 2 per rank on its host (bench/multihost: with cores to spare they were
-  // the faster way; where the ranks already share 2 cores the inline way
-  // was). MUSTER_COMM_TCP_THREADS=auto|0|1 overrides it.
+  // (kOff). kAuto: threads when every rank may run on at least 4 CPUs and
+  // 2 per rank on its host. MUSTER_COMM_TCP_THREADS=auto|0|1 overrides it.
   enum class TcpThreads { kAuto, kOff, kOn };
   TcpThreads tcp_threads = TcpThreads::kAuto;
   // Ring pipelining: bytes per segment, and segments in flight per link
-  // (MUSTER_COMM_SEGMENT_BYTES, MUSTER_COMM_SEGMENTS_IN_FLIGHT override;
-  // MUSTER_COMM_RING_THRESHOLD_BYTES overrides ring_threshold_bytes).
+  // (MUSTER_COMM_SEGMENT_BYTES, MUSTER_COMM_SEGMENTS_IN_FLIGHT override).
   std::size_t segment_bytes = 256 * 1024;
   std::size_t segments_in_flight = 8;
   // The ring reduces a larger buffer block by block, this many bytes at a
@@ -114,14 +167,10 @@ struct CommOptions {
   // allgather (ring_allreduce.h); 0 runs the whole buffer at once.
   // MUSTER_COMM_BLOCK_BYTES overrides it.
   std::size_t block_bytes = 1024 * 1024;
-  // A rank waiting on a shared-memory neighbour (ring or direct allreduce)
-  // spins this long, then sleeps on its futex doorbell (never sched_yield:
-  // see watchdog.cc). kAutoSpin: 5 ms when this host's ranks have a CPU
-  // each, else 50 us. A sleeping rank's idle virtual CPU is handed back to
-  // the hypervisor, and waking it again cost the MLP example ~10% of its
-  // throughput on this VM; spinning on a core of its own costs nothing,
-  // while oversubscribed ranks must yield the core soon. MUSTER_COMM_SPIN_US
-  // overrides it.
+  // A rank waiting on a shared-memory neighbour spins this long, then sleeps
+  // on its futex doorbell (never sched_yield: see watchdog.cc). kAutoSpin:
+  // 5 ms when this host's ranks have a CPU each, else 50 us.
+  // MUSTER_COMM_SPIN_US overrides it.
   std::chrono::microseconds spin = kAutoSpin;
   static constexpr std::chrono::microseconds kAutoSpin{-1};
 };
@@ -131,8 +180,8 @@ struct OpState;
 }
 
 // The completion of one asynchronous op. Move-only; wait() blocks until the
-// op has run and rethrows its error (CommError, TimeoutError, ...). A Handle
-// may be dropped without waiting: the op still runs.
+// op has run and rethrows its error (MismatchError, CommError, TimeoutError,
+// ...). A Handle may be dropped without waiting: the op still runs.
 class Handle {
  public:
   Handle();
@@ -167,10 +216,15 @@ std::unique_ptr<SharedBuffer> make_private_buffer(std::size_t bytes);
 
 class Communicator {
  public:
-  // Calls MPI_Init_thread if MPI is not initialised (and we run under
-  // mpirun), duplicates MPI_COMM_WORLD, sets MPI_ERRORS_RETURN on it, maps
-  // the shared-memory segment of this host and starts the progress thread.
-  // Collective: every rank calls it.
+  // The world over `bootstrap` (collective: every rank of the Bootstrap
+  // calls it). Maps this host's shared-memory segment, connects the ring's
+  // and the mesh's TCP streams, starts the progress thread; all-or-none:
+  // when any rank fails, every rank throws naming it. The Communicator owns
+  // the Bootstrap (split() uses it again).
+  static std::unique_ptr<Communicator> create(std::unique_ptr<Bootstrap> bootstrap,
+                                              const CommOptions& options = {});
+  // The same over bootstrap_from_env(): MPI under mpirun, musterd's
+  // rendezvous for worlds muster forms, else the world of one.
   static std::unique_ptr<Communicator> create(const CommOptions& options = {});
   virtual ~Communicator() = default;
 
@@ -180,6 +234,11 @@ class Communicator {
   virtual int local_size() const = 0;
   // The options in force (after environment overrides).
   virtual const CommOptions& options() const = 0;
+  // What formed this world: the Bootstrap's kind() ("mpi", "store", "single", ...).
+  virtual std::string bootstrap_kind() const = 0;
+  // What the ring's links run over: "shm", "tcp", "mpi", "mixed" (they
+  // differ on this rank), or "none" (a world of one).
+  virtual std::string transport() const = 0;
 
   // In place: `data` holds `count` elements on entry and the reduction of
   // all ranks' buffers on return.
@@ -188,22 +247,65 @@ class Communicator {
                                  const AllreduceOptions& options = {}) = 0;
 
   // Root's `count` elements are copied into every rank's `data`.
-  void broadcast(void* data, std::size_t count, DataType dtype, int root);
-  virtual Handle broadcast_async(void* data, std::size_t count, DataType dtype, int root) = 0;
+  void broadcast(void* data, std::size_t count, DataType dtype, int root, const OpOptions& options = {});
+  virtual Handle broadcast_async(void* data, std::size_t count, DataType dtype, int root,
+                                 const OpOptions& options = {}) = 0;
 
   // Every rank contributes `count` elements; `recv` receives size()*count,
   // rank i's block at i*count.
-  void allgather(const void* send, std::size_t count, DataType dtype, void* recv);
-  virtual Handle allgather_async(const void* send, std::size_t count, DataType dtype, void* recv) = 0;
+  void allgather(const void* send, std::size_t count, DataType dtype, void* recv, const OpOptions& options = {});
+  virtual Handle allgather_async(const void* send, std::size_t count, DataType dtype, void* recv,
+                                 const OpOptions& options = {}) = 0;
 
   // Like allgather with per-rank counts: *counts is resized to size() and
   // filled with each rank's count, *recv to the concatenation in rank order
   // (bytes, sum(counts) * dtype_size(dtype)).
-  virtual void allgatherv(const void* send, std::size_t count, DataType dtype, std::vector<char>* recv,
-                          std::vector<std::size_t>* counts) = 0;
+  void allgatherv(const void* send, std::size_t count, DataType dtype, std::vector<char>* recv,
+                  std::vector<std::size_t>* counts, const OpOptions& options = {});
+  virtual Handle allgatherv_async(const void* send, std::size_t count, DataType dtype, std::vector<char>* recv,
+                                  std::vector<std::size_t>* counts, const OpOptions& options = {}) = 0;
 
-  void barrier();
-  virtual Handle barrier_async() = 0;
+  // `send` holds sum(counts) elements on every rank (counts.size() == size(),
+  // the same on every rank); rank r receives into `recv` its counts[r]
+  // elements of the reduction, the block that starts at sum(counts[0..r)).
+  // `send` is not modified. Every ReduceOp (kAverage divides by size()).
+  void reducescatter(const void* send, void* recv, const std::vector<std::size_t>& counts, DataType dtype,
+                     const ReduceScatterOptions& options = {});
+  virtual Handle reducescatter_async(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                                     DataType dtype, const ReduceScatterOptions& options = {}) = 0;
+
+  // Point to point between every pair of ranks. `send` holds
+  // sum(send_counts) elements, the block for rank j (send_counts[j] elements)
+  // at sum(send_counts[0..j)). *recv_counts is resized to size() and filled
+  // with what each rank sent this one, *recv to those blocks in rank order
+  // (bytes). alltoall with equal blocks is send_counts all equal.
+  void alltoall(const void* send, const std::vector<std::size_t>& send_counts, DataType dtype,
+                std::vector<char>* recv, std::vector<std::size_t>* recv_counts, const OpOptions& options = {});
+  virtual Handle alltoall_async(const void* send, const std::vector<std::size_t>& send_counts, DataType dtype,
+                                std::vector<char>* recv, std::vector<std::size_t>* recv_counts,
+                                const OpOptions& options = {}) = 0;
+  // The same into the caller's memory when it knows what each rank sends it
+  // (torch's all_to_all_single): `recv` holds sum(recv_counts) elements. A
+  // rank that sends a count other than the receiver's recv_counts entry is a
+  // MismatchError on every rank.
+  virtual Handle alltoallv_async(const void* send, const std::vector<std::size_t>& send_counts, void* recv,
+                                 const std::vector<std::size_t>& recv_counts, DataType dtype,
+                                 const OpOptions& options = {}) = 0;
+
+  void barrier(const OpOptions& options = {});
+  virtual Handle barrier_async(const OpOptions& options = {}) = 0;
+
+  // A process set: collective over this Communicator (every rank calls it,
+  // in the same order relative to its other collectives, with the same
+  // `ranks` and `name`; MismatchError on every rank otherwise). `ranks` are
+  // ranks of this Communicator, sorted and unique (InvalidArgument
+  // otherwise). Returns a Communicator among them, with rank = index in
+  // `ranks`, on the members, and null on the others. Its ops are
+  // independent of this one's (its own links and progress thread), may be
+  // interleaved with them in any order, and it may outlive or be destroyed
+  // before this one. Formed through this Communicator's Bootstrap
+  // (Bootstrap::subset), on the calling thread.
+  virtual std::unique_ptr<Communicator> split(const std::vector<int>& ranks, const std::string& name) = 0;
 
   // Collective: every rank calls it, in the same order relative to its other
   // collectives, with the same `bytes`. See "Shared buffers" above.
