@@ -69,3 +69,7 @@ if(MUSTER_WITH_NCCL)
     set_tests_properties(comm_nccl_np${np} PROPERTIES SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
   endforeach()
 endif()
+
+# Ranks on threads over KvBootstrap and an in-process store (no mpirun): every
+# collective x transport (shm, tcp, two hosts) x world size x size x dtype x op.
+muster_gtest(comm_world_test SOURCES comm_world_test.cc DEPS muster_comm LABEL unit TIMEOUT 600)

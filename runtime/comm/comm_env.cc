@@ -70,8 +70,13 @@ CommOptions apply_env(CommOptions o) {
   if (const char* v = std::getenv("MUSTER_COMM_SPIN_US"); v && *v) {
     o.spin = std::chrono::microseconds(env_int("MUSTER_COMM_SPIN_US", 0));
   }
-  if (const char* v = std::getenv("MUSTER_COMM_RING_THRESHOLD_BYTES"); v && *v) {
-    o.ring_threshold_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_RING_THRESHOLD_BYTES", 0));
+  if (const char* v = std::getenv("MUSTER_COMM_INLINE_BYTES"); v && *v) {
+    o.inline_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_INLINE_BYTES", 0));
+  }
+  if (const char* v = std::getenv("MUSTER_COMM_CHECK_OPS"); v && *v) {
+    const std::string t = v;
+    if (t != "0" && t != "1") throw InvalidArgument("MUSTER_COMM_CHECK_OPS=" + t + ": expected 0 or 1");
+    o.check_ops = t == "1";
   }
   if (o.timeout.count() <= 0) throw InvalidArgument("CommOptions.timeout must be positive");
   if (o.segment_bytes < 64) throw InvalidArgument("CommOptions.segment_bytes must be at least 64");

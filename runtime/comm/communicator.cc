@@ -44,22 +44,42 @@ class PrivateBuffer final : public SharedBuffer {
 
 std::unique_ptr<SharedBuffer> make_private_buffer(std::size_t bytes) { return std::make_unique<PrivateBuffer>(bytes); }
 
+std::unique_ptr<Communicator> Communicator::create(std::unique_ptr<Bootstrap> bootstrap, const CommOptions& options) {
+  return std::make_unique<WorldCommunicator>(std::move(bootstrap), options);
+}
+
 std::unique_ptr<Communicator> Communicator::create(const CommOptions& options) {
-  return std::make_unique<WorldCommunicator>(options);
+  return create(bootstrap_from_env(), options);
 }
 
 void Communicator::allreduce(void* data, std::size_t count, DataType dtype, const AllreduceOptions& options) {
   allreduce_async(data, count, dtype, options).wait();
 }
 
-void Communicator::broadcast(void* data, std::size_t count, DataType dtype, int root) {
-  broadcast_async(data, count, dtype, root).wait();
+void Communicator::broadcast(void* data, std::size_t count, DataType dtype, int root, const OpOptions& options) {
+  broadcast_async(data, count, dtype, root, options).wait();
 }
 
-void Communicator::allgather(const void* send, std::size_t count, DataType dtype, void* recv) {
-  allgather_async(send, count, dtype, recv).wait();
+void Communicator::allgather(const void* send, std::size_t count, DataType dtype, void* recv,
+                             const OpOptions& options) {
+  allgather_async(send, count, dtype, recv, options).wait();
 }
 
-void Communicator::barrier() { barrier_async().wait(); }
+void Communicator::allgatherv(const void* send, std::size_t count, DataType dtype, std::vector<char>* recv,
+                              std::vector<std::size_t>* counts, const OpOptions& options) {
+  allgatherv_async(send, count, dtype, recv, counts, options).wait();
+}
+
+void Communicator::reducescatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                                 DataType dtype, const ReduceScatterOptions& options) {
+  reducescatter_async(send, recv, counts, dtype, options).wait();
+}
+
+void Communicator::alltoall(const void* send, const std::vector<std::size_t>& send_counts, DataType dtype,
+                            std::vector<char>* recv, std::vector<std::size_t>* recv_counts, const OpOptions& options) {
+  alltoall_async(send, send_counts, dtype, recv, recv_counts, options).wait();
+}
+
+void Communicator::barrier(const OpOptions& options) { barrier_async(options).wait(); }
 
 }  // namespace muster::runtime::comm

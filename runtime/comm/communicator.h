@@ -104,22 +104,24 @@ const char* algorithm_name(Algorithm a);
 //   shape: the caller's shape, compared across ranks where the kind says so
 //          (allreduce, broadcast: the whole shape; allgather(v), alltoall:
 //          the dimensions after the first); empty = only counts compared.
+// (The "= {}" keep aggregate initialisers such as {ReduceOp::kSum} free
+// of missing-initializer warnings.)
 struct OpOptions {
-  std::string name;
-  std::vector<int64_t> shape;
+  std::string name = {};
+  std::vector<int64_t> shape = {};
 };
 
 struct AllreduceOptions {
   ReduceOp op = ReduceOp::kSum;
   Algorithm algorithm = Algorithm::kAuto;
-  std::string name;
-  std::vector<int64_t> shape;
+  std::string name = {};
+  std::vector<int64_t> shape = {};
 };
 
 struct ReduceScatterOptions {
   ReduceOp op = ReduceOp::kSum;
-  std::string name;
-  std::vector<int64_t> shape;
+  std::string name = {};
+  std::vector<int64_t> shape = {};
 };
 
 struct CommOptions {
@@ -173,6 +175,11 @@ struct CommOptions {
   // MUSTER_COMM_SPIN_US overrides it.
   std::chrono::microseconds spin = kAutoSpin;
   static constexpr std::chrono::microseconds kAutoSpin{-1};
+  // Which ranks share a host, and with it shared memory and loopback: ranks
+  // whose keys are equal. "" = this machine's (hostname, boot, network
+  // namespace, /dev/shm: host_map.h). Tests give ranks on threads keys of
+  // their own to stand in for hosts.
+  std::string host_key;
 };
 
 namespace detail {

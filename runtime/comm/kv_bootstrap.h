@@ -7,7 +7,7 @@
 // KvStore::get. When that times out, each key is asked again with no wait and
 // the TimeoutError names every rank whose key is missing ("ranks 2, 3 did not
 // arrive at <tag> within 30000 ms"). subset(ranks, name) is a KvBootstrap
-// over the same store with prefix "<prefix>/<n>/<name>" (n: the rounds so far)
+// over the same store with prefix "<prefix>/<n>/set:<name>" (n: the rounds so far)
 // and the members renumbered 0..k-1.
 //
 // One prefix per world: keys are written once, so a world formed again over

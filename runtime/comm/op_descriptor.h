@@ -44,7 +44,7 @@ struct OpDescriptor {
   uint8_t kind = 0;       // OpKind
   uint8_t dtype = 0;      // DataType (0 for barrier, split, allocate_shared)
   uint8_t reduce_op = 0;  // ReduceOp + 1 for allreduce and reduce-scatter; else 0
-  uint8_t flags = 0;      // reserved, 0
+  uint8_t flags = 0;      // kInvalidArguments: this rank's arguments were refused (all ranks then throw)
   int32_t root = -1;      // broadcast's root; else -1
   uint64_t count = 0;     // elements this rank contributes (see OpKind)
   uint64_t name_hash = 0; // FNV-1a of the op's name, 0 for unnamed ops
@@ -58,6 +58,12 @@ struct OpDescriptor {
   uint64_t detail = 0;
 };
 static_assert(sizeof(OpDescriptor) == 48, "OpDescriptor travels as 48 bytes");
+
+// OpDescriptor::flags. A rank whose arguments are invalid (a null buffer, a
+// root outside the world) still takes part in the exchange with this flag,
+// so no rank pairs this op with another: that rank throws InvalidArgument,
+// the others MismatchError naming it.
+constexpr uint8_t kInvalidArguments = 1;
 
 uint64_t op_name_hash(const std::string& name);
 // FNV-1a of the dimensions; 0 for an empty shape.

@@ -31,6 +31,11 @@ void Watchdog::progressed() {
 }
 
 void Watchdog::idle(int waiting_on) {
+  if (abort_ && abort_->load(std::memory_order_relaxed)) {
+    throw CommError(what_ + ": the communicator was closed while this op waited on " +
+                        (waiting_on >= 0 ? "rank " + std::to_string(waiting_on) : std::string("its peers")),
+                    -1);
+  }
   ++idle_rounds_;
   if (idle_rounds_ == 1) {
     last_progress_ = now_();

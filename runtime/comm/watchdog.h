@@ -9,6 +9,7 @@
 // most likely at fault.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -69,6 +70,9 @@ class Watchdog {
     sleeper_spin_ = spin;
     pause_rounds_ = pause_rounds;
   }
+  // While *flag is true every idle() throws CommError: the Communicator is
+  // being destroyed and ends the op in flight (null: never).
+  void set_abort(const std::atomic<bool>* flag) { abort_ = flag; }
   // At the top of each poll round, before checking the links.
   void prepare() {
     if (sleeper_) sleeper_->prepare();
@@ -87,6 +91,7 @@ class Watchdog {
   NowFn now_;
   PeerMonitor* monitor_;
   Sleeper* sleeper_ = nullptr;
+  const std::atomic<bool>* abort_ = nullptr;
   std::chrono::microseconds sleeper_spin_{0};
   uint32_t pause_rounds_ = 64;
   uint64_t seq_;

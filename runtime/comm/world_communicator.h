@@ -1,38 +1,51 @@
-// The Communicator over MPI_COMM_WORLD (see communicator.h for the contract).
+// The Communicator over a Bootstrap (see communicator.h for the contract).
 //
-// Ownership: it owns a duplicate of MPI_COMM_WORLD (errors returned, not
-// fatal), the host communicator, the host's ShmSegment and peer monitor, the
-// two ring links (and the TCP streams under them), and the progress thread,
-// which alone touches all of these after construction. Ops are closures queued on the progress thread; each
-// one gets a sequence number (the same on every rank) and a Watchdog. The
-// first CommError breaks the Communicator: later ops rethrow it at once
-// instead of talking to peers in an unknown state.
+// Files: world_formation.cc forms the world (host map, shared-memory
+// segment, TCP ring and mesh, control plane); world_communicator.cc queues
+// ops, checks their descriptors and picks the path each runs; world_ops.cc
+// holds the ops' bodies.
+//
+// Ownership: it owns the Bootstrap (kept for split()), this host's
+// ShmSegment and peer monitor, the ring's two links and the TCP streams
+// under them, the mesh (a link to every peer: shm channels on this host,
+// TCP streams to others), the control plane, and the progress thread, which
+// alone touches the links after construction. Ops are closures queued on
+// the progress thread; each gets a sequence number (the same on every rank)
+// and a Watchdog. The first CommError breaks the Communicator: later ops
+// rethrow it at once instead of talking to peers in an unknown state. A
+// MismatchError does not: it is thrown before any of the op's data moves.
 #pragma once
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "runtime/comm/alltoall.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/control_plane.h"
+#include "runtime/comm/host_map.h"
 #include "runtime/comm/link.h"
 #include "runtime/comm/progress_thread.h"
+#include "runtime/comm/ring_collectives.h"
 #include "runtime/comm/shm/shared_region.h"
 #include "runtime/comm/shm/shm_link.h"
 #include "runtime/comm/shm/shm_peer_monitor.h"
 #include "runtime/comm/shm/shm_segment.h"
-#include "runtime/comm/tcp/tcp_transport.h"
+#include "runtime/comm/tcp/tcp_formation.h"
 #include "runtime/comm/watchdog.h"
 
 namespace muster::runtime::comm {
 
 class WorldCommunicator : public Communicator {
  public:
-  explicit WorldCommunicator(const CommOptions& options);
+  WorldCommunicator(std::unique_ptr<Bootstrap> bootstrap, const CommOptions& options);
   ~WorldCommunicator() override;
 
   int rank() const override { return rank_; }
@@ -40,55 +53,91 @@ class WorldCommunicator : public Communicator {
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return local_size_; }
   const CommOptions& options() const override { return options_; }
+  std::string bootstrap_kind() const override { return bootstrap_kind_; }
+  std::string transport() const override { return ring_transport_name(); }
 
   Handle allreduce_async(void* data, std::size_t count, DataType dtype, const AllreduceOptions& options) override;
-  Handle broadcast_async(void* data, std::size_t count, DataType dtype, int root) override;
-  Handle allgather_async(const void* send, std::size_t count, DataType dtype, void* recv) override;
-  void allgatherv(const void* send, std::size_t count, DataType dtype, std::vector<char>* recv,
-                  std::vector<std::size_t>* counts) override;
-  Handle barrier_async() override;
+  Handle broadcast_async(void* data, std::size_t count, DataType dtype, int root, const OpOptions& options) override;
+  Handle allgather_async(const void* send, std::size_t count, DataType dtype, void* recv,
+                         const OpOptions& options) override;
+  Handle allgatherv_async(const void* send, std::size_t count, DataType dtype, std::vector<char>* recv,
+                          std::vector<std::size_t>* counts, const OpOptions& options) override;
+  Handle reducescatter_async(const void* send, void* recv, const std::vector<std::size_t>& counts, DataType dtype,
+                             const ReduceScatterOptions& options) override;
+  Handle alltoall_async(const void* send, const std::vector<std::size_t>& send_counts, DataType dtype,
+                        std::vector<char>* recv, std::vector<std::size_t>* recv_counts,
+                        const OpOptions& options) override;
+  Handle alltoallv_async(const void* send, const std::vector<std::size_t>& send_counts, void* recv,
+                         const std::vector<std::size_t>& recv_counts, DataType dtype,
+                         const OpOptions& options) override;
+  Handle barrier_async(const OpOptions& options) override;
+  std::unique_ptr<Communicator> split(const std::vector<int>& ranks, const std::string& name) override;
   std::unique_ptr<SharedBuffer> allocate_shared(std::size_t bytes) override;
 
   // Which transport the ring links use ("shm", "tcp", "mpi", "mixed" when
   // they differ, or "none"), for tests and logs.
   std::string ring_transport_name() const;
-  // Whether this rank's TCP links move their bytes on I/O threads.
+  // Whether this rank's TCP ring links move their bytes on I/O threads.
   bool tcp_io_threads() const;
 
  private:
-  using Op = std::function<void(Watchdog&)>;
-  // Queues `op` under the sequence number, watchdog and broken-state rules.
-  Handle submit(std::string what, Op op);
-  void init_mpi();
-  void init_links();
-  // Polls an MPI request under the watchdog (a collective: no single peer).
-  void wait_request(MPI_Request* request, Watchdog& watchdog, const char* what);
-  void allreduce_mpi(void* data, std::size_t count, DataType dtype, ReduceOp op, Watchdog& watchdog);
+  // What a call says about itself, built on the caller's thread.
+  struct Call {
+    OpDescriptor desc;       // seq filled in when it runs
+    std::string name;
+    std::string invalid;     // non-empty: this rank's arguments were refused, and why
+    std::string what;        // "allreduce(4096 x float32, sum)" for errors
+  };
+  using Body = std::function<void(Watchdog&)>;
+
+  // world_formation.cc
+  void form();
+  void form_segment(const std::string& key_of_host, int host_size);
+  void form_links(bool io_threads);
+
+  // Queues `body` under the sequence number, watchdog and broken-state rules.
+  Handle submit(Call call, std::function<void(Call&, Watchdog&)> body);
+  // The descriptor exchange with `payload`, then the comparison: throws
+  // InvalidArgument on a rank whose own arguments were refused, and the same
+  // MismatchError on every other rank when descriptors differ.
+  const std::vector<ControlPlane::Record>& checked_exchange(Call& call, const void* payload, std::size_t bytes,
+                                                            Watchdog& watchdog);
+  // Where a small op (its data within options().inline_bytes) runs: its
+  // data came with the descriptors, so the op finishes from the records.
+  // The small-message engine plugs in here.
+  void run_small(const Call& call, const std::vector<ControlPlane::Record>& records, void* data, void* recv);
+  bool inline_fits(std::size_t bytes) const;
+
+  // world_ops.cc: the data paths.
   void allreduce_ring(void* data, std::size_t count, DataType dtype, ReduceOp op, Watchdog& watchdog);
-  // The direct allreduce when [data, data + bytes) lies in a shared buffer
-  // of this rank (true), else false after telling the peers this op is not
-  // one (when shared buffers exist at all).
-  // `allowed` false (MPI's algorithm asked for): never direct.
-  bool try_allreduce_direct(void* data, std::size_t count, DataType dtype, ReduceOp op, bool allowed,
-                            Watchdog& watchdog);
+  void allreduce_mpi(void* data, std::size_t count, DataType dtype, ReduceOp op, Watchdog& watchdog);
+  void allreduce_direct(const shm::RegionTable::Found& found, std::size_t count, DataType dtype, ReduceOp op,
+                        Watchdog& watchdog);
+  RingPeers ring_peers() const;
+  // Host-wide allgather over the control plane (SharedRegion::create).
+  std::vector<std::string> host_allgather(const std::string& mine, Watchdog& watchdog);
 
   CommOptions options_;
-  bool with_mpi_ = false;
+  std::unique_ptr<Bootstrap> bootstrap_;
+  std::string bootstrap_kind_;
+  MPI_Comm mpi_comm_ = MPI_COMM_NULL;  // the MPI Bootstrap's, for the kMpi opt-ins
   int rank_ = 0;
   int size_ = 1;
   int local_rank_ = 0;
   int local_size_ = 1;
-  MPI_Comm comm_ = MPI_COMM_NULL;
-  MPI_Comm local_comm_ = MPI_COMM_NULL;
-  std::vector<int> host_of_;   // world rank -> leader world rank of its host
-  std::vector<int> local_of_;  // world rank -> rank in its host communicator
-  int shm_local_rank_ = 0;     // this rank in local_comm_ (indexes the segment)
-  std::unique_ptr<shm::ShmSegment> segment_;
+  HostMap hosts_;
+  std::unique_ptr<shm::ShmSegment> segment_;  // this host's, when it has several ranks
+  int shm_local_ = -1;                        // this rank's index in the segment
+  std::vector<bool> host_has_segment_;        // by host index: every rank of it mapped its segment
   std::unique_ptr<shm::ShmPeerMonitor> monitor_;
   std::unique_ptr<shm::DoorbellSleeper> sleeper_;
-  std::unique_ptr<tcp::TcpTransport> tcp_;  // the links' TCP streams, if any
-  std::unique_ptr<SendLink> send_link_;
+  tcp::TcpLinks tcp_;                          // the ring's TCP transport and the mesh's streams
+  std::unique_ptr<SendLink> send_link_;        // the ring
   std::unique_ptr<RecvLink> recv_link_;
+  std::vector<std::unique_ptr<SendLink>> mesh_send_;  // shm mesh channels, by rank
+  std::vector<std::unique_ptr<RecvLink>> mesh_recv_;
+  std::vector<PeerLink> peer_links_;           // alltoall's link to every rank
+  std::unique_ptr<ControlPlane> control_;
   bool ring_all_shm_ = false;  // both ring links in shm: sleep on the doorbell
   bool ring_all_tcp_ = false;  // both ring links TCP: sleep in ppoll on the streams
   // Every rank's links TCP (same on all ranks); with tcp_io_threads(), which
@@ -98,10 +147,13 @@ class WorldCommunicator : public Communicator {
   bool direct_capable_ = false;  // the whole job on this host, with a segment
   // The shared buffers alive, shared with them (they deregister on destruction).
   std::shared_ptr<shm::RegionTable> regions_ = std::make_shared<shm::RegionTable>();
-  uint64_t next_region_id_ = 0;     // progress thread only
-  uint64_t direct_blocks_ = 0;      // progress thread only (direct_allreduce)
+  uint64_t next_region_id_ = 0;        // progress thread only
+  uint64_t direct_blocks_ = 0;         // progress thread only (direct_allreduce)
   uint64_t seq_ = 0;                   // progress thread only
   std::exception_ptr broken_;          // progress thread only
+  std::vector<char> scratch_;          // progress thread only (the small path)
+  std::atomic<bool> closing_{false};   // the destructor ends an op in flight
+  std::mutex split_mu_;                // one split at a time uses the Bootstrap
   std::unique_ptr<ProgressThread> progress_;  // last: stopped first
 };
 

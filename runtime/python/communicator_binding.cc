@@ -1,6 +1,8 @@
 // Communicator and Handle for Python: buffers are (address, count, dtype)
 // triples the caller (muster.runtime) takes from numpy arrays or tensors and
-// keeps alive until the op's Handle is done.
+// keeps alive until the op's Handle is done. The signatures are listed in
+// runtime/comm/README.md ("The API others build on").
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/kv_bootstrap.h"
 #include "runtime/error.h"
 #include "runtime/python/bindings.h"
 
@@ -23,16 +26,87 @@ using comm::Handle;
 
 void* address(std::uintptr_t a) { return reinterpret_cast<void*>(a); }
 
+// A Python object with set(key, value) and get(keys, timeout_ms) as a
+// KvStore. Each call takes the GIL; the runtime calls it only from the
+// thread that creates or splits a Communicator (never the progress thread).
+// Any exception from get() counts as "not all keys there in time"
+// (TimeoutError: KvBootstrap then names the missing ranks); from set() as an
+// unreachable store (CommError).
+class PyKvStore final : public comm::KvStore {
+ public:
+  explicit PyKvStore(py::object store) : store_(std::move(store)) {}
+  ~PyKvStore() override {
+    if (!Py_IsInitialized()) {
+      store_.release();  // the interpreter is gone: nothing to decrement
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    store_ = py::object();
+  }
+
+  void set(const std::string& key, const std::string& value) override {
+    py::gil_scoped_acquire gil;
+    try {
+      store_.attr("set")(key, py::bytes(value));
+    } catch (py::error_already_set& e) {
+      throw CommError("store.set('" + key + "') failed: " + std::string(e.what()));
+    }
+  }
+
+  std::vector<std::string> get(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    py::gil_scoped_acquire gil;
+    py::object got;
+    try {
+      got = store_.attr("get")(keys, static_cast<int64_t>(timeout.count()));
+    } catch (py::error_already_set& e) {
+      throw TimeoutError("store.get of " + std::to_string(keys.size()) + " keys failed within " +
+                         std::to_string(timeout.count()) + " ms: " + std::string(e.what()));
+    }
+    std::vector<std::string> out;
+    for (py::handle v : got) out.push_back(v.cast<std::string>());
+    if (out.size() != keys.size()) {
+      throw CommError("store.get returned " + std::to_string(out.size()) + " values for " +
+                      std::to_string(keys.size()) + " keys; it must return one bytes value per key, in order");
+    }
+    return out;
+  }
+
+ private:
+  py::object store_;
+};
+
 // The process's Communicator behind a Python object; close() ends it early
-// (joins the progress thread), later calls raise InvalidArgument. Optimizers
-// share ownership (communicator_of), so closing it under a live optimizer
-// only ends it when that optimizer goes.
+// (an op in flight fails with CommError, the threads are joined), later calls
+// raise InvalidArgument. Optimizers share ownership (communicator_of), so
+// closing it under a live optimizer only ends it when that optimizer goes.
 class PyCommunicator {
  public:
-  explicit PyCommunicator(int64_t timeout_ms) {
+  explicit PyCommunicator(std::shared_ptr<Communicator> comm) : comm_(std::move(comm)) {}
+
+  static std::unique_ptr<PyCommunicator> make(int64_t timeout_ms, py::object store, int rank, int size,
+                                               const std::string& prefix) {
     comm::CommOptions options;
     if (timeout_ms > 0) options.timeout = std::chrono::milliseconds(timeout_ms);
-    comm_ = std::shared_ptr<Communicator>(Communicator::create(options));
+    std::unique_ptr<comm::Bootstrap> bootstrap;
+    if (store.is_none()) {
+      if (rank != -1 || size != -1 || !prefix.empty()) {
+        throw InvalidArgument("Communicator: rank, size and prefix go with store=; without a store the world comes "
+                              "from the environment");
+      }
+    } else {
+      if (!py::hasattr(store, "set") || !py::hasattr(store, "get")) {
+        throw InvalidArgument("Communicator: store must have set(key, value) and get(keys, timeout_ms)");
+      }
+      if (size < 1 || rank < 0 || rank >= size) {
+        throw InvalidArgument("Communicator: with store=, give rank and size (0 <= rank < size); got rank " +
+                              std::to_string(rank) + ", size " + std::to_string(size));
+      }
+      bootstrap = std::make_unique<comm::KvBootstrap>(std::make_shared<PyKvStore>(std::move(store)), rank, size,
+                                                      prefix.empty() ? "muster" : prefix, "store");
+    }
+    py::gil_scoped_release release;
+    auto c = bootstrap ? Communicator::create(std::move(bootstrap), options) : Communicator::create(options);
+    return std::make_unique<PyCommunicator>(std::shared_ptr<Communicator>(std::move(c)));
   }
 
   Communicator& get() { return *shared(); }
@@ -47,65 +121,180 @@ class PyCommunicator {
   std::shared_ptr<Communicator> comm_;
 };
 
+// The result of an op that allocates what it returns (allgatherv, alltoall):
+// wait() returns (a numpy uint8 array over the bytes, the per-rank counts).
+// The array owns the C++ vector it views, so no copy is made.
+class ResultHandle {
+ public:
+  ResultHandle(Handle handle, std::shared_ptr<std::vector<char>> data, std::shared_ptr<std::vector<std::size_t>> counts)
+      : handle_(std::move(handle)), data_(std::move(data)), counts_(std::move(counts)) {}
+  bool done() const { return handle_.done(); }
+  py::tuple wait() {
+    {
+      py::gil_scoped_release release;
+      handle_.wait();
+    }
+    auto* keep = new std::shared_ptr<std::vector<char>>(data_);
+    py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<std::vector<char>>*>(p); });
+    py::array_t<uint8_t> array({static_cast<py::ssize_t>(data_->size())}, {static_cast<py::ssize_t>(1)},
+                               reinterpret_cast<uint8_t*>(data_->data()), owner);
+    return py::make_tuple(array, *counts_);
+  }
+
+ private:
+  Handle handle_;
+  std::shared_ptr<std::vector<char>> data_;
+  std::shared_ptr<std::vector<std::size_t>> counts_;
+};
+
+comm::OpOptions op_options(const std::string& name, const std::vector<int64_t>& shape) {
+  comm::OpOptions o;
+  o.name = name;
+  o.shape = shape;
+  return o;
+}
+
 }  // namespace
 
 std::shared_ptr<comm::Communicator> communicator_of(py::handle obj) { return obj.cast<PyCommunicator&>().shared(); }
 
 void bind_communicator(py::module_& m) {
-  py::class_<Handle>(m, "Handle", "Completion of one asynchronous collective.")
-      .def("wait", &Handle::wait, py::call_guard<py::gil_scoped_release>(),
-           "Blocks until the op is done; raises its error (CommError, PeerTimeoutError, ...).")
-      .def("done", &Handle::done, "True once wait() would return at once.");
-
   using Gil = py::call_guard<py::gil_scoped_release>;
-  py::class_<PyCommunicator>(m, "Communicator",
-                             "The collectives of one process (world from mpirun's environment, else size 1).")
-      .def(py::init<int64_t>(), py::arg("timeout_ms") = 0, Gil())
+  py::class_<Handle>(m, "Handle", "Completion of one asynchronous collective.")
+      .def("wait", &Handle::wait, Gil(),
+           "Blocks until the op is done; raises its error (MismatchError, CommError, PeerTimeoutError, ...).")
+      .def("done", &Handle::done, "True once wait() would return at once.");
+  py::class_<ResultHandle>(m, "ResultHandle", "Completion of an op that returns data (allgatherv, alltoall).")
+      .def("wait", &ResultHandle::wait, "Blocks until the op is done: (numpy uint8 array, per-rank counts).")
+      .def("done", &ResultHandle::done, "True once wait() would return at once.");
+
+  py::class_<PyCommunicator>(
+      m, "Communicator",
+      "The collectives of one process. Without store: the world from the environment (mpirun, musterd, else one "
+      "process). With store (an object with set(key, bytes) and get(keys, timeout_ms) -> list of bytes): the world "
+      "of `size` ranks that form over it, this one being `rank`.")
+      .def(py::init(&PyCommunicator::make), py::arg("timeout_ms") = 0, py::arg("store") = py::none(),
+           py::arg("rank") = -1, py::arg("size") = -1, py::arg("prefix") = "")
       .def_property_readonly("rank", [](PyCommunicator& c) { return c.get().rank(); })
       .def_property_readonly("size", [](PyCommunicator& c) { return c.get().size(); })
       .def_property_readonly("local_rank", [](PyCommunicator& c) { return c.get().local_rank(); })
       .def_property_readonly("local_size", [](PyCommunicator& c) { return c.get().local_size(); })
       .def_property_readonly("timeout_ms",
                              [](PyCommunicator& c) { return static_cast<int64_t>(c.get().options().timeout.count()); })
+      .def_property_readonly("bootstrap", [](PyCommunicator& c) { return c.get().bootstrap_kind(); },
+                             "What formed the world: 'mpi', 'store', 'single', 'musterd'.")
+      .def_property_readonly("transport", [](PyCommunicator& c) { return c.get().transport(); },
+                             "What the ring's links run over: 'shm', 'tcp', 'mpi', 'mixed', 'none'.")
       .def_property_readonly("open", &PyCommunicator::open)
       .def(
           "allreduce_async",
           [](PyCommunicator& c, std::uintptr_t data, std::size_t count, const std::string& dtype,
-             const std::string& op) {
+             const std::string& op, const std::string& name, const std::vector<int64_t>& shape) {
             comm::AllreduceOptions o;
             o.op = parse_op(op);
+            o.name = name;
+            o.shape = shape;
             return c.get().allreduce_async(address(data), count, parse_dtype(dtype), o);
           },
-          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("op"), Gil())
+          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("op") = "sum", py::arg("name") = "",
+          py::arg("shape") = std::vector<int64_t>{}, Gil())
       .def(
           "broadcast_async",
-          [](PyCommunicator& c, std::uintptr_t data, std::size_t count, const std::string& dtype, int root) {
-            return c.get().broadcast_async(address(data), count, parse_dtype(dtype), root);
+          [](PyCommunicator& c, std::uintptr_t data, std::size_t count, const std::string& dtype, int root,
+             const std::string& name, const std::vector<int64_t>& shape) {
+            return c.get().broadcast_async(address(data), count, parse_dtype(dtype), root, op_options(name, shape));
           },
-          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("root"), Gil())
+          py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("root"), py::arg("name") = "",
+          py::arg("shape") = std::vector<int64_t>{}, Gil())
       .def(
           "allgather_async",
-          [](PyCommunicator& c, std::uintptr_t send, std::size_t count, const std::string& dtype, std::uintptr_t recv) {
-            return c.get().allgather_async(address(send), count, parse_dtype(dtype), address(recv));
+          [](PyCommunicator& c, std::uintptr_t send, std::size_t count, const std::string& dtype, std::uintptr_t recv,
+             const std::string& name, const std::vector<int64_t>& shape) {
+            return c.get().allgather_async(address(send), count, parse_dtype(dtype), address(recv),
+                                           op_options(name, shape));
           },
-          py::arg("send"), py::arg("count"), py::arg("dtype"), py::arg("recv"), Gil())
+          py::arg("send"), py::arg("count"), py::arg("dtype"), py::arg("recv"), py::arg("name") = "",
+          py::arg("shape") = std::vector<int64_t>{}, Gil())
       .def(
           "allgatherv",
-          [](PyCommunicator& c, std::uintptr_t send, std::size_t count, const std::string& dtype) {
+          [](PyCommunicator& c, std::uintptr_t send, std::size_t count, const std::string& dtype,
+             const std::string& name, const std::vector<int64_t>& shape) {
             std::vector<char> recv;
             std::vector<std::size_t> counts;
             {
               py::gil_scoped_release release;
-              c.get().allgatherv(address(send), count, parse_dtype(dtype), &recv, &counts);
+              c.get().allgatherv(address(send), count, parse_dtype(dtype), &recv, &counts, op_options(name, shape));
             }
             return std::make_pair(py::bytes(recv.data(), recv.size()), counts);
           },
-          py::arg("send"), py::arg("count"), py::arg("dtype"),
+          py::arg("send"), py::arg("count"), py::arg("dtype"), py::arg("name") = "",
+          py::arg("shape") = std::vector<int64_t>{},
           "Every rank's `count` elements, concatenated in rank order: (bytes, counts per rank).")
       .def(
-          "barrier_async", [](PyCommunicator& c) { return c.get().barrier_async(); }, Gil())
+          "allgatherv_async",
+          [](PyCommunicator& c, std::uintptr_t send, std::size_t count, const std::string& dtype,
+             const std::string& name, const std::vector<int64_t>& shape) {
+            auto recv = std::make_shared<std::vector<char>>();
+            auto counts = std::make_shared<std::vector<std::size_t>>();
+            Handle h = c.get().allgatherv_async(address(send), count, parse_dtype(dtype), recv.get(), counts.get(),
+                                                op_options(name, shape));
+            return ResultHandle(std::move(h), recv, counts);
+          },
+          py::arg("send"), py::arg("count"), py::arg("dtype"), py::arg("name") = "",
+          py::arg("shape") = std::vector<int64_t>{}, Gil())
+      .def(
+          "reducescatter_async",
+          [](PyCommunicator& c, std::uintptr_t send, std::uintptr_t recv, const std::vector<std::size_t>& counts,
+             const std::string& dtype, const std::string& op, const std::string& name,
+             const std::vector<int64_t>& shape) {
+            comm::ReduceScatterOptions o;
+            o.op = parse_op(op);
+            o.name = name;
+            o.shape = shape;
+            return c.get().reducescatter_async(address(send), address(recv), counts, parse_dtype(dtype), o);
+          },
+          py::arg("send"), py::arg("recv"), py::arg("counts"), py::arg("dtype"), py::arg("op") = "sum",
+          py::arg("name") = "", py::arg("shape") = std::vector<int64_t>{}, Gil())
+      .def(
+          "alltoall_async",
+          [](PyCommunicator& c, std::uintptr_t send, const std::vector<std::size_t>& send_counts,
+             const std::string& dtype, const std::string& name, const std::vector<int64_t>& shape) {
+            auto recv = std::make_shared<std::vector<char>>();
+            auto counts = std::make_shared<std::vector<std::size_t>>();
+            Handle h = c.get().alltoall_async(address(send), send_counts, parse_dtype(dtype), recv.get(), counts.get(),
+                                              op_options(name, shape));
+            return ResultHandle(std::move(h), recv, counts);
+          },
+          py::arg("send"), py::arg("send_counts"), py::arg("dtype"), py::arg("name") = "",
+          py::arg("shape") = std::vector<int64_t>{}, Gil())
+      .def(
+          "alltoallv_async",
+          [](PyCommunicator& c, std::uintptr_t send, const std::vector<std::size_t>& send_counts, std::uintptr_t recv,
+             const std::vector<std::size_t>& recv_counts, const std::string& dtype, const std::string& name,
+             const std::vector<int64_t>& shape) {
+            return c.get().alltoallv_async(address(send), send_counts, address(recv), recv_counts, parse_dtype(dtype),
+                                           op_options(name, shape));
+          },
+          py::arg("send"), py::arg("send_counts"), py::arg("recv"), py::arg("recv_counts"), py::arg("dtype"),
+          py::arg("name") = "", py::arg("shape") = std::vector<int64_t>{}, Gil())
+      .def(
+          "barrier_async", [](PyCommunicator& c, const std::string& name) { return c.get().barrier_async(op_options(name, {})); },
+          py::arg("name") = "", Gil())
+      .def(
+          "split",
+          [](PyCommunicator& c, const std::vector<int>& ranks, const std::string& name) -> py::object {
+            std::unique_ptr<Communicator> sub;
+            {
+              py::gil_scoped_release release;
+              sub = c.get().split(ranks, name);
+            }
+            if (!sub) return py::none();
+            return py::cast(std::make_unique<PyCommunicator>(std::shared_ptr<Communicator>(std::move(sub))));
+          },
+          py::arg("ranks"), py::arg("name"),
+          "A process set: collective; a Communicator among `ranks` on its members, None on the others.")
       .def("close", &PyCommunicator::close, Gil(),
-           "Ends the communicator (joins its progress thread); later calls raise.");
+           "Ends the communicator (an op in flight fails with CommError; threads joined); later calls raise.");
 }
 
 }  // namespace muster::runtime::python

@@ -71,6 +71,8 @@ void ensure_initialized() {
 
 void mark_failed() { g_failed.store(true); }
 
+bool failed() { return g_failed.load(); }
+
 void check(int rc, const std::string& what, int peer) {
   if (rc == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING];

@@ -27,6 +27,8 @@ void ensure_initialized();
 
 // Remember that communication failed, so exit does not finalise.
 void mark_failed();
+// Whether mark_failed() was called in this process.
+bool failed();
 
 // Throws CommError("<what>: <MPI error string>", peer) when rc != MPI_SUCCESS.
 void check(int rc, const std::string& what, int peer = -1);

@@ -13,10 +13,6 @@
 namespace muster::runtime::comm::shm {
 namespace {
 
-uint64_t kind_of(DataType dtype, ReduceOp op) {
-  return static_cast<uint64_t>(dtype) * 16 + static_cast<uint64_t>(op);
-}
-
 // Wakes every other rank of the host that may sleep waiting for us.
 void ring_peers(ShmSegment& segment, int me) {
   for (int p = 0; p < segment.local_size(); ++p) {
@@ -59,20 +55,7 @@ void for_each_peer_when(ShmSegment& segment, int me, Watchdog& watchdog, std::ve
   }
 }
 
-std::string describe_entry(const DirectEntry& e) {
-  if (e.region.load() == 0) return "an op other than an allreduce in shared memory";
-  return "region " + std::to_string(e.region.load()) + " offset " + std::to_string(e.offset.load()) + " count " +
-         std::to_string(e.count.load()) + " dtype/op " + std::to_string(e.kind.load());
-}
-
 }  // namespace
-
-void publish_other_op(ShmSegment& segment, int local_rank, uint64_t seq) {
-  DirectEntry* mine = segment.direct(local_rank);
-  mine->region.store(0, std::memory_order_relaxed);
-  mine->arrived.store(seq, std::memory_order_release);
-  ring_peers(segment, local_rank);
-}
 
 void direct_allreduce(const SharedRegion& region, ShmSegment& segment, const DirectOp& op, uint64_t* blocks_done,
                       Watchdog& watchdog) {
@@ -84,28 +67,7 @@ void direct_allreduce(const SharedRegion& region, ShmSegment& segment, const Dir
   std::vector<int> pending;
   pending.reserve(static_cast<std::size_t>(n));
 
-  // 1. Arrive, and check that every peer runs this very op.
-  mine->region.store(op.region_id, std::memory_order_relaxed);
-  mine->offset.store(op.offset, std::memory_order_relaxed);
-  mine->count.store(op.count, std::memory_order_relaxed);
-  mine->kind.store(kind_of(op.dtype, op.op), std::memory_order_relaxed);
-  mine->arrived.store(seq, std::memory_order_release);
-  ring_peers(segment, me);
-  for_each_peer_when(
-      segment, me, watchdog, pending,
-      [&](int p) { return segment.direct(p)->arrived.load(std::memory_order_acquire) >= seq; },
-      [&](int p) {
-        const DirectEntry& e = *segment.direct(p);
-        if (e.arrived.load() != seq || e.region.load() != op.region_id || e.offset.load() != op.offset ||
-            e.count.load() != op.count || e.kind.load() != kind_of(op.dtype, op.op)) {
-          throw MismatchError("allreduce #" + std::to_string(seq) + " in shared memory (" + describe_entry(*mine) +
-                              "): rank " + std::to_string(world_rank_of(segment, p)) + " is in op #" +
-                              std::to_string(e.arrived.load()) + " with " + describe_entry(e) +
-                              "; every rank must reduce the same offset and count of the same shared buffer");
-        }
-      });
-
-  // 2 + 3, block by block, the gather one block behind the reduction: by the
+  // 1 + 2, block by block, the gather one block behind the reduction: by the
   // time this rank copies a peer's chunk of block b - 1, the peer has
   // usually published it, so neither waits for the other in lockstep.
   std::size_t block = op.count;
@@ -136,7 +98,7 @@ void direct_allreduce(const SharedRegion& region, ShmSegment& segment, const Dir
   gather(blocks - 1);
   *blocks_done = base + blocks;
 
-  // 4. Finish: nobody reads our buffer once this returns.
+  // 3. Finish: nobody reads our buffer once this returns.
   mine->finished.store(seq, std::memory_order_release);
   ring_peers(segment, me);
   for_each_peer_when(

@@ -1,16 +1,15 @@
 // The direct allreduce: every rank of the job on one host, the buffer in a
 // SharedRegion (so each rank can read the others' copies in place).
 //
+// The ranks have already compared their OpDescriptors (control_plane.h):
+// every one is in this op, on the same region, offset, count, dtype and op.
 // With N ranks each block of the buffer (block_bytes; the whole buffer when
 // smaller) is cut into N chunks and local rank r owns chunk r:
-//   1. arrive: each rank publishes the op it entered (sequence number,
-//      region, offset, count, dtype and op) and waits until every peer has
-//      entered the same one; a peer in a different op -> MismatchError;
-//   2. reduce: rank r reduces chunk r of every peer's buffer into its own
+//   1. reduce: rank r reduces chunk r of every peer's buffer into its own
 //      (and divides it by N for kAverage), then publishes the block;
-//   3. gather: rank r copies chunk p out of rank p's buffer as soon as p has
+//   2. gather: rank r copies chunk p out of rank p's buffer as soon as p has
 //      published the block;
-//   4. finish: each rank publishes that it no longer reads the others and
+//   3. finish: each rank publishes that it no longer reads the others and
 //      waits for all to say the same, so no buffer changes while a peer
 //      still reads it.
 // Each byte crosses between cores once per phase with no staging copy: the
@@ -39,10 +38,6 @@ struct DirectOp {
   ReduceOp op = ReduceOp::kSum;
   std::size_t block_bytes = 0;  // 0: one block
 };
-
-// Publishes that this rank entered op `seq` and that it is not a direct
-// allreduce, so a peer that is in one fails at once instead of waiting.
-void publish_other_op(ShmSegment& segment, int local_rank, uint64_t seq);
 
 // Runs `op` on `region` as the op numbered watchdog.seq(). `blocks_done` counts the blocks this rank has
 // reduced in all direct ops so far (the same on every rank); it is advanced.

@@ -18,10 +18,8 @@ namespace {
 constexpr int kNameBytes = 64;
 }  // namespace
 
-std::unique_ptr<SharedRegion> SharedRegion::create(MPI_Comm local_comm, std::size_t bytes) {
-  int local_rank = 0, local_size = 1;
-  MPI_Comm_rank(local_comm, &local_rank);
-  MPI_Comm_size(local_comm, &local_size);
+std::unique_ptr<SharedRegion> SharedRegion::create(int local_rank, int local_size, std::size_t bytes,
+                                                   const HostAllgather& allgather) {
   const std::size_t mapped = bytes == 0 ? 1 : bytes;  // mmap refuses 0 bytes
 
   static std::atomic<int> counter{0};
@@ -29,40 +27,39 @@ std::unique_ptr<SharedRegion> SharedRegion::create(MPI_Comm local_comm, std::siz
   std::snprintf(name, sizeof name, "/muster-%d-r%d", static_cast<int>(getpid()), counter.fetch_add(1));
   char* own = map_shared_object(name, mapped, true);
 
-  // Every rank's object name (empty: it failed) and size: a peer mapped with
-  // our size but created smaller would fault on reads past its end.
-  struct Entry {
-    char name[kNameBytes];
-    uint64_t bytes;
-  };
-  Entry entry{};
-  if (own) std::memcpy(entry.name, name, sizeof name);
-  entry.bytes = bytes;
-  std::vector<Entry> entries(static_cast<std::size_t>(local_size));
-  MPI_Allgather(&entry, sizeof(Entry), MPI_BYTE, entries.data(), sizeof(Entry), MPI_BYTE, local_comm);
-  for (const Entry& e : entries) {
-    if (e.bytes != bytes) {
-      if (own) {
-        shm_unlink(name);
-        munmap(own, mapped);
-      }
-      throw MismatchError("allocate_shared: this rank asked for " + std::to_string(bytes) +
-                          " bytes and another rank of the host for " + std::to_string(e.bytes) +
-                          "; every rank must ask for the same size");
+  // a) + b): every rank's object name ("" when it failed).
+  std::vector<std::string> names;
+  try {
+    names = allgather(own ? std::string(name) : std::string());
+  } catch (...) {
+    if (own) {
+      shm_unlink(name);
+      munmap(own, mapped);
     }
+    throw;
   }
   std::vector<char*> bases(static_cast<std::size_t>(local_size), nullptr);
   bases[static_cast<std::size_t>(local_rank)] = own;
   bool ok = own != nullptr;
   for (int r = 0; r < local_size && ok; ++r) {
     if (r == local_rank) continue;
-    const char* peer = entries[static_cast<std::size_t>(r)].name;
-    bases[static_cast<std::size_t>(r)] = peer[0] ? map_shared_object(peer, mapped, false) : nullptr;
+    const std::string& peer = names[static_cast<std::size_t>(r)];
+    bases[static_cast<std::size_t>(r)] = peer.empty() ? nullptr : map_shared_object(peer.c_str(), mapped, false);
     ok = bases[static_cast<std::size_t>(r)] != nullptr;
   }
-  int mine_ok = ok ? 1 : 0, all_ok = 0;
-  MPI_Allreduce(&mine_ok, &all_ok, 1, MPI_INT, MPI_MIN, local_comm);
-  if (own) shm_unlink(name);  // every rank has mapped it (or given up)
+  // c) all or none; then nothing is left in /dev/shm.
+  std::vector<std::string> oks;
+  try {
+    oks = allgather(ok ? "1" : "0");
+  } catch (...) {
+    if (own) shm_unlink(name);
+    for (char* b : bases) {
+      if (b) munmap(b, mapped);
+    }
+    throw;
+  }
+  if (own) shm_unlink(name);
+  const bool all_ok = std::all_of(oks.begin(), oks.end(), [](const std::string& v) { return v == "1"; });
   if (!all_ok) {
     for (char* b : bases) {
       if (b) munmap(b, mapped);

@@ -2,23 +2,23 @@
 // shared-memory object, every one mapped by every rank, so a rank can read
 // its peers' buffers in place (the direct allreduce, direct_allreduce.h).
 //
-// Protocol (create(), collective over the host's ranks, every rank asking
-// for the same size):
+// Protocol (create(), collective over the host's ranks, which have already
+// agreed on the size through their OpDescriptors):
 //   a) each rank creates "/muster-<pid>-r<n>" (O_EXCL, 0600), reserves its
 //      pages with posix_fallocate (a full /dev/shm fails here, cleanly,
 //      instead of with SIGBUS on first touch) and maps it;
-//   b) the names are allgathered over the host communicator and every rank
-//      maps the others' objects;
-//   c) all agree (allreduce) whether every rank succeeded, and each unlinks
-//      its own name: nothing is left in /dev/shm even if the job is killed;
-//      the memory lives until the last rank unmaps it.
+//   b) the names are allgathered among the host's ranks (the Communicator's
+//      control plane) and every rank maps the others' objects;
+//   c) all agree (a second allgather) whether every rank succeeded, and each
+//      unlinks its own name: nothing is left in /dev/shm even if the job is
+//      killed; the memory lives until the last rank unmaps it.
 // A peer's mapping outlives the peer, so reading it never faults.
 #pragma once
 
-#include <mpi.h>
-
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -27,8 +27,11 @@ namespace muster::runtime::comm::shm {
 
 class SharedRegion {
  public:
+  // Every local rank's value in local-rank order (collective over the host).
+  using HostAllgather = std::function<std::vector<std::string>(const std::string& mine)>;
   // Null on every rank when any rank could not create or map its part.
-  static std::unique_ptr<SharedRegion> create(MPI_Comm local_comm, std::size_t bytes);
+  static std::unique_ptr<SharedRegion> create(int local_rank, int local_size, std::size_t bytes,
+                                              const HostAllgather& allgather);
   ~SharedRegion();
   SharedRegion(const SharedRegion&) = delete;
   SharedRegion& operator=(const SharedRegion&) = delete;

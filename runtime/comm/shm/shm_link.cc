@@ -31,41 +31,33 @@ void DoorbellSleeper::sleep(std::chrono::microseconds max) {
   own_->sleeping.store(0);
 }
 
-ShmSendLink::ShmSendLink(ShmSegment* segment, int local_rank, int peer, int peer_local_rank)
-    : segment_(segment),
-      local_rank_(local_rank),
-      peer_(peer),
-      channel_(segment->channel(local_rank)),
-      consumer_(segment->peer(peer_local_rank)),
-      head_(channel_->head.load(std::memory_order_relaxed)) {}
+ShmSendLink::ShmSendLink(const ChannelView& channel, PeerEntry* consumer, int peer)
+    : channel_(channel), consumer_(consumer), peer_(peer),
+      head_(channel.header->head.load(std::memory_order_relaxed)) {}
 
 bool ShmSendLink::try_send(const void* src, std::size_t bytes) {
-  MUSTER_CHECK_LE(bytes, segment_->slot_bytes(), "shm segment larger than a slot");
-  const uint64_t tail = channel_->tail.load(std::memory_order_acquire);
-  if (head_ - tail >= segment_->slots()) return false;
-  std::memcpy(segment_->slot(local_rank_, head_ % segment_->slots()), src, bytes);
+  MUSTER_CHECK_LE(bytes, channel_.slot_bytes, "shm segment larger than a slot");
+  const uint64_t tail = channel_.header->tail.load(std::memory_order_acquire);
+  if (head_ - tail >= channel_.n_slots) return false;
+  if (bytes) std::memcpy(channel_.slot(head_), src, bytes);
   ++head_;
-  channel_->head.store(head_, std::memory_order_release);
+  channel_.header->head.store(head_, std::memory_order_release);
   ring_doorbell(consumer_);
   return true;
 }
 
-ShmRecvLink::ShmRecvLink(ShmSegment* segment, int peer_local_rank, int peer)
-    : segment_(segment),
-      peer_local_rank_(peer_local_rank),
-      peer_(peer),
-      channel_(segment->channel(peer_local_rank)),
-      producer_(segment->peer(peer_local_rank)),
-      tail_(channel_->tail.load(std::memory_order_relaxed)) {}
+ShmRecvLink::ShmRecvLink(const ChannelView& channel, PeerEntry* producer, int peer)
+    : channel_(channel), producer_(producer), peer_(peer),
+      tail_(channel.header->tail.load(std::memory_order_relaxed)) {}
 
 const void* ShmRecvLink::try_recv() {
-  if (channel_->head.load(std::memory_order_acquire) == tail_) return nullptr;
-  return segment_->slot(peer_local_rank_, tail_ % segment_->slots());
+  if (channel_.header->head.load(std::memory_order_acquire) == tail_) return nullptr;
+  return channel_.slot(tail_);
 }
 
 void ShmRecvLink::release() {
   ++tail_;
-  channel_->tail.store(tail_, std::memory_order_release);
+  channel_.header->tail.store(tail_, std::memory_order_release);
   ring_doorbell(producer_);
 }
 

@@ -1,4 +1,5 @@
-// Ring links through a ShmSegment channel, for neighbours on this host.
+// Links through a ShmSegment channel, for peers on this host: the ring's
+// neighbours (ring channels) and every pair of ranks (mesh channels).
 //
 // The sender copies each segment into the next free slot and publishes it by
 // advancing `head` (release); the receiver sees it by reading `head`
@@ -34,37 +35,33 @@ class DoorbellSleeper : public Sleeper {
 
 class ShmSendLink : public SendLink {
  public:
-  // Writes channel `local_rank` (this rank's own) towards world rank `peer`,
-  // whose local rank is `peer_local_rank`.
-  ShmSendLink(ShmSegment* segment, int local_rank, int peer, int peer_local_rank);
+  // Writes `channel` towards world rank `peer`, whose PeerEntry is `consumer`.
+  ShmSendLink(const ChannelView& channel, PeerEntry* consumer, int peer);
   bool try_send(const void* src, std::size_t bytes) override;
   bool flushed() override { return true; }  // data is copied out on send
   int peer() const override { return peer_; }
+  std::size_t slot_bytes() const { return channel_.slot_bytes; }
 
  private:
-  ShmSegment* segment_;
-  int local_rank_;
-  int peer_;
-  ChannelHeader* channel_;
+  ChannelView channel_;
   PeerEntry* consumer_;
+  int peer_;
   uint64_t head_;
 };
 
 class ShmRecvLink : public RecvLink {
  public:
-  // Reads channel `peer_local_rank` (the left neighbour's) from world rank `peer`.
-  ShmRecvLink(ShmSegment* segment, int peer_local_rank, int peer);
+  // Reads `channel` from world rank `peer`, whose PeerEntry is `producer`.
+  ShmRecvLink(const ChannelView& channel, PeerEntry* producer, int peer);
   void expect(std::size_t) override {}
   const void* try_recv() override;
   void release() override;
   int peer() const override { return peer_; }
 
  private:
-  ShmSegment* segment_;
-  int peer_local_rank_;
-  int peer_;
-  ChannelHeader* channel_;
+  ChannelView channel_;
   PeerEntry* producer_;
+  int peer_;
   uint64_t tail_;
 };
 

@@ -11,21 +11,57 @@
 namespace muster::runtime::comm::shm {
 namespace {
 
-constexpr uint64_t kMagic = 0x6d75737465727368ull;  // "mustersh"
+constexpr uint64_t kMagic = 0x326d737465727368ull;  // "hsretsm2"
 constexpr std::size_t kHeaderBytes = 64;
-constexpr std::size_t kChannelHeaderBytes = sizeof(ChannelHeader);
-constexpr int kNameBytes = 64;
+constexpr std::size_t kRecordHeaderBytes = 64;  // control_plane.h's record header
 
 struct Header {
   uint64_t magic;
   uint64_t local_size;
-  uint64_t slots;
-  uint64_t slot_bytes;
+  uint64_t ring_slots;
+  uint64_t ring_slot_bytes;
+  uint64_t control_bytes;
+  uint64_t mesh_slots;
+  uint64_t mesh_slot_bytes;
 };
+static_assert(sizeof(Header) <= kHeaderBytes, "the header fits its line");
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
 }  // namespace
+
+SegmentLayout SegmentLayout::rounded() const {
+  SegmentLayout l = *this;
+  l.ring_slot_bytes = round_up(ring_slot_bytes, 64);
+  l.control_bytes = round_up(control_bytes, 64);
+  l.mesh_slot_bytes = round_up(mesh_slot_bytes, 64);
+  return l;
+}
+
+std::size_t SegmentLayout::peers_offset() const { return kHeaderBytes; }
+std::size_t SegmentLayout::direct_offset() const {
+  return peers_offset() + sizeof(PeerEntry) * static_cast<std::size_t>(local_size);
+}
+std::size_t SegmentLayout::control_offset() const {
+  return direct_offset() + sizeof(DirectEntry) * static_cast<std::size_t>(local_size);
+}
+std::size_t SegmentLayout::control_slot_bytes() const {
+  return sizeof(ControlSlot) + kRecordHeaderBytes + control_bytes;
+}
+std::size_t SegmentLayout::ring_offset() const {
+  return control_offset() + 2 * control_slot_bytes() * static_cast<std::size_t>(local_size);
+}
+std::size_t SegmentLayout::ring_channel_bytes() const { return sizeof(ChannelHeader) + ring_slots * ring_slot_bytes; }
+std::size_t SegmentLayout::mesh_offset() const {
+  return ring_offset() + ring_channel_bytes() * static_cast<std::size_t>(local_size);
+}
+std::size_t SegmentLayout::mesh_channel_bytes() const {
+  return mesh_slots == 0 ? 0 : sizeof(ChannelHeader) + mesh_slots * mesh_slot_bytes;
+}
+std::size_t SegmentLayout::total_bytes() const {
+  const auto n = static_cast<std::size_t>(local_size);
+  return mesh_offset() + mesh_channel_bytes() * n * n;
+}
 
 char* map_shared_object(const char* name, std::size_t bytes, bool create) {
   const int fd = create ? shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600) : shm_open(name, O_RDWR, 0600);
@@ -42,80 +78,76 @@ char* map_shared_object(const char* name, std::size_t bytes, bool create) {
   return static_cast<char*>(p);
 }
 
-std::size_t ShmSegment::layout_bytes(int local_size, std::size_t slots, std::size_t slot_bytes) {
-  return kHeaderBytes + (sizeof(PeerEntry) + sizeof(DirectEntry)) * static_cast<std::size_t>(local_size) +
-         (kChannelHeaderBytes + slots * slot_bytes) * static_cast<std::size_t>(local_size);
+std::unique_ptr<ShmSegment> ShmSegment::create(const SegmentLayout& requested, std::string* name) {
+  const SegmentLayout layout = requested.rounded();
+  static std::atomic<int> counter{0};
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "/muster-%d-%d", static_cast<int>(getpid()), counter.fetch_add(1));
+  char* base = map_shared_object(buf, layout.total_bytes(), true);
+  if (!base) return nullptr;
+  auto* h = reinterpret_cast<Header*>(base);
+  h->local_size = static_cast<uint64_t>(layout.local_size);
+  h->ring_slots = layout.ring_slots;
+  h->ring_slot_bytes = layout.ring_slot_bytes;
+  h->control_bytes = layout.control_bytes;
+  h->mesh_slots = layout.mesh_slots;
+  h->mesh_slot_bytes = layout.mesh_slot_bytes;
+  std::atomic_thread_fence(std::memory_order_release);
+  h->magic = kMagic;
+  *name = buf;
+  return std::unique_ptr<ShmSegment>(new ShmSegment(base, layout));
 }
 
-std::unique_ptr<ShmSegment> ShmSegment::create_shared(MPI_Comm local_comm, std::size_t slots,
-                                                      std::size_t slot_bytes) {
-  int local_rank = 0, local_size = 1;
-  MPI_Comm_rank(local_comm, &local_rank);
-  MPI_Comm_size(local_comm, &local_size);
-  slot_bytes = round_up(slot_bytes, 64);
-  const std::size_t bytes = layout_bytes(local_size, slots, slot_bytes);
-
-  char name[kNameBytes] = {0};
-  void* base = nullptr;
-  if (local_rank == 0) {
-    static std::atomic<int> counter{0};
-    std::snprintf(name, sizeof name, "/muster-%d-%d", static_cast<int>(getpid()), counter.fetch_add(1));
-    base = map_shared_object(name, bytes, true);
-    if (base) {
-      auto* h = static_cast<Header*>(base);
-      h->local_size = static_cast<uint64_t>(local_size);
-      h->slots = slots;
-      h->slot_bytes = slot_bytes;
-      std::atomic_thread_fence(std::memory_order_release);
-      h->magic = kMagic;
-    } else {
-      name[0] = '\0';
-    }
-  }
-  MPI_Bcast(name, kNameBytes, MPI_CHAR, 0, local_comm);
-  if (local_rank != 0 && name[0] != '\0') {
-    base = map_shared_object(name, bytes, false);
-    if (base && static_cast<Header*>(base)->magic != kMagic) {
-      munmap(base, bytes);
-      base = nullptr;
-    }
-  }
-  int ok = base != nullptr ? 1 : 0;
-  int all_ok = 0;
-  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, local_comm);
-  if (local_rank == 0 && name[0] != '\0') shm_unlink(name);  // everyone has opened it (or given up)
-  if (!all_ok) {
-    if (base) munmap(base, bytes);
+std::unique_ptr<ShmSegment> ShmSegment::open(const std::string& name, const SegmentLayout& requested) {
+  const SegmentLayout layout = requested.rounded();
+  char* base = map_shared_object(name.c_str(), layout.total_bytes(), false);
+  if (!base) return nullptr;
+  const auto* h = reinterpret_cast<const Header*>(base);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (h->magic != kMagic || h->local_size != static_cast<uint64_t>(layout.local_size) ||
+      h->ring_slots != layout.ring_slots || h->ring_slot_bytes != layout.ring_slot_bytes ||
+      h->control_bytes != layout.control_bytes || h->mesh_slots != layout.mesh_slots ||
+      h->mesh_slot_bytes != layout.mesh_slot_bytes) {
+    munmap(base, layout.total_bytes());
     return nullptr;
   }
-  return std::unique_ptr<ShmSegment>(new ShmSegment(base, bytes, local_size, slots, slot_bytes));
+  return std::unique_ptr<ShmSegment>(new ShmSegment(base, layout));
 }
 
-ShmSegment::ShmSegment(void* base, std::size_t bytes, int local_size, std::size_t slots, std::size_t slot_bytes)
-    : base_(static_cast<char*>(base)), bytes_(bytes), local_size_(local_size), slots_(slots), slot_bytes_(slot_bytes) {}
+void ShmSegment::unlink(const std::string& name) {
+  if (!name.empty()) shm_unlink(name.c_str());
+}
 
-ShmSegment::~ShmSegment() { munmap(base_, bytes_); }
+ShmSegment::ShmSegment(char* base, const SegmentLayout& layout) : base_(base), layout_(layout) {}
+
+ShmSegment::~ShmSegment() { munmap(base_, layout_.total_bytes()); }
 
 PeerEntry* ShmSegment::peer(int local_rank) const {
-  return reinterpret_cast<PeerEntry*>(base_ + kHeaderBytes + sizeof(PeerEntry) * static_cast<std::size_t>(local_rank));
+  return reinterpret_cast<PeerEntry*>(base_ + layout_.peers_offset()) + local_rank;
 }
 
 DirectEntry* ShmSegment::direct(int local_rank) const {
-  return reinterpret_cast<DirectEntry*>(base_ + kHeaderBytes + sizeof(PeerEntry) * static_cast<std::size_t>(local_size_) +
-                                        sizeof(DirectEntry) * static_cast<std::size_t>(local_rank));
+  return reinterpret_cast<DirectEntry*>(base_ + layout_.direct_offset()) + local_rank;
 }
 
-std::size_t ShmSegment::channel_offset(int local_rank) const {
-  return kHeaderBytes + (sizeof(PeerEntry) + sizeof(DirectEntry)) * static_cast<std::size_t>(local_size_) +
-         (kChannelHeaderBytes + slots_ * slot_bytes_) * static_cast<std::size_t>(local_rank);
+ControlSlot* ShmSegment::control(int local_rank, int parity) const {
+  const std::size_t index = 2 * static_cast<std::size_t>(local_rank) + static_cast<std::size_t>(parity);
+  return reinterpret_cast<ControlSlot*>(base_ + layout_.control_offset() + index * layout_.control_slot_bytes());
 }
 
-ChannelHeader* ShmSegment::channel(int local_rank) const {
-  return reinterpret_cast<ChannelHeader*>(base_ + channel_offset(local_rank));
+ChannelView ShmSegment::ring_channel(int producer) const {
+  char* at = base_ + layout_.ring_offset() + layout_.ring_channel_bytes() * static_cast<std::size_t>(producer);
+  return ChannelView{reinterpret_cast<ChannelHeader*>(at), at + sizeof(ChannelHeader), layout_.ring_slots,
+                     layout_.ring_slot_bytes};
 }
 
-char* ShmSegment::slot(int local_rank, std::size_t index) const {
-  return base_ + channel_offset(local_rank) + kChannelHeaderBytes + index * slot_bytes_;
+ChannelView ShmSegment::mesh_channel(int producer, int consumer) const {
+  if (layout_.mesh_slots == 0) return {};
+  const std::size_t index =
+      static_cast<std::size_t>(producer) * static_cast<std::size_t>(layout_.local_size) + static_cast<std::size_t>(consumer);
+  char* at = base_ + layout_.mesh_offset() + layout_.mesh_channel_bytes() * index;
+  return ChannelView{reinterpret_cast<ChannelHeader*>(at), at + sizeof(ChannelHeader), layout_.mesh_slots,
+                     layout_.mesh_slot_bytes};
 }
 
 }  // namespace muster::runtime::comm::shm

@@ -1,25 +1,27 @@
 // One POSIX shared-memory segment per Communicator per host, shared by the
 // ranks of that host. Layout (all 64-byte aligned):
 //
-//   Header     magic, local_size, slots per channel, slot bytes
-//   PeerEntry  x local_size   pid, world rank, op sequence, heartbeat
-//   DirectEntry x local_size  the direct allreduce's progress counters
-//   Channel    x local_size   head, tail counters + `slots` slots
+//   Header        magic, the layout's sizes (every rank checks them)
+//   PeerEntry     x local_size   pid, world rank, op sequence, heartbeat, doorbell
+//   DirectEntry   x local_size   the direct allreduce's progress counters
+//   ControlSlot   x local_size x 2   the descriptor exchange (control_plane.h):
+//                                    a sequence word, then the record and
+//                                    up to control_bytes of payload
+//   ring channel  x local_size   head, tail + ring_slots slots (local rank i
+//                                writes channel i, its ring right neighbour reads it)
+//   mesh channel  x local_size^2 head, tail + mesh_slots slots (channel
+//                                (i, j): local rank i to local rank j, alltoall)
 //
-// Channel i is written only by local rank i (to its ring right neighbour)
-// and read only by that neighbour: single producer, single consumer.
+// Every channel has a single producer and a single consumer.
 //
-// Protocol (ShmSegment::create_shared, collective over the host's ranks):
-//   a) local rank 0 creates "/muster-<pid>-<n>" (O_EXCL, 0600), sizes and
-//      maps it, and writes the header;
-//   b) it broadcasts the name (empty on failure) over the host communicator;
-//   c) the others open and map it, and all agree (allreduce) whether every
-//      rank succeeded;
-//   d) after a barrier rank 0 unlinks the name, so nothing is left behind in
-//      /dev/shm even if the job is killed; the mappings live on until unmap.
+// Formation (formation.cc, over the Bootstrap): the host's lowest rank
+// create()s "/muster-<pid>-<n>" (O_EXCL, 0600, pages reserved with
+// posix_fallocate so a full /dev/shm fails here, not with SIGBUS later) and
+// publishes the name; the others open() it and check the header against
+// their own layout; once every rank of the host said whether it mapped the
+// segment, the creator unlinks the name, so nothing is left in /dev/shm even
+// if the job is killed. The mappings live until each rank unmaps.
 #pragma once
-
-#include <mpi.h>
 
 #include <atomic>
 #include <cstddef>
@@ -34,32 +36,60 @@ struct alignas(64) PeerEntry {
   std::atomic<int64_t> world_rank;
   std::atomic<uint64_t> op_seq;
   std::atomic<int64_t> heartbeat_ms;  // CLOCK_MONOTONIC, shared by the host
-  std::atomic<int64_t> blamed;
+  std::atomic<int64_t> blamed;        // 0 healthy; 1 failed, culprit unknown; r + 2 failed blaming rank r
   // Futex word peers bump (and wake, if `sleeping`) when they publish into or
-  // free a slot of a channel this rank uses.
+  // free a slot of a channel this rank uses, or publish a control record.
   std::atomic<uint32_t> doorbell;
-  std::atomic<uint32_t> sleeping;        // 0 healthy; 1 failed, culprit unknown; r + 2 failed blaming rank r
+  std::atomic<uint32_t> sleeping;
 };
 
 // A rank's side of the direct allreduce (direct_allreduce.h), written only
 // by that rank and read by the others of its host. Counters only grow.
 struct alignas(64) DirectEntry {
-  // The op this rank has entered (its sequence number) and what it is: peers
-  // check they all reduce the same buffer region, offset, count, dtype and op.
-  std::atomic<uint64_t> arrived;
-  std::atomic<uint64_t> region;  // 0: this op is not a direct allreduce
-  std::atomic<uint64_t> offset;
-  std::atomic<uint64_t> count;
-  std::atomic<uint64_t> kind;    // dtype * 16 + op
   // Blocks whose own chunk this rank has reduced, over all direct ops so far.
   std::atomic<uint64_t> reduced;
   // The last op in which this rank has finished reading the others' buffers.
   std::atomic<uint64_t> finished;
 };
 
+// One of a rank's two control slots: `seq` says which exchange the bytes
+// after it belong to (written last, with release).
+struct alignas(64) ControlSlot {
+  std::atomic<uint64_t> seq;
+};
+
 struct ChannelHeader {
   alignas(64) std::atomic<uint64_t> head;  // segments published (producer)
   alignas(64) std::atomic<uint64_t> tail;  // segments released (consumer)
+};
+
+// One single-producer single-consumer channel inside the segment.
+struct ChannelView {
+  ChannelHeader* header = nullptr;
+  char* slots = nullptr;
+  std::size_t n_slots = 0;
+  std::size_t slot_bytes = 0;
+  char* slot(uint64_t index) const { return slots + (index % n_slots) * slot_bytes; }
+};
+
+struct SegmentLayout {
+  int local_size = 1;
+  std::size_t ring_slots = 8;
+  std::size_t ring_slot_bytes = 256 * 1024;  // rounded up to 64
+  std::size_t control_bytes = 4096;          // payload per control slot, rounded up to 64
+  std::size_t mesh_slots = 0;                // 0: no mesh channels
+  std::size_t mesh_slot_bytes = 0;
+  // Offsets of each area from the segment's start.
+  std::size_t peers_offset() const;
+  std::size_t direct_offset() const;
+  std::size_t control_offset() const;
+  std::size_t control_slot_bytes() const;  // ControlSlot + record header + payload
+  std::size_t ring_offset() const;
+  std::size_t ring_channel_bytes() const;
+  std::size_t mesh_offset() const;
+  std::size_t mesh_channel_bytes() const;
+  std::size_t total_bytes() const;
+  SegmentLayout rounded() const;  // slot sizes rounded up to 64 bytes
 };
 
 // Maps `bytes` of the POSIX shared-memory object `name` read-write: when
@@ -71,32 +101,29 @@ char* map_shared_object(const char* name, std::size_t bytes, bool create);
 
 class ShmSegment {
  public:
-  // Collective over `local_comm`. Returns null on every rank when any rank
-  // could not create or map the segment (callers then fall back to MPI).
-  static std::unique_ptr<ShmSegment> create_shared(MPI_Comm local_comm, std::size_t slots,
-                                                   std::size_t slot_bytes);
+  // A new segment with a fresh name (written to *name); null on failure.
+  static std::unique_ptr<ShmSegment> create(const SegmentLayout& layout, std::string* name);
+  // An existing segment; null when it cannot be mapped or its header does
+  // not match `layout`.
+  static std::unique_ptr<ShmSegment> open(const std::string& name, const SegmentLayout& layout);
+  static void unlink(const std::string& name);
   ~ShmSegment();
   ShmSegment(const ShmSegment&) = delete;
   ShmSegment& operator=(const ShmSegment&) = delete;
 
-  int local_size() const { return local_size_; }
-  std::size_t slots() const { return slots_; }
-  std::size_t slot_bytes() const { return slot_bytes_; }
+  const SegmentLayout& layout() const { return layout_; }
+  int local_size() const { return layout_.local_size; }
   PeerEntry* peer(int local_rank) const;
   DirectEntry* direct(int local_rank) const;
-  ChannelHeader* channel(int local_rank) const;
-  char* slot(int local_rank, std::size_t index) const;
+  ControlSlot* control(int local_rank, int parity) const;
+  ChannelView ring_channel(int producer) const;
+  ChannelView mesh_channel(int producer, int consumer) const;
 
  private:
-  ShmSegment(void* base, std::size_t bytes, int local_size, std::size_t slots, std::size_t slot_bytes);
-  static std::size_t layout_bytes(int local_size, std::size_t slots, std::size_t slot_bytes);
-  std::size_t channel_offset(int local_rank) const;
+  ShmSegment(char* base, const SegmentLayout& layout);
 
   char* base_;
-  std::size_t bytes_;
-  int local_size_;
-  std::size_t slots_;
-  std::size_t slot_bytes_;
+  SegmentLayout layout_;
 };
 
 }  // namespace muster::runtime::comm::shm

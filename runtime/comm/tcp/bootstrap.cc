@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <set>
 
 #include "runtime/error.h"
 
@@ -59,7 +60,7 @@ Listener Listener::open(in_addr address, std::size_t buffer_bytes) {
     throw Error("TCP bootstrap: cannot listen on " + format_endpoint(address, 0) + ": bind failed: " +
                 errno_text(errno) + " (is that address this host's? see MUSTER_COMM_TCP_IFACE)");
   }
-  if (listen(l.socket_.fd(), 64) != 0) throw Error("TCP bootstrap: listen failed: " + errno_text(errno));
+  if (listen(l.socket_.fd(), SOMAXCONN) != 0) throw Error("TCP bootstrap: listen failed: " + errno_text(errno));
   socklen_t len = sizeof a;
   getsockname(l.socket_.fd(), reinterpret_cast<sockaddr*>(&a), &len);
   set_nonblocking(l.socket_);
@@ -104,20 +105,36 @@ Socket connect_stream(in_addr address, uint16_t port, int peer, const Hello& hel
 
 std::vector<Socket> accept_streams(const Listener& listener, int peer, int me, uint64_t token, int streams,
                                    Deadline deadline) {
-  std::vector<Socket> out(static_cast<std::size_t>(streams));
-  for (int accepted = 0; accepted < streams; ++accepted) {
+  std::vector<ExpectedStream> expected;
+  for (int s = 0; s < streams; ++s) expected.push_back(ExpectedStream{peer, static_cast<uint32_t>(s)});
+  return accept_expected(listener, expected, me, token, deadline);
+}
+
+std::vector<Socket> accept_expected(const Listener& listener, const std::vector<ExpectedStream>& expected, int me,
+                                    uint64_t token, Deadline deadline) {
+  std::vector<Socket> out(expected.size());
+  const std::string here = format_endpoint(listener.address(), listener.port());
+  // The ranks whose streams have not all arrived, and the first of them.
+  auto missing = [&] {
+    std::set<int> ranks;
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      if (!out[i].valid()) ranks.insert(expected[i].from);
+    }
+    std::string who = ranks.size() == 1 ? "rank " : "ranks ";
+    for (int r : ranks) who += (who.back() == ' ' ? "" : ", ") + std::to_string(r);
+    return std::make_pair(who, ranks.empty() ? -1 : *ranks.begin());
+  };
+  for (std::size_t accepted = 0; accepted < expected.size();) {
     if (!wait_for(listener.socket().fd(), POLLIN, deadline)) {
-      throw TimeoutError("TCP bootstrap: rank " + std::to_string(peer) + " did not connect to this rank's " +
-                             format_endpoint(listener.address(), listener.port()) + " (" + std::to_string(accepted) +
-                             " of " + std::to_string(streams) + " streams arrived)",
-                         peer);
+      const auto [who, first] = missing();
+      throw TimeoutError("TCP bootstrap: " + who + " did not connect to this rank's " + here + " (" +
+                             std::to_string(accepted) + " of " + std::to_string(expected.size()) +
+                             " streams arrived)",
+                         first);
     }
     Socket s(accept4(listener.socket().fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!s.valid()) {
-      if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) {
-        --accepted;
-        continue;
-      }
+      if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) continue;
       throw Error("TCP bootstrap: accept failed: " + errno_text(errno));
     }
     const std::string from = peer_endpoint(s);
@@ -127,39 +144,48 @@ std::vector<Socket> accept_streams(const Listener& listener, int peer, int me, u
       if (!wait_for(s.fd(), POLLIN, deadline)) {
         throw TimeoutError("TCP bootstrap: the connection from " + from + " sent " + std::to_string(got) +
                                " of the hello's 32 bytes before the deadline",
-                           peer);
+                           missing().second);
       }
       const ssize_t r = recv(s.fd(), reinterpret_cast<char*>(&h) + got, sizeof h - got, 0);
       if (r == 0) {
         throw CommError("TCP bootstrap: the connection from " + from + " closed after " + std::to_string(got) +
                             " of the hello's 32 bytes",
-                        peer);
+                        missing().second);
       }
       if (r < 0 && errno != EAGAIN && errno != EINTR) {
-        throw CommError("TCP bootstrap: reading the hello from " + from + " failed: " + errno_text(errno), peer);
+        throw CommError("TCP bootstrap: reading the hello from " + from + " failed: " + errno_text(errno),
+                        missing().second);
       }
       if (r > 0) got += static_cast<std::size_t>(r);
     }
     std::string wrong;
+    std::size_t slot = expected.size();
     if (h.magic != kHelloMagic) {
-      wrong = "it is not a muster ring stream (bad magic)";
+      wrong = "it is not a muster stream (bad magic)";
     } else if (h.version != kHelloVersion) {
       wrong = "protocol version " + std::to_string(h.version) + ", this rank speaks " + std::to_string(kHelloVersion);
     } else if (h.token != token) {
       wrong = "it belongs to another job (token mismatch)";
-    } else if (h.from != peer || h.to != me) {
-      wrong = "it says rank " + std::to_string(h.from) + " -> rank " + std::to_string(h.to) + ", expected rank " +
-              std::to_string(peer) + " -> rank " + std::to_string(me);
-    } else if (h.stream >= static_cast<uint32_t>(streams) || out[h.stream].valid()) {
-      wrong = "stream " + std::to_string(h.stream) + " is not one of the " + std::to_string(streams) +
-              " expected or came twice";
+    } else if (h.to != me) {
+      wrong = "it says rank " + std::to_string(h.from) + " -> rank " + std::to_string(h.to) + ", but this is rank " +
+              std::to_string(me);
+    } else {
+      for (std::size_t i = 0; i < expected.size(); ++i) {
+        if (expected[i].from == h.from && expected[i].stream == h.stream) slot = i;
+      }
+      if (slot == expected.size()) {
+        wrong = "rank " + std::to_string(h.from) + " stream " + std::to_string(h.stream) +
+                " is not one this rank expects";
+      } else if (out[slot].valid()) {
+        wrong = "rank " + std::to_string(h.from) + " stream " + std::to_string(h.stream) + " came twice";
+      }
     }
     if (!wrong.empty()) {
-      throw CommError("TCP bootstrap: bad hello on " + format_endpoint(listener.address(), listener.port()) +
-                          " from " + from + ": " + wrong,
-                      peer);
+      throw CommError("TCP bootstrap: bad hello on " + here + " from " + from + ": " + wrong,
+                      h.magic == kHelloMagic && h.from >= 0 ? h.from : missing().second);
     }
-    out[h.stream] = std::move(s);
+    out[slot] = std::move(s);
+    ++accepted;
   }
   return out;
 }

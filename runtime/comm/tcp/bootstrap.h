@@ -66,4 +66,16 @@ Socket connect_stream(in_addr address, uint16_t port, int peer, const Hello& hel
 std::vector<Socket> accept_streams(const Listener& listener, int peer, int me, uint64_t token, int streams,
                                    Deadline deadline);
 
+// One connection a listener waits for: from rank `from`, stream `stream`.
+struct ExpectedStream {
+  int from = -1;
+  uint32_t stream = 0;
+};
+// Accepts one connection for each of `expected` (in any order of arrival)
+// whose Hello names this rank `me` and `token`, and returns them in the
+// order of `expected`. TimeoutError names the ranks that did not connect;
+// a Hello matching nothing expected (or one that came twice) is a CommError.
+std::vector<Socket> accept_expected(const Listener& listener, const std::vector<ExpectedStream>& expected, int me,
+                                    uint64_t token, Deadline deadline);
+
 }  // namespace muster::runtime::comm::tcp
