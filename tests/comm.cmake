@@ -73,3 +73,34 @@ endif()
 # Ranks on threads over KvBootstrap and an in-process store (no mpirun): every
 # collective x transport (shm, tcp, two hosts) x world size x size x dtype x op.
 muster_gtest(comm_world_test SOURCES comm_world_test.cc DEPS muster_comm LABEL unit TIMEOUT 600)
+# Checked ops (mismatches on every rank, the world usable after), process
+# sets, broken worlds torn down and formed again: ranks on threads.
+muster_gtest(comm_checks_test SOURCES comm_checks_test.cc DEPS muster_comm LABEL unit TIMEOUT 600)
+
+# The mpirun suites again without mpirun: N processes started by
+# comm_store_launch.sh form their world over a file store (KvBootstrap).
+function(muster_comm_store_test name)
+  cmake_parse_arguments(ARG "" "NP;TARGET;TIMEOUT" "ARGS" ${ARGN})
+  add_test(NAME ${name} COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/comm_store_launch.sh ${ARG_NP}
+    $<TARGET_FILE:${ARG_TARGET}> ${ARG_ARGS})
+  set_tests_properties(${name} PROPERTIES LABELS unit TIMEOUT ${ARG_TIMEOUT}
+    ENVIRONMENT "MUSTER_SOURCE_DIR=${CMAKE_SOURCE_DIR};MUSTER_BINARY_DIR=${CMAKE_BINARY_DIR}")
+endfunction()
+muster_comm_store_test(comm_collectives_store_np3 NP 3 TARGET comm_collectives_test TIMEOUT 120)
+muster_comm_store_test(comm_allreduce_store_np3 NP 3 TARGET comm_allreduce_test TIMEOUT 300
+  ARGS "--gtest_filter=-*_mpi:*Mpi*")
+muster_comm_store_test(comm_allreduce_store_tcp_np4 NP 4 TARGET comm_allreduce_test TIMEOUT 300
+  ARGS --transport=tcp "--gtest_filter=AllOpsDtypesSizes/*_ring:AllOpsDtypesSizes/*_auto:AllreduceAsync.*")
+muster_comm_store_test(comm_shared_store_np3 NP 3 TARGET comm_shared_test TIMEOUT 300 ARGS "--gtest_filter=-*Mpi*")
+
+# A rank of a store-formed world killed; the survivors form a smaller world in
+# the same processes, leaving nothing behind (no mpirun).
+add_executable(comm_reform_worker comm_reform_worker.cc)
+muster_target_defaults(comm_reform_worker)
+target_link_libraries(comm_reform_worker PRIVATE muster_comm)
+muster_gtest(comm_reform_test SOURCES comm_reform_test.cc DEPS muster_base LABEL unit TIMEOUT 300)
+add_dependencies(comm_reform_test comm_reform_worker)
+
+# The Python binding and muster.runtime without mpirun: ranks on threads
+# over a store object, and processes over muster.runtime.FileStore.
+muster_python_test(runtime_python SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/runtime_python_test.py LABEL unit TIMEOUT 600)

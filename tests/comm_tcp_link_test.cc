@@ -306,7 +306,7 @@ TEST(TcpBootstrap, GarbageHelloIsRejectedSayingWhy) {
   ASSERT_EQ(send(s.fd(), junk, sizeof junk, 0), 32);
   const std::string e = accept_error(l);
   EXPECT_NE(e.find("bad hello"), std::string::npos) << e;
-  EXPECT_NE(e.find("not a muster ring stream"), std::string::npos) << e;
+  EXPECT_NE(e.find("not a muster ring or mesh stream"), std::string::npos) << e;
   EXPECT_NE(e.find("127.0.0.1:"), std::string::npos) << e;
 }
 

@@ -1,5 +1,6 @@
 #include "runtime/comm/comm_env.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <string>
@@ -21,6 +22,9 @@ int env_int(const char* name, int fallback) {
 CommOptions apply_env(CommOptions o) {
   if (const char* v = std::getenv("MUSTER_COMM_TIMEOUT_MS"); v && *v) {
     o.timeout = std::chrono::milliseconds(env_int("MUSTER_COMM_TIMEOUT_MS", 0));
+  }
+  if (const char* v = std::getenv("MUSTER_COMM_FORMATION_TIMEOUT_MS"); v && *v) {
+    o.formation_timeout = std::chrono::milliseconds(env_int("MUSTER_COMM_FORMATION_TIMEOUT_MS", 0));
   }
   if (const char* v = std::getenv("MUSTER_COMM_RING_TRANSPORT"); v && *v) {
     const std::string t = v;
@@ -79,6 +83,8 @@ CommOptions apply_env(CommOptions o) {
     o.check_ops = t == "1";
   }
   if (o.timeout.count() <= 0) throw InvalidArgument("CommOptions.timeout must be positive");
+  if (o.formation_timeout.count() < 0) throw InvalidArgument("CommOptions.formation_timeout must not be negative");
+  if (o.formation_timeout.count() == 0) o.formation_timeout = std::max(o.timeout, std::chrono::milliseconds(60000));
   if (o.segment_bytes < 64) throw InvalidArgument("CommOptions.segment_bytes must be at least 64");
   if (o.spin.count() < 0 && o.spin != CommOptions::kAutoSpin) {
     throw InvalidArgument("CommOptions.spin must not be negative (or kAutoSpin)");

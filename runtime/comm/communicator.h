@@ -84,8 +84,8 @@
 namespace muster::runtime::comm {
 
 enum class ReduceOp { kSum, kAverage, kMin, kMax };
-// kAuto: muster's own paths (inline, direct, ring). kRing: the ring even
-// where the inline or direct path would run. kMpi: MPI_Iallreduce on the MPI
+// kAuto: muster's own paths (small, direct, ring). kRing: the ring (or, in
+// a shared buffer, the direct path) even where the small path would run. kMpi: MPI_Iallreduce on the MPI
 // Bootstrap's communicator (benchmarks and comparison; InvalidArgument
 // without an MPI Bootstrap). kAuto never picks kMpi.
 enum class Algorithm { kAuto, kMpi, kRing };
@@ -130,6 +130,11 @@ struct CommOptions {
   // the clock at every segment that moves; an MPI collective (kMpi) shows no
   // partial progress, so there it bounds the whole op.
   std::chrono::milliseconds timeout{60000};
+  // How long forming the world (create, split) waits for every rank to
+  // arrive: processes start at different times, so this is separate from
+  // the ops' timeout. 0: the larger of `timeout` and 60 s.
+  // MUSTER_COMM_FORMATION_TIMEOUT_MS overrides it.
+  std::chrono::milliseconds formation_timeout{0};
   // Ops whose data is at most this many bytes per rank travel inside the
   // descriptor exchange (the small path); 0 turns it off.
   // MUSTER_COMM_INLINE_BYTES overrides it.

@@ -26,10 +26,17 @@ class PeerMonitor {
   virtual ~PeerMonitor() = default;
   // This rank starts its op number `seq` (1, 2, ...).
   virtual void begin_op(uint64_t seq) = 0;
+  // This rank completed its op number `seq`: a peer that goes away after
+  // it is no failure of that op.
+  virtual void end_op(uint64_t seq) { (void)seq; }
   // This rank is alive and polling.
   virtual void heartbeat() = 0;
-  // Throws CommError naming a monitored peer that has exited.
+  // Throws CommError naming a monitored peer that has exited or closed its
+  // Communicator before completing the op this rank is in.
   virtual void check_alive(const std::string& what) = 0;
+  // This rank's Communicator is going away: a peer waiting on it fails at
+  // once (its process may live on).
+  virtual void mark_closed() {}
   // This rank's op failed blaming `rank` (-1 unknown): tells the peers, so
   // a survivor that exits after a failure is not taken for the culprit.
   virtual void record_failure(int rank) = 0;

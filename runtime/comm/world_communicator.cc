@@ -32,9 +32,9 @@ WorldCommunicator::WorldCommunicator(std::unique_ptr<Bootstrap> bootstrap, const
   form();
   if (const char* v = std::getenv("MUSTER_COMM_DEBUG"); v && *v && std::string(v) != "0") {
     // One line per rank saying how its world is wired (tests and operators check it).
-    std::fprintf(stderr, "muster comm: rank %d of %d (%s), %d on this host, ring links %s%s\n", rank_, size_,
-                 bootstrap_kind_.c_str(), local_size_, ring_transport_name().c_str(),
-                 tcp_io_threads() ? " (TCP I/O threads)" : "");
+    std::fprintf(stderr, "muster comm: rank %d of %d, %d on this host, ring links %s%s, formed by %s\n", rank_, size_,
+                 local_size_, ring_transport_name().c_str(), tcp_io_threads() ? " (TCP I/O threads)" : "",
+                 bootstrap_kind_.c_str());
   }
   block_from_env_ = std::getenv("MUSTER_COMM_BLOCK_BYTES") != nullptr;
   progress_ = std::make_unique<ProgressThread>();
@@ -42,6 +42,7 @@ WorldCommunicator::WorldCommunicator(std::unique_ptr<Bootstrap> bootstrap, const
 
 WorldCommunicator::~WorldCommunicator() {
   closing_.store(true);  // an op waiting on a peer ends now (CommError)
+  if (monitor_) monitor_->mark_closed();  // and a local peer waiting on this rank learns it left
   progress_.reset();     // then the queue drains (each op fails at once) and the thread is joined
   control_.reset();
   peer_links_.clear();
@@ -86,6 +87,7 @@ Handle WorldCommunicator::submit(Call call, std::function<void(Call&, Watchdog&)
     watchdog.set_abort(&closing_);
     try {
       body(call, watchdog);
+      if (monitor_) monitor_->end_op(seq);
     } catch (const MismatchError&) {
       throw;  // thrown before any data moved: the links are as they were
     } catch (const InvalidArgument&) {

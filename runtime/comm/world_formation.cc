@@ -132,7 +132,7 @@ void WorldCommunicator::form() {
   put_u64(&mine, static_cast<uint64_t>(getpid()));
   put_u64(&mine, static_cast<uint64_t>(cpus));
   for (const auto& o : kSharedOptions) put_u64(&mine, o.get(options_));
-  const auto all = bootstrap_->allgather(mine, "world", options_.timeout);
+  const auto all = bootstrap_->allgather(mine, "world", options_.formation_timeout);
   std::vector<std::string> keys;
   std::vector<std::vector<uint64_t>> shared;
   for (int r = 0; r < size_; ++r) {
@@ -175,7 +175,7 @@ void WorldCommunicator::form() {
     const auto host_ranks = static_cast<int>(hosts_.host_members(rank_).size());
     const bool wants = options_.tcp_threads == CommOptions::TcpThreads::kOn ||
                        (options_.tcp_threads == CommOptions::TcpThreads::kAuto && cpus >= 4 && cpus >= 2 * host_ranks);
-    const auto wishes = bootstrap_->allgather(wants ? "1" : "0", "TCP I/O threads", options_.timeout);
+    const auto wishes = bootstrap_->allgather(wants ? "1" : "0", "TCP I/O threads", options_.formation_timeout);
     for (const auto& w : wishes) threads = threads && w == "1";
   }
   // b) + c) This host's segment.
@@ -198,12 +198,12 @@ void WorldCommunicator::form_segment(const std::string& key_of_host, int host_si
   const bool leader = host_size > 1 && hosts_.local_of[static_cast<std::size_t>(rank_)] == 0;
   std::string name;
   if (leader) segment_ = shm::ShmSegment::create(layout, &name);
-  const auto names = bootstrap_->allgather(name, "shm segment", options_.timeout);
+  const auto names = bootstrap_->allgather(name, "shm segment", options_.formation_timeout);
   if (host_size > 1 && !leader) {
     const std::string& published = names[static_cast<std::size_t>(hosts_.host_members(rank_).front())];
     if (!published.empty()) segment_ = shm::ShmSegment::open(published, layout);
   }
-  const auto mapped = bootstrap_->allgather(segment_ ? "1" : "0", "shm mapped", options_.timeout);
+  const auto mapped = bootstrap_->allgather(segment_ ? "1" : "0", "shm mapped", options_.formation_timeout);
   if (leader) shm::ShmSegment::unlink(name);  // every rank of the host has mapped it (or given up)
   // Keep it only if every rank of this host mapped it (all of them see the same).
   bool host_ok = host_size > 1;
@@ -255,6 +255,7 @@ void WorldCommunicator::form_links(bool io_threads) {
   t.segment_bytes = options_.segment_bytes;
   t.in_flight = options_.segments_in_flight;
   t.timeout = options_.timeout;
+  t.formation_timeout = options_.formation_timeout;
   t.io_threads = io_threads;
   t.whole_job_on_one_host = hosts_.hosts() == 1;
   tcp_ = tcp::connect_tcp(*bootstrap_, plan, t);

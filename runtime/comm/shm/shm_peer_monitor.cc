@@ -44,6 +44,8 @@ void ShmPeerMonitor::begin_op(uint64_t seq) {
   me->heartbeat_ms.store(monotonic_ms(), std::memory_order_relaxed);
 }
 
+void ShmPeerMonitor::end_op(uint64_t seq) { segment_->peer(local_rank_)->done_seq.store(seq); }
+
 void ShmPeerMonitor::heartbeat() {
   segment_->peer(local_rank_)->heartbeat_ms.store(monotonic_ms(), std::memory_order_relaxed);
 }
@@ -52,21 +54,31 @@ void ShmPeerMonitor::record_failure(int rank) {
   segment_->peer(local_rank_)->blamed.store(rank >= 0 ? rank + 2 : 1);
 }
 
+void ShmPeerMonitor::mark_closed() { segment_->peer(local_rank_)->closed.store(1); }
+
 void ShmPeerMonitor::check_alive(const std::string& what) {
-  // Among exited peers prefer one that did not fail first (the cause, not a
-  // survivor that gave up), then the one furthest behind.
+  // A peer that completed the op this rank is in may go away: what it had to
+  // send is out (in shared memory, or in this rank's socket buffers).
+  const uint64_t current = segment_->peer(local_rank_)->op_seq.load();
+  // Among peers gone before completing it (exited, or closed their
+  // Communicator while the process lives on) prefer one that did not fail
+  // first (the cause, not a survivor that gave up), then the one furthest
+  // behind.
   int chosen = -1;
-  bool chosen_failed = true;
+  bool chosen_failed = true, chosen_exited = false;
   uint64_t chosen_seq = 0;
   for (int i = 0; i < segment_->local_size(); ++i) {
     if (i == local_rank_) continue;
     const PeerEntry* p = segment_->peer(i);
-    if (!process_exited(p->pid.load())) continue;
+    if (p->done_seq.load() >= current) continue;
+    const bool exited = process_exited(p->pid.load());
+    if (!exited && !p->closed.load()) continue;
     const bool failed = p->blamed.load() != 0;
     const uint64_t seq = p->op_seq.load();
     if (chosen < 0 || (chosen_failed && !failed) || (failed == chosen_failed && seq < chosen_seq)) {
       chosen = i;
       chosen_failed = failed;
+      chosen_exited = exited;
       chosen_seq = seq;
     }
   }
@@ -74,17 +86,23 @@ void ShmPeerMonitor::check_alive(const std::string& what) {
   const PeerEntry* p = segment_->peer(chosen);
   const int rank = static_cast<int>(p->world_rank.load());
   const std::string pid = std::to_string(p->pid.load());
+  const char* gone = chosen_exited ? "exited" : "closed its communicator";
   if (chosen_failed) {
     const int64_t blamed = p->blamed.load() - 2;  // see PeerEntry::blamed
     if (blamed >= 0) {
       throw CommError(what + ": rank " + std::to_string(blamed) + " failed (reported by rank " + std::to_string(rank) +
-                          ", pid " + pid + ", which exited after its collective failed). Check rank " +
+                          ", pid " + pid + ", which " + gone + " after its collective failed). Check rank " +
                           std::to_string(blamed) + "'s log.",
                       static_cast<int>(blamed));
     }
   }
-  throw CommError(what + ": rank " + std::to_string(rank) + " (pid " + pid + ", this host) has exited; its last op was #" +
-                      std::to_string(p->op_seq.load()) + ". Check that rank's log.",
+  if (chosen_exited) {
+    throw CommError(what + ": rank " + std::to_string(rank) + " (pid " + pid + ", this host) has exited; its last op was #" +
+                        std::to_string(p->op_seq.load()) + ". Check that rank's log.",
+                    rank);
+  }
+  throw CommError(what + ": rank " + std::to_string(rank) + " (pid " + pid +
+                      ", this host) closed its communicator; its last op was #" + std::to_string(p->op_seq.load()),
                   rank);
 }
 

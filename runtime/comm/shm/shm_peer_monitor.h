@@ -17,9 +17,11 @@ class ShmPeerMonitor : public PeerMonitor {
  public:
   ShmPeerMonitor(ShmSegment* segment, int local_rank, int world_rank);
   void begin_op(uint64_t seq) override;
+  void end_op(uint64_t seq) override;
   void heartbeat() override;
   void check_alive(const std::string& what) override;
   void record_failure(int rank) override;
+  void mark_closed() override;
   int blame(uint64_t seq, std::chrono::milliseconds timeout, std::string* why) override;
 
  private:

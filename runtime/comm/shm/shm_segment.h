@@ -41,6 +41,8 @@ struct alignas(64) PeerEntry {
   // free a slot of a channel this rank uses, or publish a control record.
   std::atomic<uint32_t> doorbell;
   std::atomic<uint32_t> sleeping;
+  std::atomic<uint32_t> closed;  // 1 once this rank's Communicator is being destroyed
+  std::atomic<uint64_t> done_seq;  // the last op this rank completed
 };
 
 // A rank's side of the direct allreduce (direct_allreduce.h), written only

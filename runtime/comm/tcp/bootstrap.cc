@@ -161,28 +161,31 @@ std::vector<Socket> accept_expected(const Listener& listener, const std::vector<
     std::string wrong;
     std::size_t slot = expected.size();
     if (h.magic != kHelloMagic) {
-      wrong = "it is not a muster stream (bad magic)";
+      wrong = "it is not a muster ring or mesh stream (bad magic)";
     } else if (h.version != kHelloVersion) {
       wrong = "protocol version " + std::to_string(h.version) + ", this rank speaks " + std::to_string(kHelloVersion);
     } else if (h.token != token) {
       wrong = "it belongs to another job (token mismatch)";
-    } else if (h.to != me) {
-      wrong = "it says rank " + std::to_string(h.from) + " -> rank " + std::to_string(h.to) + ", but this is rank " +
-              std::to_string(me);
     } else {
+      bool from_expected = false;
       for (std::size_t i = 0; i < expected.size(); ++i) {
+        from_expected = from_expected || expected[i].from == h.from;
         if (expected[i].from == h.from && expected[i].stream == h.stream) slot = i;
       }
-      if (slot == expected.size()) {
-        wrong = "rank " + std::to_string(h.from) + " stream " + std::to_string(h.stream) +
+      if (h.to != me || !from_expected) {
+        wrong = "it says rank " + std::to_string(h.from) + " -> rank " + std::to_string(h.to) + ", expected " +
+                missing().first + " -> rank " + std::to_string(me);
+        slot = expected.size();
+      } else if (slot == expected.size()) {
+        wrong = "stream " + std::to_string(h.stream) + " of rank " + std::to_string(h.from) +
                 " is not one this rank expects";
       } else if (out[slot].valid()) {
         wrong = "rank " + std::to_string(h.from) + " stream " + std::to_string(h.stream) + " came twice";
       }
     }
     if (!wrong.empty()) {
-      throw CommError("TCP bootstrap: bad hello on " + here + " from " + from + ": " + wrong,
-                      h.magic == kHelloMagic && h.from >= 0 ? h.from : missing().second);
+      // Blame the rank this listener still waits for: the stranger may be anyone.
+      throw CommError("TCP bootstrap: bad hello on " + here + " from " + from + ": " + wrong, missing().second);
     }
     out[slot] = std::move(s);
     ++accepted;

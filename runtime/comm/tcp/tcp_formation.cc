@@ -113,7 +113,7 @@ TcpLinks connect_tcp(Bootstrap& bootstrap, const TcpPlan& plan, const TcpFormati
   if (options.streams < 1 || options.streams > 64) {
     throw InvalidArgument("TCP streams per link must be 1..64, got " + std::to_string(options.streams));
   }
-  const auto deadline = std::chrono::steady_clock::now() + options.timeout;
+  const auto deadline = std::chrono::steady_clock::now() + options.formation_timeout;
   const bool any_tcp = plan.ring_send || plan.ring_recv || !plan.mesh_peers.empty();
 
   // a) listen.
@@ -137,7 +137,7 @@ TcpLinks connect_tcp(Bootstrap& bootstrap, const TcpPlan& plan, const TcpFormati
   }
   // b) exchange and check; c) agree.
   std::string raw(reinterpret_cast<const char*>(&mine), sizeof mine);
-  const auto gathered = bootstrap.allgather(raw, "TCP endpoints", options.timeout);
+  const auto gathered = bootstrap.allgather(raw, "TCP endpoints", options.formation_timeout);
   std::vector<Endpoint> all(static_cast<std::size_t>(size));
   for (std::size_t k = 0; k < all.size(); ++k) {
     if (gathered[k].size() != sizeof(Endpoint)) {
@@ -154,11 +154,11 @@ TcpLinks connect_tcp(Bootstrap& bootstrap, const TcpPlan& plan, const TcpFormati
       failure = std::current_exception();
     }
   }
-  agree(bootstrap, failure, "open its TCP listener or agree on the links", options.timeout);
+  agree(bootstrap, failure, "open its TCP listener or agree on the links", options.formation_timeout);
   TcpLinks links;
   links.mesh.resize(static_cast<std::size_t>(size));
   if (!any_tcp) {
-    agree(bootstrap, nullptr, "connect its TCP streams", options.timeout);
+    agree(bootstrap, nullptr, "connect its TCP streams", options.formation_timeout);
     return links;
   }
 
@@ -207,7 +207,7 @@ TcpLinks connect_tcp(Bootstrap& bootstrap, const TcpPlan& plan, const TcpFormati
     failure = std::current_exception();
   }
   // e) all or none.
-  agree(bootstrap, failure, "connect its TCP streams", options.timeout);
+  agree(bootstrap, failure, "connect its TCP streams", options.formation_timeout);
   if (plan.ring_send || plan.ring_recv) {
     std::unique_ptr<TcpSender> sender;
     std::unique_ptr<TcpReceiver> receiver;

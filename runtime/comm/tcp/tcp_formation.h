@@ -56,7 +56,8 @@ struct TcpFormationOptions {
   std::size_t in_flight = 8;
   std::size_t mesh_segment_bytes = 256 * 1024;
   std::size_t mesh_in_flight = 4;
-  std::chrono::milliseconds timeout{60000};
+  std::chrono::milliseconds timeout{60000};            // the ops': TCP_USER_TIMEOUT on every stream
+  std::chrono::milliseconds formation_timeout{60000};  // every wait of this protocol
   bool whole_job_on_one_host = false;
   // The ring's socket I/O on threads of its own (tcp_transport.h) or inline
   // on the progress thread. The mesh always moves inline.

@@ -16,6 +16,17 @@ Example (under ``mpirun -np 2 python3 script.py``)::
     parts = rt.allgather(np.arange(rt.rank() + 1))   # [0, 0, 1]
     rt.shutdown()
 
+Without mpirun, processes form a world over a store they all reach::
+
+    store = rt.FileStore("/tmp/job-7")        # or any object with set()/get()
+    rt.init(store=store, rank=r, size=n)
+    evens = rt.split([0, 2], "evens")         # a process set (None on ranks 1, 3)
+    if evens is not None:
+        rt.allreduce(x, comm=evens)
+
+Every op takes name= (compared across ranks: ops that differ between ranks
+raise MismatchError on every rank, naming them, and the world stays usable).
+
 Failures raise the classes of muster.runtime_errors (CommError naming the dead
 rank, PeerTimeoutError, MismatchError, InvalidArgument), never hang: every
 wait is bounded by MUSTER_COMM_TIMEOUT_MS (default 60 s).
@@ -38,7 +49,9 @@ from .runtime_errors import (CommError, DataError, InvalidArgument, MismatchErro
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "communicator",
+    "bootstrap", "transport", "FileStore", "split",
     "allreduce", "allreduce_async", "broadcast", "broadcast_async", "allgather", "allgather_bytes", "barrier",
+    "reducescatter", "reducescatter_async", "alltoall", "alltoall_async",
     "Handle", "extension", "CommError", "PeerTimeoutError", "MismatchError", "InvalidArgument", "RuntimeFailure",
 ]
 
@@ -98,16 +111,79 @@ def extension():
     return ext
 
 
-def init(timeout_ms=0):
+def init(timeout_ms=0, store=None, rank=-1, size=-1, prefix=""):
     """Creates the process's communicator (collective: every rank calls it). Idempotent.
 
     timeout_ms > 0 overrides the runtime's peer timeout (MUSTER_COMM_TIMEOUT_MS wins over both).
+    Without `store` the world comes from the environment (mpirun, musterd, else one process).
+    With `store` (FileStore, or any object with set(key, bytes) and
+    get(keys, timeout_ms) -> list of bytes) the `size` processes form the
+    world over it, this one being `rank`; `prefix` must differ between worlds
+    formed over the same store (default "muster").
     """
     global _comm
     with _lock:
         if _comm is None or not _comm.open:
-            _comm = extension().Communicator(int(timeout_ms))
+            if store is None:
+                _comm = extension().Communicator(int(timeout_ms))
+            else:
+                _comm = extension().Communicator(int(timeout_ms), store, int(rank), int(size), str(prefix))
         return _comm
+
+
+class FileStore:
+    """A store in a directory every process reaches (one machine, or a shared file system).
+
+    The same layout as the runtime's C++ file store (key "a/b" is the file
+    <path>/a/b, written once, atomically), so both can share a directory::
+
+        rt.init(store=rt.FileStore("/tmp/job-7"), rank=r, size=n)
+    """
+
+    def __init__(self, path):
+        self.path = os.path.abspath(str(path))
+        os.makedirs(self.path, exist_ok=True)
+
+    def _file(self, key):
+        parts = key.split("/")
+        if not key or any(p in ("", ".", "..") for p in parts) or ".tmp-" in key:
+            raise InvalidArgument("FileStore: key %r is not a relative path of plain parts" % key)
+        return os.path.join(self.path, *parts)
+
+    def set(self, key, value):
+        path = self._file(key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = "%s.tmp-%d-%d" % (path, os.getpid(), threading.get_ident())
+        with open(tmp, "wb") as f:
+            f.write(bytes(value))
+        try:
+            os.link(tmp, path)  # refuses an existing key: the first writer wins
+        except FileExistsError:
+            raise InvalidArgument("FileStore: key %r was set before (keys are written once)" % key)
+        finally:
+            os.unlink(tmp)
+
+    def get(self, keys, timeout_ms):
+        import time
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        values = {}
+        pause = 0.0001
+        while True:
+            for k in keys:
+                if k not in values:
+                    try:
+                        with open(self._file(k), "rb") as f:
+                            values[k] = f.read()
+                    except FileNotFoundError:
+                        pass
+            if len(values) == len(keys):
+                return [values[k] for k in keys]
+            if time.monotonic() >= deadline:
+                missing = [k for k in keys if k not in values]
+                raise TimeoutError("FileStore %s: keys missing after %d ms: %s"
+                                   % (self.path, timeout_ms, ", ".join(missing)))
+            time.sleep(pause)
+            pause = min(pause * 2, 0.005)
 
 
 def is_initialized():
@@ -189,6 +265,34 @@ def local_size():
     return communicator().local_size
 
 
+def bootstrap():
+    """What formed the world: "mpi", "store", "single" or "musterd"."""
+    return communicator().bootstrap
+
+
+def transport():
+    """What the ring's links run over: "shm", "tcp", "mpi", "mixed" or "none"."""
+    return communicator().transport
+
+
+def split(ranks, name, comm=None):
+    """A process set (collective over `comm`, default the world).
+
+    Returns a Communicator among `ranks` (sorted, unique ranks of `comm`) on
+    its members, None on the others; pass it as comm= to any op here.
+    """
+    return _target(comm).split([int(r) for r in ranks], str(name))
+
+
+def _target(comm):
+    """The Communicator an op runs on: the world (after what must precede it), or `comm`."""
+    if comm is None:
+        return collective_communicator()
+    if not comm.open:
+        raise InvalidArgument("that communicator was closed")
+    return comm
+
+
 # --- buffers -----------------------------------------------------------------
 
 _NUMPY_DTYPES = {"float32": "float32", "float64": "float64", "float16": "float16", "int32": "int32",
@@ -249,43 +353,44 @@ def _reduce_dtype(a, what):
     return name
 
 
-def allreduce_async(array, op="sum"):
+def allreduce_async(array, op="sum", name=None, comm=None):
     """Starts an in-place allreduce of `array` (op: sum, average, min, max)."""
     _check_array(array, "allreduce")
     dtype = _reduce_dtype(array, "allreduce")
-    native = collective_communicator().allreduce_async(array.ctypes.data, array.size, dtype, op)
+    native = _target(comm).allreduce_async(array.ctypes.data, array.size, dtype, op, name or "", list(array.shape))
     return Handle(native, keep=array, finish=lambda: array)
 
 
-def allreduce(array, op="sum"):
+def allreduce(array, op="sum", name=None, comm=None):
     """Reduces `array` over all ranks, in place; returns it."""
-    return allreduce_async(array, op).wait()
+    return allreduce_async(array, op, name, comm).wait()
 
 
-def broadcast_async(array, root):
+def broadcast_async(array, root, name=None, comm=None):
     _check_array(array, "broadcast")
     view = raw_view(array.nbytes)
     if view is None:
         import numpy as np
         padded = np.zeros(array.nbytes + 1, dtype=np.uint8)
         padded[:-1] = array.reshape(-1).view(np.uint8)
-        inner = broadcast_async(padded, root)
+        inner = broadcast_async(padded, root, name, comm)
 
         def finish():
             inner.wait()
             array.reshape(-1).view(np.uint8)[:] = padded[:-1]
             return array
         return Handle(None, keep=(array, padded), finish=finish)
-    native = collective_communicator().broadcast_async(array.ctypes.data, view[1], view[0], int(root))
+    native = _target(comm).broadcast_async(array.ctypes.data, view[1], view[0], int(root), name or "",
+                                           list(array.shape))
     return Handle(native, keep=array, finish=lambda: array)
 
 
-def broadcast(array, root):
+def broadcast(array, root, name=None, comm=None):
     """Copies root's `array` into every rank's (same shape and dtype everywhere); returns it."""
-    return broadcast_async(array, root).wait()
+    return broadcast_async(array, root, name, comm).wait()
 
 
-def allgather_bytes(data):
+def allgather_bytes(data, comm=None):
     """Every rank's `data` (bytes, any length per rank), as a list in rank order."""
     import numpy as np
     payload = np.frombuffer(bytes(data), dtype=np.uint8)
@@ -293,32 +398,121 @@ def allgather_bytes(data):
     words = (len(payload) + 7) // 8
     buf = np.zeros(words * 8, dtype=np.uint8)
     buf[:len(payload)] = payload
-    comm = collective_communicator()
-    sizes = np.zeros(comm.size, dtype=np.int64)
+    c = _target(comm)
+    sizes = np.zeros(c.size, dtype=np.int64)
     mine = np.array([len(payload)], dtype=np.int64)
-    comm.allgather_async(mine.ctypes.data, 1, "int64", sizes.ctypes.data).wait()
-    raw, counts = comm.allgatherv(buf.ctypes.data, words, "int64")
+    c.allgather_async(mine.ctypes.data, 1, "int64", sizes.ctypes.data).wait()
+    raw, counts = c.allgatherv(buf.ctypes.data, words, "int64")
     out, offset = [], 0
-    for n, c in zip(sizes.tolist(), counts):
+    for n, k in zip(sizes.tolist(), counts):
         out.append(raw[offset:offset + n])
-        offset += c * 8
+        offset += k * 8
     return out
 
 
-def allgather(array):
-    """Concatenates every rank's `array` along the first dimension (which may differ per rank)."""
+def allgather(array, name=None, comm=None):
+    """Concatenates every rank's `array` along the first dimension (which may differ per rank).
+
+    The other dimensions and the dtype must agree (MismatchError otherwise).
+    """
     import numpy as np
     _check_array(array, "allgather", writeable=False)
-    parts = allgather_bytes(array.tobytes())
-    shapes = allgather_bytes(np.array(array.shape[1:], dtype=np.int64).tobytes())
-    if len(set(shapes)) != 1:
-        raise MismatchError("allgather: ranks disagree about the shape after the first dimension: %s"
-                            % ", ".join("rank %d %s" % (r, tuple(np.frombuffer(s, dtype=np.int64).tolist()))
-                                        for r, s in enumerate(shapes)))
+    tail = tuple(array.shape[1:])
+    name = name or ""
+    if array.dtype.name in _NUMPY_DTYPES:
+        native = _target(comm).allgatherv_async(array.ctypes.data, array.size, _NUMPY_DTYPES[array.dtype.name],
+                                                name, list(tail))
+        data, _ = native.wait()
+        return data.view(array.dtype).reshape((-1,) + tail)
+    # Other dtypes travel as bytes; their shapes and dtype are compared by name.
+    check = "%s|%s|%s" % (name, array.dtype.str, tail)
+    parts = allgather_bytes(array.tobytes(), comm)
+    kinds = allgather_bytes(check.encode(), comm)
+    if len(set(kinds)) != 1:
+        raise MismatchError("allgather: ranks disagree about dtype, name or the shape after the first dimension: %s"
+                            % ", ".join("rank %d %s" % (r, k.decode()) for r, k in enumerate(kinds)))
     flat = np.frombuffer(b"".join(parts), dtype=array.dtype)
-    return flat.reshape((-1,) + array.shape[1:]).copy()
+    return flat.reshape((-1,) + tail).copy()
 
 
-def barrier():
+def _rows_per_rank(rows, n):
+    """Horovod's split of `rows` among n ranks: the first rows % n ranks get one more."""
+    return [rows // n + (1 if r < rows % n else 0) for r in range(n)]
+
+
+def reducescatter_async(array, op="sum", name=None, comm=None):
+    """Starts a reduce-scatter: every rank's `array` (same shape everywhere) is reduced,
+    and rank r receives its rows of the result (dim 0 split as Horovod does). wait() returns them."""
+    import numpy as np
+    _check_array(array, "reducescatter", writeable=False)
+    dtype = _reduce_dtype(array, "reducescatter")
+    if array.ndim == 0:
+        raise InvalidArgument("reducescatter needs an array with a first dimension to split")
+    c = _target(comm)
+    row = int(np.prod(array.shape[1:], dtype=np.int64))
+    rows = _rows_per_rank(array.shape[0], c.size)
+    out = np.empty((rows[c.rank],) + tuple(array.shape[1:]), dtype=array.dtype)
+    native = c.reducescatter_async(array.ctypes.data, out.ctypes.data, [r * row for r in rows], dtype, op,
+                                   name or "", list(array.shape))
+    return Handle(native, keep=(array, out), finish=lambda: out)
+
+
+def reducescatter(array, op="sum", name=None, comm=None):
+    """This rank's rows of the reduction of every rank's `array` (see reducescatter_async)."""
+    return reducescatter_async(array, op, name, comm).wait()
+
+
+def alltoall_async(array, splits=None, name=None, comm=None):
+    """Starts an alltoall: rows splits[j] of `array` (dim 0, in order) go to rank j (default:
+    equal parts). wait() returns (the rows received, concatenated in rank order, rows from each rank)."""
+    import numpy as np
+    _check_array(array, "alltoall", writeable=False)
+    c = _target(comm)
+    if array.ndim == 0:
+        raise InvalidArgument("alltoall needs an array with a first dimension to split")
+    if splits is None:
+        if array.shape[0] % c.size:
+            raise InvalidArgument("alltoall: %d rows do not split evenly among %d ranks; give splits="
+                                  % (array.shape[0], c.size))
+        splits = [array.shape[0] // c.size] * c.size
+    splits = [int(k) for k in splits]
+    if len(splits) != c.size or sum(splits) != array.shape[0] or min(splits) < 0:
+        raise InvalidArgument("alltoall: splits %s must be %d non-negative row counts adding up to %d"
+                              % (splits, c.size, array.shape[0]))
+    tail = tuple(array.shape[1:])
+    row = int(np.prod(tail, dtype=np.int64))
+    dtype, scale = _NUMPY_DTYPES.get(array.dtype.name), 1
+    if dtype is None:
+        view = raw_view(array.itemsize * row) if row else ("int64", 0)
+        if view is None:
+            raise InvalidArgument("alltoall: rows of %d bytes of %s cannot travel whole; use a wider dtype"
+                                  % (array.itemsize * row, array.dtype.name))
+        dtype = view[0]
+        scale = view[1] // row if row else 1
+    native = c.alltoall_async(array.ctypes.data, [k * row * scale for k in splits], dtype, name or "",
+                              [array.dtype.itemsize] + list(tail))
+
+    got = {}
+
+    class _Pending:  # the native ResultHandle, its result kept for finish()
+        def wait(self):
+            got["result"] = native.wait()
+
+        def done(self):
+            return native.done()
+
+    def finish():
+        data, counts = got["result"]
+        out = data.view(array.dtype).reshape((-1,) + tail)
+        return out, [k // (row * scale) if row else 0 for k in counts]
+    return Handle(_Pending(), keep=array, finish=finish)
+
+
+def alltoall(array, splits=None, name=None, comm=None):
+    """(rows received in rank order, rows from each rank): see alltoall_async."""
+    return alltoall_async(array, splits, name, comm).wait()
+
+
+def barrier(name=None, comm=None):
     """Returns when every rank has called barrier()."""
-    collective_communicator().barrier_async().wait()
+    _target(comm).barrier_async(name or "").wait()
