@@ -44,6 +44,10 @@ def main(out_dir):
     if os.path.exists(fused_path):
         with open(fused_path) as f:
             result["fused"] = json.load(f)
+    check_path = os.path.join(out_dir, "allreduce_check_cost.json")
+    if os.path.exists(check_path):
+        with open(check_path) as f:
+            result["check_cost"] = json.load(f)
     with open(os.path.join(out_dir, "allreduce.json"), "w") as f:
         json.dump(result, f, indent=2)
         f.write("\n")
@@ -117,6 +121,22 @@ def main(out_dir):
             f"{'met' if r <= TARGET_FUSED_RATIO else 'NOT met'}) and at least {TARGET_FUSED_SPEEDUP}x faster than "
             f"per-tensor (measured **{s:.2f}x**: {'met' if s >= TARGET_FUSED_SPEEDUP else 'NOT met'})."
         )
+        lines.append("")
+    check = result.get("check_cost")
+    if check:
+        lines.append("### What the op-descriptor check costs (check_cost_bench.cc)")
+        lines.append("")
+        lines.append(
+            f"{check['ranks']} ranks, ring links {check.get('transport', '?')}, float32 sum, median microseconds "
+            "per op: the ring alone, the descriptor exchange then the ring, and the default path (at 4 KB the "
+            "data rides in the exchange itself), interleaved rep by rep.")
+        lines.append("")
+        lines.append("| size | ring, unchecked | ring, checked | cost | default (checked) |")
+        lines.append("|---|---|---|---|---|")
+        for row in check["sizes"]:
+            lines.append(f"| {human(row['size_bytes'])} | {row['ring_unchecked_us']:.1f} | "
+                         f"{row['ring_checked_us']:.1f} | {row['check_cost'] * 100:+.1f}% | "
+                         f"{row['auto_checked_us']:.1f} |")
         lines.append("")
     with open(os.path.join(out_dir, "allreduce.md"), "w") as f:
         f.write("\n".join(lines))

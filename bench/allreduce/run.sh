@@ -37,6 +37,14 @@ else
   echo "bench/allreduce: $FUSED not built; the 'fused' figures are left out" >&2
 fi
 
+# What comparing OpDescriptors before each op costs (runtime/comm/README.md, "Checked ops").
+CHECK="$BUILD/bin/allreduce_check_cost_bench"
+rm -f "$OUT/allreduce_check_cost.json"
+if [ -x "$CHECK" ]; then
+  echo "bench/allreduce: the op-descriptor check, 4 KB / 64 KB / 64 MB"
+  "${MPIRUN[@]}" "$CHECK" "$OUT/allreduce_check_cost.json"
+fi
+
 cut -d' ' -f1 /proc/loadavg >> "$OUT/allreduce_load.txt"
 /usr/bin/python3 "$ROOT/bench/allreduce/report.py" "$OUT"
 rm -f "$OUT/allreduce_load.txt"
