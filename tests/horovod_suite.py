@@ -131,8 +131,8 @@ def first_line(message):
     return (errors[0] if errors else lines[0] if lines else "")[:300]
 
 
-def run(np, parallel, reports, extra, timeout):
-    env = {"PYTHONPATH": os.pathsep.join([SHIM, os.path.join(os.path.dirname(HERE), "sdk", "python")]),
+def run(np, parallel, reports, extra, timeout, sdk):
+    env = {"PYTHONPATH": os.pathsep.join([SHIM, sdk]),
            "MUSTER_SUITE_DIR": parallel, "MUSTER_SUITE_REPORTS": reports, "OMP_NUM_THREADS": "1"}
     return mpirun(np, RANK_MAIN, list(extra), env=env, timeout=timeout, abort_on_failure=False,
                   forward=("MUSTER_SUITE_DIR", "MUSTER_SUITE_REPORTS", "MUSTER_HOROVOD_SUITE"))
@@ -147,6 +147,8 @@ def main(argv=None):
     p.add_argument("--timeout", type=int, default=1500, help="seconds for the whole file (per test: 300)")
     p.add_argument("--json", default="", help="write {test: [outcome, reason]} here")
     p.add_argument("--quiet", action="store_true", help="print only the summary, not the ranks' output")
+    p.add_argument("--sdk", default=os.path.join(os.path.dirname(HERE), "sdk", "python"),
+                   help="the folder holding the muster package to test (default: this tree's sdk/python)")
     args = p.parse_args(argv)
     try:
         test_file, utils = locate(args.source)
@@ -162,7 +164,7 @@ def main(argv=None):
             for name in names:
                 reports = tempfile.mkdtemp(dir=work)
                 try:
-                    code, output = run(args.np, parallel, reports, ["-k", name], 300)
+                    code, output = run(args.np, parallel, reports, ["-k", name], 300, args.sdk)
                 except AssertionError as e:  # the mpirun hung past its timeout
                     combined[name] = ("crashed", first_line(str(e)))
                     continue
@@ -176,7 +178,7 @@ def main(argv=None):
             os.makedirs(reports)
             extra = ["-k", args.k] if args.k else []
             try:
-                code, output = run(args.np, parallel, reports, extra, args.timeout)
+                code, output = run(args.np, parallel, reports, extra, args.timeout, args.sdk)
             except AssertionError as e:
                 output, code = str(e), 124
             if not args.quiet:

@@ -45,12 +45,18 @@ from .functions import (allgather_object, broadcast_object, broadcast_optimizer_
 from .mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_async, allreduce,  # noqa: F401
                       allreduce_, allreduce_async, allreduce_async_, alltoall, alltoall_async, barrier,
                       broadcast, broadcast_, broadcast_async, broadcast_async_, grouped_allgather,
-                      grouped_allreduce, grouped_allreduce_, join, poll, synchronize)
+                      grouped_allgather_async, grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
+                      grouped_allreduce_async_, grouped_reducescatter, grouped_reducescatter_async, join, poll,
+                      reducescatter, reducescatter_async, sparse_allreduce_async, synchronize)
+from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set  # noqa: F401
+from .timeline import start_timeline, stop_timeline  # noqa: F401
 from .world import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled,  # noqa: F401
                     init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
                     mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size)
 from .optimizer import DistributedOptimizer  # noqa: F401
+from .sync_batch_norm import SyncBatchNorm  # noqa: F401
 
-# Horovod's names for a failed collective.
+# Horovod's name for a failed collective: a peer died, timed out or shut down.
+# Every muster.runtime_errors class is a RuntimeError, as Horovod's errors are.
 HorovodInternalError = CommError
 HostsUpdatedInterrupt = RuntimeFailure
