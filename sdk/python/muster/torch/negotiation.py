@@ -31,7 +31,10 @@ A round, step by step (Negotiation.round):
   f) An op some ranks started but others have not, for longer than the
      stall timeout by rank 0's clock, fails on the ranks that started it,
      naming the ranks that did not (Horovod's stall inspector only warns;
-     muster never waits forever).
+     muster never waits forever). The table remembers which ranks owe it
+     (a tombstone): when one of them starts it later, it fails at once, so
+     ranks that fell out of step (one failed a test the others passed) get
+     back in step after one failure instead of stalling on every later op.
 
 Descriptors are plain JSON values (lists, numbers, strings): messages travel
 as JSON, never as pickles, so a peer's bytes are only ever data.
@@ -80,6 +83,7 @@ class Negotiation:
         self.round_no = 0
         self.pending = {}   # key -> {"descs": {rank: desc}, "order": tuple, "clock": float}
         self.joined = {}    # rank -> round it joined in (the current join only)
+        self.owed = {}      # key -> {rank: why}: ranks that had not started a stalled op (step f)
 
     def round(self, messages):
         """Feeds one round's messages (decoded, rank order) and returns the Decision."""
@@ -90,9 +94,16 @@ class Negotiation:
         clock = float(messages[0].get("clock", 0.0))
         stall_s = float(messages[0].get("stall", 0.0))
         # a) new ops
+        late = []
         for r, msg in enumerate(messages):
             for place, (key, desc) in enumerate(msg.get("ops", ())):
                 d.new_ops += 1
+                owed = self.owed.get(key)
+                if owed is not None and r in owed:
+                    late.append(Ready(key, {r: desc}, owed.pop(r), []))
+                    if not owed:
+                        del self.owed[key]
+                    continue
                 entry = self.pending.get(key)
                 if entry is None:
                     entry = self.pending[key] = {"descs": {}, "order": (self.round_no, r, place), "clock": clock}
@@ -111,6 +122,7 @@ class Negotiation:
         ready_keys = [k for k, e in self.pending.items() if all(r in e["descs"] for r in needed)]
         ready_keys.sort(key=lambda k: self.pending[k]["order"])
         joined = sorted(self.joined)
+        d.ready.extend(late)
         for key in ready_keys:
             entry = self.pending.pop(key)
             descs = entry["descs"]
@@ -126,8 +138,16 @@ class Negotiation:
                 entry = self.pending.pop(key)
                 have = sorted(entry["descs"])
                 missing = [r for r in range(self.size) if r not in entry["descs"] and r not in self.joined]
-                d.stalled.append((key, entry["descs"], stall_message(key, have, missing, stall_s, self.pending)))
+                message = stall_message(key, have, missing, stall_s, self.pending)
+                d.stalled.append((key, entry["descs"], message))
+                if len(self.owed) >= _MAX_OWED:
+                    self.owed.pop(next(iter(self.owed)))
+                self.owed[key] = {r: "%s: the other ranks gave up waiting for this rank to start it (%s)"
+                                  % (key, message) for r in missing}
         return d
+
+
+_MAX_OWED = 4096  # tombstones kept (oldest dropped first)
 
 
 def encode(msg):

@@ -50,9 +50,14 @@ def fusion_threshold_bytes():
 
 
 def timeline_path():
-    """The DistributedOptimizer's timeline file at start-up; "" for none (unset, or DYNAMIC)."""
+    """The DistributedOptimizer's timeline file; "" for none.
+
+    DYNAMIC (Horovod's "no file until start_timeline") gives os.devnull: the
+    C++ optimizer reads HOROVOD_TIMELINE itself when given "", and would
+    create a file named DYNAMIC.
+    """
     path = os.environ.get("MUSTER_TIMELINE") or os.environ.get("HOROVOD_TIMELINE") or ""
-    return "" if path.strip().upper() == "DYNAMIC" else path
+    return os.devnull if path.strip().upper() == "DYNAMIC" else path
 
 
 def cycle_seconds():
