@@ -285,6 +285,28 @@ def join_stands_in_with_zeros_and_names_the_last_rank():
 
 
 @case
+def join_stands_in_for_distributed_optimizer_steps():
+    """Uneven data: rank r trains r + 1 steps, then joins; joined ranks add zero gradients, the average
+    still divides by the whole size."""
+    w = nn.Parameter(torch.zeros(3))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD([w], lr=1.0), named_parameters=[("w", w)])
+    grad_of = lambda k: torch.tensor([1.0, 10.0, 100.0]) * (k + 1)  # noqa: E731
+    expected = torch.zeros(3)
+    for step in range(1, r + 2):
+        opt.zero_grad()
+        (w * grad_of(r)).sum().backward()
+        opt.step()
+        active = [k for k in range(n) if k + 1 >= step]
+        expected = expected - sum(grad_of(k) for k in active) / n
+        check(close(w.detach(), expected, 1e-5), "step %d with ranks %s active: %s vs %s"
+              % (step, active, w.detach(), expected))
+    last = hvd.join()
+    check(last == n - 1, "the rank with the most data joins last: %d" % last)
+    check(w.grad is not None and close(w.grad, sum(grad_of(k) for k in range(n) if k >= r) / n, 1e-5),
+          "a joined rank's own gradient is left as its last step made it")
+
+
+@case
 def sparse_allreduce_matches_dense():
     g = torch.Generator().manual_seed(r)
     dense = torch.rand(7, 3, generator=g)

@@ -120,6 +120,8 @@ class Engine:
         self._join_announced = False
         self._bye = False         # shutdown requested here
         self._broken = None       # the error that ended the engine
+        # id -> weakref to a callable a joined rank runs (engine thread) to stand in for an "optimizer" op
+        self.stand_ins = {}
         self._thread = threading.Thread(target=self._loop, name="muster-torch-%s" % name, daemon=True)
         self._thread.start()
 

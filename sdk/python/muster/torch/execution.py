@@ -240,6 +240,8 @@ def run_ready(engine, runnable):
         work = req.work if req is not None else None
         if kind in ("barrier", "process_set"):  # agreeing on them was the whole op
             plan.finishers.append(lambda: None)
+        elif kind == "optimizer":
+            plan.finishers.append(_stand_in(engine, desc) if work is None and req is None else (lambda: None))
         elif kind == "allreduce":
             _allreduce(plan, desc, work)
         elif kind == "reducescatter":
@@ -253,6 +255,16 @@ def run_ready(engine, runnable):
         else:
             raise ValueError("no plan for collective kind %r" % kind)
     return plan.run()
+
+
+def _stand_in(engine, desc):
+    """A joined rank's part in another rank's DistributedOptimizer step (see optimizer.py)."""
+    def run():
+        ref = engine.stand_ins.get(desc["id"])
+        fn = ref() if ref is not None else None
+        if fn is not None:
+            fn()
+    return run
 
 
 def _result(work, outs):

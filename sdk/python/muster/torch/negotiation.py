@@ -208,6 +208,7 @@ _COMPARED = {
                  ("shape after the first dimension", lambda d: _trailing(d["shapes"])),
                  ("number of splits", lambda d: len(d["splits"]))],
     "barrier": [],
+    "optimizer": [("DistributedOptimizer", lambda d: d["id"])],
     "process_set": [("ranks", lambda d: d["ranks"]), ("action", lambda d: d["action"])],
 }
 

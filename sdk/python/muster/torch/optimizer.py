@@ -17,6 +17,18 @@ Every rank must register the same parameters (names, shapes, dtypes, order):
 the constructor compares them across ranks and raises MismatchError naming
 the first differing parameter on every rank, instead of deadlocking.
 
+hvd.join() (uneven data): each step announces itself to the process set's
+engine (one negotiation round, started with the step's first gradient, so it
+overlaps backward). A rank that has joined stands in for the step: its
+engine thread runs this optimizer's reduction with zero gradients, so the
+others' buckets complete and average over the whole set, as in Horovod.
+
+Sparse gradients (nn.Embedding(sparse=True)): allgathered as indices and
+values (hvd.sparse_allreduce_async) and left sparse for the wrapped optimizer
+(SparseAdam); with sparse_as_dense=True they are reduced densely and made
+sparse again. process_set=: only its ranks reduce; on other ranks the
+optimizer steps on local gradients, as in Horovod.
+
 Example::
 
     import muster.torch as hvd
@@ -38,8 +50,11 @@ import torch
 
 from .. import runtime as _rt
 from ..runtime_errors import InvalidArgument
-from . import functions, mpi_ops, settings, world
+from . import functions, mpi_ops, process_sets, settings, world
 from .compression import Compression
+
+
+_count = [0]  # DistributedOptimizers made in this process: every rank numbers them alike
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -91,6 +106,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             comm, fusion_threshold_bytes=settings.fusion_threshold_bytes(),
             fp16=compression is Compression.fp16, timeline=settings.timeline_path())
         self._native_size = comm.size
+        self._engine = process_sets.engine_of(process_set, "DistributedOptimizer")
+        _count[0] += 1
+        self._engine_id = "DistributedOptimizer.%d" % _count[0]
+        self._steps = 0
+        self._step_announced = False
+        self._engine.stand_ins[self._engine_id] = weakref.WeakMethod(self._stand_in)
         _rt.on_shutdown(weakref.WeakMethod(self._native.close))
         _rt.before_collective(weakref.WeakMethod(self._finish_step_in_flight))
         self._early = False
@@ -144,6 +165,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 return
             self._ready.add(p)
             self._synchronized = False
+            self._announce_step()
             if p.grad is not None and p.grad.is_sparse and not self._sparse_as_dense:
                 self._sparse[p] = mpi_ops.sparse_allreduce_async(
                     p.grad, name="DistributedOptimizer.%s" % self._parameter_names[p],
@@ -174,6 +196,29 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if p.grad is not view:
             p.grad = view
 
+    def _announce_step(self):
+        """Tells the engine this rank runs a step (once per step), so joined ranks stand in for it."""
+        if self._step_announced or self._native_size < 2:
+            return
+        self._step_announced = True
+        self._steps += 1
+        self._engine.submit("optimizer", "%s.step%d" % (self._engine_id, self._steps), {"id": self._engine_id},
+                            None)
+
+    def _stand_in(self):
+        """On a joined rank (engine thread): this step's reduction with zero gradients; this rank's own
+        gradients are put back afterwards."""
+        saved = [(view, view.clone()) for view in self._views.values()]
+        for view, _ in saved:
+            view.zero_()
+        self._ready.clear()
+        self._native.synchronize()
+        for view, value in saved:
+            view.copy_(value)
+        self._steps += 1
+        for _, p in self._params:
+            self._delay[p] = self._passes
+
     def _finish_step_in_flight(self):
         """Before another collective: a step whose buckets are on the wire is finished first."""
         if self._ready and not self._synchronized:
@@ -185,10 +230,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._native is None:  # not in the optimizer's process set: nothing to reduce
             self._synchronized = True
             return
+        self._announce_step()
         for _, p in self._params:
             if p not in self._ready and p not in self._sparse:
                 self._adopt_grad(p)
         self._native.synchronize()
+        self._step_announced = False
         n = self._native_size
         with torch.no_grad():
             for _, p in self._params:
