@@ -11,6 +11,7 @@ The alltoall and reducescatter of Horovod are built by the engine from these
 (an allgather of every rank's send buffer; an allreduce and a slice) until the
 runtime's own are bound here.
 """
+import numpy as np
 import torch
 
 # Tensor dtype -> the runtime's name, for the dtypes it reduces.
@@ -72,6 +73,9 @@ class Collectives:
         self.comm = comm
         self.rank = comm.rank
         self.size = comm.size
+        # The exchange's buffers, reused every round (numpy: cheaper per call than torch for these sizes).
+        self._slot = np.zeros(SLOT_BYTES // 8, dtype=np.int64)
+        self._every = np.zeros(self.size * (SLOT_BYTES // 8), dtype=np.int64)
 
     def close(self):
         self.comm.close()
@@ -81,22 +85,19 @@ class Collectives:
     def exchange(self, payload):
         """Every rank's `payload` (bytes), in rank order. Collective, blocking."""
         n = len(payload)
-        slot = torch.zeros(SLOT_BYTES // 8, dtype=torch.int64)
+        slot, every = self._slot, self._every
         slot[0] = n
         inline = n <= SLOT_BYTES - 8
         if inline and n:
-            as_bytes(slot)[8:8 + n] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-        every = torch.empty(self.size * (SLOT_BYTES // 8), dtype=torch.int64)
-        self.comm.allgather_async(slot.data_ptr(), slot.numel(), "int64", every.data_ptr()).wait()
-        every = every.view(self.size, SLOT_BYTES // 8)
-        lengths = every[:, 0].tolist()
+            slot.view(np.uint8)[8:8 + n] = np.frombuffer(payload, dtype=np.uint8)
+        self.comm.allgather_async(slot.ctypes.data, slot.size, "int64", every.ctypes.data).wait()
+        lengths = every[::SLOT_BYTES // 8].tolist()
         if all(length <= SLOT_BYTES - 8 for length in lengths):
-            raw = as_bytes(every)
-            return [bytes(raw[r * SLOT_BYTES + 8: r * SLOT_BYTES + 8 + length].numpy())
+            raw = every.view(np.uint8)
+            return [raw[r * SLOT_BYTES + 8: r * SLOT_BYTES + 8 + length].tobytes()
                     for r, length in enumerate(lengths)]
         # Someone's message did not fit: everyone sends its whole message again, sized.
-        parts = self.allgather_bytes([payload], lengths)
-        return parts
+        return self.allgather_bytes([payload], lengths)
 
     def allgather_bytes(self, payloads, lengths):
         """Blocking byte allgather: `payloads` is this rank's bytes (list, concatenated), `lengths` every rank's."""

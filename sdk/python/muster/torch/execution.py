@@ -60,25 +60,19 @@ def prescale(t, factor):
     return (t.double() * factor).to(t.dtype)
 
 
-def finish_reduced(red, out, op, n, post):
-    """Writes the reduced flat `red` (wire dtype, may be modified) into `out`: average, postscale, dtype."""
+def finish_reduced(red, out, post):
+    """Writes the reduced flat `red` (wire dtype, may be modified) into `out`: postscale, dtype.
+
+    An average was divided by the runtime already (op "average": exact
+    division for float32/64, truncation for integers, float32 for 16-bit floats).
+    """
     dt = out.dtype
-    if dt in _FLOATS:
-        if op == "average":
-            red.div_(n)
-        if post != 1.0:
+    if post != 1.0:
+        if dt in _FLOATS:
             red.mul_(post)
-    elif dt in _HALVES:
-        if op == "average" or post != 1.0:
-            red = red.float()
-            if op == "average":
-                red.div_(n)
-            if post != 1.0:
-                red.mul_(post)
-    else:
-        if op == "average":
-            red = torch.div(red, n, rounding_mode="trunc")
-        if post != 1.0:
+        elif dt in _HALVES:
+            red = red.float().mul_(post)
+        else:
             red = (red.double() * post).to(torch.int64)
     flat = red.view(out.shape) if red.numel() == out.numel() else red
     if out.data_ptr() != flat.data_ptr() or out.dtype != flat.dtype:
@@ -140,10 +134,12 @@ class _Plan:
 
     # -- allreduce family ------------------------------------------------------
 
-    def reduce(self, rop, dtype, count, source, segment_done):
+    def reduce(self, rop, dtype, count, source, segment_done, target=None):
         """Adds `count` elements (flat wire tensor `source`, or None for a joined stand-in) to a bucket.
 
         segment_done(reduced flat tensor) is called once the bucket is reduced.
+        `target`: a contiguous tensor of the wire dtype the result goes to; a
+        bucket of that one segment is reduced in it, with no staging copy.
         """
         wd = wire_dtype(dtype)
         key = (rop, wd)
@@ -154,7 +150,7 @@ class _Plan:
             self.buckets.append(bucket)
         if source is None:
             source = identity(rop, wd, count)
-        bucket.add(source, count, nbytes, segment_done)
+        bucket.add(source, count, nbytes, segment_done, target)
 
     # -- allgather family -------------------------------------------------------
 
@@ -199,24 +195,31 @@ class _Bucket:
     """One fusion buffer: segments of one wire dtype reduced by one runtime allreduce."""
 
     def __init__(self, rop, wd):
-        self.rop = "sum" if rop == "average" else rop
+        self.rop = rop  # the runtime's op: sum, average, min, max
         self.wd = wd
         self.sources = []
         self.counts = []
         self.done = []
+        self.target = None
         self.nbytes = 0
         self.buf = None
 
-    def add(self, source, count, nbytes, segment_done):
+    def add(self, source, count, nbytes, segment_done, target):
         self.sources.append(source.reshape(-1))
         self.counts.append(count)
         self.done.append(segment_done)
+        self.target = target if not self.counts[:-1] else None
         self.nbytes += nbytes
 
     def start(self, coll):
         if len(self.sources) == 1:
             src = self.sources[0]
-            self.buf = src.clone() if src.dtype == self.wd else src.to(self.wd)
+            if self.target is not None:
+                self.buf = self.target.view(-1)
+                if self.buf.data_ptr() != src.data_ptr():
+                    self.buf.copy_(src)
+            else:
+                self.buf = src.clone() if src.dtype == self.wd else src.to(self.wd)
         else:
             self.buf = torch.cat([s.to(self.wd) for s in self.sources])
         self.sources = None
@@ -284,17 +287,19 @@ def _allreduce(plan, desc, work):
     outs = [None] * len(dtypes)
     for i, (dtype, shape) in enumerate(zip(dtypes, shapes)):
         count = numel(shape)
-        source = None
+        source = target = None
         if work is not None:
             source = prescale(work.inputs[i], pre).reshape(-1)
             if source.dtype != wire_dtype(dtype):
                 source = source.to(wire_dtype(dtype))
             outs[i] = work.outputs[i]
+            if outs[i].dtype == source.dtype and outs[i].is_contiguous():
+                target = outs[i]
 
         def segment_done(red, i=i):
             if outs[i] is not None:
-                finish_reduced(red, outs[i], op, plan.n, post)
-        plan.reduce(op, dtype, count, source, segment_done)
+                finish_reduced(red, outs[i], post)
+        plan.reduce(op, dtype, count, source, segment_done, target)
     plan.finishers.append(lambda: _result(work, outs))
 
 
@@ -326,7 +331,7 @@ def _allreduce_gathered(plan, desc, work, dtypes, shapes):
             else:
                 from .adasum import adasum_tree
                 red = adasum_tree(list(every.unbind(0)))
-            outs[i] = finish_reduced(red, work.outputs[i], "sum", plan.n, post)
+            outs[i] = finish_reduced(red, work.outputs[i], post)
     plan.allgather([width] * plan.n, mine, finish)
     plan.finishers.append(lambda: _result(work, outs))
 
@@ -346,7 +351,7 @@ def _reducescatter(plan, desc, work):
 
         def segment_done(red, i=i, dtype=dtype, shape=shape, offset=offset, rows=rows, row=row):
             out = torch.empty([rows] + list(shape[1:]), dtype=dtype)
-            outs[i] = finish_reduced(red.narrow(0, offset * row, rows * row), out, op, plan.n, post)
+            outs[i] = finish_reduced(red.narrow(0, offset * row, rows * row), out, post)
         plan.reduce(op, dtype, numel(shape), source, segment_done)
     plan.finishers.append(lambda: _result(work, outs))
 
