@@ -374,10 +374,19 @@ def adasum_is_horovods_pairwise_combination():
     check(close(got, torch.tensor([1.0, 1.0])), "orthogonal vectors add: %s" % got)
     v = torch.tensor([3.0, -1.0])
     check(close(hvd.allreduce(v, op=hvd.Adasum), v), "equal vectors average")
+    if n != 2:
+        return
     x = torch.tensor([1.0, 2.0]) if r == 0 else torch.tensor([2.0, 0.5])
     dot, na, nb = 3.0, 5.0, 4.25
     want = (1 - dot / (2 * na)) * torch.tensor([1.0, 2.0]) + (1 - dot / (2 * nb)) * torch.tensor([2.0, 0.5])
-    check(n != 2 or close(hvd.allreduce(x, op=hvd.Adasum), want, 1e-6), "Adasum formula")
+    check(close(hvd.allreduce(x, op=hvd.Adasum), want, 1e-6), "Adasum formula")
+    # DistributedOptimizer(op=Adasum): the ranks' updates (deltas) are combined, then applied
+    w = nn.Parameter(torch.tensor([5.0, 5.0]))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD([w], lr=1.0), named_parameters=[("w", w)], op=hvd.Adasum)
+    opt.zero_grad()
+    (w * x).sum().backward()        # gradient x: the SGD delta is -x
+    opt.step()
+    check(close(w.detach(), torch.tensor([5.0, 5.0]) - want, 1e-6), "Adasum optimizer: %s" % w.detach())
 
 
 @case

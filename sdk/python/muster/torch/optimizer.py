@@ -61,8 +61,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
                  gradient_predivide_factor, sparse_as_dense=False, process_set=None):
         super(self.__class__, self).__init__(params)
-        if op == mpi_ops.Adasum:
-            raise NotImplementedError("DistributedOptimizer: op=Adasum is not implemented by muster.torch")
         if op not in (mpi_ops.Average, mpi_ops.Sum):
             raise ValueError("DistributedOptimizer: op must be Average or Sum, got %r" % (op,))
         if compression not in (Compression.none, Compression.fp16):
@@ -299,6 +297,20 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if num_groups or groups:
         warnings.warn("muster.torch.DistributedOptimizer: num_groups/groups are ignored; buckets follow "
                       "HOROVOD_FUSION_THRESHOLD")
+    if op == mpi_ops.Adasum and world.size() > 1:
+        from .adasum import _DistributedAdasumOptimizer
+        if process_set is not None and process_set.ranks != list(range(world.size())):
+            raise NotImplementedError("DistributedOptimizer: Adasum does not support non-global process sets "
+                                      "(as in Horovod)")
+        mpi_ops._check_adasum(op, process_sets.engine_of(None, "DistributedOptimizer"), "DistributedOptimizer")
+        cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+                   dict(_DistributedAdasumOptimizer.__dict__))
+        opt = cls(optimizer.param_groups, named_parameters)
+        if optimizer.state_dict()["state"]:
+            opt.load_state_dict(optimizer.state_dict())
+        return opt
+    if op == mpi_ops.Adasum:
+        op = mpi_ops.Average  # one rank: Adasum of one update is that update
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     opt = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
               gradient_predivide_factor, sparse_as_dense, process_set)
