@@ -7,9 +7,11 @@ a byte allgather with per-rank lengths. Every data method returns a Pending
 whose wait() finishes it; several may be in flight, and the runtime runs
 them in the order they were started, on every rank the same.
 
-The alltoall and reducescatter of Horovod are built by the engine from these
-(an allgather of every rank's send buffer; an allreduce and a slice) until the
-runtime's own are bound here.
+Alltoall and reducescatter use the runtime's own (point-to-point channels;
+the ring's reduce-scatter) where the extension has them (`has_alltoall`,
+`has_reducescatter`); an older extension gets them built from the others (an
+allgather of every rank's send buffer; an allreduce and a slice) by
+execution.py. `split()` forms a process set's communicator.
 """
 import numpy as np
 import torch
@@ -79,6 +81,19 @@ class Collectives:
 
     def close(self):
         self.comm.close()
+
+    @property
+    def has_reducescatter(self):
+        return hasattr(self.comm, "reducescatter_async")
+
+    @property
+    def has_alltoall(self):
+        return hasattr(self.comm, "alltoallv_async")
+
+    def split(self, ranks, name):
+        """A Collectives among `ranks` (ranks of this set) on its members, None on the others. Collective."""
+        sub = self.comm.split(list(ranks), name)
+        return Collectives(sub) if sub is not None else None
 
     # -- the round exchange -------------------------------------------------
 
@@ -160,3 +175,35 @@ class Collectives:
                 out[offset:offset + length] = every[r * block:r * block + length]
                 offset += length
         return Pending(native, finish=finish, keep=(mine, every, out))
+
+    def reducescatter(self, send, counts, op, out):
+        """Reduces contiguous `send` (a NATIVE dtype, sum(counts) elements) over the ranks into `out`.
+
+        out gets counts[rank] elements: this rank's block of the reduction. op: sum, average, min, max.
+        """
+        if self.size == 1:
+            out.copy_(send.narrow(0, 0, counts[0]))
+            return Pending()
+        native = self.comm.reducescatter_async(send.data_ptr(), out.data_ptr(), list(counts), NATIVE[send.dtype], op)
+        return Pending(native, keep=(send, out))
+
+    @staticmethod
+    def alltoall_width(byte_counts):
+        """The runtime dtype whose width divides every count (int64, int32, float16), or None."""
+        for name, width in (("int64", 8), ("int32", 4), ("float16", 2)):
+            if all(c % width == 0 for c in byte_counts):
+                return name, width
+        return None
+
+    def alltoall(self, send, send_bytes, out, recv_bytes, width):
+        """Sends send_bytes[k] bytes of uint8 `send` to rank k, receives recv_bytes[k] from it into uint8 `out`.
+
+        `width` is alltoall_width() of every rank's counts (the same on every rank).
+        """
+        if self.size == 1:
+            out.copy_(send.narrow(0, 0, send_bytes[0]))
+            return Pending()
+        name, w = width
+        native = self.comm.alltoallv_async(send.data_ptr(), [c // w for c in send_bytes], out.data_ptr(),
+                                           [c // w for c in recv_bytes], name)
+        return Pending(native, keep=(send, out))

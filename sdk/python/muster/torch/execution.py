@@ -130,6 +130,8 @@ class _Plan:
         self.open = {}          # (runtime op, wire dtype) -> the bucket still taking segments
         self.gather = []        # [(lengths per rank, my bytes, finish(pieces))]
         self.broadcasts = []    # [(buffer, root set rank)]
+        self.starts = []        # [callable() -> Pending]: reduce-scatters and alltoalls, in order
+        self.post = []          # [callable()]: their finishing steps, once every op is done
         self.finishers = []     # per ready op: callable() -> result
 
     # -- allreduce family ------------------------------------------------------
@@ -166,10 +168,14 @@ class _Plan:
             pending.append(self._start_gather())
         for buf, root in self.broadcasts:
             pending.append(self.engine.coll.broadcast(buf, root))
+        for start in self.starts:
+            pending.append(start())
         for p in pending:
             p.wait()
         for bucket in self.buckets:
             bucket.finish()
+        for f in self.post:
+            f()
         return [f() for f in self.finishers]
 
     def _start_gather(self):
@@ -241,8 +247,10 @@ def run_ready(engine, runnable):
         desc = ready.desc() if req is None else req.desc
         kind = desc["kind"]
         work = req.work if req is not None else None
-        if kind in ("barrier", "process_set"):  # agreeing on them was the whole op
+        if kind == "barrier":  # agreeing on it was the whole op
             plan.finishers.append(lambda: None)
+        elif kind == "process_set":
+            plan.finishers.append(_process_set(engine, desc))
         elif kind == "optimizer":
             plan.finishers.append(_stand_in(engine, desc) if work is None and req is None else (lambda: None))
         elif kind == "allreduce":
@@ -258,6 +266,15 @@ def run_ready(engine, runnable):
         else:
             raise ValueError("no plan for collective kind %r" % kind)
     return plan.run()
+
+
+def _process_set(engine, desc):
+    """Adding a process set: every rank of this (the global) engine splits its communicator, in round order."""
+    def run():
+        if desc["action"] != "add":
+            return None
+        return engine.coll.split(desc["ranks"], desc["name"])
+    return run
 
 
 def _stand_in(engine, desc):
@@ -337,17 +354,26 @@ def _allreduce_gathered(plan, desc, work, dtypes, shapes):
 
 
 def _reducescatter(plan, desc, work):
-    """Until the runtime's reduce-scatter is bound: reduce everything, keep this rank's rows."""
+    """The runtime's reduce-scatter per tensor (an older extension: reduce everything, keep this rank's rows)."""
     op, pre, post = desc["op"], desc["pre"], desc["post"]
     dtypes = [dtype_of(d) for d in desc["dtypes"]]
     shapes = desc["shapes"]
     outs = [None] * len(dtypes)
+    coll = plan.engine.coll
     for i, (dtype, shape) in enumerate(zip(dtypes, shapes)):
         source = prescale(work.inputs[i], pre).reshape(-1)
         if source.dtype != wire_dtype(dtype):
             source = source.to(wire_dtype(dtype))
         offset, rows = scatter_rows(shape[0], plan.n, plan.me)
         row = numel(shape[1:])
+        if coll.has_reducescatter:
+            counts = [scatter_rows(shape[0], plan.n, k)[1] * row for k in range(plan.n)]
+            red = torch.empty(rows * row, dtype=source.dtype)
+            out = torch.empty([rows] + list(shape[1:]), dtype=dtype)
+            plan.starts.append(lambda source=source, counts=counts, red=red:
+                               coll.reducescatter(source.contiguous(), counts, op, red))
+            plan.post.append(lambda i=i, red=red, out=out: outs.__setitem__(i, finish_reduced(red, out, post)))
+            continue
 
         def segment_done(red, i=i, dtype=dtype, shape=shape, offset=offset, rows=rows, row=row):
             out = torch.empty([rows] + list(shape[1:]), dtype=dtype)
@@ -385,7 +411,8 @@ def _allgather(plan, ready, work):
 
 
 def _alltoall(plan, ready, work):
-    """Until the runtime's alltoall is bound: every rank's send rows gathered, this rank keeps its own."""
+    """The runtime's point-to-point alltoall (an older extension, or byte counts it cannot move: every rank's
+    send rows gathered, this rank keeps its own)."""
     descs = ready.descs
     n, me = plan.n, plan.me
     dtype = dtype_of(descs[0]["dtypes"][0])
@@ -396,6 +423,22 @@ def _alltoall(plan, ready, work):
     sent = work.inputs[0].narrow(0, 0, sum(work.splits)) if work.inputs[0].dim() else work.inputs[0]
     mine = as_bytes(sent.contiguous())
     result = {}
+    received = [descs[r]["splits"][me] for r in range(n)]
+    coll = plan.engine.coll
+    # Every rank decides from every rank's splits alike whether the runtime can move these byte counts.
+    width = coll.alltoall_width([s * row for r in range(n) for s in descs[r]["splits"]]) if coll.has_alltoall else None
+    if width is not None:
+        out = torch.empty([sum(received)] + trailing, dtype=dtype)
+        send_bytes = [s * row for s in work.splits]
+        recv_bytes = [c * row for c in received]
+        plan.starts.append(lambda: coll.alltoall(mine, send_bytes, as_bytes(out), recv_bytes, width))
+        splits = torch.tensor(received, dtype=torch.int32)
+
+        def done_p2p():
+            pair = (out, splits) if work.returns_splits else out
+            return work.after(pair) if work.after is not None else pair
+        plan.finishers.append(done_p2p)
+        return
 
     def finish(pieces):
         received = [descs[r]["splits"][me] for r in range(n)]

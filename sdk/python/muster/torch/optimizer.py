@@ -91,8 +91,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             # Not in the process set: gradients stay local, as in Horovod.
             return
         if process_set is not None and process_set.ranks != list(range(world.size())):
-            from .world import process_set_communicator
-            comm = process_set_communicator(process_set, "DistributedOptimizer")
+            comm = world.process_set_communicator(process_set, "DistributedOptimizer")
         else:
             comm = _rt.communicator()
         functions._check_same(self._params, "DistributedOptimizer", process_set=process_set)

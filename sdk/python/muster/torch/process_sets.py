@@ -15,6 +15,7 @@ raises InvalidArgument (a ValueError): process_set= is never ignored.
 from ..runtime_errors import InvalidArgument
 
 _engines = {}        # process_set_id -> Engine (sets this rank belongs to)
+_runtime_comms = {}  # process_set_id -> the runtime's communicator among its ranks (its DistributedOptimizers')
 _sets = {}           # process_set_id -> ProcessSet (all sets added, members or not)
 _next_id = [1]
 _world = {"rank": 0, "size": 0}
@@ -97,6 +98,9 @@ def stop():
         if psid != 0:
             ps._invalidate()
     _sets.clear()
+    for comm in _runtime_comms.values():
+        comm.close()
+    _runtime_comms.clear()
     return stopped
 
 
@@ -160,16 +164,24 @@ def add_process_set(process_set):
             raise ValueError("Attempted to add a duplicate process set: %s" % process_set)
     engine = engine_of(global_process_set, "add_process_set")
     world.check_can_split()
-    engine.submit("process_set", None, {"ranks": ranks, "action": "add"}, None).wait()
     psid = _next_id[0]
+    name = "muster.torch.set%d" % psid
+    # The engine thread splits its own communicator when the op runs (execution.py): in order with its rounds.
+    coll = engine.submit("process_set", None, {"ranks": ranks, "action": "add", "name": name}, None).wait()
     _next_id[0] += 1
-    if _world["rank"] in ranks:
-        _engines[psid] = world.start_engine(ranks, "set%d" % psid)
-    else:
-        world.skip_engine(ranks)
+    runtime_comm = world.split_runtime(ranks, name + ".optimizer")
+    if coll is not None:
+        _engines[psid] = world.make_engine(coll, ranks, "set%d" % psid)
+        _runtime_comms[psid] = runtime_comm
     process_set.process_set_id = psid
     _sets[psid] = process_set
     return process_set
+
+
+def optimizer_communicator(process_set, what):
+    """The runtime communicator a DistributedOptimizer of `process_set` reduces on (this rank a member)."""
+    engine_of(process_set, what)
+    return _runtime_comms[process_set.process_set_id]
 
 
 def remove_process_set(process_set):
@@ -183,6 +195,9 @@ def remove_process_set(process_set):
     if mine is not None:
         mine.shutdown()
         mine.coll.close()
+    runtime_comm = _runtime_comms.pop(psid, None)
+    if runtime_comm is not None:
+        runtime_comm.close()
     del _sets[psid]
     process_set._invalidate()
     return True

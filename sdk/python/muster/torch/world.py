@@ -42,7 +42,8 @@ def init(comm=None, process_sets=None):
     else:
         _world.update(cross_rank=0, cross_size=1)
     from . import process_sets as ps
-    ps.start(start_engine(list(range(c.size)), "global"), c.rank, c.size)
+    from .collectives import Collectives
+    ps.start(make_engine(Collectives(_engine_communicator(c)), list(range(c.size)), "global"), c.rank, c.size)
     _rt.on_shutdown(_stop_engines)
     for p in process_sets or ():
         ps.add_process_set(p)
@@ -53,24 +54,21 @@ def _engine_running():
     return 0 in ps._engines
 
 
-def start_engine(ranks, name):
-    """An Engine over a new communicator among `ranks` (global ranks; this rank among them). Collective over them."""
+def _engine_communicator(comm):
+    """The global engine's communicator: split from the runtime's (formed the same way: MPI, musterd, a store),
+    or, from an extension without split, a second world from the environment."""
     from . import settings
-    from .collectives import Collectives
+    if hasattr(comm, "split"):
+        return comm.split(list(range(comm.size)), "muster.torch.global")
+    return _rt.extension().Communicator(settings.timeout_ms())
+
+
+def make_engine(coll, ranks, name):
+    """An Engine over `coll` (a Collectives) for the global ranks `ranks`."""
+    from . import settings
     from .engine import Engine, stall_seconds
-    if ranks == list(range(_rt.size())):
-        comm = _rt.extension().Communicator(settings.timeout_ms())
-    else:
-        comm = _rt.communicator().split(ranks)
-    return Engine(Collectives(comm), ranks, name=name, cycle_s=settings.cycle_seconds(), stall_s=stall_seconds(),
+    return Engine(coll, ranks, name=name, cycle_s=settings.cycle_seconds(), stall_s=stall_seconds(),
                   fusion_bytes=settings.fusion_threshold_bytes() or (64 << 20), timeline=_timeline())
-
-
-def skip_engine(ranks):
-    """What a rank outside `ranks` does while they form their communicator (its part of a split, if any)."""
-    split_out = getattr(_rt.communicator(), "split_out", None)
-    if split_out is not None:
-        split_out(ranks)
 
 
 def check_can_split():
@@ -79,19 +77,19 @@ def check_can_split():
     if not hasattr(_rt.communicator(), "split"):
         raise InvalidArgument(
             "process sets need the runtime's Communicator.split, which this build of _muster_runtime does not "
-            "have; run collectives on the global process set (process_set=hvd.global_process_set)")
+            "have (rebuild it: make build); run collectives on the global process set "
+            "(process_set=hvd.global_process_set)")
+
+
+def split_runtime(ranks, name):
+    """The runtime's own communicator among `ranks` (None on the others); collective over the world."""
+    return _rt.collective_communicator().split(list(ranks), name)
 
 
 def process_set_communicator(process_set, what):
-    """A communicator of the runtime's own among `process_set`'s ranks, for the C++ DistributedOptimizer.
-
-    Collective: every rank of the world calls it with the same set.
-    """
-    check_can_split()
-    if process_set.included():
-        return _rt.communicator().split(process_set.ranks)
-    skip_engine(process_set.ranks)
-    return None
+    """The runtime communicator among `process_set`'s ranks that its DistributedOptimizers reduce on."""
+    from . import process_sets as ps
+    return ps.optimizer_communicator(process_set, what)
 
 
 def _timeline():
