@@ -407,6 +407,68 @@ def process_set_argument_is_never_ignored():
     check(hvd.remove_process_set(hvd.global_process_set) is False, "the global set cannot be removed")
 
 
+@case
+def process_sets_run_among_their_ranks_only():
+    import muster.runtime as rt
+    even_ranks = [k for k in range(n) if k % 2 == 0]
+    odd_ranks = [k for k in range(n) if k % 2 == 1]
+    if not hasattr(rt.communicator(), "split"):
+        e = raises(InvalidArgument, hvd.add_process_set, even_ranks)
+        check("Communicator.split" in str(e), "an extension without split says so: %s" % e)
+        return
+    # ranks that disagree about a set get an error on every rank, and nothing is added
+    e = raises(MismatchError, hvd.add_process_set, [0] if r == 0 else [1])
+    check("ranks" in str(e), "mismatched add_process_set: %s" % e)
+    even = hvd.add_process_set(even_ranks)
+    odd = hvd.add_process_set(hvd.ProcessSet(odd_ranks))
+    mine, other = (even, odd) if r % 2 == 0 else (odd, even)
+    members = mine.ranks
+    check(mine.size() == len(members) and mine.rank() == members.index(r) and mine.included(), "set shape")
+    check(not other.included(), "the other set does not include this rank")
+    raises(ValueError, hvd.add_process_set, even_ranks)                       # a duplicate
+    e = raises(ValueError, hvd.allreduce, torch.ones(1), process_set=other)
+    check("not in" in str(e), "an op on a set this rank is not in: %s" % e)
+    # every op, among the set's ranks only
+    got = hvd.allreduce(torch.full((3,), float(r)), op=hvd.Sum, process_set=mine)
+    check(close(got, torch.full((3,), float(sum(members)))), "allreduce in the set: %s" % got)
+    got = hvd.allgather(torch.full((1, 2), float(r)), process_set=mine)
+    check(got[:, 0].tolist() == [float(k) for k in members], "allgather in set rank order: %s" % got)
+    root = members[-1]
+    check(close(hvd.broadcast(torch.full((2,), float(r)), root, process_set=mine), torch.full((2,), float(root))),
+          "broadcast from a global root rank")
+    raises(ValueError, hvd.broadcast, torch.ones(2), other.ranks[0], process_set=mine)  # root not in the set
+    out = hvd.alltoall(torch.arange(len(members), dtype=torch.float32) + 10 * r, process_set=mine)
+    check(out.tolist() == [10.0 * k + mine.rank() for k in members], "alltoall in the set: %s" % out)
+    rs = hvd.reducescatter(torch.ones(2 * len(members), 2), op=hvd.Sum, process_set=mine)
+    check(close(rs, torch.full((2, 2), float(len(members)))), "reducescatter in the set")
+    g = hvd.grouped_allreduce([torch.ones(2), torch.ones(3)], op=hvd.Sum, process_set=mine)
+    check(close(g[1], torch.full((3,), float(len(members)))), "grouped allreduce in the set")
+    check(hvd.allgather_object(r, process_set=mine) == members, "allgather_object in the set")
+    check(hvd.broadcast_object(r, root_rank=members[0], process_set=mine) == members[0], "broadcast_object")
+    # independence: the odd set's barrier does not wait for a sleeping even rank
+    start = time.monotonic()
+    if r == 0:
+        time.sleep(2)
+    hvd.barrier(process_set=mine)
+    took = time.monotonic() - start
+    if r % 2 == 0:
+        check(took >= 2, "the even set's barrier waited for rank 0")
+    else:
+        check(took < 1.5, "the odd set's barrier did not wait for rank 0 (%.2f s)" % took)
+    hvd.barrier()
+    # DistributedOptimizer on the even set: its ranks average, the others step alone
+    w = nn.Parameter(torch.zeros(2))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD([w], lr=1.0), named_parameters=[("w", w)], process_set=even)
+    opt.zero_grad()
+    (w * (r + 1)).sum().backward()
+    opt.step()
+    want = -sum(k + 1 for k in even_ranks) / len(even_ranks) if r % 2 == 0 else -(r + 1.0)
+    check(close(w.detach(), torch.full((2,), want)), "process set optimizer: %s vs %s" % (w.detach(), want))
+    check(hvd.remove_process_set(odd) and hvd.remove_process_set(even), "removed")
+    check(even.process_set_id is None and not hvd.remove_process_set(even), "a removed set is invalid")
+    raises(ValueError, hvd.allreduce, torch.ones(1), process_set=even)
+
+
 names = sys.argv[1:]
 ran = 0
 for c in checks:
