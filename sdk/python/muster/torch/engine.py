@@ -12,7 +12,7 @@ byte moved.
 The thread's loop, step by step:
   a) Wait for something to say: a new request, a join, a shutdown; or, with
      nothing to say, the cycle time (1 ms while this rank has requests in
-     flight, HOROVOD_CYCLE_TIME; 20 ms when idle). Every rank keeps taking
+     flight, HOROVOD_CYCLE_TIME; 100 ms when idle). Every rank keeps taking
      part in rounds while idle, so a rank waiting on the others never times
      out against ranks that are merely busy computing; only a dead or hung
      rank (whose engine stops) makes the runtime's watchdog fire.
@@ -38,7 +38,7 @@ from .execution import run_ready
 
 log = logging.getLogger("muster.torch")
 
-IDLE_CYCLE_S = 0.02
+IDLE_CYCLE_S = 0.1
 
 
 class Handle:
