@@ -181,7 +181,7 @@ class _Plan:
     def _start_gather(self):
         n = self.n
         per_rank = [sum(lengths[r] for lengths, _, _ in self.gather) for r in range(n)]
-        mine = torch.cat([m.reshape(-1) for _, m, _ in self.gather]) if self.gather else torch.empty(0, dtype=torch.uint8)
+        mine = torch.cat([m.reshape(-1) for _, m, _ in self.gather])
         out = torch.empty(sum(per_rank), dtype=torch.uint8)
         pending = self.engine.coll.allgather(mine, per_rank, out)
         bases = [sum(per_rank[:r]) for r in range(n)]
