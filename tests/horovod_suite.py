@@ -16,9 +16,13 @@ The whole file runs in one pytest process per rank under one
 breaks the world costs the others). Each rank writes a JUnit report; a test
 passed when it passed on every rank, skipped when every rank skipped it.
 
-Exit status: 0 when nothing failed, 1 when a test failed on some rank or a
-rank crashed, 77 (ctest's SKIP_RETURN_CODE) when no copy of the file is
-found, with the reason printed.
+Tests that cannot pass at the given number of ranks whatever the
+implementation (KNOWN, each with its reason) run apart after the file and
+are reported as known failures.
+
+Exit status: 0 when nothing failed (known failures aside), 1 when a test
+failed on some rank, a rank crashed or a known failure passed, 77 (ctest's
+SKIP_RETURN_CODE) when no copy of the file is found, with the reason printed.
 """
 import argparse
 import json
@@ -33,6 +37,19 @@ sys.path.insert(0, HERE)
 from torch_mpirun import mpirun  # noqa: E402
 
 SKIP = 77
+
+# Tests that fail at this many ranks or more whatever the implementation, and why. In whole-file mode they
+# run apart, each in an mpirun of its own, after the file: a test that fails on some ranks and passes on
+# others leaves the ranks issuing different collectives for the tests after it. One that passes is
+# reported (and fails the run: this list must be kept true).
+FP16_SUM = ("float16 with 3 or more ranks: the test wants the float16 sum of 3 equal values h to equal "
+            "float32's 3*h exactly (threshold 0 below 4 ranks), which float16 cannot hold for most h; a float16 "
+            "sum rounds, in muster as in Horovod's CPU ops (Horovod's CI runs this file at 2 ranks)")
+KNOWN = {
+    "test_horovod_allreduce_prescale": (3, FP16_SUM),
+    "test_horovod_reducescatter_prescale": (3, FP16_SUM),
+    "test_horovod_grouped_reducescatter_prescale": (3, FP16_SUM),
+}
 SHIM = os.path.join(HERE, "horovod_shim")
 RANK_MAIN = os.path.join(HERE, "horovod_suite_rank.py")
 
@@ -176,18 +193,33 @@ def main(argv=None):
         else:
             reports = os.path.join(work, "reports")
             os.makedirs(reports)
-            extra = ["-k", args.k] if args.k else []
+            known = [n for n, (min_np, _) in sorted(KNOWN.items()) if args.np >= min_np and n in names]
+            expr = " and ".join(["(%s)" % args.k] * bool(args.k) + ["not %s" % n for n in known])
+            extra = ["-k", expr] if expr else []
             try:
                 code, output = run(args.np, parallel, reports, extra, args.timeout, args.sdk)
             except AssertionError as e:
                 output, code = str(e), 124
             if not args.quiet:
                 sys.stdout.write(output)
-            selected = names if not args.k else [n for n in names if n in read_reports(reports, args.np).get(0, {})]
-            combined = combine(selected, read_reports(reports, args.np), args.np)
+            ran = read_reports(reports, args.np)
+            selected = [n for n in names if n not in known] if not args.k else [n for n in names if n in ran.get(0, {})]
+            combined = combine(selected, ran, args.np)
             if code != 0 and not any(v[0] == "failed" for v in combined.values()) and \
                     not any(v[0] == "crashed" for v in combined.values()):
                 combined["(mpirun)"] = ("failed", "mpirun exit %d: %s" % (code, tail_error(output)))
+            for name in known if not args.k else [n for n in known if re.search(args.k, n)]:
+                apart = tempfile.mkdtemp(dir=work)
+                try:
+                    run(args.np, parallel, apart, ["-k", name], 300, args.sdk)
+                    outcome, reason = combine([name], read_reports(apart, args.np), args.np)[name]
+                except AssertionError as e:
+                    outcome, reason = "crashed", first_line(str(e))
+                if outcome in ("failed", "crashed"):
+                    combined[name] = ("known", "%s (run apart: %s)" % (KNOWN[name][1], reason[:200]))
+                else:
+                    combined[name] = ("failed", "listed as a known failure, but it %s: update KNOWN in %s"
+                                      % (outcome, os.path.basename(__file__)))
         print_summary(combined, args.np, "per test" if args.per_test else "whole file")
         if args.json:
             with open(args.json, "w") as f:
@@ -211,9 +243,9 @@ def print_summary(combined, np, mode):
         outcome, reason = combined[name]
         if outcome != "passed":
             print("%-8s %s: %s" % (outcome.upper(), name, reason))
-    print("passed %d, failed %d, crashed %d, not run %d, skipped %d, of %d" % (
+    print("passed %d, failed %d, crashed %d, not run %d, skipped %d, known failures %d, of %d" % (
         counts.get("passed", 0), counts.get("failed", 0), counts.get("crashed", 0), counts.get("not run", 0),
-        counts.get("skipped", 0), len(combined)), flush=True)
+        counts.get("skipped", 0), counts.get("known", 0), len(combined)), flush=True)
 
 
 if __name__ == "__main__":

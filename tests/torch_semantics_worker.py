@@ -78,8 +78,15 @@ def duplicate_names_in_flight_raise_value_error():
     h = hvd.allreduce_async(torch.ones(3), name="dup")
     e = raises(ValueError, hvd.allreduce_async, torch.ones(3), name="dup")
     check("dup" in str(e) and "in flight" in str(e), "the error names the op: %s" % e)
+    time.sleep(0.5)  # the op is long done: its name stays in use until its result is taken
+    raises(ValueError, hvd.allreduce_async, torch.ones(3), name="dup")
     hvd.synchronize(h)
     hvd.synchronize(hvd.allreduce_async(torch.ones(3), name="dup"))  # the name is free again
+    h = hvd.allgather_async(torch.ones(1), name="polled")
+    while not hvd.poll(h):
+        time.sleep(0.001)
+    hvd.synchronize(hvd.allgather_async(torch.ones(1), name="polled"))  # poll() saw it done: free again
+    hvd.synchronize(h)
     # One name in two kinds is two ops (Horovod keys names by kind).
     a = hvd.allreduce_async(torch.ones(2), name="same")
     b = hvd.broadcast_async(torch.ones(2), 0, name="same")

@@ -44,13 +44,14 @@ IDLE_CYCLE_S = 0.1
 class Handle:
     """The completion of one request: wait() returns its result or raises its error."""
 
-    __slots__ = ("_event", "result", "error", "request")
+    __slots__ = ("_event", "result", "error", "request", "release")
 
     def __init__(self):
         self._event = threading.Event()
         self.result = None
         self.error = None
         self.request = None
+        self.release = _nothing  # called once the caller took the result (frees a held name)
 
     def done(self):
         return self._event.is_set()
@@ -58,6 +59,7 @@ class Handle:
     def wait(self):
         while not self._event.wait(0.2):  # wakes now and then, so Ctrl-C reaches a waiting notebook
             pass
+        self.release()
         if self.error is not None:
             raise self.error
         return self.result
@@ -115,6 +117,7 @@ class Engine:
         self._wake = threading.Condition(self._lock)
         self._queue = []          # requests not yet announced
         self._inflight = {}       # key -> Request, from submit() until finished
+        self._held = {}           # key -> Handle whose result was not taken yet (submit's hold_name)
         self._unnamed = {}        # kind -> count of unnamed requests (their keys)
         self._join = None         # Handle of this rank's join() in progress
         self._join_announced = False
@@ -127,8 +130,14 @@ class Engine:
 
     # -- requests (any thread) ---------------------------------------------------
 
-    def submit(self, kind, name, desc, work):
-        """Queues a request; returns its Handle. InvalidArgument when `name` is in flight already."""
+    def submit(self, kind, name, desc, work, hold_name=False):
+        """Queues a request; returns its Handle. InvalidArgument when `name` is in use already.
+
+        A name is in use from the call until the op is done; with `hold_name`
+        (the API's async calls) until its result was taken (Handle.release():
+        synchronize(), or poll() seeing it done), so whether a second call
+        with the name raises never depends on how fast the ranks were.
+        """
         with self._lock:
             self._raise_if_unusable()
             if name is None or name == "":
@@ -137,18 +146,26 @@ class Engine:
                 key = "%s.noname.%d" % (kind, n)
             else:
                 key = "%s.%s" % (kind, name)
-                if key in self._inflight:
+                if key in self._inflight or key in self._held:
                     raise InvalidArgument(
                         "%s: a %s named %r is already in flight on this rank; names of ops in flight must be "
                         "unique (synchronize the first one, or give another name)" % (key, kind, name))
             desc = dict(desc, kind=kind)
             req = Request(key, desc, work)
+            if hold_name and name:
+                self._held[key] = req.handle
+                req.handle.release = lambda: self._release(key, req.handle)
             self._inflight[key] = req
             self._queue.append(req)
             if self.timeline is not None:
                 self.timeline.negotiate_start(key, kind)
             self._wake.notify()
         return req.handle
+
+    def _release(self, key, handle):
+        with self._lock:
+            if self._held.get(key) is handle:  # not a later op that reuses the name
+                del self._held[key]
 
     def join(self):
         """Starts this rank's join; the returned Handle's result is the rank that joined last."""
@@ -305,6 +322,10 @@ class Engine:
             req.handle.fail(_again(error))
         if join is not None:
             join.fail(_again(error))
+
+
+def _nothing():
+    pass
 
 
 def _again(error):

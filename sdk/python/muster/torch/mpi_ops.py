@@ -62,7 +62,7 @@ def synchronize(handle):
         h = _handles.pop(handle, None)
     if h is None:
         raise ValueError("synchronize(%r): not a pending handle (already synchronized?)" % (handle,))
-    return h.wait()
+    return h.wait()  # frees the op's name for the next call
 
 
 def poll(handle):
@@ -71,7 +71,10 @@ def poll(handle):
         h = _handles.get(handle)
     if h is None:
         raise ValueError("poll(%r): not a pending handle" % (handle,))
-    return h.done()
+    if h.done():
+        h.release()
+        return True
+    return False
 
 
 def _forget_handles():
@@ -124,7 +127,7 @@ def _contiguous(t):
 
 
 def _submit(process_set, kind, name, desc, work):
-    return _ps.engine_of(process_set, kind).submit(kind, name, desc, work)
+    return _ps.engine_of(process_set, kind).submit(kind, name, desc, work, hold_name=True)
 
 
 # --- allreduce -----------------------------------------------------------------
@@ -137,7 +140,7 @@ def _allreduce_submit(tensors, outputs, name, op, pre, post, process_set, single
     inputs = [_contiguous(t) for t in tensors]
     desc = _desc(inputs, op=op, pre=float(pre), post=float(post))
     work = Work(inputs, outputs, single=single, after=after)
-    return engine.submit("allreduce", name, desc, work)
+    return engine.submit("allreduce", name, desc, work, hold_name=True)
 
 
 def _out_like(t):
@@ -428,7 +431,7 @@ def _alltoall_submit(tensor, splits, name, process_set, returns_splits):
     values = _splits_list(tensor, splits, engine.size, "alltoall")
     t = _contiguous(tensor)
     work = Work([t], splits=values, returns_splits=returns_splits)
-    return engine.submit("alltoall", name, _desc([t], splits=values), work)
+    return engine.submit("alltoall", name, _desc([t], splits=values), work, hold_name=True)
 
 
 class _AlltoallFn(torch.autograd.Function):
