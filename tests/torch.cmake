@@ -16,5 +16,16 @@ muster_python_test(torch_equivalence SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/torch_eq
 # Mismatched parameters, a mismatched collective, a killed rank.
 muster_python_test(torch_fault SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/torch_fault_test.py LABEL mpi
   TIMEOUT 400 ENV "MUSTER_MPIEXEC=${MPIEXEC_EXECUTABLE}")
+# Horovod's semantics (name matching, mismatch errors, join, reducescatter,
+# alltoall, gradients, scaling, sparse, SyncBatchNorm, Adasum, timeline) at
+# 2 and 3 ranks; HOROVOD_TIMELINE=DYNAMIC as Horovod's own test file sets it.
+foreach(np 2 3)
+  add_test(NAME torch_semantics_np${np}
+    COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/torch_mpirun.py ${np} torch_semantics_worker.py)
+  set_tests_properties(torch_semantics_np${np} PROPERTIES LABELS mpi TIMEOUT 400 RESOURCE_LOCK torch_mpirun
+    ENVIRONMENT "PYTHONPATH=${CMAKE_SOURCE_DIR}/sdk/python;MUSTER_BINARY_DIR=${CMAKE_BINARY_DIR};MUSTER_MPIEXEC=${MPIEXEC_EXECUTABLE};HOROVOD_TIMELINE=DYNAMIC")
+endforeach()
+# The negotiation table alone: rounds fed by hand, no processes.
+muster_python_test(torch_negotiation SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/torch_negotiation_test.py LABEL unit)
 set_tests_properties(torch_api_np1 torch_api_np2 torch_api_np3 torch_equivalence torch_fault PROPERTIES
   RESOURCE_LOCK torch_mpirun)

@@ -40,3 +40,36 @@ def test_dead_rank_is_named_by_every_survivor():
     for kind, message in got.values():
         assert kind in ("CommError", "PeerTimeoutError"), out
         assert "rank 1" in message, out
+
+
+def test_an_op_the_others_never_start_fails_on_every_rank_naming_them_and_the_world_stays_usable():
+    code, out = mpirun(3, "torch_fault_worker.py", ["stall"], env=TIMEOUT_ENV, timeout=150, abort_on_failure=False)
+    got = faults(out)
+    assert sorted(got) == [0, 1, 2], out
+    kind, message = got[0]
+    assert kind == "MismatchError" and "allreduce.only_rank_0" in message, out
+    assert "started by rank 0 but not by ranks 1, 2" in message, out
+    for r in (1, 2):
+        assert got[r][0] == "MismatchError" and "not by rank 0" in got[r][1], out
+    assert out.count("USABLE rank") == 3 and "BROKEN" not in out, out
+    assert code == 0, out
+
+
+def test_a_rank_dying_between_engine_ops_is_named_by_every_survivor():
+    code, out = mpirun(3, "torch_fault_worker.py", ["engine_kill"], env=TIMEOUT_ENV, timeout=150,
+                       abort_on_failure=False)
+    got = faults(out)
+    assert sorted(got) == [0, 2], out
+    for kind, message in got.values():
+        assert kind in ("CommError", "PeerTimeoutError"), out
+        assert "rank 1" in message, out
+
+
+def test_a_rank_that_shuts_down_ends_the_others_collectives_with_horovods_error():
+    code, out = mpirun(3, "torch_fault_worker.py", ["shutdown"], env=TIMEOUT_ENV, timeout=150,
+                       abort_on_failure=False)
+    got = faults(out)
+    assert "LEFT rank 1" in out, out
+    assert sorted(got) == [0, 2], out
+    for kind, message in got.values():
+        assert kind == "EngineStopped" and "shut down on rank 1" in message, out

@@ -3,7 +3,7 @@
 # Each surviving rank prints one line "FAULT rank <r> <ExceptionClass>: <message>"
 # and exits 0; a rank that sees no exception prints "NO-FAULT rank <r>" and exits 3.
 #
-# Usage: python3 torch_fault_worker.py params|collective|kill
+# Usage: python3 torch_fault_worker.py params|collective|kill|stall|engine_kill|shutdown
 import os
 import signal
 import sys
@@ -53,9 +53,36 @@ try:
             F.cross_entropy(model(x), y).backward()
             opt.step()
             time.sleep(0.01)
+    elif mode == "stall":
+        # Rank 0 starts an op no other rank starts; the others wait in a barrier rank 0 never reaches.
+        if r == 0:
+            hvd.allreduce(torch.ones(3), name="only_rank_0")
+        else:
+            hvd.barrier()
+    elif mode == "engine_kill":
+        # Collectives through the engine; rank 1 dies between two of them.
+        for step in range(1000):
+            if r == 1 and step == 3:
+                os.kill(os.getpid(), signal.SIGKILL)
+            hvd.allreduce(torch.ones(100), name="step")
+            time.sleep(0.01)
+    elif mode == "shutdown":
+        # Rank 1 leaves; Horovod's rule: every rank's collectives end with it.
+        if r == 1:
+            hvd.shutdown()
+            print("LEFT rank 1", flush=True)
+            sys.exit(0)
+        time.sleep(1)
+        hvd.allreduce(torch.ones(3))
     else:
         raise SystemExit("unknown mode " + mode)
 except MusterError as e:
+    if mode == "stall":
+        # Nothing moved: the world is usable, and says so.
+        print("FAULT rank %d %s: %s" % (r, type(e).__name__, str(e).replace("\n", " ")), flush=True)
+        ok = hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist() == [float(hvd.size())] * 2
+        print("%s rank %d" % ("USABLE" if ok else "BROKEN", r), flush=True)
+        sys.exit(0)
     print("FAULT rank %d %s: %s" % (r, type(e).__name__, str(e).replace("\n", " ")), flush=True)
     if mode == "params":
         sys.exit(0)  # nothing broke: MPI finalises as usual

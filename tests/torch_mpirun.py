@@ -15,15 +15,18 @@ PYTHON = "/usr/bin/python3"
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def mpirun(np, script, args=(), env=None, timeout=240, abort_on_failure=True):
-    """Returns (exit code, combined output) of `mpirun -np np python3 script args...`."""
+def mpirun(np, script, args=(), env=None, timeout=240, abort_on_failure=True, forward=()):
+    """Returns (exit code, combined output) of `mpirun -np np python3 script args...`.
+
+    `forward` names more environment variables for mpirun to pass to the ranks.
+    """
     run_env = dict(os.environ)
     run_env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     run_env.update(env or {})
     run_env.setdefault("PYTHONPATH", os.path.join(os.path.dirname(HERE), "sdk", "python"))
     session = tempfile.mkdtemp(prefix="muster-torch-test-")
-    forward = [v for name in ("PYTHONPATH", "MUSTER_BINARY_DIR", "MUSTER_COMM_TIMEOUT_MS", "OMP_NUM_THREADS")
-               if name in run_env for v in ("-x", name)]
+    names = ("PYTHONPATH", "MUSTER_BINARY_DIR", "MUSTER_COMM_TIMEOUT_MS", "OMP_NUM_THREADS") + tuple(forward)
+    forward = [v for name in names if name in run_env for v in ("-x", name)]
     argv = [os.environ.get("MUSTER_MPIEXEC", "mpirun"), "--allow-run-as-root", "--oversubscribe",
             "-mca", "btl", "self,vader,tcp", "-mca", "btl_vader_single_copy_mechanism", "none",
             "-mca", "orte_tmpdir_base", session, "-mca", "btl_vader_backing_directory", session]

@@ -3,7 +3,10 @@
 The runtime extension (_muster_runtime) raises these for failed collectives;
 muster.runtime and muster.torch let them through. They are plain Python
 classes (standard library only), so code can catch them without importing
-torch or the extension. All are muster.MusterError subclasses.
+torch or the extension. All are muster.MusterError subclasses and, as
+Horovod's errors are, RuntimeError subclasses (InvalidArgument is a
+ValueError too), so code written for Horovod's `except RuntimeError` catches
+them.
 
 Example::
 
@@ -17,7 +20,7 @@ Example::
 from .errors import MusterError
 
 
-class RuntimeFailure(MusterError):
+class RuntimeFailure(MusterError, RuntimeError):
     """Any error of the training runtime."""
 
     def __init__(self, message, code="runtime_error"):
@@ -32,7 +35,11 @@ class InvalidArgument(RuntimeFailure, ValueError):
 
 
 class MismatchError(RuntimeFailure):
-    """Ranks disagree about what they submitted (tensors, sizes, names, order)."""
+    """Ranks disagree about what they submitted (tensors, sizes, names, order).
+
+    Raised on every rank of the op, naming the ranks and what differs, before
+    any of its data moved: the world stays usable.
+    """
 
     def __init__(self, message):
         super().__init__(message, code="mismatch")

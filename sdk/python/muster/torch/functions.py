@@ -13,36 +13,66 @@ Example (Horovod's recipe)::
 import io
 import pickle
 
-import numpy as np
 import torch
 
-from .. import runtime as _rt
 from ..runtime_errors import MismatchError
 from . import mpi_ops
+from . import process_sets as ps
+from .process_sets import global_process_set
 
 
-def broadcast_object(obj, root_rank=0, name=None, process_set=None):
-    """Root's `obj` (anything picklable) on every rank."""
-    mpi_ops._check_root(root_rank, "broadcast_object")
-    if mpi_ops.rank() == root_rank:
+_calls = {}  # (function, process set id) -> calls so far: the names of unnamed object ops
+
+
+def _name(function, name, process_set):
+    """`name`, or the function's own count of unnamed calls: every rank calls these functions alike, even where
+    its other unnamed ops differ (a rank that failed an op the others never issued)."""
+    if name:
+        return name
+    key = (function, getattr(process_set, "process_set_id", 0))
+    n = _calls.get(key, 0)
+    _calls[key] = n + 1
+    return "%s.%d" % (function, n)
+
+
+def forget_calls():
+    """Resets the counts (hvd.shutdown): a new world starts from zero on every rank."""
+    _calls.clear()
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """Root's `obj` (anything torch.save can write) on every rank of the process set."""
+    mpi_ops._check_root(root_rank, process_set, "broadcast_object")
+    name = _name("broadcast_object", name, process_set)
+    if ps.world_rank() == root_rank:
         buf = io.BytesIO()
         torch.save(obj, buf)
-        payload = np.frombuffer(buf.getvalue(), dtype=np.uint8).copy()
-        length = np.array([payload.size], dtype=np.int64)
+        payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+        length = torch.tensor([payload.numel()], dtype=torch.int64)
     else:
-        length = np.zeros(1, dtype=np.int64)
-    _rt.broadcast(length, root_rank)
-    if mpi_ops.rank() != root_rank:
-        payload = np.zeros(int(length[0]), dtype=np.uint8)
-    _rt.broadcast(payload, root_rank)
-    if mpi_ops.rank() == root_rank:
+        length = torch.zeros(1, dtype=torch.int64)
+    mpi_ops.broadcast_(length, root_rank, name=name + ".sz", process_set=process_set)
+    if ps.world_rank() != root_rank:
+        payload = torch.zeros(int(length[0]), dtype=torch.uint8)
+    mpi_ops.broadcast_(payload, root_rank, name=name + ".t", process_set=process_set)
+    if ps.world_rank() == root_rank:
         return obj
-    return torch.load(io.BytesIO(payload.tobytes()))
+    return torch.load(io.BytesIO(payload.numpy().tobytes()))
 
 
-def allgather_object(obj, name=None, process_set=None):
-    """Every rank's `obj` (picklable), as a list in rank order."""
-    return [pickle.loads(b) for b in _rt.allgather_bytes(pickle.dumps(obj))]
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Every rank's `obj` (picklable), as a list in the process set's rank order."""
+    name = _name("allgather_object", name, process_set)
+    data = pickle.dumps(obj)
+    payload = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+    sizes, gathered = mpi_ops.grouped_allgather([torch.tensor([len(data)], dtype=torch.int64), payload],
+                                                name=name, process_set=process_set)
+    out, offset = [], 0
+    raw = gathered.numpy().tobytes()
+    for n in sizes.tolist():
+        out.append(pickle.loads(raw[offset:offset + n]))
+        offset += n
+    return out
 
 
 def _named_tensors(params, what):
@@ -76,11 +106,11 @@ def broadcast_parameters(params, root_rank):
         mpi_ops.synchronize(h)
 
 
-def _check_same(items, what):
+def _check_same(items, what, process_set=global_process_set):
     """Every rank passes the same names, shapes and dtypes, or MismatchError naming the first difference."""
     mine = [(str(n), tuple(p.shape) if isinstance(p, torch.Tensor) else None,
              str(p.dtype) if isinstance(p, torch.Tensor) else type(p).__name__) for n, p in items]
-    everyone = allgather_object(mine)
+    everyone = allgather_object(mine, process_set=process_set)
     raise_on_mismatch(everyone, what)
 
 
@@ -112,7 +142,8 @@ def _init_state(optimizer):
     """Creates the optimizer's lazily made state (momentum, Adam moments) with a zero-gradient step.
 
     The parameters are restored afterwards, so only the state (zeros, step
-    counts) changes.
+    counts) changes. A parameter that had no gradient keeps the zero one (as
+    in Horovod), which is the gradient of no step at all.
     """
     saved, grads = [], []
     for group in optimizer.param_groups:
@@ -125,16 +156,21 @@ def _init_state(optimizer):
                 p.grad = torch.zeros_like(p)
             else:
                 p.grad = torch.zeros_like(p.grad)
+            if isinstance(optimizer, torch.optim.SparseAdam):
+                p.grad = p.grad.to_sparse()  # it refuses dense gradients
     step = getattr(optimizer, "_muster_plain_step", optimizer.step)
     step()
     with torch.no_grad():
         for p, value in saved:
             p.copy_(value)
     for p, g in grads:
-        p.grad = g
+        if g is None:
+            p.grad.zero_()
+        else:
+            p.grad = g
 
 
-def broadcast_optimizer_state(optimizer, root_rank):
+def broadcast_optimizer_state(optimizer, root_rank, model=None):
     """Copies root's optimizer state (hyper-parameters, momentum buffers, step counts) to every rank.
 
     State an optimizer creates on its first step (SGD momentum, Adam moments)
@@ -162,7 +198,7 @@ def broadcast_optimizer_state(optimizer, root_rank):
     handles = [mpi_ops.broadcast_async_(t, root_rank) for _, t in tensors]
     for h in handles:
         mpi_ops.synchronize(h)
-    if mpi_ops.rank() == root_rank:
+    if ps.world_rank() == root_rank:
         return
     new_state = {}
     for pid, entry in root["skeleton"].items():

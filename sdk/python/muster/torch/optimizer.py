@@ -17,6 +17,18 @@ Every rank must register the same parameters (names, shapes, dtypes, order):
 the constructor compares them across ranks and raises MismatchError naming
 the first differing parameter on every rank, instead of deadlocking.
 
+hvd.join() (uneven data): each step announces itself to the process set's
+engine (one negotiation round, started with the step's first gradient, so it
+overlaps backward). A rank that has joined stands in for the step: its
+engine thread runs this optimizer's reduction with zero gradients, so the
+others' buckets complete and average over the whole set, as in Horovod.
+
+Sparse gradients (nn.Embedding(sparse=True)): allgathered as indices and
+values (hvd.sparse_allreduce_async) and left sparse for the wrapped optimizer
+(SparseAdam); with sparse_as_dense=True they are reduced densely and made
+sparse again. process_set=: only its ranks reduce; on other ranks the
+optimizer steps on local gradients, as in Horovod.
+
 Example::
 
     import muster.torch as hvd
@@ -38,16 +50,17 @@ import torch
 
 from .. import runtime as _rt
 from ..runtime_errors import InvalidArgument
-from . import functions, mpi_ops, settings
+from . import functions, mpi_ops, process_sets, settings, world
 from .compression import Compression
+
+
+_count = [0]  # DistributedOptimizers made in this process: every rank numbers them alike
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor):
+                 gradient_predivide_factor, sparse_as_dense=False, process_set=None):
         super(self.__class__, self).__init__(params)
-        if op == mpi_ops.Adasum:
-            raise NotImplementedError("DistributedOptimizer: op=Adasum is not implemented by muster.torch")
         if op not in (mpi_ops.Average, mpi_ops.Sum):
             raise ValueError("DistributedOptimizer: op must be Average or Sum, got %r" % (op,))
         if compression not in (Compression.none, Compression.fp16):
@@ -63,16 +76,39 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._predivide = gradient_predivide_factor
         params_in_groups = [p for g in self.param_groups for p in g["params"]]
         named = self._names(named_parameters, params_in_groups)
+        self._parameter_names = {p: n for n, p in named}
+        self._sparse_as_dense = sparse_as_dense
+        self._sparse = {}          # parameter -> its sparse reduction in flight (a callable)
+        self._process_set = process_set
+        self._member = process_set is None or process_set.included()
         self._params = [(n, p) for n, p in named if p.requires_grad]
-        functions._check_same(self._params, "DistributedOptimizer")
+        self._native = None
+        self._synchronized = False
+        self._should_synchronize = True
+        self._early = False
+        self._ready = set()
+        if not self._member:
+            # Not in the process set: gradients stay local, as in Horovod.
+            return
+        if process_set is not None and process_set.ranks != list(range(world.size())):
+            comm = world.process_set_communicator(process_set, "DistributedOptimizer")
+        else:
+            comm = _rt.communicator()
+        functions._check_same(self._params, "DistributedOptimizer", process_set=process_set)
         for n, p in self._params:
             if p.dtype != torch.float32 or p.device.type != "cpu":
                 raise InvalidArgument("DistributedOptimizer: parameter '%s' is %s on %s; muster.torch averages "
                                       "float32 CPU parameters" % (n, p.dtype, p.device))
-        comm = _rt.communicator()
         self._native = _rt.extension().DistributedOptimizer(
             comm, fusion_threshold_bytes=settings.fusion_threshold_bytes(),
             fp16=compression is Compression.fp16, timeline=settings.timeline_path())
+        self._native_size = comm.size
+        self._engine = process_sets.engine_of(process_set, "DistributedOptimizer")
+        _count[0] += 1
+        self._engine_id = "DistributedOptimizer.%d" % _count[0]
+        self._steps = 0
+        self._step_announced = False
+        self._engine.stand_ins[self._engine_id] = weakref.WeakMethod(self._stand_in)
         _rt.on_shutdown(weakref.WeakMethod(self._native.close))
         _rt.before_collective(weakref.WeakMethod(self._finish_step_in_flight))
         self._early = False
@@ -82,16 +118,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._views = {}
         for n, p in self._params:
             view = torch.from_numpy(self._native.gradient(self._index[p])).view_as(p)
-            if p.grad is not None:
+            view.zero_()
+            if p.grad is not None and not p.grad.is_sparse:
                 view.copy_(p.grad)
-            else:
-                view.zero_()
-            p.grad = view
+                p.grad = view
+            # A parameter without a gradient gets the view at its first gradient (the hook adopts it): until
+            # then autograd may show it is sparse (nn.Embedding(sparse=True)), which takes the sparse path.
             self._views[p] = view
         self._delay = {p: self._passes for _, p in self._params}
-        self._ready = set()
-        self._synchronized = False
-        self._should_synchronize = True
         self._grad_accs = []
         for _, p in self._params:
             acc = p.expand_as(p).grad_fn.next_functions[0][0]
@@ -126,22 +160,61 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._delay[p] -= 1
             if self._delay[p] > 0:
                 return
-            self._adopt_grad(p)
             self._ready.add(p)
             self._synchronized = False
+            self._announce_step()
+            if p.grad is not None and p.grad.is_sparse and not self._sparse_as_dense:
+                self._sparse[p] = mpi_ops.sparse_allreduce_async(
+                    p.grad, name="DistributedOptimizer.%s" % self._parameter_names[p],
+                    op=mpi_ops.Average,
+                    process_set=self._process_set or mpi_ops.global_process_set)
+                return  # the native buckets reduce its (unused) dense view alongside
+            self._adopt_grad(p)
             self._native.grad_ready(self._index[p])
         return hook
 
     def _adopt_grad(self, p):
-        """Makes p.grad the runtime's view again (copying a replaced gradient into it)."""
+        """Makes p.grad the runtime's view again (copying a replaced gradient into it).
+
+        A sparse gradient (sparse_as_dense=True) is densified into the view and
+        stays sparse for the wrapped optimizer: step() turns the average back
+        into a sparse tensor.
+        """
         view = self._views[p]
         g = p.grad
         if g is None:
             view.zero_()
+        elif g.is_sparse:
+            view.zero_()
+            view.add_(g)
+            return
         elif g.data_ptr() != view.data_ptr():
             view.copy_(g)
         if p.grad is not view:
             p.grad = view
+
+    def _announce_step(self):
+        """Tells the engine this rank runs a step (once per step), so joined ranks stand in for it."""
+        if self._step_announced or self._native_size < 2:
+            return
+        self._step_announced = True
+        self._steps += 1
+        self._engine.submit("optimizer", "%s.step%d" % (self._engine_id, self._steps), {"id": self._engine_id},
+                            None)
+
+    def _stand_in(self):
+        """On a joined rank (engine thread): this step's reduction with zero gradients; this rank's own
+        gradients are put back afterwards."""
+        saved = [(view, view.clone()) for view in self._views.values()]
+        for view, _ in saved:
+            view.zero_()
+        self._ready.clear()
+        self._native.synchronize()
+        for view, value in saved:
+            view.copy_(value)
+        self._steps += 1
+        for _, p in self._params:
+            self._delay[p] = self._passes
 
     def _finish_step_in_flight(self):
         """Before another collective: a step whose buckets are on the wire is finished first."""
@@ -151,14 +224,28 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def synchronize(self):
         """Waits until every gradient holds the average over all ranks (the rest are reduced now)."""
+        if self._native is None:  # not in the optimizer's process set: nothing to reduce
+            self._synchronized = True
+            return
+        self._announce_step()
         for _, p in self._params:
-            if p not in self._ready:
+            if p not in self._ready and p not in self._sparse:
                 self._adopt_grad(p)
         self._native.synchronize()
-        if self._op == mpi_ops.Sum and mpi_ops.size() > 1:
-            with torch.no_grad():
-                for _, p in self._params:
-                    p.grad.mul_(mpi_ops.size())
+        self._step_announced = False
+        n = self._native_size
+        with torch.no_grad():
+            for _, p in self._params:
+                g = p.grad
+                if p in self._sparse:
+                    reduced = self._sparse.pop(p)()
+                    p.grad = reduced * n if self._op == mpi_ops.Sum else reduced
+                    continue
+                if g is not None and g.is_sparse:  # sparse_as_dense: the dense average, made sparse again
+                    dense = self._views[p] * (n if self._op == mpi_ops.Sum else 1)
+                    p.grad = dense.to_sparse()
+                elif self._op == mpi_ops.Sum and n > 1 and g is not None:
+                    g.mul_(n)
         self._ready.clear()
         for _, p in self._params:
             self._delay[p] = self._passes
@@ -209,9 +296,23 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if num_groups or groups:
         warnings.warn("muster.torch.DistributedOptimizer: num_groups/groups are ignored; buckets follow "
                       "HOROVOD_FUSION_THRESHOLD")
+    if op == mpi_ops.Adasum and world.size() > 1:
+        from .adasum import _DistributedAdasumOptimizer
+        if process_set is not None and process_set.ranks != list(range(world.size())):
+            raise NotImplementedError("DistributedOptimizer: Adasum does not support non-global process sets "
+                                      "(as in Horovod)")
+        mpi_ops._check_adasum(op, process_sets.engine_of(None, "DistributedOptimizer"), "DistributedOptimizer")
+        cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+                   dict(_DistributedAdasumOptimizer.__dict__))
+        opt = cls(optimizer.param_groups, named_parameters)
+        if optimizer.state_dict()["state"]:
+            opt.load_state_dict(optimizer.state_dict())
+        return opt
+    if op == mpi_ops.Adasum:
+        op = mpi_ops.Average  # one rank: Adasum of one update is that update
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     opt = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-              gradient_predivide_factor)
+              gradient_predivide_factor, sparse_as_dense, process_set)
     if optimizer.state_dict()["state"]:
         opt.load_state_dict(optimizer.state_dict())
     return opt

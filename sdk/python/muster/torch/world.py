@@ -1,7 +1,12 @@
 """The world of muster.torch: init/shutdown and who is who (Horovod's names).
 
-init() starts the runtime's Communicator: under mpirun (or a muster mpi
-cluster) the world is Open MPI's (OMPI_COMM_WORLD_*), else one process.
+init() starts two Communicators of the runtime over the same ranks: under
+mpirun (or a muster mpi cluster) the world is Open MPI's (OMPI_COMM_WORLD_*),
+else one process. The first is the runtime's own (muster.runtime; the C++
+DistributedOptimizer's buckets run on it); the second carries the engine of
+the global process set (engine.py), which negotiates and runs every
+collective called through this API. Each runs its ops in its own order, so
+an optimizer's buckets never interleave with a negotiation round.
 local_* count the ranks on this host; cross_* are Horovod's cross
 communicator: the ranks with the same local rank, one per host.
 """
@@ -11,19 +16,21 @@ _world = {}  # cross_rank, cross_size (computed once per init)
 
 
 def init(comm=None, process_sets=None):
-    """Starts the runtime (collective): world from mpirun's environment, else one process.
+    """Starts the runtime and the global engine (collective): world from mpirun's environment, else one process.
 
     Horovod's environment is honoured where it means something here (see
-    muster.torch.settings); `comm` and `process_sets` are accepted for
-    compatibility and must be None / the global set.
+    muster.torch.settings). `comm` must be None (or a list of all ranks);
+    `process_sets` lists ProcessSets to add at once (hvd.add_process_set).
     """
-    if comm is not None and not isinstance(comm, list):
+    if comm is not None and not (isinstance(comm, list) and comm == list(range(len(comm)))):
         raise ValueError("muster.torch.init(comm=...) supports only the whole world (pass nothing)")
-    if _rt.is_initialized():
+    if _rt.is_initialized() and _engine_running():
         return
     from . import settings
     settings.log_ignored()
     c = _rt.init(settings.timeout_ms())
+    if comm is not None and len(comm) != c.size:
+        raise ValueError("muster.torch.init(comm=%s): the world has %d ranks; pass nothing" % (comm, c.size))
     # Horovod's cross communicator: the ranks with the same local rank.
     if c.size > 1:
         import numpy as np
@@ -34,17 +41,81 @@ def init(comm=None, process_sets=None):
         _world.update(cross_rank=same.index(c.rank), cross_size=len(same))
     else:
         _world.update(cross_rank=0, cross_size=1)
+    from . import process_sets as ps
+    from .collectives import Collectives
+    ps.start(make_engine(Collectives(_engine_communicator(c)), list(range(c.size)), "global"), c.rank, c.size)
+    _rt.on_shutdown(_stop_engines)
+    for p in process_sets or ():
+        ps.add_process_set(p)
+
+
+def _engine_running():
+    from . import process_sets as ps
+    return 0 in ps._engines
+
+
+def _engine_communicator(comm):
+    """The global engine's communicator: split from the runtime's (formed the same way: MPI, musterd, a store),
+    or, from an extension without split, a second world from the environment."""
+    from . import settings
+    if hasattr(comm, "split"):
+        return comm.split(list(range(comm.size)), "muster.torch.global")
+    return _rt.extension().Communicator(settings.timeout_ms())
+
+
+def make_engine(coll, ranks, name):
+    """An Engine over `coll` (a Collectives) for the global ranks `ranks`."""
+    from . import settings
+    from .engine import Engine, stall_seconds
+    return Engine(coll, ranks, name=name, cycle_s=settings.cycle_seconds(), stall_s=stall_seconds(),
+                  fusion_bytes=settings.fusion_threshold_bytes() or (64 << 20), timeline=_timeline())
+
+
+def check_can_split():
+    """InvalidArgument unless the runtime can form a communicator among a subset of the ranks."""
+    from ..runtime_errors import InvalidArgument
+    if not hasattr(_rt.communicator(), "split"):
+        raise InvalidArgument(
+            "process sets need the runtime's Communicator.split, which this build of _muster_runtime does not "
+            "have (rebuild it: make build); run collectives on the global process set "
+            "(process_set=hvd.global_process_set)")
+
+
+def split_runtime(ranks, name):
+    """The runtime's own communicator among `ranks` (None on the others); collective over the world."""
+    return _rt.collective_communicator().split(list(ranks), name)
+
+
+def process_set_communicator(process_set, what):
+    """The runtime communicator among `process_set`'s ranks that its DistributedOptimizers reduce on."""
+    from . import process_sets as ps
+    return ps.optimizer_communicator(process_set, what)
+
+
+def _timeline():
+    from . import timeline
+    return timeline.current()
+
+
+def _stop_engines():
+    from . import functions, mpi_ops
+    from . import process_sets as ps
+    for engine in ps.stop():
+        engine.coll.close()
+    mpi_ops._forget_handles()
+    functions.forget_calls()
 
 
 def shutdown():
-    """Stops the runtime (joins its threads); init() may be called again."""
-    from . import mpi_ops
-    mpi_ops._handles.clear()
+    """Stops the engines and the runtime (joins their threads); init() may be called again.
+
+    The other ranks learn of it: their collectives raise from then on (as in Horovod).
+    """
     _rt.shutdown()
 
 
 def is_initialized():
-    return _rt.is_initialized()
+    return _rt.is_initialized() and _engine_running()
 
 
 def rank():
