@@ -51,6 +51,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -211,6 +212,7 @@ class WorkerRegistry {
     api::AwaitRequest request;
     std::optional<TimePoint> deadline;
     AwaitCallback done;
+    std::set<std::string> ended_before;  // workers that had ended when the await came: a success there is none
   };
   struct ReleaseWaiter {
     std::string id;

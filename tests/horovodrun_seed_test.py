@@ -157,6 +157,9 @@ def test_muster_horovodrun_takes_python_script_and_says_how_the_cluster_ended(da
         w = muster.get_worker(wid)
         assert w["status"] == "stopped" and w["reason"] == "cluster %s succeeded" % cluster["id"], w
     assert "[1,1]<stdout>:rank 1 of 2" in muster.cluster_logs(cluster).splitlines()
+    table = run(daemon, ["muster", "ps", "-a"]).stdout
+    assert all(re.search(r"^%s .*cluster %s succeeded$" % (wid, cluster["id"]), table, re.M)
+               for wid in cluster["workers"]["worker"]), table
 
 
 def test_every_kind_of_worker_imports_muster_torch_and_the_extension(daemon):

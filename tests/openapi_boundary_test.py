@@ -189,9 +189,9 @@ def exists(kind, value, env):
     if value is None or value == "":
         return True
     if kind == "executable":
-        return os.path.isfile(value) and os.access(value, os.X_OK)
+        return isinstance(value, str) and os.path.isfile(value) and os.access(value, os.X_OK)
     if kind == "running-workers":
-        return all(v in env.get("running", ()) for v in value)
+        return isinstance(value, list) and all(v in env.get("running", ()) for v in value)
     raise AssertionError("unknown x-muster-exists %r" % kind)
 
 
@@ -225,7 +225,7 @@ def check_agreement(contract, env, method, template, bases, seeds=None, path_for
         assert validator.is_valid(base), "the test's base body %s is not allowed by the document" % base
         for what, body in cases(schema, base, seeds):
             allowed = validator.is_valid(body)
-            missing = [f for f, kind in marked.items() if f in body and not exists(kind, body[f], env)]
+            missing = [f for f, kind in marked.items() if allowed and f in body and not exists(kind, body[f], env)]
             if allowed and missing:
                 # The document's rule it cannot write as a schema: 400 naming the field.
                 status, answer = api.call(method, path_for() if path_for else template, body)

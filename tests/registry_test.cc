@@ -223,6 +223,21 @@ TEST_F(RegistryTest, AwaitRunningReportsAScriptThatDiedAtOnceAsAFailure) {
   EXPECT_EQ((*slot)->failures[0].exit_code, 1);
 }
 
+// A script that succeeds within the settle time while awaited was running
+// (what ended before the await is still no success: see
+// SucceededWhileWaitingForRunningIsAFailure).
+TEST_F(RegistryTest, AwaitRunningCountsAQuickSuccessAsRunning) {
+  auto ids = launch(1);
+  auto slot = await(ids, /*completion=*/false, 60);
+  ASSERT_TRUE(registry_->agent_register(ids[0], "127.0.0.1", std::nullopt).is_ok());
+  clock_.advance(200ms);
+  ASSERT_TRUE(registry_->agent_exit(ids[0], 0).is_ok());
+  ASSERT_TRUE(slot->has_value());
+  ASSERT_EQ((*slot)->workers.size(), 1u);
+  EXPECT_EQ((*slot)->workers[0].status, WorkerStatus::kSucceeded);
+  EXPECT_TRUE((*slot)->failures.empty());
+}
+
 // A held cluster task has not started its script: running counts at once.
 TEST_F(RegistryTest, AwaitRunningCountsHeldWorkersAtOnce) {
   auto ids = launch(1, "c-1", {{{}, /*hold=*/true, false}});

@@ -79,9 +79,10 @@ def _print(args, value: Any, text: str) -> None:
 def cmd_ps(client: Client, args) -> int:
     workers = [w for w in client.list_workers() if args.all or w.get("status") not in WORKER_TERMINAL]
     rows = [(w["id"], w.get("status"), w.get("ip_address"), w.get("cpu"), w.get("memory"), w.get("nvidia_gpu"),
-             w.get("cluster_id"), _seconds(w.get("duration")), w.get("exit_code"), w.get("script")) for w in workers]
+             w.get("cluster_id"), _seconds(w.get("duration")), w.get("exit_code"), w.get("script"), w.get("reason"))
+            for w in workers]
     _print(args, workers, _table(rows, ("ID", "STATUS", "IP", "CPU", "MEM", "GPU", "CLUSTER", "DURATION", "EXIT",
-                                        "SCRIPT")))
+                                        "SCRIPT", "REASON")))
     return 0
 
 
