@@ -1,6 +1,8 @@
 # muster: the two commands of the README, plus benchmarks.
-#   make demo   set up, build, start musterd and run the notebook examples
-#   make test   set up, build, run every test (ctest: unit, mpi, integration)
+#   make demo   set up, build what the demo runs (CMake target demo_programs),
+#               start musterd and run the notebook examples
+#   make test   set up, build everything (tests included), run every test
+#               (ctest: unit, mpi, integration)
 #   make bench  run every benchmark, rewrite bench/RESULTS.md
 #   make fuzz   run every libFuzzer target for FUZZ_SECONDS (default 60) each
 MAKEFLAGS += --no-print-directory
@@ -8,16 +10,19 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 
-.PHONY: setup build demo test fuzz bench bench-launch bench-allreduce bench-ps bench-train bench-api bench-torch bench-multihost clean
+.PHONY: setup configure build demo test fuzz bench bench-launch bench-allreduce bench-ps bench-train bench-api bench-torch bench-multihost clean
 
 setup:
 	@bash scripts/setup.sh
 
-build: setup
+configure: setup
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+
+build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
+demo: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target demo_programs
 	@bash scripts/demo.sh $(BUILD)
 
 test: build

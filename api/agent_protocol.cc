@@ -83,6 +83,7 @@ std::vector<std::string> to_argv(const std::string& agent_path, const AgentComma
   } else {
     argv.insert(argv.end(), {"--script", c.script});
   }
+  if (!c.python.empty()) argv.insert(argv.end(), {"--python", c.python});
   argv.push_back("--");
   argv.insert(argv.end(), c.args.begin(), c.args.end());
   return argv;
@@ -97,8 +98,8 @@ Result<AgentCommand> parse_agent_argv(const std::vector<std::string>& argv) {
       c.args.assign(argv.begin() + static_cast<long>(i) + 1, argv.end());
       break;
     }
-    if (a != "--kernel" && a != "--script" && a != "--code") {
-      return invalid_argument("unknown argument '" + a + "' (expected --kernel, --script, --code or --)", a);
+    if (a != "--kernel" && a != "--script" && a != "--code" && a != "--python") {
+      return invalid_argument("unknown argument '" + a + "' (expected --kernel, --script, --code, --python or --)", a);
     }
     if (i + 1 >= argv.size()) return invalid_argument(a + " needs a value", a);
     const std::string& value = argv[++i];
@@ -113,6 +114,11 @@ Result<AgentCommand> parse_agent_argv(const std::vector<std::string>& argv) {
       }
       c.script = value;
       script = true;
+    } else if (a == "--python") {
+      if (value.empty() || value.front() != '/') {
+        return invalid_argument("--python must be an absolute path, not '" + value + "'", a);
+      }
+      c.python = value;
     } else {
       if (value.empty()) return invalid_argument("--code must not be empty", a);
       c.code = value;

@@ -30,13 +30,14 @@
 
 namespace muster::api {
 
-// ---- The command line: <agent> --kernel K (--script PATH | --code TEXT) -- ARGS...
+// ---- The command line: <agent> --kernel K (--script PATH | --code TEXT) [--python PATH] -- ARGS...
 
 struct AgentCommand {
   std::string kernel = kKernelPython3;
   std::string script;  // absolute path on the worker's host; "" when code is given
   std::string code;    // inline code; "" when script is given
   std::vector<std::string> args;  // the script's arguments
+  std::string python{};  // the interpreter (api/kernel.h, PYTHON); "" = the default
 };
 
 // argv[0] is `agent_path`.

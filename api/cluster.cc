@@ -31,6 +31,46 @@ bool is_terminal(ClusterStatus s) {
 
 const char* cluster_mode_name(ClusterMode mode) { return mode == ClusterMode::kPs ? "ps" : "mpi"; }
 
+std::string RankFailure::describe() const {
+  std::string text = "rank " + std::to_string(rank);
+  if (!host.empty()) text += " on " + host;
+  if (!worker_id.empty()) text += " (worker " + worker_id + ")";
+  if (signal) {
+    text += " was killed by signal " + std::to_string(*signal) + (signal_name.empty() ? "" : " (" + signal_name + ")");
+  } else if (exit_code) {
+    text += " exited with code " + std::to_string(*exit_code);
+  } else {
+    text += " failed";
+  }
+  return text;
+}
+
+json RankFailure::to_json() const {
+  return json{{"rank", rank},
+              {"host", host},
+              {"worker_id", worker_id},
+              {"exit_code", exit_code ? json(*exit_code) : json(nullptr)},
+              {"signal", signal ? json(*signal) : json(nullptr)},
+              {"signal_name", signal_name},
+              {"log_tail", log_tail}};
+}
+
+Result<RankFailure> RankFailure::from_json(const json& j) {
+  try {
+    RankFailure f;
+    f.rank = j.at("rank").get<int>();
+    f.host = j.value("host", "");
+    f.worker_id = j.value("worker_id", "");
+    if (j.contains("exit_code") && j["exit_code"].is_number_integer()) f.exit_code = j["exit_code"].get<int>();
+    if (j.contains("signal") && j["signal"].is_number_integer()) f.signal = j["signal"].get<int>();
+    f.signal_name = j.value("signal_name", "");
+    f.log_tail = j.value("log_tail", std::vector<std::string>{});
+    return f;
+  } catch (const json::exception& e) {
+    return internal_error(std::string("stored failed_rank is malformed: ") + e.what());
+  }
+}
+
 json Cluster::workers_json() const {
   json out = json::object();
   for (const auto& t : tasks) {
@@ -62,6 +102,7 @@ json Cluster::to_json() const {
            {"launcher_exit_code", launcher_exit_code ? json(*launcher_exit_code) : json(nullptr)}};
   out["horovodrun_command"] = horovodrun_argv.empty() ? "" : base::join_for_shell(horovodrun_argv);
   out["mpirun_command"] = mpirun_argv.empty() ? "" : base::join_for_shell(mpirun_argv);
+  out["failed_rank"] = failed_rank ? failed_rank->to_json() : json(nullptr);
   out["horovodrun_argv"] = horovodrun_argv;
   out["mpirun_argv"] = mpirun_argv;
   if (request.mode == ClusterMode::kMpi) {
@@ -110,6 +151,10 @@ Result<Cluster> Cluster::from_record(const json& j) {
     if (j.contains("finished_at") && j["finished_at"].is_string()) c.finished_at = j["finished_at"].get<std::string>();
     if (j.contains("launcher_exit_code") && j["launcher_exit_code"].is_number_integer()) {
       c.launcher_exit_code = j["launcher_exit_code"].get<int>();
+    }
+    if (j.contains("failed_rank") && j["failed_rank"].is_object()) {
+      auto failure = RankFailure::from_json(j["failed_rank"]);
+      if (failure) c.failed_rank = failure.value();
     }
     if (j.contains("launcher_process") && j["launcher_process"].is_object()) {
       const json& p = j["launcher_process"];

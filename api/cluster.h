@@ -7,6 +7,9 @@
 //   every task with its own TF_CONFIG);
 // - mode "mpi": n_workers idle workers whose IPs make the hostfile and the
 //   horovodrun/mpirun lines; with launch=true the daemon runs the mpirun line.
+//   With `workers`, the ranks run on those running workers instead (the
+//   notebook launched them, as for `horovodrun -H <their IPs>`): nothing is
+//   launched, and they are not stopped when the cluster ends.
 //
 // Status: starting -> running -> succeeded | failed | stopped
 //         starting -> failed | stopped
@@ -66,6 +69,10 @@ struct ClusterRequest {
   // gets a TF_CONFIG whose task is {"type": "evaluator", "index": 0}.
   int n_chief = 0;      // 0 or 1
   int n_evaluator = 0;  // 0 or 1
+  std::string python{};  // every task's interpreter (api/kernel.h, PYTHON); "" = /usr/bin/python3
+  // mpi: running workers (ids) to run the ranks on, `slots` each, in rank
+  // order; n_workers is their number. Empty: launch n_workers new ones.
+  std::vector<std::string> workers{};
 
   nlohmann::json to_json() const;
 };
@@ -76,6 +83,23 @@ struct ClusterRequest {
 Result<ClusterRequest> parse_cluster_request(const nlohmann::json& body, int max_workers);
 // The inverse of to_json, for the store (no range checks beyond types).
 Result<ClusterRequest> cluster_request_from_json(const nlohmann::json& j);
+
+// mpi: the first rank that failed, as mpirun reported it, with where it ran
+// and the last lines it wrote (JSON: Cluster.failed_rank in api/openapi.yaml).
+struct RankFailure {
+  int rank = 0;
+  std::string host;       // its host's IP
+  std::string worker_id;  // the worker whose slots it used
+  std::optional<int> exit_code;  // 128+signal when killed
+  std::optional<int> signal;
+  std::string signal_name;  // "Killed"; "" when unknown
+  std::vector<std::string> log_tail;
+
+  // "rank 1 on 127.0.0.1 (worker ab12c) exited with code 3" / "... was killed by signal 9 (Killed)".
+  std::string describe() const;
+  nlohmann::json to_json() const;
+  static Result<RankFailure> from_json(const nlohmann::json& j);
+};
 
 // One task of the cluster: which worker plays it.
 struct ClusterTask {
@@ -98,6 +122,7 @@ struct Cluster {
   std::string created_at;
   std::optional<std::string> finished_at;
   std::optional<int> launcher_exit_code;  // mpi launch=true
+  std::optional<RankFailure> failed_rank{};  // mpi: set when a rank failed
   // The running launcher (mpirun), for the store only: {pid, start time};
   // its pgid and session id are its pid. A restarted daemon ends it by this.
   std::optional<base::ProcessId> launcher_process;

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "api/json_integer.h"
+#include "api/kernel.h"
 #include "clusterspec/names.h"
 #include "api/worker.h"
 
@@ -78,7 +79,7 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
       "mode", "n_workers", "n_ps", "cpu", "memory", "nvidia_gpu", "worker_script", "args", "env", "ps_script",
       "slots", "ssh_port", "network_interface", "network_interfaces", "timeout_seconds", "launch",
       "fusion_threshold_mb", "cycle_time_ms", "timeline_filename", "start_timeout", "verbose", "n_chief",
-      "n_evaluator"};
+      "n_evaluator", "python", "workers"};
   if (!body.is_object()) return invalid_argument("the request body must be a JSON object");
   for (const auto& item : body.items()) {
     if (!kFields.count(item.key())) return invalid_argument("unknown field '" + item.key() + "'", item.key());
@@ -93,8 +94,30 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
   } else {
     return bad("mode", "must be \"ps\" or \"mpi\"");
   }
-  if (!body.contains("n_workers") || body["n_workers"].is_null()) return bad("n_workers", "is required");
-  if (auto s = read_int(body, "n_workers", 1, max_workers, &r.n_workers); !s) return s;
+  if (auto it = body.find("workers"); it != body.end() && !it->is_null()) {
+    if (r.mode != ClusterMode::kMpi) return bad("workers", "is for mpi mode only (the hosts of the ranks)");
+    if (!it->is_array() || it->empty()) return bad("workers", "must be a non-empty list of running workers' ids");
+    for (const auto& id : *it) {
+      if (!id.is_string() || id.get<std::string>().empty() || has_nul(id.get<std::string>())) {
+        return bad("workers", "must be a list of worker ids (strings)");
+      }
+      if (std::find(r.workers.begin(), r.workers.end(), id.get<std::string>()) != r.workers.end()) {
+        return bad("workers", "names worker " + id.get<std::string>() + " twice (give a worker more ranks with slots)");
+      }
+      r.workers.push_back(id.get<std::string>());
+    }
+    if (r.workers.size() > static_cast<size_t>(max_workers)) {
+      return bad("workers", "has more than the " + std::to_string(max_workers) + " workers this daemon allows");
+    }
+    if (body.contains("n_workers") && !body["n_workers"].is_null()) {
+      return bad("n_workers", "must be left out with workers (their number, " + std::to_string(r.workers.size()) +
+                                  ", is the cluster's n_workers)");
+    }
+    r.n_workers = static_cast<int>(r.workers.size());
+  } else {
+    if (!body.contains("n_workers") || body["n_workers"].is_null()) return bad("n_workers", "is required");
+    if (auto s = read_int(body, "n_workers", 1, max_workers, &r.n_workers); !s) return s;
+  }
   // At least one worker task comes beside the PS tasks.
   if (auto s = read_int(body, "n_ps", 0, max_workers - 1, &r.n_ps); !s) return s;
   if (r.mode == ClusterMode::kMpi && r.n_ps != 0) return bad("n_ps", "is for ps mode only (mpi mode has no parameter servers)");
@@ -181,6 +204,8 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
       if (body.contains(field) && !body[field].is_null()) return bad(field, "is a horovodrun option, for mpi mode only");
     }
   }
+  if (auto s = read_string(body, "python", &r.python); !s) return s;
+  if (auto s = check_python(r.python, "python"); !s) return s;
   if (auto s = read_number(body, "timeout_seconds", true, &r.timeout_seconds); !s) return s;
   if (auto s = read_bool(body, "launch", &r.launch); !s) return s;
   if (r.mode == ClusterMode::kPs && body.contains("launch") && !body["launch"].is_null() && !r.launch) {
@@ -211,7 +236,9 @@ json ClusterRequest::to_json() const {
               {"start_timeout", start_timeout ? json(*start_timeout) : json(nullptr)},
               {"verbose", verbose},
               {"n_chief", n_chief},
-              {"n_evaluator", n_evaluator}};
+              {"n_evaluator", n_evaluator},
+              {"python", python},
+              {"workers", workers}};
 }
 
 Result<ClusterRequest> cluster_request_from_json(const json& j) {
@@ -245,6 +272,8 @@ Result<ClusterRequest> cluster_request_from_json(const json& j) {
     r.verbose = j.value("verbose", false);
     r.n_chief = j.value("n_chief", 0);
     r.n_evaluator = j.value("n_evaluator", 0);
+    r.python = j.value("python", "");
+    if (j.contains("workers")) r.workers = j.at("workers").get<std::vector<std::string>>();
     return r;
   } catch (const json::exception& e) {
     return internal_error(std::string("stored cluster request is malformed: ") + e.what());

@@ -1,5 +1,6 @@
 #include "api/kernel.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -14,8 +15,10 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 bool executable_file(const std::string& path) { return ::access(path.c_str(), X_OK) == 0; }
 
+std::string python_of(const KernelCommandOptions& o) { return o.python.empty() ? kPython3Program : o.python; }
+
 std::vector<std::string> code_command(const KernelCommandOptions& o) {
-  const std::string python = kPython3Program, bash = kBashProgram;
+  const std::string python = python_of(o), bash = kBashProgram;
   const size_t first = o.code.find_first_not_of(" \t\n");
   const bool shell_only =
       first != std::string::npos && o.code[first] == '!' && o.code.find('\n', first) == std::string::npos;
@@ -27,6 +30,22 @@ std::vector<std::string> code_command(const KernelCommandOptions& o) {
 }
 
 }  // namespace
+
+Status check_python(const std::string& python, const std::string& field) {
+  if (python.empty()) return Status::ok();
+  const std::string hint = "; give the absolute path of a Python interpreter on the workers' hosts "
+                           "(the SDK sends the notebook's own, sys.executable), or leave it out for " +
+                           std::string(kPython3Program);
+  if (python.find('\0') != std::string::npos) return invalid_argument(field + " must not contain NUL characters", field);
+  if (python[0] != '/') return invalid_argument(field + " '" + python + "' is not an absolute path" + hint, field);
+  struct stat st {};
+  if (::stat(python.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return invalid_argument(field + " '" + python + "' does not exist (or is not a file) on musterd's host" + hint,
+                            field);
+  }
+  if (!executable_file(python)) return invalid_argument(field + " '" + python + "' is not executable" + hint, field);
+  return Status::ok();
+}
 
 std::string python_with_shell_lines(const std::string& code) {
   std::string out;
@@ -60,7 +79,7 @@ std::vector<std::string> script_command(const KernelCommandOptions& o) {
   } else if (o.kernel == "executable") {
     cmd = {o.script};
   } else if (ends_with(o.script, ".py") || !is_executable(o.script)) {
-    cmd = {kPython3Program, "-u", o.script};
+    cmd = {python_of(o), "-u", o.script};
   } else {
     cmd = {o.script};  // python3 kernel, an executable that is not a .py
   }

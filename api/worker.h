@@ -96,6 +96,7 @@ struct LaunchRequest {
   std::vector<std::string> warnings;   // accepted, but worth telling the caller (201 "warnings")
   std::map<std::string, std::string> env;
   std::vector<std::string> args;
+  std::string python{};                // the interpreter (api/kernel.h, PYTHON); "" = /usr/bin/python3
 };
 
 // The form of a script path alone (relative, no `..` part, not empty), for

@@ -6,7 +6,9 @@
 #
 # Structure (extend it by adding run_notebook lines at the bottom):
 #   start_daemon         musterd in a temp state dir, --project-dir = the repo,
-#                        a free port; exports MUSTER_STATE_DIR for the SDK
+#                        a free port, started without PYTHONPATH (its workers
+#                        find muster by themselves); exports MUSTER_STATE_DIR
+#                        for the SDK
 #   run_notebook FILE    runs examples/notebook/FILE with the Python SDK
 #   cleanup (trap)       stops every worker, then the daemon, then removes
 #                        the state dir: always, also on error or Ctrl-C
@@ -18,7 +20,9 @@ STATE_DIR=$(mktemp -d /tmp/muster-demo.XXXXXX)
 DAEMON_PID=""
 PYTHON=/usr/bin/python3
 
+# The notebooks' own environment (what musterd prints for a notebook).
 export PYTHONPATH="$REPO/sdk/python${PYTHONPATH:+:$PYTHONPATH}"
+export PATH="$BUILD/bin:$PATH"
 export MUSTER_STATE_DIR="$STATE_DIR"
 export MUSTER_PROJECT_DIR="$REPO"
 export MUSTER_BINARY_DIR="$BUILD"
@@ -28,8 +32,8 @@ say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 start_daemon() {
   say "starting musterd (local backend, state in $STATE_DIR)"
-  setsid "$BUILD/bin/musterd" --listen 127.0.0.1:0 --project-dir "$REPO" --state-dir "$STATE_DIR" \
-    --backend local "$@" >"$STATE_DIR/musterd.log" 2>&1 &
+  env -u PYTHONPATH setsid "$BUILD/bin/musterd" --listen 127.0.0.1:0 --project-dir "$REPO" \
+    --state-dir "$STATE_DIR" --backend local "$@" >"$STATE_DIR/musterd.log" 2>&1 &
   DAEMON_PID=$!
   local i
   for i in $(seq 300); do
@@ -108,4 +112,7 @@ run_notebook pytorch_training.py
 run_ipynb workers_basics.ipynb --set WORK_SECONDS=60
 run_ipynb ps_training.ipynb --set EPOCHS=1 --set MIN_ACCURACY=0.7
 run_ipynb allreduce_training.ipynb --set EPOCHS=1 --set MIN_ACCURACY=0.7
+run_ipynb pytorch_training.ipynb --set 'TRAIN_ARGS=["--epochs", "1", "--limit", "3000"]' --set MIN_ACCURACY=0.5
 say "demo done"
+echo "muster, horovodrun and musterd are in $BUILD/bin; to use them from your shell:"
+echo "  export PATH=\"$BUILD/bin:\$PATH\""

@@ -4,9 +4,14 @@
 // Contract
 // - start() runs argv (argv[0] looked up on PATH) in its own process group,
 //   stdin from /dev/null, stdout+stderr appended to log_path, env added to
-//   the daemon's environment, in working_dir.
+//   the daemon's environment, in working_dir. With tagged_output (mpirun
+//   --tag-output), the output goes through a pipe and RankLines
+//   (mpi_output.h) on a thread of the launcher's own, so the log holds
+//   whole lines, each rank's tagged once.
 // - LauncherProcess::poll() never blocks: nullopt while the process runs,
-//   then its exit code (128+signal when killed by a signal).
+//   then its exit code (128+signal when killed by a signal), once its output
+//   is in the log (or 2 s after it ended, if something it started still
+//   holds the pipe).
 // - terminate() ends the whole tree: SIGTERM to the launcher's process
 //   group, its session (mpirun gives each rank a group of its own in its
 //   session) and every descendant, SIGKILL after grace; idempotent. The
@@ -38,6 +43,7 @@ struct LauncherSpec {
   std::map<std::string, std::string> env;
   std::filesystem::path working_dir;
   std::filesystem::path log_path;
+  bool tagged_output = false;
 };
 
 class LauncherProcess {

@@ -36,6 +36,15 @@ std::string describe_end(const std::string& task, const api::Worker& w) {
   }
 }
 
+// What a cluster's tasks say once it ended: "cluster c-1a2b succeeded".
+std::string task_reason(const std::string& id, api::ClusterStatus status, const std::string& reason) {
+  switch (status) {
+    case api::ClusterStatus::kSucceeded: return "cluster " + id + " succeeded";
+    case api::ClusterStatus::kStopped: return "cluster " + id + " was stopped" + (reason.empty() ? "" : ": " + reason);
+    default: return "cluster " + id + " failed" + (reason.empty() ? "" : ": " + reason);
+  }
+}
+
 }  // namespace
 
 api::Status ClusterManager::restore() {
@@ -81,7 +90,8 @@ api::Status ClusterManager::restore() {
   return api::Status::ok();
 }
 
-void ClusterManager::finish(const std::string& id, api::ClusterStatus status, const std::string& reason) {
+void ClusterManager::finish(const std::string& id, api::ClusterStatus status, const std::string& reason,
+                            std::optional<api::RankFailure> failed_rank) {
   std::unique_ptr<LauncherProcess> launcher;
   std::vector<std::string> ids;
   {
@@ -95,7 +105,10 @@ void ClusterManager::finish(const std::string& id, api::ClusterStatus status, co
     Entry& e = it->second;
     e.ending = true;
     launcher = std::move(e.launcher);
-    for (const auto& t : e.cluster.tasks) ids.push_back(t.worker_id);
+    const auto& borrowed = e.cluster.request.workers;  // the notebook's own workers: never stopped here
+    for (const auto& t : e.cluster.tasks) {
+      if (std::find(borrowed.begin(), borrowed.end(), t.worker_id) == borrowed.end()) ids.push_back(t.worker_id);
+    }
   }
   std::optional<int> launcher_code;
   if (launcher) {
@@ -108,13 +121,15 @@ void ClusterManager::finish(const std::string& id, api::ClusterStatus status, co
     auto w = registry_.get(wid);
     if (w && !api::is_terminal(w->status)) alive.push_back(wid);
   }
-  if (!alive.empty()) (void)registry_.stop(alive);
+  // Each task says why it ended: the cluster's outcome.
+  if (!alive.empty()) (void)registry_.stop(alive, task_reason(id, status, reason));
   {
     std::lock_guard<std::mutex> lock(mu_);
     Entry& e = clusters_[id];
     e.cluster.status = status;
     e.cluster.reason = reason;
     e.cluster.finished_at = format_time(clock_.now());
+    if (failed_rank) e.cluster.failed_rank = std::move(failed_rank);
     if (!e.cluster.launcher_exit_code) e.cluster.launcher_exit_code = launcher_code;
     e.cluster.launcher_process.reset();  // ended above (or by restore())
     persist_locked(e);
@@ -188,7 +203,9 @@ void ClusterManager::evaluate(const std::string& id) {
     if (e.launcher) code = e.launcher->poll();
     if (code) e.cluster.launcher_exit_code = code;
   }
-  if (auto verdict = mode.verdict(c, workers, code)) finish(id, verdict->status, verdict->reason);
+  if (auto verdict = mode.verdict(c, workers, code)) {
+    finish(id, verdict->status, verdict->reason, std::move(verdict->failed_rank));
+  }
 }
 
 void ClusterManager::rendezvous(const api::Cluster& c, const std::vector<api::Worker>& workers) {

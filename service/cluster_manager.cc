@@ -116,6 +116,11 @@ api::Result<api::Cluster> ClusterManager::create(const api::ClusterRequest& requ
   std::vector<api::ClusterTask> tasks;
   std::vector<std::string> launched_ids;
   for (const auto& b : batches) {
+    if (!b.existing.empty()) {  // running workers play these tasks: nothing to launch
+      int index = 0;
+      for (const auto& wid : b.existing) tasks.push_back({b.type, index++, wid});
+      continue;
+    }
     // The one launch call of the cluster side: all or nothing across batches.
     auto launched = registry_.launch(b.batch);
     if (!launched) {

@@ -126,7 +126,8 @@ class ClusterManager {
   // Ends the cluster once (first caller wins): stops the launcher and every
   // task that has not ended, then sets the terminal status, so a cluster
   // seen as ended has nothing left running. A second caller waits for that.
-  void finish(const std::string& id, api::ClusterStatus status, const std::string& reason);
+  void finish(const std::string& id, api::ClusterStatus status, const std::string& reason,
+              std::optional<api::RankFailure> failed_rank = std::nullopt);
   Rendezvous& mode_of(const api::ClusterRequest& request) const;
   // b): the rendezvous of a cluster whose tasks are all ready.
   void rendezvous(const api::Cluster& cluster, const std::vector<api::Worker>& workers);

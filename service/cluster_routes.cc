@@ -6,14 +6,22 @@ namespace muster::service {
 
 using nlohmann::json;
 
-void register_cluster_routes(Router& router, ClusterManager& clusters, int max_workers, LogFollower* follower) {
-  router.add("POST", "/api/v1/clusters", AuthKind::kUser, [&clusters, max_workers](const Request& req, Reply reply) {
-    auto parsed = api::parse_cluster_request(req.body, max_workers);
-    if (!parsed) return reply(error_response(parsed.status()));
-    auto created = clusters.create(parsed.value());
-    if (!created) return reply(error_response(created.status()));
-    reply(json_response(201, created->to_json()));
-  });
+void register_cluster_routes(Router& router, ClusterManager& clusters, int max_workers, LogFollower* follower,
+                             std::optional<HostCapacity> host) {
+  router.add("POST", "/api/v1/clusters", AuthKind::kUser,
+             [&clusters, max_workers, host](const Request& req, Reply reply) {
+               auto parsed = api::parse_cluster_request(req.body, max_workers);
+               if (!parsed) return reply(error_response(parsed.status()));
+               auto created = clusters.create(parsed.value());
+               if (!created) return reply(error_response(created.status()));
+               json body = created->to_json();
+               // New tasks only: the notebook's own workers were asked for already.
+               if (parsed->workers.empty()) {
+                 const auto warnings = resource_warnings(parsed->cpu, parsed->memory, host);
+                 if (!warnings.empty()) body["warnings"] = warnings;
+               }
+               reply(json_response(201, body));
+             });
 
   router.add("GET", "/api/v1/clusters", AuthKind::kUser, [&clusters](const Request&, Reply reply) {
     json out = json::array();
@@ -57,7 +65,7 @@ std::unique_ptr<ClusterManager> start_clusters(Router& router, WorkerRegistry& r
   options.ps_program = o.agent_path.parent_path() / "muster-ps";
   auto manager = std::make_unique<ClusterManager>(options, registry, store, clock, make_process_launcher(),
                                                   o.mpi_hosts);
-  register_cluster_routes(router, *manager, o.max_workers, o.follower);
+  register_cluster_routes(router, *manager, o.max_workers, o.follower, o.host);
   return manager;
 }
 

@@ -11,8 +11,10 @@ namespace muster::service {
 // GET /api/v1/clusters/{id}/logs?tail=N (text: mpi, the launcher's log; ps,
 // the chief's) and POST /api/v1/clusters/{id}/stop. `clusters` outlives the router.
 // `follower` serves ?follow=true on the logs route (null: 503).
+// `host`: the workers' host when it is the daemon's own (asks beyond it get
+// "warnings" in the answer, as for workers).
 void register_cluster_routes(Router& router, ClusterManager& clusters, int max_workers,
-                             LogFollower* follower = nullptr);
+                             LogFollower* follower = nullptr, std::optional<HostCapacity> host = std::nullopt);
 
 }  // namespace muster::service
 
@@ -27,6 +29,7 @@ struct StartClustersOptions {
   // null: the workers run on this host. Borrowed; outlives the manager.
   workers::MpiHosts* mpi_hosts = nullptr;
   LogFollower* follower = nullptr;    // serves ?follow=true on the logs route
+  std::optional<HostCapacity> host{};  // the workers' host when it is this one (resource warnings)
 };
 
 // musterd's one call for clusters: builds the manager, registers the routes,

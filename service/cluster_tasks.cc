@@ -15,6 +15,7 @@ api::Result<api::LaunchRequest> task_launch_request(const api::ClusterRequest& r
   r.nvidia_gpu = request.nvidia_gpu;
   r.kernel = api::kKernelPython3;
   r.env = request.env;
+  r.python = request.python;
   if (options.script.empty()) {
     r.code = kWaitCode;
     return r;

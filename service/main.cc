@@ -38,6 +38,7 @@
 #include "service/registry.h"
 #include "service/router.h"
 #include "service/store.h"
+#include "service/worker_python.h"
 #include "service/worker_routes.h"
 #include "workers/factory.h"
 
@@ -70,20 +71,36 @@ bool write_dashboard_file(const fs::path& state_dir, const std::string& url) {
   return true;
 }
 
+// What a notebook or shell on this host sets to use this daemon: the lines
+// musterd prints once it serves (the SDK's package, the muster and
+// horovodrun commands beside musterd, a state dir other than ~/.muster).
+std::string notebook_exports(const muster::service::WorkerPython& python, const fs::path& state,
+                             const fs::path& default_state) {
+  std::error_code ec;
+  const fs::path bin = fs::read_symlink("/proc/self/exe", ec).parent_path();
+  std::string out;
+  if (!ec && fs::exists(bin / "muster", ec)) out += "  export PATH=\"" + bin.string() + ":$PATH\"\n";
+  if (python.found()) out += "  export PYTHONPATH=\"" + python.sdk_dir.string() + "${PYTHONPATH:+:$PYTHONPATH}\"\n";
+  if (fs::weakly_canonical(default_state, ec) != state) out += "  export MUSTER_STATE_DIR=\"" + state.string() + "\"\n";
+  return out;
+}
+
 std::chrono::milliseconds seconds(double s) { return std::chrono::milliseconds(static_cast<long>(s * 1000)); }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"musterd: launches workers for distributed training and serves the muster REST API"};
+  app.option_defaults()->always_capture_default();  // --help shows every default
   std::string listen = "127.0.0.1:7878";
   std::string project_dir = fs::current_path().string();
   const char* home = std::getenv("HOME");
   std::string state_dir = std::string(home ? home : "/tmp") + "/.muster";
+  const std::string default_state_dir = state_dir;
   std::string backend_name = "local";
   std::vector<std::string> backend_opts;
   int max_workers = 64;
-  double startup_timeout = 60, heartbeat_timeout = 10, heartbeat_interval = 2, stop_grace = 3;
+  double startup_timeout = 60, heartbeat_timeout = 10, heartbeat_interval = 2, stop_grace = 3, await_settle = 1;
   service::HttpServerOptions http;  // limits: docs/ARCHITECTURE.md, "Limits"
   double read_timeout = 10, idle_timeout = 60;
   std::string agent_path;
@@ -102,6 +119,9 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat-timeout", heartbeat_timeout, "seconds without heartbeat before lost");
   app.add_option("--heartbeat-interval", heartbeat_interval, "seconds between agent heartbeats");
   app.add_option("--stop-grace", stop_grace, "seconds between SIGTERM and SIGKILL when stopping");
+  app.add_option("--await-settle", await_settle,
+                 "seconds a script must have run before await (wait_for_completion=false) counts it as running")
+      ->check(CLI::Range(0.0, 60.0));
   app.add_option("--max-body-bytes", http.max_body_bytes, "largest request body accepted (413 above)");
   app.add_option("--http-max-header-bytes", http.max_header_bytes, "largest request line + headers (431 above)");
   app.add_option("--http-max-connections", http.max_connections, "open connections (503 above)")
@@ -191,7 +211,12 @@ int main(int argc, char** argv) {
     return registry ? registry->worker_for_agent_token(t) : std::nullopt;
   });
   auto server = std::make_unique<service::HttpServer>(http, router, auth);
-  if (auto s = server->listen(); !s) return fail("listen", s);
+  if (auto s = server->listen(); !s) {
+    if (s.message().find("in use") == std::string::npos) return fail("listen", s);
+    return fail("listen", api::Status(s.code(), s.message() + " (another musterd may be serving " + listen +
+                                                     "; stop it, or pick another address with --listen " +
+                                                     http.host + ":PORT, 0: any free port)"));
+  }
   http.port = server->port();
 
   // 4. Store, registry, routes.
@@ -208,7 +233,9 @@ int main(int argc, char** argv) {
   ropts.heartbeat_timeout = seconds(heartbeat_timeout);
   ropts.heartbeat_interval = seconds(heartbeat_interval);
   ropts.stop_grace = seconds(stop_grace);
+  ropts.await_settle = seconds(await_settle);
   ropts.gpus = &gpus;
+  ropts.worker_python = service::find_worker_python();
   // The dashboard and the training curves (outlive the registry: its
   // listeners publish to them).
   service::TrainingSeries training;
@@ -238,11 +265,14 @@ int main(int argc, char** argv) {
   auto follower = std::make_unique<service::LogFollower>(follow_options);
   registry = std::make_unique<service::WorkerRegistry>(ropts, *backend.value(), store.value().get(), clock);
   if (auto s = registry->restore(); !s) return fail("restoring state", s);
-  service::register_worker_routes(router, *registry, {max_workers, project}, follower.get());
+  // Workers of these backends run on this host: asks beyond it get a warning.
+  std::optional<service::HostCapacity> host;
+  if (backend_name == "local" || backend_name == "container") host = service::host_capacity();
+  service::register_worker_routes(router, *registry, {max_workers, project, host}, follower.get());
   service::register_agent_routes(router, *registry);
   clusters = service::start_clusters(router, *registry, cluster_store.value().get(), clock,
                                      {state, project, max_workers, agent_path,
-                                      workers::mpi_hosts_of(*backend.value()), follower.get()});
+                                      workers::mpi_hosts_of(*backend.value()), follower.get(), host});
   if (auto s = clusters->restore(); !s) return fail("restoring clusters", s);
   registry->subscribe([&events, &metrics](const api::Worker& w) {
     metrics.on_worker_change(w);
@@ -281,6 +311,17 @@ int main(int argc, char** argv) {
   const std::string dashboard_url = url + "/?token=" + token.value();
   if (!write_dashboard_file(state, dashboard_url)) spdlog::warn("cannot write {}/dashboard.url", state.string());
   std::cout << "musterd dashboard: " << dashboard_url << std::endl;
+  if (const std::string exports = notebook_exports(ropts.worker_python, state, default_state_dir); !exports.empty()) {
+    std::cout << "musterd: for a notebook or shell on this host:\n" << exports << std::flush;
+  }
+  if (ropts.worker_python.found()) {
+    spdlog::info("workers import muster from {} (found in {}{}{})", ropts.worker_python.sdk_dir.string(),
+                 ropts.worker_python.found_in, ropts.worker_python.runtime_dir.empty() ? "" : "; runtime extension in ",
+                 ropts.worker_python.runtime_dir.string());
+  } else {
+    spdlog::warn("no muster Python package beside musterd (a build tree or an install prefix): workers import "
+                 "muster only where their Python has it installed (pip install ./sdk/python)");
+  }
   spdlog::info("backend {} (workers reach the daemon at {}), project {}, state {}, GPUs [{}]",
                backend.value()->name(), registry->agent_url(), project.string(), state.string(),
                service::device_list(gpu_devices));

@@ -1,6 +1,8 @@
 #include "service/mpi_rendezvous.h"
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 
 #include "api/base/atomic_file.h"
 #include "api/kernel.h"
@@ -10,6 +12,7 @@
 #include "clusterspec/shell.h"
 #include "clusterspec/spec_error.h"
 #include "service/cluster_tasks.h"
+#include "service/mpi_output.h"
 #include "service/validation.h"
 
 namespace muster::service {
@@ -66,11 +69,13 @@ const char* const kRankGpuWrapper =
     "d=$(printf %s \"$h\" | cut -d , -f $((${OMPI_COMM_WORLD_LOCAL_RANK:-0} + 1))); "
     "export CUDA_VISIBLE_DEVICES=\"$h\" NVIDIA_VISIBLE_DEVICES=\"$h\" MUSTER_GPU_DEVICE=\"$d\"; exec \"$@\"";
 
-std::vector<std::string> rank_command(const fs::path& script_path, const std::vector<std::string>& args) {
+std::vector<std::string> rank_command(const fs::path& script_path, const std::vector<std::string>& args,
+                                      const std::string& python) {
   api::KernelCommandOptions k;
   k.kernel = api::kKernelPython3;
   k.script = script_path.string();
   k.args = args;
+  k.python = python;
   return api::script_command(k);
 }
 
@@ -85,9 +90,25 @@ api::Result<std::vector<TaskBatch>> MpiRendezvous::plan(const std::string& id, c
   if (auto s = resolve_script(options_.project_dir, request.worker_script); !s) {
     return api::invalid_argument(s.status().message(), "worker_script");
   }
+  std::vector<TaskBatch> batches;
+  if (!request.workers.empty()) {
+    // The notebook's own workers host the ranks: each must be up now.
+    for (const auto& wid : request.workers) {
+      auto w = registry_.get(wid);
+      if (!w) return api::invalid_argument("workers: no worker '" + wid + "'", "workers");
+      if (!ready(w.value())) {
+        return api::invalid_argument("workers: worker " + wid + " is " + api::worker_status_name(w->status) +
+                                         (w->reason.empty() ? "" : " (" + w->reason + ")") +
+                                         ", not running with an IP address; await_workers(..., "
+                                         "wait_for_completion=False) before starting ranks on it",
+                                     "workers");
+      }
+    }
+    batches.push_back({clusterspec::kWorker, {}, request.workers});
+    return batches;
+  }
   auto idle = task_launch_request(request, {request.n_workers, "", {}, "worker_script", options_.project_dir});
   if (!idle) return idle.status();
-  std::vector<TaskBatch> batches;
   batches.push_back({clusterspec::kWorker, task_batch(id, std::move(idle).value(), false, false)});
   return batches;
 }
@@ -115,7 +136,7 @@ api::Result<Wiring> MpiRendezvous::wire(const api::Cluster& c, const std::vector
   h.timeline_filename = r.timeline_filename;
   h.start_timeout_s = r.start_timeout;
   h.verbose = r.verbose;
-  h.command = rank_command(script_path.value(), r.args);
+  h.command = rank_command(script_path.value(), r.args, r.python);
   // Preflight: every host is checked before mpirun starts; what the backend
   // answers goes on the line, explicitly.
   workers::MpiLaunchSettings found;
@@ -186,17 +207,74 @@ api::Result<std::unique_ptr<LauncherProcess>> MpiRendezvous::start_mpirun(const 
                                               "MUSTER_METRICS_TOKEN"};
     spec.argv.insert(spec.argv.begin() + 1, forward.begin(), forward.end());
   }
+  // Every rank finds muster's Python package and runtime extension as the
+  // workers' scripts do (worker_python.h), also on hosts that do not share
+  // mpirun's environment.
+  for (const auto& [name, value] : python_env(registry_.worker_python(), c.request.env)) {
+    spec.env[name] = value;
+    if (!c.request.env.count(name)) spec.argv.insert(spec.argv.begin() + 1, {"-x", name});
+  }
   spec.working_dir = options_.project_dir;
   spec.log_path = dir_of(c.id) / "launcher.log";
+  spec.tagged_output = true;  // whole lines, each rank's tagged once (mpi_output.h)
   return launcher_.start(spec);
 }
 
-std::optional<Verdict> MpiRendezvous::verdict(const api::Cluster& c, const std::vector<api::Worker>& /*workers*/,
+std::optional<Verdict> MpiRendezvous::verdict(const api::Cluster& c, const std::vector<api::Worker>& workers,
                                               std::optional<int> launcher_exit) const {
   if (!launcher_exit) return std::nullopt;  // launch=false: running until stopped
   if (*launcher_exit == 0) return Verdict{api::ClusterStatus::kSucceeded, ""};
-  return Verdict{api::ClusterStatus::kFailed, "mpirun exited with code " + std::to_string(*launcher_exit) + " (see " +
-                                                  (dir_of(c.id) / "launcher.log").string() + ")"};
+  Verdict v{api::ClusterStatus::kFailed, "", failed_rank(c, workers)};
+  if (v.failed_rank) {
+    v.reason = v.failed_rank->describe() + "; mpirun ended the job (exit code " + std::to_string(*launcher_exit) +
+               "); the cluster's logs have every rank's output";
+  } else {
+    v.reason = "mpirun exited with code " + std::to_string(*launcher_exit) + " without naming a failed rank (see " +
+               "the cluster's logs, " + (dir_of(c.id) / "launcher.log").string() + ")";
+  }
+  return v;
+}
+
+// mpirun's report of the first rank that failed, placed on its host and
+// worker the way mpirun maps ranks (by slot over -H, in order; within a host,
+// the workers' slots in worker order), with its last lines.
+std::optional<api::RankFailure> MpiRendezvous::failed_rank(const api::Cluster& c,
+                                                           const std::vector<api::Worker>& workers) const {
+  constexpr std::uintmax_t kTailBytes = 1 << 20;
+  constexpr size_t kTailLines = 20;
+  const fs::path path = dir_of(c.id) / "launcher.log";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::error_code ec;
+  const std::uintmax_t size = fs::file_size(path, ec);
+  if (!ec && size > kTailBytes) in.seekg(static_cast<std::streamoff>(size - kTailBytes));
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto exit = first_failed_rank(log);
+  if (!exit) return std::nullopt;
+  api::RankFailure f;
+  f.rank = exit->rank;
+  f.exit_code = exit->exit_code;
+  f.signal = exit->signal;
+  f.signal_name = exit->signal_name;
+  f.log_tail = rank_tail(log, exit->rank, kTailLines);
+  int first = 0;  // the first global rank of the host being looked at
+  for (const auto& h : hosts_of(workers, c.request.slots)) {
+    if (f.rank < first + h.slots) {
+      f.host = h.host;
+      int local = f.rank - first;
+      for (const auto& w : workers) {
+        if (w.ip_address != h.host) continue;
+        if (local < c.request.slots) {
+          f.worker_id = w.id;
+          break;
+        }
+        local -= c.request.slots;
+      }
+      break;
+    }
+    first += h.slots;
+  }
+  return f;
 }
 
 LogSource MpiRendezvous::log(const api::Cluster& c) const {

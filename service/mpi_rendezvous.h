@@ -1,8 +1,10 @@
 // MpiRendezvous: the mpi mode of clusters (Horovod / Open MPI), behind the
 // Rendezvous interface (rendezvous.h).
 //
-//   a) plan: n_workers idle workers (they wait to be stopped); the worker
-//      script must resolve in the project directory.
+//   a) plan: n_workers idle workers (they wait to be stopped), or the
+//      request's `workers` (running workers the notebook launched, as
+//      `horovodrun -H` names them: each must be running with an IP); the
+//      worker script must resolve in the project directory.
 //   b) wire, once every worker registered its IP: the hosts (workers on one
 //      IP share a host, their slots add up); the preflight of the backend's
 //      hosts (workers::MpiHosts, handed to the manager explicitly), whose
@@ -13,7 +15,10 @@
 //      its environment in its spawn options: the request's env, the cluster
 //      id and rank 0's metrics credentials.
 //   c) verdict: the cluster ends with mpirun (exit 0 -> succeeded, else
-//      failed naming the code and the log). Every worker must stay up.
+//      failed naming the first rank that failed, its host, worker and exit
+//      code or signal, as mpirun reports it, with its last lines:
+//      Cluster::failed_rank; mpi_output.h reads them). Every worker must
+//      stay up.
 //   d) log: the launcher's log (none with launch=false).
 //
 // Every rank runs the worker script by api/kernel.h's rules, the same the
@@ -43,8 +48,10 @@ struct MpiRendezvousOptions {
 // MUSTER_RANK_GPUS, then execs the command ("$@").
 extern const char* const kRankGpuWrapper;
 
-// The command every rank runs for `script_path` (api/kernel.h, kernel python3).
-std::vector<std::string> rank_command(const std::filesystem::path& script_path, const std::vector<std::string>& args);
+// The command every rank runs for `script_path` (api/kernel.h, kernel python3
+// with the request's `python`).
+std::vector<std::string> rank_command(const std::filesystem::path& script_path, const std::vector<std::string>& args,
+                                      const std::string& python = "");
 
 class MpiRendezvous final : public Rendezvous {
  public:
@@ -63,6 +70,8 @@ class MpiRendezvous final : public Rendezvous {
 
  private:
   std::filesystem::path dir_of(const std::string& cluster_id) const;
+  std::optional<api::RankFailure> failed_rank(const api::Cluster& cluster,
+                                              const std::vector<api::Worker>& workers) const;
   api::Result<std::unique_ptr<LauncherProcess>> start_mpirun(const api::Cluster& cluster,
                                                              const std::vector<api::Worker>& workers,
                                                              const std::vector<std::string>& mpirun);

@@ -41,7 +41,10 @@ api::Status WorkerRegistry::transition(Record& r, WorkerStatus to, std::string r
   r.worker.status = to;
   r.worker.reason = std::move(reason);
   const std::string now = format_time(clock_.now());
-  if (to == WorkerStatus::kRunning) r.worker.started_at = r.worker.running_at = now;
+  if (to == WorkerStatus::kRunning) {
+    r.worker.started_at = r.worker.running_at = now;
+    r.running_since = clock_.now();
+  }
   if (api::is_terminal(to)) r.worker.finished_at = now;
   if (auto s = persist(r); !s) {
     r = before;  // nothing half-written: memory stays what the store holds
@@ -103,6 +106,11 @@ api::Result<std::filesystem::path> WorkerRegistry::log_path(const std::string& i
 }
 
 api::Result<std::vector<api::Worker>> WorkerRegistry::stop(const std::vector<std::string>& ids) {
+  return stop(ids, "stopped through the API");
+}
+
+api::Result<std::vector<api::Worker>> WorkerRegistry::stop(const std::vector<std::string>& ids,
+                                                           const std::string& reason) {
   std::vector<std::string> targets;
   Effects fx;
   {
@@ -124,7 +132,7 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::stop(const std::vector<std
     deferred_ = &rows;
     for (const auto& id : targets) {
       before.emplace(id, records_.at(id));
-      (void)transition(records_.at(id), WorkerStatus::kStopped, "stopped through the API", fx);
+      (void)transition(records_.at(id), WorkerStatus::kStopped, reason, fx);
     }
     if (auto s = flush_deferred(rows); !s) {
       for (auto& [id, r] : before) records_[id] = std::move(r);

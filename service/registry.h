@@ -51,6 +51,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -62,6 +63,7 @@
 #include "service/gpu_inventory.h"
 #include "service/store.h"
 #include "service/task_queue.h"
+#include "service/worker_python.h"
 #include "service/worker_record.h"
 #include "workers/backend.h"
 
@@ -80,6 +82,11 @@ struct RegistryOptions {
   std::chrono::milliseconds heartbeat_interval{2'000};
   std::chrono::milliseconds stop_grace{3'000};
   std::chrono::milliseconds release_poll{25'000};  // wait-release long-poll bound
+  // await with wait_for_completion=false counts a worker as running once its
+  // script has run this long (or at the deadline), so a script that dies at
+  // once (an ImportError) is reported as the failure it is, not as running.
+  // Held workers (clusters) count at once: their script has not started.
+  std::chrono::milliseconds await_settle{1'000};
   // Called (under the registry's mutex: it must only record) with the time
   // between two heartbeats of one worker, for /metrics.
   std::function<void(double seconds)> on_heartbeat_gap;
@@ -97,6 +104,10 @@ struct RegistryOptions {
   // gpu_devices) until it ends; a restarted daemon takes back the devices of
   // the workers it adopts.
   GpuInventory* gpus = nullptr;
+  // Where workers find muster's Python package and runtime extension
+  // (worker_python.h): added to every worker's PYTHONPATH and
+  // MUSTER_RUNTIME_PATH, after what the user set. Empty: nothing is added.
+  WorkerPython worker_python{};
 };
 
 // Per-worker additions of a launch (clusters).
@@ -153,6 +164,9 @@ class WorkerRegistry {
   // Empty ids: every worker that has not finished. Returns the named workers
   // (their final objects) once their processes are gone.
   api::Result<std::vector<api::Worker>> stop(const std::vector<std::string>& ids);
+  // The same with the stopped workers' reason (a cluster's tasks: "cluster
+  // c-1a2b succeeded"); stop(ids) says "stopped through the API".
+  api::Result<std::vector<api::Worker>> stop(const std::vector<std::string>& ids, const std::string& reason);
 
   // Agent calls; each is authorised for `id` already.
   api::Result<bool> agent_register(const std::string& id, const std::string& ip, std::optional<int> port);
@@ -167,6 +181,8 @@ class WorkerRegistry {
   std::string metrics_token(const std::string& id) const {
     return options_.metrics_token ? options_.metrics_token(id) : std::string();
   }
+  // Where workers find muster's Python parts (clusters hand it to mpirun's ranks).
+  const WorkerPython& worker_python() const { return options_.worker_python; }
   // Seconds since the least recent heartbeat of a running worker (0: none runs).
   double max_heartbeat_age_seconds() const;
 
@@ -196,6 +212,7 @@ class WorkerRegistry {
     api::AwaitRequest request;
     std::optional<TimePoint> deadline;
     AwaitCallback done;
+    std::set<std::string> ended_before;  // workers that had ended when the await came: a success there is none
   };
   struct ReleaseWaiter {
     std::string id;

@@ -30,8 +30,11 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::launch(const LaunchBatch& 
   command.code = req.code;
   if (req.code.empty()) command.script = req.script_path.string();
   command.args = req.args;
+  command.python = req.python;
   const std::string master_ip = backend_.master_address();
   const std::string url = agent_url();
+  // Where the script's Python finds muster (after the user's own PYTHONPATH).
+  const std::map<std::string, std::string> muster_python = python_env(options_.worker_python, req.env);
 
   std::vector<workers::LaunchSpec> specs;
   std::vector<std::string> ids;
@@ -78,6 +81,7 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::launch(const LaunchBatch& 
       spec.log_path = r.log_path;
       spec.env = req.env;
       for (const auto& [k, v] : extras.env) spec.env[k] = v;
+      for (const auto& [k, v] : muster_python) spec.env[k] = v;
       specs.push_back(std::move(spec));
 
       token_to_id_[r.agent_token] = r.worker.id;

@@ -22,6 +22,9 @@ api::Status WorkerRegistry::await_workers(const api::AwaitRequest& request, Awai
                                             std::chrono::duration<double>(request.timeout_seconds));
     }
     waiter->done = std::move(done);
+    for (const auto& id : request.ids) {
+      if (api::is_terminal(records_.at(id).worker.status)) waiter->ended_before.insert(id);
+    }
     waiters_.push_back(std::move(waiter));
     settle_waiters(fx, /*at_tick=*/false);
   }
@@ -30,10 +33,12 @@ api::Status WorkerRegistry::await_workers(const api::AwaitRequest& request, Awai
 }
 
 // Step by step, for each waiter: a worker settles as a success (running with
-// an IP, or succeeded when waiting for completion) or a failure (any other
-// terminal status); when every worker settled, or the deadline passed (then
-// the pending ones fail with "await timed out"), the waiter's callback is
-// queued with both lists in request order and the waiter is dropped.
+// an IP for options_.await_settle, or, once awaited, succeeded after running;
+// succeeded when waiting for completion) or a failure (any other terminal
+// status, and a success that came before the await); when every worker settled, or
+// the deadline passed (then the pending ones fail with "await timed out", and
+// a running one counts as running), the waiter's callback is queued with both
+// lists in request order and the waiter is dropped.
 void WorkerRegistry::settle_waiters(Effects& fx, bool at_tick) {
   const TimePoint now = clock_.now();
   for (auto it = waiters_.begin(); it != waiters_.end();) {
@@ -52,9 +57,14 @@ void WorkerRegistry::settle_waiters(Effects& fx, bool at_tick) {
         continue;
       }
       const api::Worker& worker = rec->second.worker;
-      const bool ok = w.request.wait_for_completion
-                          ? worker.status == WorkerStatus::kSucceeded
-                          : worker.status == WorkerStatus::kRunning && worker.ip_address != "unknown";
+      const bool up = worker.status == WorkerStatus::kRunning && worker.ip_address != "unknown";
+      const bool settled = rec->second.hold || expired || now - rec->second.running_since >= options_.await_settle;
+      // A script that ran and succeeded while awaited (within the settle
+      // time) was running; one that had ended before the await is not.
+      const bool ran_fine = !w.ended_before.count(id) && worker.status == WorkerStatus::kSucceeded &&
+                            worker.ip_address != "unknown";
+      const bool ok = w.request.wait_for_completion ? worker.status == WorkerStatus::kSucceeded
+                                                    : (up && settled) || ran_fine;
       if (ok) {
         result.workers.push_back(worker);
       } else if (api::is_terminal(worker.status)) {

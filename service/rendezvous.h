@@ -7,7 +7,9 @@
 // Contract
 // - plan() turns a validated request into the launch batches, in task order
 //   (the order gives each task its index), with their task type; scripts are
-//   resolved here, so a bad one launches nothing. Errors name the field.
+//   resolved here, so a bad one launches nothing. Errors name the field. A
+//   batch may name running workers instead (TaskBatch::existing): they are
+//   the cluster's tasks but not its own, so it never stops them.
 // - ready(w): the task counts as registered for the rendezvous.
 // - may_end(task, w): a task that reached a terminal status without ending
 //   the cluster (ps: a worker task that succeeded). Any other ending fails
@@ -42,9 +44,12 @@
 namespace muster::service {
 
 // One batch of tasks of one type ("ps", "chief", "worker", "evaluator").
+// With `existing`, running workers play these tasks and `batch` is not
+// launched (mpi on the notebook's own workers); the cluster never stops them.
 struct TaskBatch {
   std::string type;
   LaunchBatch batch;
+  std::vector<std::string> existing{};
 };
 
 // What wire() hands the manager.
@@ -61,6 +66,7 @@ struct Wiring {
 struct Verdict {
   api::ClusterStatus status = api::ClusterStatus::kFailed;
   std::string reason;
+  std::optional<api::RankFailure> failed_rank{};  // mpi: the first rank that failed, when known
 };
 
 // A file (the launcher's log), a worker whose log it is, or neither.

@@ -3,10 +3,13 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <set>
 #include <system_error>
 
 #include "api/json_integer.h"
+#include "api/kernel.h"
 
 namespace muster::service {
 
@@ -92,6 +95,41 @@ api::Status get_ids(const json& body, std::vector<std::string>* out) {
 
 }  // namespace
 
+HostCapacity host_capacity() {
+  HostCapacity h;
+  h.cpus = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  while (meminfo >> key >> kib) {
+    if (key == "MemTotal:") {
+      h.memory_gb = kib / (1024.0 * 1024.0);
+      break;
+    }
+    meminfo.ignore(1 << 10, '\n');
+  }
+  return h;
+}
+
+std::vector<std::string> resource_warnings(double cpu, double memory_gb, const std::optional<HostCapacity>& host) {
+  std::vector<std::string> out;
+  if (!host) return out;
+  auto number = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", v);
+    return std::string(buf);
+  };
+  if (host->cpus > 0 && cpu > host->cpus) {
+    out.push_back("cpu=" + number(cpu) + " is more than this host's " + std::to_string(host->cpus) +
+                  " CPUs: each worker gets at most what the host has, shared with the others");
+  }
+  if (host->memory_gb > 0 && memory_gb > host->memory_gb) {
+    out.push_back("memory=" + number(memory_gb) + " (GB) is more than this host's " + number(host->memory_gb) +
+                  " GB: a worker that uses it will be killed or swap");
+  }
+  return out;
+}
+
 bool is_env_name(const std::string& name) {
   if (name.empty()) return false;
   auto alpha = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; };
@@ -131,7 +169,7 @@ api::Result<fs::path> resolve_script(const fs::path& project_dir, const std::str
 
 api::Result<api::LaunchRequest> parse_launch_request(const json& body, const ValidationOptions& options) {
   static const std::set<std::string> kFields = {"n",    "cpu",  "memory", "nvidia_gpu", "kernel",
-                                                "script", "code", "env",    "args"};
+                                                "script", "code", "env",    "args", "python"};
   if (auto s = check_fields(body, kFields); !s) return s;
   api::LaunchRequest req;
   if (!body.contains("n")) return api::invalid_argument("n is required", "n");
@@ -172,6 +210,9 @@ api::Result<api::LaunchRequest> parse_launch_request(const json& body, const Val
       return api::invalid_argument("script '" + req.script + "' is not executable (kernel executable)", "script");
     }
   }
+  for (auto& w : resource_warnings(req.cpu, req.memory, options.host)) req.warnings.push_back(std::move(w));
+  if (auto s = get_string(body, "python", &req.python); !s) return s;
+  if (auto s = api::check_python(req.python, "python"); !s) return s;
   if (body.contains("env")) {
     const json& env = body.at("env");
     if (!env.is_object()) return api::invalid_argument("env must be an object of name -> string", "env");

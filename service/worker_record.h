@@ -32,6 +32,7 @@ struct WorkerRecord {
   std::optional<api::Release> release;
   TimePoint launched_at;     // startup timeout counts from here
   TimePoint last_heartbeat;  // heartbeat timeout counts from here
+  TimePoint running_since{}; // when it became running (await's settle time counts from here)
   std::filesystem::path log_path;
   std::string process;       // Backend::process_identity(), for a later daemon
   bool launching = false;    // its batch is with the backend right now

@@ -41,6 +41,12 @@ TEST(AgentArgv, RoundTripsScriptAndCode) {
   EXPECT_EQ(back->code, code.code);
   EXPECT_TRUE(back->script.empty());
   EXPECT_TRUE(back->args.empty());
+  EXPECT_TRUE(back->python.empty());
+
+  code.python = "/home/me/venv/bin/python";
+  back = api::parse_agent_argv(api::to_argv("a", code));
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->python, code.python);
 }
 
 TEST(AgentArgv, RefusesBadCommandLines) {
@@ -51,6 +57,7 @@ TEST(AgentArgv, RefusesBadCommandLines) {
   expect_refused(api::parse_agent_argv({"a", "--code"}).status(), "--code");  // no value
   expect_refused(api::parse_agent_argv({"a", "--code", ""}).status(), "--code");
   expect_refused(api::parse_agent_argv({"a", "--verbose", "--code", "1"}).status(), "--verbose");
+  expect_refused(api::parse_agent_argv({"a", "--code", "1", "--python", "python3"}).status(), "--python");
 }
 
 api::AgentEnvironment full_env() {

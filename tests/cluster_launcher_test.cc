@@ -65,6 +65,28 @@ class LauncherTest : public ::testing::Test {
   std::vector<pid_t> pids_;
 };
 
+// With tagged_output the log gets whole lines, each rank's tagged once,
+// however the program wrote them (here: mpirun's chunk tags by hand, then
+// the real mpirun in cluster_integration_test), and every last byte is in
+// the log once poll() reports the exit.
+TEST_F(LauncherTest, TaggedOutputIsWrittenAsWholeLines) {
+  auto launcher = make_process_launcher();
+  LauncherSpec spec;
+  spec.argv = {"bash", "-c",
+               "printf '[1,1]<stdout>:rank'; sleep 0.2; printf '[1,0]<stdout>:rank 0 of 2\\n'; sleep 0.2; "
+               "printf '[1,1]<stdout>: 1 of 2\\n[1,0]<stderr>:last words'; exit 3"};
+  spec.working_dir = dir_;
+  spec.log_path = dir_ / "launcher.log";
+  spec.tagged_output = true;
+  auto p = launcher->start(spec);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(wait_exit(*p.value(), 20s).value_or(-1), 3);
+  std::ifstream log(spec.log_path);
+  std::stringstream text;
+  text << log.rdbuf();
+  EXPECT_EQ(text.str(), "[1,0]<stdout>:rank 0 of 2\n[1,1]<stdout>:rank 1 of 2\n[1,0]<stderr>:last words\n");
+}
+
 TEST_F(LauncherTest, ReportsExitCodeAndWritesTheLog) {
   auto launcher = make_process_launcher();
   LauncherSpec spec;

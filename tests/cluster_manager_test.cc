@@ -356,7 +356,92 @@ TEST_F(ClusterManagerTest, MpiBuildsLinesAndRunsTheLauncher) {
   auto done = now(c.id);
   EXPECT_EQ(done.status, api::ClusterStatus::kSucceeded) << done.reason;
   EXPECT_EQ(done.launcher_exit_code.value_or(-1), 0);
-  for (const auto& t : c.tasks) EXPECT_EQ(worker(t.worker_id).status, WorkerStatus::kStopped);
+  for (const auto& t : c.tasks) {
+    EXPECT_EQ(worker(t.worker_id).status, WorkerStatus::kStopped);
+    EXPECT_EQ(worker(t.worker_id).reason, "cluster " + c.id + " succeeded");  // not "stopped through the API"
+  }
+}
+
+// A failed job names the first rank that failed as mpirun reported it, on
+// its host and worker (ranks map by slot over the hosts, in order), with the
+// rank's last lines.
+TEST_F(ClusterManagerTest, MpiFailureNamesTheFirstFailedRankWithItsLastLines) {
+  auto c = create(mpi_request(2, 1));
+  register_all(c, false);
+  ASSERT_EQ(now(c.id).status, api::ClusterStatus::kRunning);
+  std::ofstream(root_ / "state" / "clusters" / c.id / "launcher.log")
+      << "[1,0]<stdout>:epoch 1\n[1,1]<stdout>:loading\n[1,1]<stderr>:Traceback (most recent call last):\n"
+         "[1,1]<stderr>:ValueError: bad batch\n[1,0]<stdout>:epoch 2\n"
+         "--------------------------------------------------------------------------\n"
+         "mpirun detected that one or more processes exited with non-zero status, thus causing\n"
+         "the job to be terminated. The first process to do so was:\n\n"
+         "  Process name: [[7052,1],1]\n  Exit code:    3\n";
+  launcher_->exit_code = 1;
+  auto failed = now(c.id);
+  EXPECT_EQ(failed.status, api::ClusterStatus::kFailed);
+  ASSERT_TRUE(failed.failed_rank);
+  EXPECT_EQ(failed.failed_rank->rank, 1);
+  EXPECT_EQ(failed.failed_rank->host, "127.0.0.1");
+  EXPECT_EQ(failed.failed_rank->worker_id, c.tasks[1].worker_id);
+  EXPECT_EQ(failed.failed_rank->exit_code, 3);
+  EXPECT_EQ(failed.failed_rank->log_tail,
+            (std::vector<std::string>{"loading", "Traceback (most recent call last):", "ValueError: bad batch"}));
+  EXPECT_EQ(failed.reason.rfind("rank 1 on 127.0.0.1 (worker " + c.tasks[1].worker_id + ") exited with code 3", 0), 0u)
+      << failed.reason;
+  EXPECT_EQ(failed.to_json()["failed_rank"]["log_tail"].size(), 3u);
+  for (const auto& t : c.tasks) EXPECT_EQ(worker(t.worker_id).reason.rfind("cluster " + c.id + " failed: rank 1", 0), 0u);
+  // The record keeps it across a restart.
+  auto stored = api::Cluster::from_record(failed.to_record());
+  ASSERT_TRUE(stored.is_ok());
+  ASSERT_TRUE(stored->failed_rank);
+  EXPECT_EQ(stored->failed_rank->log_tail, failed.failed_rank->log_tail);
+}
+
+// horovodrun -H on the notebook's own workers: nothing is launched, the ranks
+// run on their hosts in the interpreter asked for, and the cluster never
+// stops them.
+TEST_F(ClusterManagerTest, MpiOnRunningWorkersLaunchesNothingAndLeavesThemRunning) {
+  LaunchBatch b;
+  b.request.n = 2;
+  b.request.code = "import time; time.sleep(600)";
+  auto mine = registry_->launch(b);
+  ASSERT_TRUE(mine.is_ok());
+  const std::string a = mine->at(0).id, z = mine->at(1).id;
+  auto r = mpi_request(0, 1);
+  r.workers = {a, z};
+  r.n_workers = 2;
+  r.python = "/venv/bin/python";
+  // Not running yet: refused, naming the field.
+  auto early = manager_->create(r);
+  ASSERT_FALSE(early.is_ok());
+  EXPECT_EQ(early.status().field(), "workers");
+  ASSERT_TRUE(registry_->agent_register(a, "10.0.0.5", std::nullopt).is_ok());
+  ASSERT_TRUE(registry_->agent_register(z, "10.0.0.6", std::nullopt).is_ok());
+  const size_t launched = backend_.launched.size();
+  auto c = create(r);
+  EXPECT_EQ(backend_.launched.size(), launched);
+  auto running = now(c.id);
+  ASSERT_EQ(running.status, api::ClusterStatus::kRunning) << running.reason;
+  EXPECT_EQ(running.hostfile, "10.0.0.5 slots=1\n10.0.0.6 slots=1\n");
+  const auto& h = running.horovodrun_argv;
+  const auto python = std::find(h.begin(), h.end(), "/venv/bin/python");
+  ASSERT_NE(python, h.end());
+  EXPECT_EQ(*(python + 1), "-u");
+  EXPECT_EQ(running.workers_json()["worker"], (nlohmann::json{a, z}));
+  launcher_->exit_code = 0;
+  EXPECT_EQ(now(c.id).status, api::ClusterStatus::kSucceeded);
+  EXPECT_EQ(worker(a).status, WorkerStatus::kRunning);
+  EXPECT_EQ(worker(z).status, WorkerStatus::kRunning);
+  EXPECT_FALSE(backend_.stopped.count(a));
+  // A borrowed worker that ends while its host runs ranks fails the cluster.
+  launcher_->exit_code.reset();
+  auto c2 = create(r);
+  ASSERT_EQ(now(c2.id).status, api::ClusterStatus::kRunning);
+  ASSERT_TRUE(registry_->agent_exit(z, 0).is_ok());
+  auto failed = now(c2.id);
+  EXPECT_EQ(failed.status, api::ClusterStatus::kFailed);
+  EXPECT_NE(failed.reason.find(z), std::string::npos) << failed.reason;
+  EXPECT_EQ(worker(a).status, WorkerStatus::kRunning);
 }
 
 TEST_F(ClusterManagerTest, MpiLauncherFailureFailsTheCluster) {

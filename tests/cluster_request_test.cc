@@ -146,6 +146,15 @@ TEST(ClusterRequestTest, BadBodiesNameTheField) {
       {R"({"n_workers": 1, "mode": "mpi", "worker_script": "t.py", "verbose": 1})", "verbose", "true or false"},
       {R"({"n_workers": 1, "fusion_threshold_mb": 64})", "fusion_threshold_mb", "mpi mode only"},
       {R"({"n_workers": 1, "verbose": true})", "verbose", "mpi mode only"},
+      {R"({"n_workers": 1, "workers": ["a"]})", "workers", "mpi mode only"},
+      {R"({"mode": "mpi", "worker_script": "t.py", "workers": []})", "workers", "non-empty list"},
+      {R"({"mode": "mpi", "worker_script": "t.py", "workers": "a"})", "workers", "non-empty list"},
+      {R"({"mode": "mpi", "worker_script": "t.py", "workers": [1]})", "workers", "worker ids"},
+      {R"({"mode": "mpi", "worker_script": "t.py", "workers": ["a", "a"]})", "workers", "twice"},
+      {R"({"mode": "mpi", "worker_script": "t.py", "workers": ["a"], "n_workers": 1})", "n_workers", "left out"},
+      {R"({"n_workers": 1, "python": "python3"})", "python", "not an absolute path"},
+      {R"({"n_workers": 1, "python": "/no/such/python"})", "python", "does not exist"},
+      {R"({"n_workers": 1, "python": 3})", "python", "must be a string"},
   };
   for (const auto& c : cases) {
     auto r = api::parse_cluster_request(json::parse(c.body), 8);
@@ -154,6 +163,21 @@ TEST(ClusterRequestTest, BadBodiesNameTheField) {
     EXPECT_EQ(r.status().field(), c.field) << c.body;
     EXPECT_NE(r.status().message().find(c.message_part), std::string::npos) << c.body << " -> " << r.status().message();
   }
+}
+
+// horovodrun -H: the ranks on running workers, in the interpreter asked for;
+// n_workers is their number. The request keeps both across a restart.
+TEST(ClusterRequestTest, RanksOnRunningWorkersInAnInterpreter) {
+  auto r = api::parse_cluster_request(
+      json::parse(R"({"mode":"mpi","workers":["w1","w2"],"worker_script":"t.py","python":"/bin/sh"})"), 8);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->workers, (std::vector<std::string>{"w1", "w2"}));
+  EXPECT_EQ(r->n_workers, 2);
+  EXPECT_EQ(r->python, "/bin/sh");
+  auto back = api::cluster_request_from_json(r->to_json());
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ(back->workers, r->workers);
+  EXPECT_EQ(back->python, "/bin/sh");
 }
 
 TEST(ClusterObjectTest, JsonHasTheApiFields) {

@@ -5,6 +5,8 @@ muster_gtest(cluster_unit_test
   DEPS muster_clusters
   LABEL unit
   TIMEOUT 120)
+# mpirun's tagged output back into whole lines; its report of the first failed rank.
+muster_gtest(mpi_output_test SOURCES mpi_output_test.cc DEPS muster_clusters LABEL unit TIMEOUT 60)
 # api/kernel.h: the agent and the MPI ranks run a script the same way.
 muster_gtest(kernel_test SOURCES kernel_test.cc DEPS muster_clusters muster_agent_lib LABEL unit TIMEOUT 60)
 

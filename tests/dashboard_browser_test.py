@@ -149,3 +149,29 @@ def test_mpi_cluster_page_shows_launch_line_and_a_live_loss_curve(daemon, browse
                      client.get_cluster(cluster["id"]), timeout=120, what="the cluster to end")
     assert final["status"] == "succeeded", final
     assert browser.errors() == []
+
+
+def test_a_failed_mpi_cluster_names_its_rank_and_shows_the_ranks_last_lines(daemon, browser, client):
+    d = browser.driver
+    (daemon_project(daemon) / "fail_rank.sh").write_text(
+        'echo "rank $OMPI_COMM_WORLD_RANK up"\n'
+        'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then echo "bad batch on rank 1" >&2; exit 3; fi\n'
+        'sleep 30\n')
+    cluster = client.create_cluster(mode="mpi", n_workers=2, slots=1, cpu=0.5, memory=0.5,
+                                    worker_script="fail_rank.sh", launch=True, timeout_seconds=60)
+    final = wait_for(lambda: client.get_cluster(cluster["id"])["status"] in ("succeeded", "failed", "stopped") and
+                     client.get_cluster(cluster["id"]), timeout=120, what="the cluster to end")
+    assert final["status"] == "failed" and final["failed_rank"]["rank"] == 1, final
+    d.get(daemon.url + "/#/clusters/" + cluster["id"])
+    assert "bad batch on rank 1" in find(d, "#failed-rank-tail", timeout=30).text
+    failure = find(d, "#cluster-failure").text
+    assert "rank 1 on 127.0.0.1" in failure and "exited with code 3" in failure, failure
+    # Its workers say how the cluster ended.
+    wait_for(lambda: "cluster %s failed: rank 1" % cluster["id"] in find(d, "#cluster-tasks").text, timeout=30,
+             what="the tasks' reason")
+    assert browser.errors() == []
+
+
+def daemon_project(daemon):
+    import pathlib
+    return pathlib.Path(daemon.project_dir)

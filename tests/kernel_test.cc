@@ -68,6 +68,37 @@ TEST_F(KernelTest, AgentAndMpiRanksAgree) {
   EXPECT_EQ(service::rank_command(dir_ / "job.sh", {}), (Cmd{"/bin/bash", (dir_ / "job.sh").string()}));
 }
 
+// python= names the interpreter of the python3 kernel, for workers and ranks alike.
+TEST_F(KernelTest, TheRequestsPythonRunsScriptsCodeAndRanks) {
+  api::KernelCommandOptions o;
+  o.script = (dir_ / "train.py").string();
+  o.python = "/venv/bin/python";
+  EXPECT_EQ(api::script_command(o), (Cmd{"/venv/bin/python", "-u", o.script}));
+  o.script.clear();
+  o.code = "print(1)";
+  EXPECT_EQ(api::script_command(o), (Cmd{"/venv/bin/python", "-u", "-c", "print(1)"}));
+  o.code = "!nvidia-smi";  // a shell line stays bash's
+  EXPECT_EQ(api::script_command(o), (Cmd{"/bin/bash", "-c", "nvidia-smi", "muster-worker"}));
+  EXPECT_EQ(service::rank_command(dir_ / "train.py", {"-e"}, "/venv/bin/python"),
+            (Cmd{"/venv/bin/python", "-u", (dir_ / "train.py").string(), "-e"}));
+  workers::agent::AgentOptions agent;
+  agent.command.script = (dir_ / "train.py").string();
+  agent.command.python = "/venv/bin/python";
+  EXPECT_EQ(workers::agent::script_command(agent), service::rank_command(dir_ / "train.py", {}, "/venv/bin/python"));
+}
+
+TEST_F(KernelTest, CheckPythonNamesWhatToGive) {
+  EXPECT_TRUE(api::check_python("", "python").is_ok());
+  EXPECT_TRUE(api::check_python("/bin/sh", "python").is_ok());
+  for (const auto& bad : {std::string("python3"), (dir_ / "none").string(), (dir_ / "train.py").string(),
+                          dir_.string()}) {
+    auto s = api::check_python(bad, "python");
+    ASSERT_FALSE(s.is_ok()) << bad;
+    EXPECT_EQ(s.field(), "python");
+    EXPECT_NE(s.message().find("sys.executable"), std::string::npos) << s.message();
+  }
+}
+
 TEST(KernelCodeTest, CodeRules) {
   api::KernelCommandOptions o;
   o.code = "print(1)";

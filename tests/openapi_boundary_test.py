@@ -18,7 +18,9 @@ script) and are stopped at once.
 What the document cannot say in a schema is set up so it holds: script
 names it allows are created in the project directory (executable), ids name
 a worker that exists, and limits marked `x-muster-limit` take the daemon's
---max-workers (2 here). The daemon has one GPU (--gpus 0): a request the
+--max-workers (2 here). A field marked `x-muster-exists` names something that
+must exist (an executable file: `python`; running workers: `workers`): a
+value the document allows that names nothing must get 400 naming the field. The daemon has one GPU (--gpus 0): a request the
 document allows may still meet 409 conflict naming nvidia_gpu, exactly when
 it asks for more GPUs than that (the document's GpusBusy answer). Every
 answer is also checked against the document, and the logs' query
@@ -50,6 +52,7 @@ LAUNCH_BASES = [{"n": 1, "cpu": 0.1, "memory": 0.1, "kernel": "bash", "code": "t
 CLUSTER_BASES = [{"n_workers": 1, "cpu": 0.1, "memory": 0.1},
                  {"mode": "mpi", "n_workers": 1, "cpu": 0.1, "memory": 0.1, "worker_script": "ok.sh",
                   "launch": False}]
+PYTHON = "/usr/bin/python3"
 STRING_PROBES = ["", "a", "a" * 15, "a" * 16, "a b", "a$b", "-a", "a.b_c-d", "/abs.sh", "../up.sh", "a/../b.sh",
                  "sub/dir.sh", "a\u0000b", "\u00e9t\u00e9.sh"]
 
@@ -170,6 +173,28 @@ def cases(schema, base, seeds=None):
     return unique
 
 
+def marked_exists(schema):
+    """{field: kind} of the properties marked x-muster-exists."""
+    out = {}
+    for s in subschemas(schema):
+        for name, p in s.get("properties", {}).items():
+            for sub in subschemas(p):
+                if sub.get("x-muster-exists"):
+                    out[name] = sub["x-muster-exists"]
+    return out
+
+
+def exists(kind, value, env):
+    """Whether `value` names something that exists, for a field marked x-muster-exists `kind`."""
+    if value is None or value == "":
+        return True
+    if kind == "executable":
+        return isinstance(value, str) and os.path.isfile(value) and os.access(value, os.X_OK)
+    if kind == "running-workers":
+        return isinstance(value, list) and all(v in env.get("running", ()) for v in value)
+    raise AssertionError("unknown x-muster-exists %r" % kind)
+
+
 def blamed_fields(validator, body):
     """The fields the document's validation holds responsible for rejecting body."""
     fields = set()
@@ -195,10 +220,23 @@ def check_agreement(contract, env, method, template, bases, seeds=None, path_for
     validator = request_validator(schema)
     api = env["api"]
     disagreements, counts = [], {"allowed": 0, "rejected": 0}
+    marked = marked_exists(schema)
     for base in bases:
         assert validator.is_valid(base), "the test's base body %s is not allowed by the document" % base
         for what, body in cases(schema, base, seeds):
             allowed = validator.is_valid(body)
+            missing = [f for f, kind in marked.items() if allowed and f in body and not exists(kind, body[f], env)]
+            if allowed and missing:
+                # The document's rule it cannot write as a schema: 400 naming the field.
+                status, answer = api.call(method, path_for() if path_for else template, body)
+                counts["rejected"] += 1
+                err = answer.get("error", {}) if isinstance(answer, dict) else {}
+                if status != 400 or err.get("field") not in missing:
+                    disagreements.append("%s: %s names nothing that exists; musterd answered %s %s"
+                                         % (what, missing, status, answer))
+                    if 200 <= status < 300 and after_accept:
+                        after_accept(answer)
+                continue
             if allowed:
                 for field in ("script", "worker_script", "ps_script"):
                     if isinstance(body.get(field), str) and body[field]:
@@ -268,7 +306,7 @@ def created_or_gpus_busy(count_field):
 
 
 def test_launch_accepts_exactly_what_the_document_allows(contract, env):
-    check_agreement(contract, env, "POST", "/api/v1/workers", LAUNCH_BASES, seeds={"args": ["--x"]},
+    check_agreement(contract, env, "POST", "/api/v1/workers", LAUNCH_BASES, seeds={"args": ["--x"], "python": PYTHON},
                     accepted=created_or_gpus_busy("n"), after_accept=stop_workers(env))
 
 
@@ -284,10 +322,25 @@ def test_clusters_accept_exactly_what_the_document_allows(contract, env):
         status, body = env["api"].call("POST", "/api/v1/clusters/%s/stop" % answer["id"], {})
         assert status == 200, body
 
-    check_agreement(contract, env, "POST", "/api/v1/clusters", CLUSTER_BASES,
+    # A running worker of the notebook's own, for mpi clusters on `workers`.
+    api = env["api"]
+    status, body = api.call("POST", "/api/v1/workers", {"n": 1, "cpu": 0.1, "memory": 0.1, "kernel": "bash",
+                                                        "code": "sleep 600"})
+    assert status == 201, body
+    mine = body["workers"][0]["id"]
+    status, body = api.call("POST", "/api/v1/workers/await", {"ids": [mine], "wait_for_completion": False,
+                                                              "timeout_seconds": 60})
+    assert status == 200 and body["workers"], body
+    on_workers = {"mode": "mpi", "workers": [mine], "cpu": 0.1, "memory": 0.1, "worker_script": "ok.sh",
+                  "launch": False}
+    check_agreement(contract, dict(env, running={mine}), "POST", "/api/v1/clusters", CLUSTER_BASES + [on_workers],
                     seeds={"args": ["--x"], "worker_script": "ok.sh", "ps_script": "ok.sh",
-                           "network_interfaces": ["lo"]},
+                           "network_interfaces": ["lo"], "python": PYTHON, "workers": [mine]},
                     accepted=created_or_gpus_busy("n_workers"), after_accept=stop_cluster)
+    # The cluster never stopped the worker it ran on.
+    status, body = api.call("GET", "/api/v1/workers/" + mine)
+    assert body["status"] == "running", body
+    api.call("POST", "/api/v1/workers/stop", {"ids": [mine]})
 
 
 def test_agent_routes_accept_exactly_what_the_document_allows(contract, env):

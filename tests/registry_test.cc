@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "fake_backend.h"
@@ -187,12 +188,63 @@ TEST_F(RegistryTest, AwaitRunningNeedsIp) {
   ASSERT_TRUE(registry_->agent_register(ids[1], "127.0.0.2", std::nullopt).is_ok());
   EXPECT_FALSE(slot->has_value());
   ASSERT_TRUE(registry_->agent_register(ids[0], "127.0.0.1", std::nullopt).is_ok());
+  // Running counts once the script has run for await_settle (1 s).
+  EXPECT_FALSE(slot->has_value());
+  clock_.advance(999ms);
+  registry_->tick();
+  EXPECT_FALSE(slot->has_value());
+  clock_.advance(1ms);
+  registry_->tick();
   ASSERT_TRUE(slot->has_value());
   const auto& r = **slot;
   ASSERT_EQ(r.workers.size(), 2u);
   EXPECT_EQ(r.workers[0].id, ids[0]);  // request order
   EXPECT_EQ(r.workers[0].ip_address, "127.0.0.1");
   EXPECT_TRUE(r.failures.empty());
+}
+
+// A script that dies at once (say, `import muster` failing) is reported as the
+// failure it is, with its exit code, not as running.
+TEST_F(RegistryTest, AwaitRunningReportsAScriptThatDiedAtOnceAsAFailure) {
+  auto ids = launch(2);
+  auto slot = await(ids, /*completion=*/false, 60);
+  for (const auto& id : ids) ASSERT_TRUE(registry_->agent_register(id, "127.0.0.1", std::nullopt).is_ok());
+  clock_.advance(300ms);
+  ASSERT_TRUE(registry_->agent_exit(ids[1], 1).is_ok());
+  EXPECT_FALSE(slot->has_value());
+  clock_.advance(700ms);
+  registry_->tick();
+  ASSERT_TRUE(slot->has_value());
+  ASSERT_EQ((*slot)->workers.size(), 1u);
+  EXPECT_EQ((*slot)->workers[0].id, ids[0]);
+  ASSERT_EQ((*slot)->failures.size(), 1u);
+  EXPECT_EQ((*slot)->failures[0].id, ids[1]);
+  EXPECT_EQ((*slot)->failures[0].status, WorkerStatus::kFailed);
+  EXPECT_EQ((*slot)->failures[0].exit_code, 1);
+}
+
+// A script that succeeds within the settle time while awaited was running
+// (what ended before the await is still no success: see
+// SucceededWhileWaitingForRunningIsAFailure).
+TEST_F(RegistryTest, AwaitRunningCountsAQuickSuccessAsRunning) {
+  auto ids = launch(1);
+  auto slot = await(ids, /*completion=*/false, 60);
+  ASSERT_TRUE(registry_->agent_register(ids[0], "127.0.0.1", std::nullopt).is_ok());
+  clock_.advance(200ms);
+  ASSERT_TRUE(registry_->agent_exit(ids[0], 0).is_ok());
+  ASSERT_TRUE(slot->has_value());
+  ASSERT_EQ((*slot)->workers.size(), 1u);
+  EXPECT_EQ((*slot)->workers[0].status, WorkerStatus::kSucceeded);
+  EXPECT_TRUE((*slot)->failures.empty());
+}
+
+// A held cluster task has not started its script: running counts at once.
+TEST_F(RegistryTest, AwaitRunningCountsHeldWorkersAtOnce) {
+  auto ids = launch(1, "c-1", {{{}, /*hold=*/true, false}});
+  auto slot = await(ids, /*completion=*/false, 60);
+  ASSERT_TRUE(registry_->agent_register(ids[0], "127.0.0.1", std::nullopt).is_ok());
+  ASSERT_TRUE(slot->has_value());
+  EXPECT_EQ((*slot)->workers.size(), 1u);
 }
 
 TEST_F(RegistryTest, AwaitCompletionSortsFailures) {
@@ -278,6 +330,8 @@ TEST_F(RegistryTest, ManyConcurrentAwaitsAllComplete) {
   std::vector<std::shared_ptr<std::optional<AwaitResult>>> slots;
   for (int i = 0; i < 32; ++i) slots.push_back(await(ids, i % 2 == 0, 60));
   for (const auto& id : ids) ASSERT_TRUE(registry_->agent_register(id, "127.0.0.1", std::nullopt).is_ok());
+  clock_.advance(1s);  // the await settle time
+  registry_->tick();
   for (int i = 0; i < 32; ++i) EXPECT_EQ(slots[i]->has_value(), i % 2 == 1) << i;
   for (const auto& id : ids) ASSERT_TRUE(registry_->agent_exit(id, 0).is_ok());
   for (int i = 0; i < 32; ++i) {
@@ -331,6 +385,40 @@ TEST_F(RegistryTest, StopAllStopsOnlyUnfinished) {
   for (const auto& w : stopped.value()) EXPECT_EQ(w.status, WorkerStatus::kStopped);
   EXPECT_EQ(status(ids[0]), WorkerStatus::kSucceeded);
   EXPECT_EQ(registry_->stop({"nope"}).status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(registry_->get(ids[1])->reason, "stopped through the API");
+}
+
+// A cluster stops its tasks with its own outcome as their reason.
+TEST_F(RegistryTest, StopWithAReasonSaysIt) {
+  auto ids = launch(2);
+  auto stopped = registry_->stop({ids[0]}, "cluster c-1a2b succeeded");
+  ASSERT_TRUE(stopped.is_ok());
+  EXPECT_EQ(stopped->at(0).reason, "cluster c-1a2b succeeded");
+  EXPECT_EQ(registry_->get(ids[0])->reason, "cluster c-1a2b succeeded");
+  EXPECT_EQ(status(ids[1]), WorkerStatus::kStarting);
+}
+
+// Workers find muster's Python parts after the user's own PYTHONPATH, and
+// run the interpreter the request names.
+TEST_F(RegistryTest, LaunchGivesWorkersMustersPythonAndTheirInterpreter) {
+  registry_.reset();
+  options_.worker_python.sdk_dir = dir_ / "sdk";
+  options_.worker_python.runtime_dir = dir_ / "ext";
+  registry_ = std::make_unique<WorkerRegistry>(options_, backend_, store_.get(), clock_);
+  LaunchBatch b;
+  b.request.n = 1;
+  b.request.script = "train.py";
+  b.request.script_path = dir_ / "train.py";
+  b.request.env = {{"PYTHONPATH", "/mine"}};
+  b.request.python = "/venv/bin/python";
+  ASSERT_TRUE(registry_->launch(b).is_ok());
+  ASSERT_EQ(backend_.launched.size(), 1u);
+  const auto& spec = backend_.launched[0];
+  EXPECT_EQ(spec.env.at("PYTHONPATH"), "/mine:" + (dir_ / "sdk").string());
+  EXPECT_EQ(spec.env.at("MUSTER_RUNTIME_PATH"), (dir_ / "ext").string());
+  const auto python = std::find(spec.agent_argv.begin(), spec.agent_argv.end(), "--python");
+  ASSERT_NE(python, spec.agent_argv.end());
+  EXPECT_EQ(*(python + 1), "/venv/bin/python");
 }
 
 TEST_F(RegistryTest, HoldReleaseAndSubscribe) {

@@ -25,6 +25,11 @@ muster_python_test(sdk_python_notebook SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/sdk_py
   LABEL integration TIMEOUT 300 ENV "PYTEST_ADDOPTS=-k 'not training'")
 muster_python_test(sdk_python_notebook_training SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/sdk_python_notebook_test.py
   LABEL integration TIMEOUT 300 ENV "PYTEST_ADDOPTS=-k training;OMP_NUM_THREADS=1")
+# Seed 001's Horovod cell (os.system("horovodrun -np N -H <worker IPs> -p 2222 python train.py")) with only
+# the import changed, against a musterd without PYTHONPATH; what every kind of worker imports; failed ranks
+# named with their last lines; python= (a venv's interpreter).
+muster_python_test(horovodrun_seed SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/horovodrun_seed_test.py
+  LABEL integration TIMEOUT 900 ENV "OMP_NUM_THREADS=1")
 # cmake --install (component sdk) into a temp prefix; a find_package(muster) consumer built and run.
 muster_python_test(sdk_cpp_install SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/sdk_cpp_install_test.py
   LABEL integration TIMEOUT 300)

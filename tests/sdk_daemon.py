@@ -45,12 +45,16 @@ def musterd_path():
 
 
 class Daemon:
-    def __init__(self, project_dir, state_dir, extra_args=(), listen="127.0.0.1:0", backend="local"):
+    """`unset_env`: names left out of musterd's environment (e.g. PYTHONPATH, as a
+    musterd started from a plain shell has none)."""
+
+    def __init__(self, project_dir, state_dir, extra_args=(), listen="127.0.0.1:0", backend="local", unset_env=()):
         self.project_dir = str(project_dir)
         self.listen = listen
         self.backend = backend
         self.state_dir = str(state_dir)
         self.extra_args = list(extra_args)
+        self.unset_env = list(unset_env)
         self.proc = None
         self.url = None
         self.token = None
@@ -78,9 +82,10 @@ class Daemon:
             os.unlink(info)
         cmd = [musterd_path(), "--listen", self.listen, "--project-dir", self.project_dir,
                "--state-dir", self.state_dir, "--backend", self.backend] + self.extra_args
+        env = {k: v for k, v in os.environ.items() if k not in self.unset_env}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+                                         start_new_session=True, env=env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

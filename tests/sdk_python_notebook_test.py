@@ -58,8 +58,9 @@ def test_ported_cml_notebook_runs_unchanged(daemon):
 
 
 def test_interrupting_the_kernel_stops_the_cluster_the_cell_started(daemon):
-    """Jupyter's "interrupt kernel" during a blocking horovodrun: the cell ends in KeyboardInterrupt
-    naming the cluster, and the cluster and all its processes are gone."""
+    """Jupyter's "interrupt kernel" during a blocking horovodrun: the cell ends in a KeyboardInterrupt
+    (muster.MusterInterrupted) naming the cluster, shown as one line, and the cluster and all its
+    processes are gone."""
     import muster
     from jupyter_client.manager import start_new_kernel
     km, kc = start_new_kernel(kernel_name="python3", cwd=REPO)
@@ -84,7 +85,8 @@ def test_interrupting_the_kernel_stops_the_cluster_the_cell_started(daemon):
         reply = kc.get_shell_msg(timeout=60)
         while reply["parent_header"].get("msg_id") != msg_id:
             reply = kc.get_shell_msg(timeout=60)
-        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "MusterInterrupted"
+        assert reply["content"]["traceback"] == ["muster: interrupted; stopped cluster %s" % cluster["id"]], reply
         printed = ""
         while True:
             try:
@@ -121,3 +123,11 @@ def test_allreduce_training(daemon):
     need_training()
     text = execute("allreduce_training.ipynb", TINY_TRAINING)
     assert "horovodrun line:" in text and "test accuracy" in text, text
+
+
+def test_pytorch_training(daemon):
+    need_training()
+    text = execute("pytorch_training.ipynb", [("TRAIN_ARGS", '["--epochs", "1", "--limit", "1000"]'),
+                                              ("MIN_ACCURACY", "0.3")])
+    for mode in ("single process:", "allreduce, 2 ranks:", "1 PS + 2 workers:"):
+        assert mode in text, text

@@ -307,3 +307,103 @@ def test_horovodrun_sends_mpi_mode_and_returns_the_cluster(stub):
     body = stub.requests[0]["body"]
     assert body["mode"] == "mpi" and body["n_workers"] == 2 and body["worker_script"] == "t.py"
     assert body["launch"] is False and body["slots"] == 1 and "n_ps" not in body
+
+
+# ---- first contact: errors that say where to look, python=, horovodrun's line, Ctrl-C ----------
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_daemon_names_where_its_url_came_from(clean_env, monkeypatch):
+    state = clean_env / "state"
+    os.makedirs(state)
+    with open(state / "musterd.json", "w") as f:  # left by a daemon that is gone (no such pid)
+        json.dump({"url": "http://127.0.0.1:%d" % free_port(), "pid": 2 ** 22 + 12345}, f)
+    (state / "token").write_text("t\n")
+    monkeypatch.setenv("MUSTER_STATE_DIR", str(state))
+    with pytest.raises(muster.MusterError) as err:
+        muster.list_workers()
+    assert err.value.code == "unavailable"
+    assert "MUSTER_STATE_DIR=%s" % state in err.value.message, err.value.message
+    assert "no longer running" in err.value.message, err.value.message
+    monkeypatch.setenv("MUSTER_URL", "http://127.0.0.1:%d" % free_port())
+    with pytest.raises(muster.MusterError) as err:
+        muster.list_workers()
+    assert "came from MUSTER_URL" in err.value.message, err.value.message
+
+
+def test_no_daemon_found_says_to_set_muster_state_dir(clean_env, monkeypatch):
+    with pytest.raises(muster.MusterError) as err:
+        muster.discover()
+    assert "MUSTER_STATE_DIR=DIR" in err.value.message and "--state-dir" in err.value.message, err.value.message
+
+
+def test_python_is_sent_as_given_or_as_the_notebooks_own(stub, monkeypatch):
+    from muster import interpreter
+    stub.routes[("POST", "/api/v1/workers")] = (201, {"workers": [worker("a")]})
+    muster.launch_workers(1, cpu=1, memory=1, code="print(1)", python="/opt/py/bin/python")
+    assert stub.requests[-1]["body"]["python"] == "/opt/py/bin/python"
+    monkeypatch.setattr(interpreter.sys, "executable", "/home/me/venv/bin/python")
+    monkeypatch.setattr(interpreter, "can_run_runtime", lambda: True)
+    muster.launch_workers(1, cpu=1, memory=1, code="print(1)")
+    assert stub.requests[-1]["body"]["python"] == "/home/me/venv/bin/python"
+    monkeypatch.setattr(interpreter, "can_run_runtime", lambda: False)  # no numpy, or another ABI
+    muster.launch_workers(1, cpu=1, memory=1, code="print(1)")
+    assert "python" not in stub.requests[-1]["body"]
+    monkeypatch.setattr(interpreter.sys, "executable", "/usr/bin/python3")  # the daemon's default: not sent
+    monkeypatch.setattr(interpreter, "can_run_runtime", lambda: True)
+    assert interpreter.default_python() is None
+
+
+def test_horovodrun_command_lines_as_users_type_them():
+    from muster.horovodrun_cli import parse_hosts, parser, split_command
+    assert split_command(["python", "train.py", "--lr", "1"]) == (None, "train.py", ["--lr", "1"])
+    assert split_command(["python3.11", "train.py"]) == (None, "train.py", [])
+    assert split_command(["/opt/py/bin/python3", "t.py"]) == ("/opt/py/bin/python3", "t.py", [])
+    assert split_command(["--", "train.py", "-x"]) == (None, "train.py", ["-x"])
+    for bad in ([], ["python"]):
+        with pytest.raises(muster.MusterError) as err:
+            split_command(bad)
+        assert err.value.code == "invalid_argument"
+    assert parse_hosts("10.0.0.1:2, 10.0.0.2") == [("10.0.0.1", 2), ("10.0.0.2", 1)]
+    for bad in ("a:0", "a:x", ":2", ","):
+        with pytest.raises(muster.MusterError) as err:
+            parse_hosts(bad)
+        assert err.value.field == "hosts"
+    a = parser().parse_args("-np 4 -H 10.0.0.1,10.0.0.2 -p 2222 python train.py --epochs 3".split())
+    assert (a.np, a.hosts, a.ssh_port, a.command) == (4, "10.0.0.1,10.0.0.2", 2222,
+                                                      ["python", "train.py", "--epochs", "3"])
+
+
+def test_hosts_name_running_workers_by_ip_in_order(stub):
+    from muster.horovodrun_cli import parse_hosts, workers_for_hosts
+    stub.routes[("GET", "/api/v1/workers")] = (200, {"workers": [
+        dict(worker("a", "running"), ip_address="127.0.0.1"), dict(worker("b", "running"), ip_address="127.0.0.1"),
+        dict(worker("c", "running"), ip_address="10.0.0.9", cluster_id="c-1"),
+        dict(worker("d", "stopped"), ip_address="10.0.0.8")]})
+    client = muster.Client()
+    assert workers_for_hosts(client, parse_hosts("127.0.0.1,127.0.0.1")) == (["a", "b"], 1)
+    assert workers_for_hosts(client, parse_hosts("127.0.0.1:2")) == (["a"], 2)
+    for hosts in ("127.0.0.1,127.0.0.1,127.0.0.1", "10.0.0.9", "10.0.0.8"):  # too many; a cluster's; ended
+        with pytest.raises(muster.MusterError) as err:
+            workers_for_hosts(client, parse_hosts(hosts))
+        assert err.value.field == "hosts" and "running workers: a 127.0.0.1, b 127.0.0.1" in err.value.message
+    with pytest.raises(muster.MusterError) as err:
+        workers_for_hosts(client, parse_hosts("127.0.0.1:1,127.0.0.1:2"))
+    assert "different slot counts" in err.value.message
+
+
+def test_an_interrupt_is_one_line_in_scripts_and_notebooks(capsys):
+    from muster import progress
+    stopped = []
+    with pytest.raises(KeyboardInterrupt) as caught:
+        with progress.on_interrupt(True, lambda: stopped.append(1), "cluster c-1", cluster_id="c-1"):
+            raise KeyboardInterrupt
+    err = caught.value
+    assert isinstance(err, muster.MusterInterrupted) and err.cluster_id == "c-1" and stopped == [1]
+    assert err.__suppress_context__ and err._render_traceback_() == ["muster: interrupted; stopped cluster c-1"]
+    progress._excepthook(type(err), err, None)
+    assert capsys.readouterr().err == "muster: interrupted; stopped cluster c-1\n"

@@ -3,6 +3,8 @@
 # with the local backend.
 muster_gtest(validation_test SOURCES validation_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
 muster_gtest(registry_test SOURCES registry_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
+# Where workers find muster's Python parts (build tree, install prefix) and the PYTHONPATH they get.
+muster_gtest(worker_python_test SOURCES worker_python_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
 muster_gtest(auth_test SOURCES auth_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
 muster_gtest(http_server_test SOURCES http_server_test.cc DEPS muster_service cpprestsdk::cpprest LABEL unit TIMEOUT 60)
 muster_gtest(musterd_integration_test SOURCES musterd_integration_test.cc

@@ -55,7 +55,9 @@ def project(tmp_path_factory):
 
 
 def start_daemon(bed, project, state, port=0):
+    # Started as from a plain shell: the workers get muster's package and extension from musterd.
     return Daemon(project, state, listen=f"{bed.controller_address}:{port}", backend="slurm",
+                  unset_env=("PYTHONPATH", "MUSTER_RUNTIME_PATH", "MUSTER_BINARY_DIR"),
                   extra_args=["--backend-opt", f"master_address={bed.controller_address}",
                               "--backend-opt", "poll_ms=300", "--heartbeat-timeout", "60",
                               "--startup-timeout", "60"]).start()
@@ -91,7 +93,9 @@ def worker(c, wid):
 
 def test_launch_await_stop_on_both_nodes(bed, daemon):
     c = client(daemon)
-    ws = c.launch_workers(n=2, cpu=2, memory=0.5, code="import time; time.sleep(120)")
+    ws = c.launch_workers(n=2, cpu=2, memory=0.5, code="import muster.torch, muster.runtime; "
+                          "muster.runtime.extension(); print('imports ok', flush=True); "
+                          "import time; time.sleep(120)")
     up = c.await_workers(ws, wait_for_completion=False, timeout_seconds=90)
     assert not up["failures"], [(f["status"], f["reason"], f.get("log_tail")) for f in up["failures"]]
     ips = sorted(w["ip_address"] for w in up["workers"])
@@ -99,6 +103,8 @@ def test_launch_await_stop_on_both_nodes(bed, daemon):
     jobs = [job_of(bed, w["id"]) for w in ws]
     assert sorted(j["nodes"] for _, j in jobs) == sorted(bed.nodes)
     assert all(j["cpus"] == 2 for _, j in jobs), [j["cpus"] for _, j in jobs]
+    for w in ws:
+        wait_for(lambda: "imports ok" in c.worker_logs(w["id"]), 60, interval=0.3, what="muster imported on a node")
     c.stop_workers(*[w["id"] for w in ws])
     for w in ws:
         assert worker(c, w["id"])["status"] == "stopped"

@@ -46,6 +46,9 @@ class SshDaemonTest : public ::testing::Test {
       inv << containers_->address_of(id) << " port=2222 user=root identity="
           << containers_->ssh_keys().client_key.string() << " slots=1\n";
     inv.close();
+    // musterd as a plain shell starts it: the workers must get muster from it.
+    ::unsetenv("PYTHONPATH");
+    ::unsetenv("MUSTER_RUNTIME_PATH");
     daemon_ = std::make_unique<testing::DaemonProcess>();
     fs::copy_file(fs::path(std::getenv("MUSTER_BINARY_DIR")) / "bin" / "muster-mpi-hello",
                   daemon_->project() / "muster-mpi-hello");
@@ -71,8 +74,13 @@ class SshDaemonTest : public ::testing::Test {
   fs::path state_;
 };
 
+// What a worker's script and an MPI rank on a host run first: muster, its
+// torch API and the runtime extension, from what musterd handed them.
+const char* const kImports =
+    "/usr/bin/python3 -c 'import muster.torch, muster.runtime; muster.runtime.extension(); print(\"imports ok\")'\n";
+
 TEST_F(SshDaemonTest, WorkersOnHostsLogsStopAndAnMpiJob) {
-  daemon_->write_script("w.sh", "echo \"on $(hostname) pid $$\"\nexec sleep 300\n");
+  daemon_->write_script("w.sh", std::string(kImports) + "echo \"on $(hostname) pid $$\"\nexec sleep 300\n");
   auto r = daemon_->post("/api/v1/workers", {{"n", 2}, {"cpu", 0.25}, {"memory", 0.25}, {"script", "w.sh"}});
   ASSERT_EQ(r.status, 201) << r.body << daemon_->stderr_text();
   const json launched = r.json();
@@ -92,6 +100,7 @@ TEST_F(SshDaemonTest, WorkersOnHostsLogsStopAndAnMpiJob) {
       if (log.find("pid ") == std::string::npos) std::this_thread::sleep_for(100ms);
     }
     EXPECT_NE(log.find("on host"), std::string::npos) << "streamed back from the host: " << log;
+    EXPECT_NE(log.find("imports ok"), std::string::npos) << log;
     auto at = log.find("pid ");
     ASSERT_NE(at, std::string::npos) << log;
     pids.push_back(std::stol(log.substr(at + 4)));
@@ -104,7 +113,8 @@ TEST_F(SshDaemonTest, WorkersOnHostsLogsStopAndAnMpiJob) {
     EXPECT_FALSE(fs::exists("/proc/" + std::to_string(pid))) << "worker process " << pid << " still runs";
   }
 
-  daemon_->write_script("ranks.sh", "echo \"rank host $(hostname)\"\nexec \"$(dirname \"$0\")/muster-mpi-hello\"\n");
+  daemon_->write_script("ranks.sh", std::string(kImports) +
+                                        "echo \"rank host $(hostname)\"\nexec \"$(dirname \"$0\")/muster-mpi-hello\"\n");
   auto cr = daemon_->post("/api/v1/clusters", {{"mode", "mpi"}, {"n_workers", 3}, {"cpu", 0.25}, {"memory", 0.25},
                                                {"worker_script", "ranks.sh"}, {"launch", true},
                                                {"timeout_seconds", 60}});
@@ -125,6 +135,10 @@ TEST_F(SshDaemonTest, WorkersOnHostsLogsStopAndAnMpiJob) {
        at = log.find("allreduce sum 6 expected 6", at + 1))
     ++sums;
   EXPECT_EQ(sums, 3u) << log;
+  size_t imports = 0;
+  for (size_t at = log.find("<stdout>:imports ok"); at != std::string::npos; at = log.find("<stdout>:imports ok", at + 1))
+    ++imports;
+  EXPECT_EQ(imports, 3u) << log;
   for (const char* h : {"host1", "host2", "host3"})
     EXPECT_NE(log.find(std::string("rank host ") + h), std::string::npos) << log;
 }

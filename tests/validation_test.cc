@@ -157,6 +157,45 @@ TEST_F(ProjectDir, ScriptWinsOverCodeWithAWarning) {
   EXPECT_TRUE(parse_launch_request(good(), options_)->warnings.empty());
 }
 
+TEST_F(ProjectDir, PythonIsAnExecutableGivenByItsAbsolutePath) {
+  json body = good();
+  body["python"] = "/bin/sh";
+  auto r = parse_launch_request(body, options_);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->python, "/bin/sh");
+  for (const char* bad : {"python3", "/no/such/python", ""}) {
+    body["python"] = bad;
+    auto b = parse_launch_request(body, options_);
+    if (std::string(bad).empty()) {
+      EXPECT_TRUE(b.is_ok());  // the default
+      continue;
+    }
+    ASSERT_FALSE(b.is_ok()) << bad;
+    EXPECT_EQ(b.status().field(), "python") << bad;
+  }
+}
+
+// On a host with 2 CPUs and 4 GB, bigger asks are accepted with a warning;
+// without a host (remote backends) nothing is said.
+TEST_F(ProjectDir, AsksBeyondTheHostGetAWarning) {
+  options_.host = muster::service::HostCapacity{2, 4.0};
+  json body = good();
+  body["cpu"] = 64;
+  body["memory"] = 10000;
+  auto r = parse_launch_request(body, options_);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  ASSERT_EQ(r->warnings.size(), 2u);
+  EXPECT_NE(r->warnings[0].find("cpu=64 is more than this host's 2 CPUs"), std::string::npos) << r->warnings[0];
+  EXPECT_NE(r->warnings[1].find("memory=10000 (GB) is more than this host's 4 GB"), std::string::npos)
+      << r->warnings[1];
+  EXPECT_TRUE(parse_launch_request(good(), options_)->warnings.empty());
+  options_.host.reset();
+  EXPECT_TRUE(parse_launch_request(body, options_)->warnings.empty());
+  const auto here = muster::service::host_capacity();
+  EXPECT_GE(here.cpus, 1);
+  EXPECT_GT(here.memory_gb, 0.1);
+}
+
 TEST_F(ProjectDir, CodeAndKernels) {
   auto code = parse_launch_request({{"n", 1}, {"cpu", 1}, {"memory", 1}, {"code", "print(2)"}}, options_);
   ASSERT_TRUE(code.is_ok()) << code.status().message();

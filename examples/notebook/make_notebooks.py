@@ -2,7 +2,7 @@
 """Writes the example notebooks (examples/notebook/*.ipynb) from the cells below.
 
 Each notebook is the matching .py example (workers_basics.py, ps_training.py,
-allreduce_training.py) cut into the steps a notebook user runs one at a time,
+allreduce_training.py, pytorch_training.py) cut into the steps a notebook user runs one at a time,
 with a markdown cell before each step saying what it does. Edit the cells
 here and re-run `python3 examples/notebook/make_notebooks.py`; the .ipynb files
 are committed so Jupyter opens them directly, and tests/sdk_python_notebook_test.py
@@ -10,8 +10,7 @@ checks they are what this script writes.
 
 The first code cell of each notebook is tagged "parameters" (papermill's
 convention): the test and `make demo` insert a cell after it to shrink the
-run (fewer images, one epoch). The PyTorch example (pytorch_training.py,
-written elsewhere) gets its notebook by adding a NOTEBOOKS entry here.
+run (fewer images, one epoch).
 """
 import json
 import os
@@ -131,10 +130,65 @@ ALLREDUCE_TRAINING = [
              "assert accuracy >= MIN_ACCURACY, \"below the expected %.0f%%\" % (100 * MIN_ACCURACY)"),
 ]
 
+PYTORCH_TRAINING = [
+    ("md", "# One PyTorch script, three ways\n\n"
+           "`examples/pytorch/train.py` trains a LeNet-style CNN on Fashion-MNIST. The same file runs as one "
+           "worker, under `muster.horovodrun` (`import muster.torch as hvd`: Horovod's API on muster's ring "
+           "allreduce) and under `muster.run_cluster` (1 parameter server + 2 workers, "
+           "`muster.torch.ps.SyncReplicasOptimizer`). The global batch is the same in every mode, so the test "
+           "accuracies should agree within about half a point.\n\n"
+           "The workers need nothing from this notebook's environment: musterd hands them muster's own "
+           "package and runtime extension, and this notebook's Python when it can run them."),
+    ("code", "import re\n\nimport muster\n\n"
+             "SCRIPT = \"examples/pytorch/train.py\"   # relative to musterd's --project-dir\n"
+             "TRAIN_ARGS = [\"--epochs\", \"2\", \"--limit\", \"6000\", \"--log-every\", \"100\"]\n"
+             "MODES = [\"single\", \"allreduce\", \"ps\"]\nMIN_ACCURACY = 0.65\n"
+             "ENV = {\"OMP_NUM_THREADS\": \"1\"}", {"tags": ["parameters"]}),
+    ("code", "def final(log, key=\"test_accuracy\"):\n"
+             "    \"\"\"The `final <key>=<value>` line of rank 0 / the chief (an mpi log's lines carry their rank's tag).\"\"\"\n"
+             "    m = re.search(r\"^(?:\\[\\d+,\\d+\\]<stdout>:)?final %s=([0-9.]+)$\" % key, log, re.M)\n"
+             "    if not m:\n"
+             "        raise RuntimeError(\"no final %s in the log:\\n%s\" % (key, log[-3000:]))\n"
+             "    return float(m.group(1))\n\n\n"
+             "accuracy = {}"),
+    ("md", "## 1. One worker\n\nThe script as a single process."),
+    ("code", "if \"single\" in MODES:\n"
+             "    workers = muster.launch_workers(1, cpu=1, memory=2, script=SCRIPT, args=TRAIN_ARGS, env=ENV)\n"
+             "    result = muster.await_workers(workers, wait_for_completion=True, timeout_seconds=900)\n"
+             "    log = muster.worker_logs(workers[0])\n"
+             "    assert not result[\"failures\"], log[-3000:]\n"
+             "    accuracy[\"single\"] = final(log)\n"
+             "    print(\"single process:     test accuracy %.2f%%\" % (100 * accuracy[\"single\"]))"),
+    ("md", "## 2. Horovod's API, 2 ranks\n\nmuster builds the horovodrun/mpirun line from 2 workers' IP "
+           "addresses and runs it; `wait_for_completion=True` raises `muster.ClusterFailed` naming the first "
+           "rank that failed, with its last lines."),
+    ("code", "if \"allreduce\" in MODES:\n"
+             "    cluster = muster.horovodrun(2, SCRIPT, cpu=1, memory=2, args=TRAIN_ARGS, env=ENV,\n"
+             "                                wait_for_completion=True, completion_timeout_seconds=900)\n"
+             "    print(\"horovodrun line:\", cluster[\"horovodrun_command\"])\n"
+             "    accuracy[\"allreduce\"] = final(muster.cluster_logs(cluster))\n"
+             "    print(\"allreduce, 2 ranks: test accuracy %.2f%%\" % (100 * accuracy[\"allreduce\"]))"),
+    ("md", "## 3. Parameter servers: 1 PS + 2 workers\n\nmusterd hands every task its `TF_CONFIG`; the "
+           "cluster's log is the chief's."),
+    ("code", "if \"ps\" in MODES:\n"
+             "    result = muster.run_cluster(n_workers=2, n_ps=1, cpu=1, memory=2, worker_script=SCRIPT,\n"
+             "                                args=TRAIN_ARGS, env=ENV, timeout_seconds=120,\n"
+             "                                completion_timeout_seconds=900)\n"
+             "    print(\"ClusterSpec:\", result[0])\n"
+             "    accuracy[\"ps\"] = final(muster.cluster_logs(result.cluster_id))\n"
+             "    print(\"1 PS + 2 workers:   test accuracy %.2f%%\" % (100 * accuracy[\"ps\"]))"),
+    ("md", "## Compare"),
+    ("code", "for mode in [m for m in (\"allreduce\", \"ps\") if m in accuracy and \"single\" in accuracy]:\n"
+             "    print(\"%-10s - single: %+.2f points\" % (mode, 100 * (accuracy[mode] - accuracy[\"single\"])))\n"
+             "low = {m: a for m, a in accuracy.items() if a < MIN_ACCURACY}\n"
+             "assert not low, \"below the expected %.0f%%: %s\" % (100 * MIN_ACCURACY, low)"),
+]
+
 NOTEBOOKS = {
     "workers_basics.ipynb": WORKERS_BASICS,
     "ps_training.ipynb": PS_TRAINING,
     "allreduce_training.ipynb": ALLREDUCE_TRAINING,
+    "pytorch_training.ipynb": PYTORCH_TRAINING,
 }
 
 

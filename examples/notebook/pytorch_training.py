@@ -13,12 +13,14 @@ mode, so they should agree within half a point.
 
 Run with musterd running (scripts/demo.sh does it), from the repository:
     PYTHONPATH=sdk/python python3 examples/notebook/pytorch_training.py
+(PYTHONPATH for this process only: the workers get muster from musterd.)
+pytorch_training.ipynb is the same as a notebook.
 Settings (environment): TRAIN_ARGS (default "--epochs 2 --limit 6000";
 "--full" for all 60000 images, 5 epochs), MODES (default "single allreduce
 ps"), MIN_ACCURACY (default 0.65).
 """
 # %% Setup: the script is a path in musterd's project dir; workers find muster's
-# Python package (and its runtime extension, built by `make build`) through PYTHONPATH.
+# Python package and its runtime extension without help (musterd hands them its own).
 import os
 import re
 import shlex
@@ -29,18 +31,12 @@ SCRIPT = "examples/pytorch/train.py"
 TRAIN_ARGS = shlex.split(os.environ.get("TRAIN_ARGS", "--epochs 2 --limit 6000")) + ["--log-every", "100"]
 MODES = os.environ.get("MODES", "single allreduce ps").split()
 MIN_ACCURACY = float(os.environ.get("MIN_ACCURACY", "0.65"))
-repo = os.environ.get("MUSTER_PROJECT_DIR") or os.getcwd()
-ENV = {"PYTHONPATH": os.path.join(os.path.abspath(repo), "sdk", "python"), "OMP_NUM_THREADS": "1"}
-if os.environ.get("MUSTER_BINARY_DIR"):
-    ENV["MUSTER_BINARY_DIR"] = os.path.abspath(os.environ["MUSTER_BINARY_DIR"])
+ENV = {"OMP_NUM_THREADS": "1"}
 
 
 def final(log, key="test_accuracy"):
-    """The `final <key>=<value>` line of rank 0 / the chief (mpirun's tags stripped)."""
-    # mpirun tags every chunk it reads, and `python3 -u` writes a line and its
-    # newline separately, so a tag can land just before the newline: drop them all.
-    untagged = re.sub(r"\[\d+,\d+\]<std(?:out|err)>:", "", log)
-    m = re.search(r"^final %s=([0-9.]+)$" % key, untagged, re.M)
+    """The `final <key>=<value>` line of rank 0 / the chief (an mpi log's lines carry their rank's tag)."""
+    m = re.search(r"^(?:\[\d+,\d+\]<stdout>:)?final %s=([0-9.]+)$" % key, log, re.M)
     if not m:
         raise RuntimeError("no final %s in the log:\n%s" % (key, log[-3000:]))
     return float(m.group(1))

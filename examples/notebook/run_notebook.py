@@ -42,6 +42,9 @@ def run(path, overrides=(), cwd=None, timeout=900, out=None):
     """Executes the notebook; returns the executed notebook. Raises nbclient's CellExecutionError."""
     import nbclient
     import nbformat
+    # ipykernel's debugger (pydevd) warns on every kernel start under Python
+    # 3.11 that frozen modules may hide breakpoints; nobody debugs here.
+    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     nb = nbformat.read(path, as_version=4)
     parameter_cell(nb, list(overrides))
     client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",

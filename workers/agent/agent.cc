@@ -100,6 +100,7 @@ std::vector<std::string> script_command(const AgentOptions& o) {
   k.script = o.command.script;
   k.code = o.command.code;
   k.args = o.command.args;
+  k.python = o.command.python;
   return api::script_command(k);
 }
 

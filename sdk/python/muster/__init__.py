@@ -17,20 +17,26 @@ for an explicit URL and token.
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
 
 from . import clusters as _clusters
+from . import interpreter as _interpreter
 from . import metrics  # noqa: F401 - muster.metrics.report(...) for training scripts
 from .client import Args, Client, Cluster, Worker, WorkerRef
 from .clusters import ClusterResult
 from .config import discover, state_dir
-from .errors import ClusterFailed, MusterError, MusterWarning
+from .errors import ClusterFailed, MusterError, MusterInterrupted, MusterWarning
 
 __all__ = [
-    "Client", "MusterError", "ClusterFailed", "MusterWarning", "ClusterResult", "discover", "state_dir",
+    "Client", "MusterError", "ClusterFailed", "MusterInterrupted", "MusterWarning", "ClusterResult", "discover", "state_dir",
     "launch_workers", "await_workers", "stop_workers", "list_workers", "get_worker", "worker_logs",
     "run_cluster", "horovodrun", "await_cluster", "list_clusters", "get_cluster", "stop_cluster",
     "cluster_logs",
 ]
 
 __version__ = "0.1.0"
+
+# The commands a notebook runs (os.system("horovodrun ... python train.py"))
+# give their ranks this notebook's Python, as the calls here do (see
+# muster.interpreter).
+_interpreter.export_for_commands()
 
 
 def _client() -> Client:
@@ -40,7 +46,7 @@ def _client() -> Client:
 def launch_workers(n: int, cpu: float, memory: float, nvidia_gpu: int = 0, kernel: str = "python3",
                    script: str = "", code: str = "", env: Mapping[str, Any] = {},  # noqa: B006
                    args: Args = None, accelerator_label_id: Any = None, resource_profile_id: Any = None,
-                   resource_group_id: Any = None) -> List[Worker]:
+                   resource_group_id: Any = None, python: Optional[str] = None) -> List[Worker]:
     """Launches n workers, each running `script` (a file in the project) or inline `code`.
 
     kernel "python3" runs a .py (or `code`); an executable runs directly; a
@@ -52,6 +58,9 @@ def launch_workers(n: int, cpu: float, memory: float, nvidia_gpu: int = 0, kerne
     `code` are given (the daemon's note comes as a muster.MusterWarning).
     CML cloud's accelerator_label_id, resource_profile_id and
     resource_group_id are accepted and ignored, with a MusterWarning.
+    python is the interpreter the workers run (an absolute path); left out,
+    it is this notebook's own (sys.executable) when that can run muster's
+    runtime, else the daemon's /usr/bin/python3 (muster.interpreter).
 
     Example::
 
@@ -60,7 +69,7 @@ def launch_workers(n: int, cpu: float, memory: float, nvidia_gpu: int = 0, kerne
         print([w["id"] for w in workers])
     """
     return _client().launch_workers(n, cpu, memory, nvidia_gpu, kernel, script, code, env, args,
-                                    accelerator_label_id, resource_profile_id, resource_group_id)
+                                    accelerator_label_id, resource_profile_id, resource_group_id, python)
 
 
 def await_workers(ids: Any, wait_for_completion: bool = True, timeout_seconds: float = 60, progress: bool = True,
@@ -165,7 +174,8 @@ def run_cluster(n_workers: int, n_ps: int, cpu: float, memory: float, nvidia_gpu
     coordinator task ("chief", in the cluster spec), n_evaluator=1 an
     "evaluator" task (outside it, per TensorFlow's rules). Extra keyword
     arguments (e.g. network_interface) go to POST /api/v1/clusters
-    unchanged.
+    unchanged. python: every task's interpreter (default: as for
+    launch_workers).
 
     While waiting it shows the cluster's status (progress=False: silent).
     Ctrl-C stops the cluster and re-raises KeyboardInterrupt with the id as
@@ -197,6 +207,12 @@ def horovodrun(n: int, script: str, slots: int = 1, **options: Any) -> Cluster:
     KeyboardInterrupt and any MusterError carry .cluster_id). Horovod's
     tuning options: fusion_threshold_mb, cycle_time_ms, timeline_filename,
     start_timeout (s), verbose, network_interfaces (a list, or "eth0,eth1").
+    python: the ranks' interpreter (default: as for launch_workers).
+    workers: running workers (ids or dicts) to run the ranks on, `slots`
+    each, instead of launching n new ones (n=None, or their number); the
+    cluster never stops them (`horovodrun -H <their IPs>`). A failed job
+    raises ClusterFailed naming the first rank that failed (task "rank:1")
+    with its last lines.
 
     Example::
 

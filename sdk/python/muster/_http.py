@@ -11,7 +11,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 from .errors import MusterError
 
@@ -46,10 +46,15 @@ def error_from_response(status, body):
 class Transport:
     """Sends one request and returns the decoded answer (JSON or text)."""
 
-    def __init__(self, url: str, token: str) -> None:
+    def __init__(self, url: str, token: str, source: Callable[[], str] = lambda: "MUSTER_URL") -> None:
         self.url = url.rstrip("/")
         self.token = token
+        self.source = source  # where the URL came from (muster.config.source_of_url), asked on errors
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def unreachable(self, reason) -> MusterError:
+        return MusterError("cannot reach musterd at %s: %s. Is it running? (the URL came from %s)"
+                           % (self.url, reason, self.source()), code="unavailable")
 
     def open_stream(self, path: str, query: Optional[dict] = None,
                     timeout: Optional[float] = DEFAULT_TIMEOUT_S) -> Tuple[http.client.HTTPConnection,
@@ -74,8 +79,7 @@ class Transport:
                               code="deadline_exceeded") from None
         except (ConnectionError, OSError, http.client.HTTPException) as err:
             conn.close()
-            raise MusterError("cannot reach musterd at %s: %s (is it running? see MUSTER_URL)"
-                              % (self.url, err), code="unavailable") from None
+            raise self.unreachable(err) from None
         if resp.status >= 400:
             body = resp.read()
             conn.close()
@@ -102,9 +106,7 @@ class Transport:
             raise MusterError("%s %s: no answer from musterd within %s s" % (method, path, timeout),
                               code="deadline_exceeded") from None
         except (urllib.error.URLError, ConnectionError, OSError) as err:
-            reason = getattr(err, "reason", err)
-            raise MusterError("cannot reach musterd at %s: %s (is it running? see MUSTER_URL)"
-                              % (self.url, reason), code="unavailable") from None
+            raise self.unreachable(getattr(err, "reason", err)) from None
         if text:
             return payload.decode("utf-8", "replace")
         if not payload:

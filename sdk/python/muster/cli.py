@@ -6,7 +6,7 @@
     muster stop ID... | --all            stop workers and/or clusters
     muster launch -n N --script S ...    launch workers (--wait: until they run / end)
     muster run-cluster --workers N --ps N --script S ...
-    muster horovodrun -np N SCRIPT [ARGS...]
+    muster horovodrun -np N [-H HOST,...] [python] SCRIPT [ARGS...]
 
 --json prints the SDK's dicts as JSON instead of tables. The daemon is found
 as the SDK finds it (--url/--token, MUSTER_URL/MUSTER_TOKEN, the state dir).
@@ -26,8 +26,10 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from . import __version__
 from . import clusters as _clusters
+from . import horovodrun_cli as _horovodrun
+from . import interpreter as _interpreter
 from .client import Client
-from .errors import MusterError
+from .errors import MusterError, MusterInterrupted
 from .follow import CLUSTER_TERMINAL, WORKER_TERMINAL
 
 EXIT_CODES = {"invalid_argument": 2, "unavailable": 3, "unconfigured": 3, "not_found": 4,
@@ -77,9 +79,10 @@ def _print(args, value: Any, text: str) -> None:
 def cmd_ps(client: Client, args) -> int:
     workers = [w for w in client.list_workers() if args.all or w.get("status") not in WORKER_TERMINAL]
     rows = [(w["id"], w.get("status"), w.get("ip_address"), w.get("cpu"), w.get("memory"), w.get("nvidia_gpu"),
-             w.get("cluster_id"), _seconds(w.get("duration")), w.get("exit_code"), w.get("script")) for w in workers]
+             w.get("cluster_id"), _seconds(w.get("duration")), w.get("exit_code"), w.get("script"), w.get("reason"))
+            for w in workers]
     _print(args, workers, _table(rows, ("ID", "STATUS", "IP", "CPU", "MEM", "GPU", "CLUSTER", "DURATION", "EXIT",
-                                        "SCRIPT")))
+                                        "SCRIPT", "REASON")))
     return 0
 
 
@@ -129,7 +132,7 @@ def cmd_stop(client: Client, args) -> int:
 
 def cmd_launch(client: Client, args) -> int:
     workers = client.launch_workers(args.n, args.cpu, args.memory, args.gpu, args.kernel, args.script or "",
-                                    args.code or "", _env_pairs(args.env), args.args)
+                                    args.code or "", _env_pairs(args.env), args.args, python=args.python)
     result: Any = workers
     rc = 0
     if args.wait:
@@ -158,14 +161,15 @@ def cmd_run_cluster(client: Client, args) -> int:
         result = client.run_cluster(args.workers, args.ps, args.cpu, args.memory, args.gpu, worker_script=args.script,
                                     timeout_seconds=args.timeout, ps_script=args.ps_script, env=env, args=args.args,
                                     n_chief=args.chief, n_evaluator=args.evaluator, progress=not args.json,
-                                    completion_timeout_seconds=args.completion_timeout)
+                                    completion_timeout_seconds=args.completion_timeout, python=args.python)
         cluster = client.get_cluster(result.cluster_id)
     else:  # create it and wait for start-up only (run_cluster with a script waits for the end)
         cluster = client.create_cluster(mode="ps", n_workers=args.workers, n_ps=args.ps, cpu=args.cpu,
                                         memory=args.memory, nvidia_gpu=args.gpu, worker_script=args.script,
                                         ps_script=args.ps_script, env=env, args=args.args,
                                         timeout_seconds=args.timeout, n_chief=args.chief or None,
-                                        n_evaluator=args.evaluator or None)
+                                        n_evaluator=args.evaluator or None,
+                                        python=_interpreter.resolve(args.python))
         cluster = _clusters.wait_for(client, cluster, args.timeout, False, 0, not args.json, True)
     _print(args, cluster, _cluster_text(cluster))
     return 0
@@ -178,13 +182,29 @@ def cmd_horovodrun(client: Client, args) -> int:
         options["verbose"] = True
     if args.network_interfaces:
         options["network_interfaces"] = [x for x in args.network_interfaces.split(",") if x]
-    cluster = client.horovodrun(args.np, args.script, slots=args.slots, cpu=args.cpu, memory=args.memory,
-                                nvidia_gpu=args.gpu, args=args.args, env=_env_pairs(args.env),
+    # `python train.py` as horovodrun takes it: the interpreter, then the script.
+    python, script, script_args = _horovodrun.split_command([args.script] + list(args.args))
+    n, slots, workers = args.np, args.slots, None
+    if args.hosts:  # the notebook's running workers, by IP (see the horovodrun command)
+        workers, slots = _horovodrun.workers_for_hosts(client, _horovodrun.parse_hosts(args.hosts))
+        if args.np != len(workers) * slots:
+            raise MusterError("-np %d, but -H gives %d slot(s); muster runs one rank per slot"
+                              % (args.np, len(workers) * slots), code="invalid_argument", field="np")
+        n = None
+    cluster = client.horovodrun(n, script, slots=slots, cpu=args.cpu, memory=args.memory,
+                                nvidia_gpu=args.gpu, args=script_args, env=_env_pairs(args.env),
                                 launch=not args.no_launch, timeout_seconds=args.timeout,
                                 wait_for_completion=args.wait, completion_timeout_seconds=args.completion_timeout,
-                                progress=not args.json, **options)
+                                progress=not args.json,
+                                python=args.python or python or _interpreter.for_commands() or "", workers=workers,
+                                ssh_port=args.ssh_port, **options)
     _print(args, cluster, _cluster_text(cluster))
     return 0
+
+
+def _python_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--python", metavar="PATH", help="interpreter the workers run (default: this Python when it "
+                   "can run muster's runtime, else musterd's /usr/bin/python3)")
 
 
 def _resources(p: argparse.ArgumentParser, cpu: float = 1, memory: float = 1) -> None:
@@ -234,7 +254,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-n", type=int, required=True, help="number of workers")
     p.add_argument("--script", help="program to run, relative to musterd's project dir")
     p.add_argument("--code", help="inline Python code to run (kernel python3)")
-    p.add_argument("--kernel", default="python3", help="python3 (default) or the script's own interpreter")
+    p.add_argument("--kernel", default="python3", choices=("python3", "bash", "executable"),
+                   help="python3 (default: a .py file or --code with Python, a .sh with bash, another executable "
+                   "file as it is), bash, or executable (the script file runs as it is)")
+    _python_option(p)
     _resources(p)
     p.add_argument("--wait", nargs="?", const="running", choices=("running", "completion"),
                    help="wait until running (default) or until completion; exit 5 if any failed")
@@ -248,6 +271,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--evaluator", type=int, choices=(0, 1), default=0, help="a TF2 evaluator task")
     p.add_argument("--script", required=True, help="worker program, relative to the project dir")
     p.add_argument("--ps-script", help="parameter server program (default: muster-ps)")
+    _python_option(p)
     _resources(p)
     p.add_argument("--wait", action="store_true", help="wait until the cluster has ended; exit 5 if it failed")
     p.add_argument("--completion-timeout", type=float, default=0, help="with --wait: seconds (default 0: none)")
@@ -255,8 +279,12 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_run_cluster)
 
     p = sub.add_parser("horovodrun", parents=[common], help="an allreduce (mpi) cluster, like horovodrun -np N")
-    p.add_argument("-np", "--np", dest="np", type=int, required=True, help="number of workers")
+    p.add_argument("-np", "--np", dest="np", type=int, required=True,
+                   help="number of workers (with -H: of ranks, one per slot)")
+    p.add_argument("-H", "--hosts", help="HOST[:SLOTS],...: run on these running workers (by IP) instead of new ones")
+    p.add_argument("-p", "--ssh-port", type=int, help="the workers' sshd port (default: musterd's, 2222)")
     p.add_argument("--slots", type=int, default=1, help="ranks per worker (default 1)")
+    _python_option(p)
     _resources(p)
     p.add_argument("--no-launch", action="store_true", help="only build the horovodrun/mpirun lines")
     p.add_argument("--wait", action="store_true", help="wait until it has ended; exit 5 if it failed")
@@ -267,7 +295,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--start-timeout", type=int, help="Horovod start-up timeout (s)")
     p.add_argument("--verbose", action="store_true", help="Horovod verbose output")
     p.add_argument("--network-interfaces", help="comma-separated interfaces, e.g. eth0,eth1")
-    p.add_argument("script", help="training program, relative to the project dir")
+    p.add_argument("script", help="training program, relative to the project dir (or `python SCRIPT`)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the program")
     p.set_defaults(run=cmd_horovodrun)
     return top
@@ -281,7 +309,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         client = Client(args.url, args.token)
         return args.run(client, args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
+        print(interrupt if isinstance(interrupt, MusterInterrupted) else "muster: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except MusterError as err:
         print("muster: error: %s" % err, file=sys.stderr)

@@ -11,8 +11,9 @@ import warnings
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import clusters as _clusters
+from . import interpreter as _interpreter
 from ._http import DEFAULT_TIMEOUT_S, Transport
-from .config import discover
+from .config import discover, source_of_url
 from .errors import MusterError, MusterWarning
 from .follow import WORKER_TERMINAL, follow_log, log_path
 from .ids import many_ids, one_id
@@ -119,7 +120,7 @@ class Client:
                  timeout_seconds: float = DEFAULT_TIMEOUT_S) -> None:
         self.url, self.token = discover(url, token)
         self.timeout_seconds = timeout_seconds
-        self._http = Transport(self.url, self.token)
+        self._http = Transport(self.url, self.token, lambda: source_of_url(url))
 
     def __repr__(self):
         return "muster.Client(%r)" % self.url
@@ -129,7 +130,7 @@ class Client:
     def launch_workers(self, n: int, cpu: float, memory: float, nvidia_gpu: int = 0, kernel: str = "python3",
                        script: str = "", code: str = "", env: Mapping[str, Any] = {},  # noqa: B006 - never mutated
                        args: Args = None, accelerator_label_id: Any = None, resource_profile_id: Any = None,
-                       resource_group_id: Any = None) -> List[Worker]:
+                       resource_group_id: Any = None, python: Optional[str] = None) -> List[Worker]:
         """Launches n workers; returns their worker dicts in launch order.
 
         All or nothing: if the daemon rejects the request, nothing runs.
@@ -138,6 +139,9 @@ class Client:
         accelerator_label_id / resource_profile_id / resource_group_id are
         accepted and ignored, with a MusterWarning saying so. As in cdsw's
         examples, a `code` line starting with "!" runs as a shell command.
+        python: the interpreter the workers run (an absolute path); None
+        sends this notebook's own when it can run muster's runtime, else the
+        daemon's default, /usr/bin/python3 (see muster.interpreter).
 
         Example::
 
@@ -150,6 +154,9 @@ class Client:
         body = {"n": n, "cpu": cpu, "memory": memory, "nvidia_gpu": nvidia_gpu, "kernel": kernel,
                 "script": script or "", "code": code or "", "env": _env_dict(env),
                 "args": _args_list(args)}
+        interpreter = _interpreter.resolve(python)
+        if interpreter:
+            body["python"] = interpreter
         warn_cml_only(accelerator_label_id=accelerator_label_id, resource_profile_id=resource_profile_id,
                       resource_group_id=resource_group_id)
         answer = self._http.request("POST", "/api/v1/workers", body, timeout=self.timeout_seconds)

@@ -13,8 +13,9 @@ import shlex
 import time
 from typing import Any, Dict, Optional
 
+from . import interpreter as _interpreter
 from .errors import ClusterFailed, MusterError
-from .ids import one_id
+from .ids import many_ids, one_id
 from .progress import Progress, on_interrupt
 
 TERMINAL = ("succeeded", "failed", "stopped")
@@ -99,12 +100,39 @@ def task_ids(cluster):
     return out
 
 
+def describe_rank(cluster):
+    """(task, text) for an mpi cluster's first failed rank, e.g. ("rank:1", "rank 1 on ... exited with code 3 ...").
+
+    The daemon reads mpirun's report (cluster["failed_rank"]); the text ends
+    with the rank's last lines. (None, "") when the cluster has none.
+    """
+    f = cluster.get("failed_rank")
+    if not isinstance(f, dict):
+        return None, ""
+    where = " on %s" % f["host"] if f.get("host") else ""
+    if f.get("worker_id"):
+        where += " (worker %s)" % f["worker_id"]
+    if f.get("signal") is not None:
+        how = "was killed by signal %s%s" % (f["signal"], " (%s)" % f["signal_name"] if f.get("signal_name") else "")
+    else:
+        how = "exited with code %s" % f.get("exit_code")
+    text = "rank %s%s %s" % (f.get("rank"), where, how)
+    tail = [line for line in f.get("log_tail") or []]
+    if tail:
+        text += "\n--- last lines of rank %s ---\n%s" % (f.get("rank"), "\n".join(tail))
+    return "rank:%s" % f.get("rank"), text
+
+
 def describe_failure(client, cluster):
     """(task, text) for the first task that failed, e.g. ("worker:1", "... exit code 3 ...").
 
     Tasks stopped as a consequence of another's failure are skipped in favour
-    of the one that failed; returns (None, server reason) if none is found.
+    of the one that failed; an mpi cluster names the first rank that failed
+    ("rank:1", see describe_rank). Returns (None, server reason) if none is found.
     """
+    task, text = describe_rank(cluster)
+    if task:
+        return task, text
     reason = cluster.get("reason") or ""
     for task_type, index, wid in task_ids(cluster):
         try:
@@ -134,7 +162,11 @@ def _raise_failed(client, cluster):
     message = "cluster %s %s" % (cluster.get("id"), cluster.get("status"))
     if cluster.get("reason"):
         message += ": %s" % cluster["reason"]
-    if task:
+    if task and task.startswith("rank:"):
+        tail = text.partition("\n")[2]  # the reason names the rank already
+        if tail:
+            message += "\n" + tail
+    elif task:
         message += "\n" + text
     raise ClusterFailed(message, cluster, task)
 
@@ -189,12 +221,13 @@ def wait_for(client, cluster, timeout_seconds, completion, completion_timeout_se
 def run_cluster(client, n_workers, n_ps, cpu, memory, nvidia_gpu=0, worker_script=None,
                 timeout_seconds=60, mode="ps", ps_script=None, env=None, args=None,
                 completion_timeout_seconds=0, n_chief=0, n_evaluator=0, progress=True,
-                stop_on_interrupt=True, **extra):
+                stop_on_interrupt=True, python=None, **extra):
     cluster = client.create_cluster(
         mode=mode, n_workers=n_workers, n_ps=n_ps if mode == "ps" else None, cpu=cpu, memory=memory,
         nvidia_gpu=nvidia_gpu, worker_script=worker_script, ps_script=ps_script, env=env,
         args=_args(args), timeout_seconds=timeout_seconds,
-        n_chief=int(n_chief) if n_chief else None, n_evaluator=int(n_evaluator) if n_evaluator else None, **extra)
+        n_chief=int(n_chief) if n_chief else None, n_evaluator=int(n_evaluator) if n_evaluator else None,
+        python=_interpreter.resolve(python), **extra)
     cluster = wait_for(client, cluster, timeout_seconds, bool(worker_script), completion_timeout_seconds, progress,
                     stop_on_interrupt)
     spec = _spec_of(cluster)
@@ -204,17 +237,22 @@ def run_cluster(client, n_workers, n_ps, cpu, memory, nvidia_gpu=0, worker_scrip
 def horovodrun(client, n, script, slots=1, cpu=1, memory=1, nvidia_gpu=0, args=None, env=None,
                ssh_port=None, network_interface=None, launch=True, timeout_seconds=60,
                wait_for_completion=False, completion_timeout_seconds=0, progress=True, stop_on_interrupt=True,
-               **options):
+               python=None, workers=None, **options):
     unknown = sorted(set(options) - set(HOROVOD_OPTIONS))
     if unknown:
         raise MusterError("horovodrun() got unknown option(s) %s; known: %s" % (", ".join(unknown),
                           ", ".join(HOROVOD_OPTIONS)), code="invalid_argument", field=unknown[0])
     if isinstance(options.get("network_interfaces"), str):
         options["network_interfaces"] = [x for x in options["network_interfaces"].split(",") if x]
+    worker_ids = many_ids(workers) if workers else None
+    if worker_ids and n is not None and n != len(worker_ids):
+        raise MusterError("horovodrun(%s, ...) with workers=%d workers: n is the number of workers (give n=%d, "
+                          "or n=None; slots=%d ranks run on each)" % (n, len(worker_ids), len(worker_ids), slots),
+                          code="invalid_argument", field="n")
     cluster = client.create_cluster(
-        mode="mpi", n_workers=n, slots=slots, cpu=cpu, memory=memory, nvidia_gpu=nvidia_gpu,
-        worker_script=script, args=_args(args), env=env,
+        mode="mpi", n_workers=None if worker_ids else n, slots=slots, cpu=cpu, memory=memory,
+        nvidia_gpu=nvidia_gpu, worker_script=script, args=_args(args), env=env,
         ssh_port=ssh_port, network_interface=network_interface, launch=launch,
-        timeout_seconds=timeout_seconds, **options)
+        timeout_seconds=timeout_seconds, python=_interpreter.resolve(python), workers=worker_ids, **options)
     return wait_for(client, cluster, timeout_seconds, wait_for_completion, completion_timeout_seconds, progress,
                  stop_on_interrupt)

@@ -46,6 +46,34 @@ def _read_token(directory: str) -> Optional[str]:
         raise MusterError("cannot read %s: %s" % (path, err), code="unconfigured")
 
 
+def _state_dir_hint(directory: str) -> str:
+    if os.environ.get("MUSTER_STATE_DIR"):
+        return "MUSTER_STATE_DIR=%s" % directory
+    return "the default state dir %s; a musterd started with --state-dir DIR is found with MUSTER_STATE_DIR=DIR" \
+        % directory
+
+
+def source_of_url(url: Optional[str] = None) -> str:
+    """Where discover() took the URL from, for error messages ("MUSTER_URL", "<state>/musterd.json ...")."""
+    if url:
+        return "the url given to muster.Client"
+    if os.environ.get("MUSTER_URL"):
+        return "MUSTER_URL"
+    directory = state_dir()
+    path = os.path.join(directory, "musterd.json")
+    text = "%s (%s)" % (path, _state_dir_hint(directory))
+    try:
+        with open(path) as f:
+            pid = json.load(f).get("pid")
+        if isinstance(pid, int) and pid > 0:
+            os.kill(pid, 0)
+    except ProcessLookupError:
+        text += "; the musterd that wrote it (pid %s) is no longer running: start it again" % pid
+    except (OSError, ValueError, AttributeError):
+        pass
+    return text
+
+
 def discover(url: Optional[str] = None, token: Optional[str] = None) -> Tuple[str, str]:
     """Returns (url, token) following the order above.
 
@@ -61,10 +89,12 @@ def discover(url: Optional[str] = None, token: Optional[str] = None) -> Tuple[st
     token = token or os.environ.get("MUSTER_TOKEN") or _read_token(directory)
     if not url:
         raise MusterError(
-            "no musterd URL: set MUSTER_URL or start musterd (it writes %s)"
-            % os.path.join(directory, "musterd.json"), code="unconfigured")
+            "no musterd found: %s does not exist (%s). Start musterd (build/bin/musterd --project-dir DIR), or "
+            "point MUSTER_STATE_DIR at the --state-dir it runs with, or set MUSTER_URL and MUSTER_TOKEN"
+            % (os.path.join(directory, "musterd.json"), _state_dir_hint(directory)), code="unconfigured")
     if not token:
         raise MusterError(
-            "no musterd token: set MUSTER_TOKEN or start musterd (it writes %s)"
-            % os.path.join(directory, "token"), code="unconfigured")
+            "no musterd token: %s does not exist (%s); set MUSTER_TOKEN, or MUSTER_STATE_DIR to the --state-dir "
+            "musterd runs with" % (os.path.join(directory, "token"), _state_dir_hint(directory)),
+            code="unconfigured")
     return url.rstrip("/"), token

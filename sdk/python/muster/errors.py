@@ -54,6 +54,33 @@ class MusterError(Exception):
             self.code, self.message, self.field, self.http_status)
 
 
+class MusterInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or a notebook's Interrupt) during a muster call, once the call has dealt with its work.
+
+    A KeyboardInterrupt, so `except KeyboardInterrupt` still catches it; its
+    text is the one line that says what happened ("muster: interrupted;
+    stopped cluster c-1a2b"), and that line is all that is shown: a notebook
+    renders it instead of a traceback (IPython's _render_traceback_), and a
+    script that does not catch it prints it instead of a traceback (a
+    sys.excepthook that muster.progress chains in front of the one it finds,
+    for this class only). `cluster_id` is set when a cluster was involved.
+
+    Example::
+
+        try:
+            muster.horovodrun(2, "train.py", wait_for_completion=True)
+        except KeyboardInterrupt as err:
+            print(err, getattr(err, "cluster_id", None))
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.cluster_id: Optional[str] = None
+
+    def _render_traceback_(self):
+        return [str(self)]
+
+
 class ClusterFailed(MusterError):
     """A cluster ended in `failed` (or was stopped) while run_cluster waited.
 

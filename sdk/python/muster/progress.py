@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Callable, Iterator, Optional, TextIO
 
-from .errors import MusterError
+from .errors import MusterError, MusterInterrupted
 
 
 def _jupyter_shell():
@@ -132,27 +132,41 @@ class Progress:
 def on_interrupt(enabled: bool, stop: Callable[[], object], what: str,
                  bar: Optional[Progress] = None, **attributes) -> Iterator[None]:
     """On KeyboardInterrupt inside the block: close `bar`, run stop() if enabled
-    (once more if a second Ctrl-C hits it), set `attributes` on the exception
-    (e.g. cluster_id) and re-raise it."""
+    (once more if a second Ctrl-C hits it), then raise MusterInterrupted, whose
+    one line says what happened, with `attributes` set on it (e.g. cluster_id)
+    and without the traceback of the HTTP call it cut short."""
     try:
         yield
-    except KeyboardInterrupt as interrupt:
+    except MusterInterrupted:
+        raise  # an inner call dealt with it
+    except KeyboardInterrupt:
         if bar is not None:
             bar.close()
-        for name, value in attributes.items():
-            setattr(interrupt, name, value)
+        line = "muster: interrupted; %s left running (stop_on_interrupt=False)" % what
         if enabled:
             for _ in range(2):
                 try:
                     stop()
-                    print("muster: interrupted; stopped %s" % what, file=sys.stderr, flush=True)
+                    line = "muster: interrupted; stopped %s" % what
                     break
                 except KeyboardInterrupt:
                     continue
                 except MusterError as err:
-                    print("muster: interrupted; could not stop %s: %s" % (what, err), file=sys.stderr, flush=True)
+                    line = "muster: interrupted; could not stop %s: %s" % (what, err)
                     break
-        else:
-            print("muster: interrupted; %s left running (stop_on_interrupt=False)" % what,
-                  file=sys.stderr, flush=True)
-        raise
+        interrupted = MusterInterrupted(line)
+        for name, value in attributes.items():
+            setattr(interrupted, name, value)
+        raise interrupted from None
+
+
+def _excepthook(kind, value, traceback, previous=sys.excepthook):
+    """A MusterInterrupted nobody caught prints its one line, not a traceback; the rest goes on as before."""
+    if isinstance(value, MusterInterrupted):
+        print(value, file=sys.stderr, flush=True)
+        return
+    previous(kind, value, traceback)
+
+
+if getattr(sys.excepthook, "__name__", "") != "_excepthook":  # chained once, even if this module is reloaded
+    sys.excepthook = _excepthook

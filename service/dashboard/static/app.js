@@ -363,7 +363,12 @@ function renderCluster(id) {
   if (!c) return fieldRows(table, [["status", "unknown cluster"]]);
   const failure = $("cluster-failure");
   failure.hidden = !(c.status === "failed" && c.reason);
-  failure.textContent = c.status === "failed" ? `Failed: ${c.reason}` : "";
+  // An mpi job names the first rank that failed; its last lines show below.
+  const rank = c.status === "failed" ? c.failed_rank : null;
+  failure.replaceChildren(...(c.status === "failed" ? [h("div", {}, `Failed: ${c.reason}`)] : []),
+    ...(rank && rank.log_tail && rank.log_tail.length
+      ? [h("div", {}, `Last lines of rank ${rank.rank}:`), h("pre", { class: "json", id: "failed-rank-tail" },
+        rank.log_tail.join("\n"))] : []));
   fieldRows(table, [["mode", c.mode], ["status", statusBadge(c.status)], ["workers", c.n_workers], ["ps", c.n_ps],
     ["created", fmtTime(c.created_at)], ["finished", fmtTime(c.finished_at)],
     ["launcher exit code", c.launcher_exit_code], ["reason", c.reason]]);

@@ -1,0 +1,123 @@
+// service/mpi_output.h: mpirun's --tag-output stream back into whole lines,
+// and its report of the first rank that failed (texts as Open MPI 4.1 writes
+// them).
+#include "service/mpi_output.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace {
+
+using muster::service::first_failed_rank;
+using muster::service::rank_tail;
+using muster::service::RankLines;
+
+std::string assemble(const std::vector<std::string>& pieces) {
+  RankLines lines;
+  std::string out;
+  for (const auto& p : pieces) lines.feed(p, out);
+  lines.finish(out);
+  return out;
+}
+
+// What mpirun wrote for `python3 -u` ranks printing "rank R of 2" (seen on
+// this machine): a tag before every chunk, chunks of two ranks interleaved.
+const std::string kMangled =
+    "[1,1]<stdout>:rank[1,0]<stdout>:rank 0 of 2\n"
+    "[1,1]<stdout>: 1[1,1]<stdout>: of 2\n"
+    "--------------------------------------------------------------------------\n"
+    "[1,0]<stderr>:warn[1,0]<stderr>:ing\n";
+const std::string kWhole =
+    "[1,0]<stdout>:rank 0 of 2\n"
+    "[1,1]<stdout>:rank 1 of 2\n"
+    "--------------------------------------------------------------------------\n"
+    "[1,0]<stderr>:warning\n";
+
+TEST(RankLines, GivesEachRankItsWholeLinesTaggedOnce) { EXPECT_EQ(assemble({kMangled}), kWhole); }
+
+TEST(RankLines, AnySplitOfTheStreamGivesTheSameLines) {
+  for (size_t cut = 0; cut <= kMangled.size(); ++cut) {
+    EXPECT_EQ(assemble({kMangled.substr(0, cut), kMangled.substr(cut)}), kWhole) << "cut at " << cut;
+  }
+  std::vector<std::string> bytes;
+  for (char c : kMangled) bytes.emplace_back(1, c);
+  EXPECT_EQ(assemble(bytes), kWhole);
+}
+
+TEST(RankLines, LinesComeOutWhenTheirNewlineArrives) {
+  RankLines lines;
+  std::string out;
+  lines.feed("[1,0]<stdout>:step 1", out);
+  EXPECT_EQ(out, "");
+  lines.feed("[1,1]<stdout>:other\n", out);
+  EXPECT_EQ(out, "[1,1]<stdout>:other\n");
+  lines.feed("[1,0]<stdout>: done\n", out);
+  EXPECT_EQ(out, "[1,1]<stdout>:other\n[1,0]<stdout>:step 1 done\n");
+}
+
+TEST(RankLines, TextThatOnlyLooksLikeATagStaysText) {
+  EXPECT_EQ(assemble({"[1,0]<stdout>:a [b] [1,x] [2,3]<other>: c\n"}), "[1,0]<stdout>:a [b] [1,x] [2,3]<other>: c\n");
+  EXPECT_EQ(assemble({"[warn] mpirun's own\n"}), "[warn] mpirun's own\n");
+}
+
+TEST(RankLines, FinishEndsEveryPartialLine) {
+  EXPECT_EQ(assemble({"[1,0]<stdout>:no newline", "[1,1]<stderr>:cut"}),
+            "[1,0]<stdout>:no newline\n[1,1]<stderr>:cut\n");
+  EXPECT_EQ(assemble({"[1,0]<std"}), "[1,0]<std\n");  // a tag cut short by the end is text
+}
+
+TEST(FirstFailedRank, ReadsMpirunsExitCodeReport) {
+  const std::string log =
+      "[1,1]<stderr>:Traceback (most recent call last):\n"
+      "--------------------------------------------------------------------------\n"
+      "Primary job  terminated normally, but 1 process returned\n"
+      "a non-zero exit code. Per user-direction, the job has been aborted.\n"
+      "--------------------------------------------------------------------------\n"
+      "--------------------------------------------------------------------------\n"
+      "mpirun detected that one or more processes exited with non-zero status, thus causing\n"
+      "the job to be terminated. The first process to do so was:\n\n"
+      "  Process name: [[7052,1],1]\n"
+      "  Exit code:    3\n"
+      "--------------------------------------------------------------------------\n";
+  auto e = first_failed_rank(log);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->rank, 1);
+  EXPECT_EQ(e->exit_code, 3);
+  EXPECT_FALSE(e->signal);
+}
+
+TEST(FirstFailedRank, ReadsMpirunsSignalReport) {
+  const std::string log =
+      "[1,0]<stdout>:rank 0 hello\n"
+      "--------------------------------------------------------------------------\n"
+      "mpirun noticed that process rank 12 with PID 0 on node vm exited on signal 9 (Killed).\n"
+      "--------------------------------------------------------------------------\n";
+  auto e = first_failed_rank(log);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->rank, 12);
+  EXPECT_EQ(e->signal, 9);
+  EXPECT_EQ(e->signal_name, "Killed");
+  EXPECT_EQ(e->exit_code, 137);
+}
+
+TEST(FirstFailedRank, NothingWithoutAReport) {
+  EXPECT_FALSE(first_failed_rank("[1,0]<stdout>:process rank 3 is fine\nmpirun: command not found\n"));
+  EXPECT_FALSE(first_failed_rank(""));
+}
+
+TEST(RankTail, TheRanksOwnLastLinesWithoutTags) {
+  std::string log;
+  for (int i = 0; i < 30; ++i) {
+    log += "[1,0]<stdout>:zero " + std::to_string(i) + "\n";
+    log += "[1,1]<stdout>:one " + std::to_string(i) + "\n";
+  }
+  log += "[1,1]<stderr>:ValueError: bad\n[1,11]<stdout>:eleven\nmpirun's own line\n";
+  auto tail = rank_tail(log, 1, 3);
+  EXPECT_EQ(tail, (std::vector<std::string>{"one 28", "one 29", "ValueError: bad"}));
+  EXPECT_EQ(rank_tail(log, 11, 5), (std::vector<std::string>{"eleven"}));
+  EXPECT_TRUE(rank_tail(log, 7, 5).empty());
+}
+
+}  // namespace
