@@ -27,6 +27,7 @@ struct StartClustersOptions {
   // null: the workers run on this host. Borrowed; outlives the manager.
   workers::MpiHosts* mpi_hosts = nullptr;
   LogFollower* follower = nullptr;    // serves ?follow=true on the logs route
+  base::RotatingLogOptions cluster_log;  // the launcher's log: cap and rotation (through the agent's relay)
 };
 
 // musterd's one call for clusters: builds the manager, registers the routes,

@@ -97,6 +97,9 @@ struct RegistryOptions {
   // gpu_devices) until it ends; a restarted daemon takes back the devices of
   // the workers it adopts.
   GpuInventory* gpus = nullptr;
+  // Each worker's output.log: its size cap and rotated files kept (musterd
+  // --worker-log-max-bytes, --worker-log-keep; api/log_capture.h).
+  base::RotatingLogOptions worker_log;
 };
 
 // Per-worker additions of a launch (clusters).

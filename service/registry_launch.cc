@@ -6,6 +6,7 @@
 #include <system_error>
 
 #include "api/agent_protocol.h"
+#include "api/log_capture.h"
 #include "service/auth.h"
 #include "service/registry.h"
 
@@ -78,6 +79,8 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::launch(const LaunchBatch& 
       spec.log_path = r.log_path;
       spec.env = req.env;
       for (const auto& [k, v] : extras.env) spec.env[k] = v;
+      spec.log_limits = options_.worker_log;
+      api::add_log_capture_env(spec.env, {r.log_path.string(), options_.worker_log});
       specs.push_back(std::move(spec));
 
       token_to_id_[r.agent_token] = r.worker.id;
