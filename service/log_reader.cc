@@ -1,5 +1,6 @@
 #include "service/log_reader.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 

@@ -300,7 +300,11 @@ TEST(DaemonMetrics, RendersEveryFamilyWithRoutePatterns) {
   m.on_worker_change(w);
   m.on_worker_change(w);  // reported twice, counted once
   TrainingSeries series;
-  ASSERT_TRUE(series.add("w1", std::string("c1"), {{7, 0, 0.25, 900.0, {}, {}}}));
+  TrainingPoint point;
+  point.step = 7;
+  point.loss = 0.25;
+  point.images_per_sec = 900.0;
+  ASSERT_TRUE(series.add("w1", std::string("c1"), {point}));
   DaemonMetrics::Sources src;
   src.backend = "local";
   src.workers = [w] { return std::vector<api::Worker>{w}; };

@@ -60,7 +60,7 @@ class LogFollowerTest : public ::testing::Test {
     auto stream = std::make_shared<FakeStream>();
     auto slot = f.reserve();
     EXPECT_TRUE(slot.is_ok());
-    f.follow({log_, offset, [this] { return finished_.load(); }, stream, slot.value()});
+    f.follow({log_, offset, [this] { return finished_.load(); }, stream, slot.value(), std::nullopt});
     return stream;
   }
   LogFollowerOptions manual() {
@@ -234,7 +234,7 @@ TEST_F(LogFollowerTest, ShutdownEndsStreamsAndRefusesNewOnes) {
   EXPECT_TRUE(s->closed());
   EXPECT_EQ(f.reserve().status().code(), ErrorCode::kUnavailable);
   auto late = std::make_shared<FakeStream>();
-  f.follow({log_, 0, [] { return false; }, late, nullptr});
+  f.follow({log_, 0, [] { return false; }, late, nullptr, std::nullopt});
   EXPECT_TRUE(late->closed());
   EXPECT_EQ(f.active(), 0u);
 }
