@@ -499,7 +499,7 @@ def test_metrics_report_accepts_exactly_what_the_document_allows(contract, env):
     assert status == 200 and answer["points"] and answer["points"][0]["step"] == 1, (status, answer)
     assert {"step": 1, "loss": 0.5} == {k: answer["points"][0][k] for k in ("step", "loss")}, answer
     status, answer = api.call("GET", "/api/v1/workers/%s/metrics?format=csv" % wid)
-    assert status == 200 and answer.startswith("step,time,loss,images_per_sec,lr,accuracy\n"), (status, answer)
+    assert status == 200 and answer.startswith("step,time,loss,images_per_sec,lr,accuracy,worker,rank\n"), (status, answer)
     status, answer = api.call("GET", "/api/v1/workers/%s/metrics?format=xml" % wid)
     assert status == 400 and answer["error"]["field"] == "format", (status, answer)
 
