@@ -141,7 +141,10 @@ LogStart plan_log_start(const fs::path& path, const LogQuery& q) {
     bool capped = false;
     s.file_pos = tail_position(path, info.size, q.tail, kMaxTailBytes, info.marker_length, &capped);
     const uint64_t before = info.base_offset + s.file_pos;
-    if (before > 0) {
+    // An explicit tail=N gets exactly its lines (what it always meant); the
+    // marker comes with the default read, and whenever the byte bound cut
+    // the lines asked for short.
+    if (before > 0 && (!q.tail_given || capped)) {
       std::string follows;
       if (q.tail == 0) {
         follows = q.follow ? "new output follows" : "tail=0 shows no earlier lines";

@@ -10,8 +10,10 @@
 // - from_start=true starts at byte 0 of the current file; offset=N (follow
 //   only) at absolute byte N of the log (base::RotatingLog's offsets, which
 //   count across rotations).
-// - Whenever earlier bytes are not shown, the answer begins with one marker
-//   line, "[muster] ...", saying how many bytes came before, where the whole
+// - When a default read (no tail given) leaves earlier bytes out, or the
+//   byte bound cut a tail=N short, or an offset has rotated away, the
+//   answer begins with one marker line, "[muster] ...", saying how many
+//   bytes came before, where the whole
 //   log is on the daemon's host (with its rotated files and what the cap
 //   dropped) and how to read it all. The marker is not part of the log: its
 //   length is in X-Log-Marker-Bytes, and X-Log-Offset is the absolute offset

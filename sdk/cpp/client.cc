@@ -81,7 +81,9 @@ Client::Answer Client::send(const std::string& method, const std::string& path_a
     request.headers().add("Accept", "application/json");
     if (body) request.set_body(body->dump(), "application/json");
     http::http_response response = client.request(request).get();
-    Answer answer{response.status_code(), response.extract_utf8string(true).get()};
+    Answer answer;
+    answer.status = response.status_code();
+    answer.body = response.extract_utf8string(true).get();
     if (auto h = response.headers().find("X-Log-Offset"); h != response.headers().end()) {
       answer.log_offset = std::stoull(h->second);
     }

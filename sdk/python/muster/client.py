@@ -264,9 +264,9 @@ class Client:
                     offset: Optional[int] = None, from_start: bool = False) -> Union[str, Iterator[str]]:
         """The worker's combined stdout/stderr as text, from the end: its last lines.
 
-        By default the daemon's last 1000 lines (at most 1 MiB); tail=N the last N.
-        When earlier output is left out, the text starts with one line "[muster] ..."
-        saying how much, and where the whole log is. from_start=True: the whole
+        By default the daemon's last 1000 lines (at most 1 MiB), and when earlier output
+        is left out, the text starts with one line "[muster] ..." saying how much, and
+        where the whole log is; tail=N: exactly the last N lines. from_start=True: the whole
         log file from its first byte (a log over the daemon's cap has rotated:
         its first line says so).
 
