@@ -1,5 +1,6 @@
 // A small line chart in SVG (no library): several lines of (step, value)
-// points, one per worker or rank, on axes set from the data (round ticks;
+// points, one per worker or rank, on axes set from the data (round ticks,
+// whole steps on the x axis;
 // a flat line gets a band around its value, never a fixed 0..1). Every
 // element is built with the DOM API; nothing is parsed from strings, so
 // values cannot inject markup.
@@ -21,30 +22,29 @@ export function fmt(v) {
   return String(Number(v.toPrecision(4)));
 }
 
-// Round ticks covering [lo, hi]: about `n` of them at 1, 2 or 5 x 10^k.
-export function niceTicks(lo, hi, n = 4) {
+// Round ticks covering [lo, hi]: about `n` of them at 1, 2 or 5 x 10^k
+// (never finer than `minStep`: steps are whole numbers).
+export function niceTicks(lo, hi, n = 4, minStep = 0) {
   const span = hi - lo;
   const raw = span / n;
   const mag = Math.pow(10, Math.floor(Math.log10(raw)));
-  const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => span / s <= n) || 10 * mag;
+  const step = Math.max(minStep, [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => span / s <= n) || 10 * mag);
   const first = Math.floor(lo / step) * step, last = Math.ceil(hi / step) * step;
   const ticks = [];
   for (let t = first; t <= last + step / 2; t += step) ticks.push(Number(t.toPrecision(12)));
   return ticks;
 }
 
-// The value axis: the data's range with a little room; a single value (or a
-// flat line) gets a band of 10% of its size around it (1 around zero).
+// The value axis: the data's range out to the round ticks around it; a
+// single value (or a flat line) gets a band of 10% of its size around it
+// (1 around zero).
 export function valueRange(values) {
   let lo = Math.min(...values), hi = Math.max(...values);
   if (hi === lo) {
     const pad = Math.abs(lo) * 0.1 || 1;
     lo -= pad; hi += pad;
-  } else {
-    const pad = (hi - lo) * 0.05;
-    lo -= pad; hi += pad;
   }
-  const ticks = niceTicks(lo, hi);
+  const ticks = niceTicks(lo, hi, 5);
   return { lo: ticks[0], hi: ticks[ticks.length - 1], ticks };
 }
 
@@ -73,11 +73,10 @@ export function drawChart(svg, lines) {
   }
   svg.append(el("line", { class: "axis", x1: L, x2: L, y1: T, y2: H - B }));
   svg.append(el("line", { class: "axis", x1: L, x2: W - R, y1: H - B, y2: H - B }));
-  for (const t of niceTicks(x0, x1, 4).filter((t) => t >= x0 && t <= x1)) {
+  for (const t of niceTicks(x0, x1, 4, 1).filter((t) => t >= x0 && t <= x1)) {
     svg.append(el("line", { class: "axis", x1: px(t), x2: px(t), y1: H - B, y2: H - B + 3 }));
     svg.append(el("text", { x: px(t), y: H - 8, "text-anchor": "middle" }, fmt(t)));
   }
-  svg.append(el("text", { x: W - R, y: H - B - 4, "text-anchor": "end", class: "unit" }, "step"));
   for (const line of lines) {
     if (!line.points.length) continue;
     const coords = line.points.map((p) => `${px(p.x).toFixed(1)},${py(p.y).toFixed(1)}`).join(" ");

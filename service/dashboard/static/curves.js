@@ -147,7 +147,7 @@ export class Curves {
       });
       const higher = HIGHER_IS_BETTER.test(name);
       return h("div", { class: "chart", "data-name": name },
-        h("h3", {}, LABELS[name] || name),
+        h("h3", {}, LABELS[name] || name, h("span", { class: "muted" }, " by step")),
         svg,
         h("table", { class: "summary" },
           h("thead", {}, h("tr", {}, h("th", {}, "line"), h("th", {}, "last"),
