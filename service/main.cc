@@ -218,8 +218,8 @@ int main(int argc, char** argv) {
   ropts.heartbeat_timeout = seconds(heartbeat_timeout);
   ropts.heartbeat_interval = seconds(heartbeat_interval);
   ropts.stop_grace = seconds(stop_grace);
-  ropts.gpus = &gpus;
   ropts.worker_log = worker_log;
+  ropts.gpus = &gpus;
   // The dashboard and the training curves (outlive the registry: its
   // listeners publish to them).
   // Curves live in <state>/training.db (service/metrics/series_store.h).
@@ -256,8 +256,8 @@ int main(int argc, char** argv) {
   service::register_worker_routes(router, *registry, {max_workers, project}, follower.get());
   service::register_agent_routes(router, *registry);
   clusters = service::start_clusters(router, *registry, cluster_store.value().get(), clock,
-                                     {state, project, max_workers, agent_path,
-                                      workers::mpi_hosts_of(*backend.value()), follower.get(), worker_log});
+                                     {state, project, max_workers, agent_path, worker_log,
+                                      workers::mpi_hosts_of(*backend.value()), follower.get()});
   if (auto s = clusters->restore(); !s) return fail("restoring clusters", s);
   registry->subscribe([&events, &metrics](const api::Worker& w) {
     metrics.on_worker_change(w);

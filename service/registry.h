@@ -80,6 +80,9 @@ struct RegistryOptions {
   std::chrono::milliseconds heartbeat_interval{2'000};
   std::chrono::milliseconds stop_grace{3'000};
   std::chrono::milliseconds release_poll{25'000};  // wait-release long-poll bound
+  // Each worker's output.log: its size cap and rotated files kept (musterd
+  // --worker-log-max-size, --worker-log-keep; api/log_capture.h).
+  base::RotatingLogOptions worker_log;
   // Called (under the registry's mutex: it must only record) with the time
   // between two heartbeats of one worker, for /metrics.
   std::function<void(double seconds)> on_heartbeat_gap;
@@ -97,9 +100,6 @@ struct RegistryOptions {
   // gpu_devices) until it ends; a restarted daemon takes back the devices of
   // the workers it adopts.
   GpuInventory* gpus = nullptr;
-  // Each worker's output.log: its size cap and rotated files kept (musterd
-  // --worker-log-max-bytes, --worker-log-keep; api/log_capture.h).
-  base::RotatingLogOptions worker_log;
 };
 
 // Per-worker additions of a launch (clusters).
