@@ -56,7 +56,7 @@ std::unique_ptr<ClusterManager> start_clusters(Router& router, WorkerRegistry& r
   options.validation = {o.max_workers, o.project_dir};
   options.ps_program = o.agent_path.parent_path() / "muster-ps";
   auto manager = std::make_unique<ClusterManager>(
-      options, registry, store, clock, make_process_launcher(LauncherLogRelay{o.agent_path, o.cluster_log}),
+      options, registry, store, clock, make_process_launcher(LauncherLogRelay{o.agent_path, registry.log_limits()}),
       o.mpi_hosts);
   register_cluster_routes(router, *manager, o.max_workers, o.follower);
   return manager;

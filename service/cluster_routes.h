@@ -23,7 +23,6 @@ struct StartClustersOptions {
   std::filesystem::path project_dir;
   int max_workers = 64;
   std::filesystem::path agent_path;   // muster-ps is looked for beside it
-  base::RotatingLogOptions cluster_log;  // the launcher's log: cap and rotation (through the agent's relay)
   // How mpirun reaches the backend's hosts (workers::mpi_hosts_of(backend));
   // null: the workers run on this host. Borrowed; outlives the manager.
   workers::MpiHosts* mpi_hosts = nullptr;

@@ -214,11 +214,11 @@ int main(int argc, char** argv) {
   ropts.project_dir = project;
   ropts.agent_path = agent_path;
   ropts.daemon_port = http.port;
+  ropts.worker_log = worker_log;
   ropts.startup_timeout = seconds(startup_timeout);
   ropts.heartbeat_timeout = seconds(heartbeat_timeout);
   ropts.heartbeat_interval = seconds(heartbeat_interval);
   ropts.stop_grace = seconds(stop_grace);
-  ropts.worker_log = worker_log;
   ropts.gpus = &gpus;
   // The dashboard and the training curves (outlive the registry: its
   // listeners publish to them).
@@ -256,7 +256,7 @@ int main(int argc, char** argv) {
   service::register_worker_routes(router, *registry, {max_workers, project}, follower.get());
   service::register_agent_routes(router, *registry);
   clusters = service::start_clusters(router, *registry, cluster_store.value().get(), clock,
-                                     {state, project, max_workers, agent_path, worker_log,
+                                     {state, project, max_workers, agent_path,
                                       workers::mpi_hosts_of(*backend.value()), follower.get()});
   if (auto s = clusters->restore(); !s) return fail("restoring clusters", s);
   registry->subscribe([&events, &metrics](const api::Worker& w) {

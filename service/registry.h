@@ -75,14 +75,15 @@ struct RegistryOptions {
   // api::agent_url(backend.master_address(), daemon_port): the backend is the
   // one that says which address its workers can reach.
   int daemon_port = 0;
+  // Each worker's output.log: its size cap and rotated files kept (musterd
+  // --worker-log-max-size, --worker-log-keep; api/log_capture.h). Clusters
+  // cap their launcher's log the same.
+  base::RotatingLogOptions worker_log;
   std::chrono::milliseconds startup_timeout{60'000};
   std::chrono::milliseconds heartbeat_timeout{10'000};
   std::chrono::milliseconds heartbeat_interval{2'000};
   std::chrono::milliseconds stop_grace{3'000};
   std::chrono::milliseconds release_poll{25'000};  // wait-release long-poll bound
-  // Each worker's output.log: its size cap and rotated files kept (musterd
-  // --worker-log-max-size, --worker-log-keep; api/log_capture.h).
-  base::RotatingLogOptions worker_log;
   // Called (under the registry's mutex: it must only record) with the time
   // between two heartbeats of one worker, for /metrics.
   std::function<void(double seconds)> on_heartbeat_gap;
@@ -177,6 +178,8 @@ class WorkerRegistry {
   api::Status release(const std::string& id, Release release);
   int subscribe(Listener listener);
   void unsubscribe(int handle);
+  // The cap and rotation of every worker's log (clusters use it for their launcher's).
+  const base::RotatingLogOptions& log_limits() const { return options_.worker_log; }
 
   void tick();
 
