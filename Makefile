@@ -8,7 +8,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 
-.PHONY: setup build demo test fuzz bench bench-launch bench-allreduce bench-ps bench-train bench-api bench-torch bench-multihost bench-logs clean
+.PHONY: setup build demo test fuzz bench bench-launch bench-allreduce bench-ps bench-train bench-api bench-torch bench-multihost clean
 
 setup:
 	@bash scripts/setup.sh

@@ -3,8 +3,7 @@
 //
 // Contract
 // - start() runs argv (argv[0] looked up on PATH) in its own process group,
-//   stdin from /dev/null, stdout+stderr appended to log_path (see
-//   make_process_launcher() for its cap), env added to
+//   stdin from /dev/null, stdout+stderr appended to log_path, env added to
 //   the daemon's environment, in working_dir.
 // - LauncherProcess::poll() never blocks: nullopt while the process runs,
 //   then its exit code (128+signal when killed by a signal).
