@@ -31,7 +31,7 @@ test: build
 fuzz: setup
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) bash scripts/fuzz.sh run
 
-bench: bench-launch bench-allreduce bench-ps bench-train bench-api bench-torch bench-multihost
+bench: bench-launch bench-allreduce bench-ps bench-train bench-api bench-torch bench-multihost bench-logs
 	@/usr/bin/python3 bench/report.py
 
 bench-launch: build
@@ -48,6 +48,9 @@ bench-train: build
 
 bench-api: build
 	@bash bench/api/run.sh $(BUILD)
+
+bench-logs: build
+	@/usr/bin/python3 bench/logs/run.py $(BUILD)
 
 bench-torch: build
 	@bash bench/torch/run.sh $(BUILD)

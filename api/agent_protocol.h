@@ -4,7 +4,8 @@
 // builds with the to_*() functions (service/registry_launch.cc) and reads with
 // the *_from_json() ones (service/agent_routes.cc); the agent does the
 // converse (workers/agent/main.cc, agent.cc). Nothing else spells a
-// MUSTER_* name the agent reads or a field of these bodies.
+// MUSTER_* name the agent reads or a field of these bodies (but
+// api/log_capture.h: where the agent writes its output, MUSTER_LOG_*).
 //
 // Contract
 // - parse_*() and *_from_json() accept exactly what the to_*() functions

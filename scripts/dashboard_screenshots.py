@@ -15,7 +15,8 @@ os.environ["MUSTER_BINARY_DIR"] = os.path.abspath(sys.argv[1] if len(sys.argv) >
 
 import muster  # noqa: E402
 from dashboard_browser import Browser  # noqa: E402
-from dashboard_common import wait_for, write_project  # noqa: E402
+from dashboard_common import write_project  # noqa: E402
+from testutil import wait_for  # noqa: E402
 from sdk_daemon import Daemon, binary_dir  # noqa: E402
 import pathlib  # noqa: E402
 

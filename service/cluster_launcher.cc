@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "api/log_capture.h"
 #include "service/mpi_output.h"
 
 namespace muster::service {
@@ -18,7 +19,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The launcher's output, from a pipe into its log through RankLines, on a
+// The launcher's output, from a pipe into its log (or the log relay's pipe)
+// through RankLines, on a
 // thread of its own. It runs until every writer has closed the pipe (the
 // launcher and whatever it started), or, once stop_after() set a deadline,
 // until then; then it writes what is left of each line and is done().
@@ -97,6 +99,7 @@ class OutputPump {
 // words, unless a process it left behind keeps the pipe open.
 constexpr std::chrono::milliseconds kOutputDrain{2000};
 
+
 // Everything that belongs to the launcher `leader`: its group, its session
 // and its descendants (by parent links), each with its start time.
 std::set<base::ProcessId> tree_of(const base::ProcessId& leader) {
@@ -137,45 +140,73 @@ void end_tree(const base::ProcessId& leader, std::chrono::milliseconds grace, Le
 
 class ProcessLauncherProcess final : public LauncherProcess {
  public:
-  ProcessLauncherProcess(base::ProcessId id, std::unique_ptr<OutputPump> pump) : id_(id), pump_(std::move(pump)) {}
-  ~ProcessLauncherProcess() override { terminate(std::chrono::milliseconds(2000)); }
+  ProcessLauncherProcess(base::ProcessId id, std::unique_ptr<OutputPump> pump, pid_t relay)
+      : id_(id), pump_(std::move(pump)), relay_(relay) {}
+  ~ProcessLauncherProcess() override {
+    terminate(std::chrono::milliseconds(2000));
+    pump_.reset();  // closes the pump's end of the relay's pipe
+    reap_relay(std::chrono::milliseconds(2000));
+  }
 
   std::optional<int> poll() override {
-    if (!reap()) return std::nullopt;
+    if (!exit_code_) exit_code_ = base::try_reap(id_.pid);
+    if (!exit_code_) return std::nullopt;
     if (pump_) {
       pump_->stop_after(kOutputDrain);
       if (!pump_->done()) return std::nullopt;
     }
+    reap_relay(std::chrono::milliseconds(0));
     return exit_code_;
   }
 
   void terminate(std::chrono::milliseconds grace) override {
     if (terminated_) return;
     terminated_ = true;
-    end_tree(id_, grace, [this] { return reap().has_value(); });
+    end_tree(id_, grace, [this] { return poll().has_value(); });
     if (!exit_code_) exit_code_ = base::wait_exit(id_.pid);
-    if (pump_) {
-      pump_->stop_after(kOutputDrain);
-      pump_->join();
-    }
   }
 
   base::ProcessId identity() const override { return id_; }
 
  private:
-  std::optional<int> reap() {
-    if (!exit_code_) exit_code_ = base::try_reap(id_.pid);
-    return exit_code_;
+  // The relay ends once the launcher's tree has closed the pipe; it is our
+  // child, so it is reaped here (bounded: an escaped rank may hold the pipe).
+  void reap_relay(std::chrono::milliseconds patience) {
+    const auto deadline = Clock::now() + patience;
+    while (relay_ > 0) {
+      if (base::try_reap(relay_)) {
+        relay_ = -1;
+        return;
+      }
+      if (Clock::now() >= deadline) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
   }
 
   base::ProcessId id_;
   std::unique_ptr<OutputPump> pump_;  // tagged_output only
+  pid_t relay_ = -1;
   std::optional<int> exit_code_;
   bool terminated_ = false;
 };
 
+// A pipe whose ends close themselves.
+struct Pipe {
+  int read = -1, write = -1;
+  ~Pipe() {
+    if (read >= 0) ::close(read);
+    if (write >= 0) ::close(write);
+  }
+};
+
 class ProcessLauncher final : public Launcher {
  public:
+  explicit ProcessLauncher(std::optional<LauncherLogRelay> relay) : relay_(std::move(relay)) {}
+
+  // With a relay: a) a pipe; b) the relay (`muster-agent --log-relay`, a
+  // session of its own, so ending the launcher's tree leaves it to drain)
+  // reads it into log_path with the cap; c) the launcher writes into it;
+  // d) our ends are closed, so the relay ends when the launcher's tree has.
   api::Result<std::unique_ptr<LauncherProcess>> start(const LauncherSpec& spec) override {
     if (spec.argv.empty()) return api::internal_error("launcher: empty command line");
     std::error_code ec;
@@ -184,32 +215,71 @@ class ProcessLauncher final : public Launcher {
     o.argv = spec.argv;
     o.env = spec.env;
     o.cwd = spec.working_dir;
+    o.output = spec.log_path;
     o.new_session = true;
-    int pipe_fds[2] = {-1, -1};
-    int log_fd = -1;
-    if (spec.tagged_output) {
-      log_fd = ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-      if (log_fd < 0) return api::internal_error("launcher: cannot open " + spec.log_path.string());
-      if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
-        ::close(log_fd);
-        return api::internal_error("launcher: cannot create a pipe for its output");
-      }
-      o.output_fd = pipe_fds[1];
-    } else {
-      o.output = spec.log_path;
+    Pipe pipe;
+    pid_t relay = -1;
+    if (relay_) {
+      int fds[2];
+      if (::pipe2(fds, O_CLOEXEC) != 0) return api::internal_error("launcher: pipe for its log failed");
+      pipe.read = fds[0];
+      pipe.write = fds[1];
+      base::SpawnOptions r;
+      r.argv = api::to_log_relay_argv(relay_->agent_path.string(), {spec.log_path.string(), relay_->limits});
+      r.input_fd = pipe.read;
+      r.output = spec.log_path;  // the relay's own complaints, if it cannot open the log
+      r.new_session = true;
+      auto started = base::spawn(r);
+      if (started.failure) return api::internal_error("launcher: its log relay: " + *started.failure);
+      relay = started.id.pid;
+      o.output.clear();
+      o.output_fd = pipe.write;
     }
-    auto spawned = base::spawn(o);
-    std::unique_ptr<OutputPump> pump;
+    // mpirun's tagged output goes through RankLines on a pump thread, which
+    // writes into the relay's pipe (or into the log without a relay).
+    Pipe tagged;
+    int sink_fd = -1;
     if (spec.tagged_output) {
-      ::close(pipe_fds[1]);  // the child holds it now: EOF once every writer is gone
-      pump = std::make_unique<OutputPump>(pipe_fds[0], log_fd);
+      sink_fd = pipe.write >= 0 ? ::fcntl(pipe.write, F_DUPFD_CLOEXEC, 0)
+                                : ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      int fds[2];
+      if (sink_fd >= 0 && ::pipe2(fds, O_CLOEXEC) == 0) {
+        tagged.read = fds[0];
+        tagged.write = fds[1];
+        o.output.clear();
+        o.output_fd = tagged.write;
+      } else {
+        if (sink_fd >= 0) ::close(sink_fd);
+        sink_fd = -1;
+        o.argv.clear();  // spawn fails below, which ends the relay too
+      }
+    }
+    base::Spawned spawned;
+    if (o.argv.empty()) {
+      spawned.failure = "cannot open " + spec.log_path.string() + " or a pipe for its output";
+    } else {
+      spawned = base::spawn(o);
+    }
+    if (pipe.read >= 0) {
+      ::close(pipe.read);
+      ::close(pipe.write);
+      pipe.read = pipe.write = -1;  // the relay sees end of file once the launcher's tree (and pump) are gone
+    }
+    std::unique_ptr<OutputPump> pump;
+    if (sink_fd >= 0) {
+      ::close(tagged.write);  // the child holds it now: EOF once every writer is gone
+      tagged.write = -1;
+      pump = std::make_unique<OutputPump>(tagged.read, sink_fd);  // owns both now
+      tagged.read = -1;
     }
     if (spawned.failure) {
+      pump.reset();  // its end of the relay's pipe closes
+      if (relay > 0) (void)base::wait_exit(relay);  // it read end of file at once
       const bool missing = spawned.failure->find("not found on PATH") != std::string::npos;
       if (missing) return api::unavailable("launcher: " + spec.argv[0] + " is not on the daemon's PATH");
       return api::internal_error("launcher: " + *spawned.failure);
     }
-    return std::unique_ptr<LauncherProcess>(new ProcessLauncherProcess(spawned.id, std::move(pump)));
+    return std::unique_ptr<LauncherProcess>(new ProcessLauncherProcess(spawned.id, std::move(pump), relay));
   }
 
   bool end_orphan(const base::ProcessId& leader, std::chrono::milliseconds grace) override {
@@ -217,10 +287,15 @@ class ProcessLauncher final : public Launcher {
     end_tree(leader, grace, [&] { return !base::alive(leader); });
     return true;
   }
+
+ private:
+  std::optional<LauncherLogRelay> relay_;
 };
 
 }  // namespace
 
-std::unique_ptr<Launcher> make_process_launcher() { return std::make_unique<ProcessLauncher>(); }
+std::unique_ptr<Launcher> make_process_launcher(std::optional<LauncherLogRelay> relay) {
+  return std::make_unique<ProcessLauncher>(std::move(relay));
+}
 
 }  // namespace muster::service

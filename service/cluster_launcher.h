@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "api/base/process.h"
+#include "api/base/rotating_log.h"
 #include "api/status.h"
 
 namespace muster::service {
@@ -61,8 +62,18 @@ class Launcher {
   virtual bool end_orphan(const base::ProcessId& /*leader*/, std::chrono::milliseconds /*grace*/) { return false; }
 };
 
+// How the real launcher caps its log: its output goes through
+// `muster-agent --log-relay` (api/log_capture.h) into log_path.
+struct LauncherLogRelay {
+  std::filesystem::path agent_path;
+  base::RotatingLogOptions limits;
+};
+
 // The real one: base::spawn children in a session of their own (clean
-// signal mask and dispositions, no inherited descriptors).
-std::unique_ptr<Launcher> make_process_launcher();
+// signal mask and dispositions, no inherited descriptors). With `relay`,
+// the launcher's output reaches log_path through the relay, which ends
+// (and is reaped) once the launcher's whole tree has; without it, the
+// launcher appends to log_path itself, uncapped.
+std::unique_ptr<Launcher> make_process_launcher(std::optional<LauncherLogRelay> relay = std::nullopt);
 
 }  // namespace muster::service

@@ -63,8 +63,9 @@ std::unique_ptr<ClusterManager> start_clusters(Router& router, WorkerRegistry& r
   options.state_dir = o.state_dir;
   options.validation = {o.max_workers, o.project_dir};
   options.ps_program = o.agent_path.parent_path() / "muster-ps";
-  auto manager = std::make_unique<ClusterManager>(options, registry, store, clock, make_process_launcher(),
-                                                  o.mpi_hosts);
+  auto manager = std::make_unique<ClusterManager>(
+      options, registry, store, clock, make_process_launcher(LauncherLogRelay{o.agent_path, registry.log_limits()}),
+      o.mpi_hosts);
   register_cluster_routes(router, *manager, o.max_workers, o.follower, o.host);
   return manager;
 }

@@ -1,8 +1,13 @@
 #include "service/log_follower.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
-#include <fstream>
 #include <vector>
+
+#include "api/base/rotating_log.h"
 
 namespace muster::service {
 
@@ -30,10 +35,81 @@ void LogFollower::shutdown() {
 
 void LogFollower::loop() {
   std::unique_lock<std::mutex> lock(mu_);
-  while (!cv_.wait_for(lock, options_.poll, [this] { return quit_; })) {
+  bool behind = false;
+  while (!cv_.wait_for(lock, behind ? options_.catch_up_poll : options_.poll, [this] { return quit_; })) {
     lock.unlock();
-    poll_once();
+    behind = poll_once();
     lock.lock();
+  }
+}
+
+LogFollower::Entry::~Entry() {
+  if (fd >= 0) ::close(fd);
+}
+
+bool LogFollower::open_current(Entry& e) {
+  const int fd = ::open(e.f.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st {};
+  ::fstat(fd, &st);
+  std::string head(512, '\0');
+  const ssize_t n = ::pread(fd, head.data(), head.size(), 0);
+  head.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  const auto marker = base::parse_rotation_marker(head);
+  if (e.fd >= 0) {
+    ::close(e.fd);
+    // A file without a rotation line that replaced ours goes on where ours ended.
+    e.base = marker ? marker->base_offset : e.f.offset;
+  } else {
+    e.base = marker ? marker->base_offset : 0;
+  }
+  e.fd = fd;
+  e.ino = static_cast<uint64_t>(st.st_ino);
+  if (e.f.offset < e.base) e.f.offset = e.base;  // rotated away while this follow was behind
+  return true;
+}
+
+bool LogFollower::advance(Entry& e, std::string& buf, bool& got, bool& behind) {
+  Follow& f = e.f;
+  if (f.path.empty()) return true;
+  if (e.fd < 0 && !open_current(e)) return true;
+  size_t budget = options_.max_pass_bytes;
+  bool final_read = false;  // `path` names another file: ours is complete
+  for (;;) {
+    uint64_t want = std::min<uint64_t>(options_.max_chunk_bytes, budget);
+    if (f.end) want = std::min<uint64_t>(want, *f.end > f.offset ? *f.end - f.offset : 0);
+    if (want == 0) {
+      behind = budget == 0;
+      return true;
+    }
+    if (f.stream->queued_bytes() >= options_.max_queued_bytes) {
+      behind = true;  // the client reads slower than the file is read: wait for it
+      return true;
+    }
+    buf.resize(static_cast<size_t>(want));
+    const ssize_t n = ::pread(e.fd, buf.data(), buf.size(), static_cast<off_t>(f.offset - e.base));
+    if (n > 0) {
+      buf.resize(static_cast<size_t>(n));
+      got = true;
+      f.offset += static_cast<uint64_t>(n);
+      budget -= static_cast<size_t>(n);
+      if (!f.stream->write(buf)) return false;
+      continue;
+    }
+    // The end of our file. Truncated under us: go on from its new end.
+    struct stat ours {};
+    if (::fstat(e.fd, &ours) == 0 && static_cast<uint64_t>(ours.st_size) < f.offset - e.base) {
+      f.offset = e.base + static_cast<uint64_t>(ours.st_size);
+    }
+    struct stat now {};
+    const bool rotated = ::stat(f.path.c_str(), &now) == 0 && static_cast<uint64_t>(now.st_ino) != e.ino;
+    if (!rotated) return true;
+    if (!final_read) {
+      final_read = true;  // the writer may have added a last line before renaming: read once more
+      continue;
+    }
+    if (!open_current(e)) return true;
+    final_read = false;
   }
 }
 
@@ -54,6 +130,7 @@ void LogFollower::follow(Follow f) {
   }
   auto e = std::make_shared<Entry>();
   e->f = std::move(f);
+  if (!e->f.path.empty()) open_current(*e);  // pins the file the offset lies in
   std::lock_guard<std::mutex> lock(mu_);
   entries_.push_back(std::move(e));
 }
@@ -63,7 +140,7 @@ size_t LogFollower::active() const {
   return entries_.size();
 }
 
-void LogFollower::poll_once() {
+bool LogFollower::poll_once() {
   std::lock_guard<std::mutex> pass(poll_mu_);
   std::vector<std::shared_ptr<Entry>> entries;
   {
@@ -72,6 +149,7 @@ void LogFollower::poll_once() {
   }
   std::vector<std::shared_ptr<Entry>> done;
   std::string buf;
+  bool any_behind = false;
   for (const auto& e : entries) {
     Follow& f = e->f;
     if (f.stream->closed()) {
@@ -81,74 +159,25 @@ void LogFollower::poll_once() {
     // Decide "finished" before reading, so bytes written before the end are
     // read in this pass or the next.
     const bool finished_now = e->ending || f.finished();
-    bool got = false;
-    if (!f.path.empty()) {
-      std::ifstream in(f.path, std::ios::binary);
-      if (in) {
-        in.seekg(0, std::ios::end);
-        const auto size = static_cast<uint64_t>(std::max<std::streamoff>(in.tellg(), 0));
-        if (size < f.offset) f.offset = size;  // truncated: go on from its end
-        const uint64_t n = std::min<uint64_t>(size - f.offset, options_.max_chunk_bytes);
-        if (n > 0) {
-          buf.resize(static_cast<size_t>(n));
-          in.seekg(static_cast<std::streamoff>(f.offset));
-          in.read(buf.data(), static_cast<std::streamsize>(n));
-          buf.resize(static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
-          if (!buf.empty()) {
-            got = true;
-            f.offset += buf.size();
-            if (!f.stream->write(buf)) {
-              done.push_back(e);
-              continue;
-            }
-          }
-        }
-      }
+    bool got = false, behind = false;
+    if (!advance(*e, buf, got, behind)) {
+      done.push_back(e);
+      continue;
     }
-    if (finished_now && !got && e->ending) {
+    any_behind = any_behind || behind;
+    const bool reached_end = f.end && f.offset >= *f.end;
+    if (reached_end || (finished_now && !got && !behind && e->ending)) {
       f.stream->close();
       done.push_back(e);
       continue;
     }
     e->ending = finished_now;
   }
-  if (done.empty()) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& d : done) entries_.remove(d);
-}
-
-uint64_t follow_start(const fs::path& path, std::optional<uint64_t> offset, size_t tail) {
-  std::error_code ec;
-  const auto size = path.empty() ? 0 : fs::file_size(path, ec);
-  const uint64_t end = ec ? 0 : static_cast<uint64_t>(size);
-  if (offset) return std::min(*offset, end);
-  if (tail == 0 || end == 0) return 0;
-  // Scan back from the end for the newline before the last `tail` lines.
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return 0;
-  uint64_t pos = end;
-  size_t newlines = 0;
-  bool skip_final = true;  // a final newline ends the last line, it does not start one
-  std::string block;
-  while (pos > 0) {
-    const uint64_t n = std::min<uint64_t>(pos, 64 << 10);
-    pos -= n;
-    block.resize(static_cast<size_t>(n));
-    in.seekg(static_cast<std::streamoff>(pos));
-    in.read(block.data(), static_cast<std::streamsize>(n));
-    for (size_t i = block.size(); i-- > 0;) {
-      if (block[i] != '\n') {
-        skip_final = false;
-        continue;
-      }
-      if (skip_final) {
-        skip_final = false;
-        continue;
-      }
-      if (++newlines == tail) return pos + i + 1;
-    }
+  if (!done.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& d : done) entries_.remove(d);
   }
-  return 0;
+  return any_behind;
 }
 
 api::Result<std::optional<uint64_t>> parse_offset(const Request& req) {
@@ -173,16 +202,20 @@ api::Result<bool> parse_follow(const Request& req) {
 }
 
 Response follow_response(LogFollower& follower, std::shared_ptr<LogFollower::Slot> slot, const fs::path& path,
-                         uint64_t start, std::function<bool()> finished) {
+                         uint64_t start, std::function<bool()> finished, const std::string& marker,
+                         std::optional<uint64_t> end) {
   Response r;
   r.content_type = "text/plain; charset=utf-8";
   r.headers.emplace_back("X-Log-Offset", std::to_string(start));
+  r.headers.emplace_back("X-Log-Marker-Bytes", std::to_string(marker.size()));
   r.headers.emplace_back("Cache-Control", "no-cache");
-  r.stream = [&follower, slot = std::move(slot), path, start,
+  r.body = marker;
+  r.stream = [&follower, slot = std::move(slot), path, start, end,
               finished = std::move(finished)](std::shared_ptr<Stream> stream) mutable {
     LogFollower::Follow f;
     f.path = path;
     f.offset = start;
+    f.end = end;
     f.finished = std::move(finished);
     f.stream = std::move(stream);
     f.slot = std::move(slot);

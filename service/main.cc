@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   std::optional<std::string> gpus_flag;
   size_t max_followers = 256;
+  base::RotatingLogOptions worker_log;  // each worker's output.log and each cluster's launcher.log
   app.add_option("--listen", listen, "HOST:PORT to listen on (port 0: any free port)");
   app.add_option("--project-dir", project_dir, "scripts are resolved inside this directory");
   app.add_option("--state-dir", state_dir, "token, state database, worker logs");
@@ -143,7 +144,16 @@ int main(int argc, char** argv) {
                  "default: what nvidia-smi -L lists, none without it)");
   app.add_option("--max-log-followers", max_followers, "streams of followed logs at once (503 above)")
       ->check(CLI::Range(1, 100000));
+  app.add_option("--worker-log-max-size", worker_log.max_bytes,
+                 "size cap of each worker's and cluster launcher's log file, e.g. 64MiB; past it the log "
+                 "rotates (default 64MiB)")
+      ->transform(CLI::AsSizeValue(false));
+  app.add_option("--worker-log-keep", worker_log.keep,
+                 "rotated log files kept beside each log (output.log.1 ...); older output is dropped (default 1)");
   CLI11_PARSE(app, argc, argv);
+  if (auto bad = base::validate(worker_log)) {
+    return fail("--worker-log-max-size / --worker-log-keep", api::invalid_argument(*bad));
+  }
   // stdout carries only the "listening" line; logs go to stderr.
   spdlog::set_default_logger(spdlog::stderr_color_mt("musterd"));
   spdlog::set_level(spdlog::level::from_str(log_level));
@@ -229,6 +239,7 @@ int main(int argc, char** argv) {
   ropts.project_dir = project;
   ropts.agent_path = agent_path;
   ropts.daemon_port = http.port;
+  ropts.worker_log = worker_log;
   ropts.startup_timeout = seconds(startup_timeout);
   ropts.heartbeat_timeout = seconds(heartbeat_timeout);
   ropts.heartbeat_interval = seconds(heartbeat_interval);
@@ -238,7 +249,11 @@ int main(int argc, char** argv) {
   ropts.worker_python = service::find_worker_python();
   // The dashboard and the training curves (outlive the registry: its
   // listeners publish to them).
-  service::TrainingSeries training;
+  // Curves live in <state>/training.db (service/metrics/series_store.h).
+  auto series_store = service::SeriesStore::open((state / "training.db").string());
+  if (!series_store) return fail("training curves", series_store.status());
+  service::TrainingSeries training({}, series_store.value().get());
+  if (auto s = training.restore(); !s) spdlog::warn("training curves of an earlier daemon not restored: {}", s.message());
   service::SessionOptions session_options;
   session_options.cookie_name = "muster_session_" + std::to_string(http.port);
   service::SessionStore sessions(session_options);

@@ -77,6 +77,10 @@ struct RegistryOptions {
   // api::agent_url(backend.master_address(), daemon_port): the backend is the
   // one that says which address its workers can reach.
   int daemon_port = 0;
+  // Each worker's output.log: its size cap and rotated files kept (musterd
+  // --worker-log-max-size, --worker-log-keep; api/log_capture.h). Clusters
+  // cap their launcher's log the same.
+  base::RotatingLogOptions worker_log;
   std::chrono::milliseconds startup_timeout{60'000};
   std::chrono::milliseconds heartbeat_timeout{10'000};
   std::chrono::milliseconds heartbeat_interval{2'000};
@@ -190,6 +194,8 @@ class WorkerRegistry {
   api::Status release(const std::string& id, Release release);
   int subscribe(Listener listener);
   void unsubscribe(int handle);
+  // The cap and rotation of every worker's log (clusters use it for their launcher's).
+  const base::RotatingLogOptions& log_limits() const { return options_.worker_log; }
 
   void tick();
 

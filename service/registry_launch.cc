@@ -6,6 +6,7 @@
 #include <system_error>
 
 #include "api/agent_protocol.h"
+#include "api/log_capture.h"
 #include "service/auth.h"
 #include "service/registry.h"
 
@@ -79,6 +80,7 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::launch(const LaunchBatch& 
       spec.agent_argv = api::to_argv(options_.agent_path.string(), command);
       spec.working_dir = dir;
       spec.log_path = r.log_path;
+      spec.log_limits = options_.worker_log;
       spec.env = req.env;
       for (const auto& [k, v] : extras.env) spec.env[k] = v;
       for (const auto& [k, v] : muster_python) spec.env[k] = v;
@@ -114,6 +116,7 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::launch(const LaunchBatch& 
       env.project_dir = options_.project_dir.string();
       env.gpu_devices = placed.worker.gpu_devices;
       for (auto& [k, v] : api::to_env(env)) specs[i].env[k] = std::move(v);
+      api::add_log_capture_env(specs[i].env, {placed.log_path.string(), options_.worker_log});
       (void)persist(placed);  // deferred: written below in one transaction
       fx.changed.push_back(placed.worker);
     }

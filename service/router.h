@@ -52,6 +52,9 @@ class Stream {
   virtual void close() = 0;
   // True once close() was called, the client went away, or it fell behind.
   virtual bool closed() const = 0;
+  // Bytes written but not yet handed to the socket: a producer that can
+  // wait (a log being caught up) writes more only while this is small.
+  virtual size_t queued_bytes() const { return 0; }
 };
 using StreamStart = std::function<void(std::shared_ptr<Stream>)>;
 

@@ -1,6 +1,9 @@
 #include "service/worker_routes.h"
 
+#include <algorithm>
 #include <fstream>
+
+#include "service/log_reader.h"
 
 namespace muster::service {
 
@@ -39,46 +42,50 @@ std::string tail_file(const std::filesystem::path& path, size_t lines) {
   return text.substr(pos + 1);
 }
 
-api::Result<size_t> parse_tail(const Request& req) {
-  auto it = req.query.find("tail");
-  if (it == req.query.end()) return size_t{0};
-  // Digits only: stol alone would also take " 3" and "+3".
-  const std::string& v = it->second;
-  try {
-    if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos) throw std::invalid_argument("tail");
-    return static_cast<size_t>(std::stoll(v));
-  } catch (const std::exception&) {
-    return api::invalid_argument("tail must be a whole number >= 0", "tail");
-  }
+namespace {
+
+// Bytes [from, to) of `path` ("" for a file that is not there).
+std::string read_range(const std::filesystem::path& path, uint64_t from, uint64_t to) {
+  if (to <= from) return "";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  std::string text(static_cast<size_t>(to - from), '\0');
+  in.seekg(static_cast<std::streamoff>(from));
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
+  return text;
 }
 
-Response log_response(const std::filesystem::path& path, size_t lines) {
-  Response r;
-  r.content_type = "text/plain; charset=utf-8";
-  r.body = tail_file(path, lines);
-  return r;
-}
+}  // namespace
 
 void serve_log(const Request& req, const Reply& reply, LogFollower* follower,
                const std::function<api::Result<std::filesystem::path>()>& resolve, std::function<bool()> finished) {
-  auto tail = parse_tail(req);
-  if (!tail) return reply(error_response(tail.status()));
-  auto follow = parse_follow(req);
-  if (!follow) return reply(error_response(follow.status()));
-  auto offset = parse_offset(req);
-  if (!offset) return reply(error_response(offset.status()));
-  if (!follow.value() && offset.value()) {
-    return reply(error_response(api::invalid_argument("offset needs follow=true", "offset")));
-  }
+  auto query = parse_log_query(req);
+  if (!query) return reply(error_response(query.status()));
   auto found = resolve();
   if (!found) return reply(error_response(found.status()));
   const std::filesystem::path& path = found.value();
-  if (!follow.value()) return reply(log_response(path, tail.value()));
+  const LogStart start = plan_log_start(path, query.value());
+  const bool stream = query->follow || (query->from_start && follower);
+  if (!stream) {
+    // A tail (at most kMaxTailBytes), or a whole file where nothing streams.
+    Response r;
+    r.content_type = "text/plain; charset=utf-8";
+    r.headers.emplace_back("X-Log-Offset", std::to_string(start.offset));
+    r.headers.emplace_back("X-Log-Marker-Bytes", std::to_string(start.marker.size()));
+    r.body = start.marker + read_range(path, start.file_pos, start.file_size);
+    return reply(std::move(r));
+  }
   if (!follower) return reply(error_response(api::unavailable("this server does not stream logs (follow=true)")));
   auto slot = follower->reserve();
   if (!slot) return reply(error_response(slot.status()));
-  const uint64_t start = follow_start(path, offset.value(), tail.value());
-  reply(follow_response(*follower, std::move(slot).value(), path, start, std::move(finished)));
+  if (!query->follow) {
+    // from_start without follow: the file as it is now, streamed.
+    const uint64_t end = start.offset + (start.file_size - start.file_pos);
+    return reply(follow_response(*follower, std::move(slot).value(), path, start.offset, [] { return true; },
+                                 start.marker, end));
+  }
+  reply(follow_response(*follower, std::move(slot).value(), path, start.offset, std::move(finished), start.marker));
 }
 
 void register_worker_routes(Router& router, WorkerRegistry& registry, ValidationOptions validation,

@@ -17,19 +17,13 @@ void register_worker_routes(Router& router, WorkerRegistry& registry, Validation
 // The last `lines` lines of a file (0: all of it, at most the last 1 MiB).
 std::string tail_file(const std::filesystem::path& path, size_t lines);
 
-// The `tail` query of a logs route (absent: 0 = all lines); 400
-// (invalid_argument, field "tail") unless a whole number >= 0. Shared by
-// GET /api/v1/workers/{id}/logs and GET /api/v1/clusters/{id}/logs.
-api::Result<size_t> parse_tail(const Request& req);
-
-// A text/plain reply with the last `lines` lines of `path` (empty text when
-// the file does not exist yet).
-Response log_response(const std::filesystem::path& path, size_t lines);
-
-// Both logs routes: ?tail=K (last K lines), and with ?follow=true a stream
-// from ?offset=N (or the last K lines, or the start) until `finished()`
-// (see LogFollower), header X-Log-Offset = the first byte's offset.
-// The query is checked (400) before `path` is asked for (404).
+// Both logs routes, by the rules of log_reader.h: the last `tail` lines
+// (default 1000) with a marker line when earlier output is left out;
+// from_start=true the whole current file (streamed); follow=true a stream
+// from there (or from ?offset=N) until `finished()` (see LogFollower).
+// Headers: X-Log-Offset (the absolute offset of the first log byte),
+// X-Log-Marker-Bytes (the marker's length at the start of the body). The
+// query is checked (400) before `path` is asked for (404).
 void serve_log(const Request& req, const Reply& reply, LogFollower* follower,
                const std::function<api::Result<std::filesystem::path>()>& path, std::function<bool()> finished);
 

@@ -5,3 +5,5 @@ muster_gtest(base_process_test SOURCES base_process_test.cc DEPS muster_base LAB
 muster_gtest(base_shell_quote_test SOURCES base_shell_quote_test.cc DEPS muster_base LABEL unit TIMEOUT 60)
 muster_gtest(base_net_test SOURCES base_net_test.cc DEPS muster_base LABEL unit TIMEOUT 60)
 muster_gtest(base_checkpoint_file_test SOURCES base_checkpoint_file_test.cc DEPS muster_base LABEL unit TIMEOUT 60)
+# The capped, rotating log file (worker and cluster logs).
+muster_gtest(base_rotating_log_test SOURCES base_rotating_log_test.cc DEPS muster_base LABEL unit TIMEOUT 60)

@@ -191,8 +191,8 @@ def test_training_metrics_are_reported_kept_and_served_as_json_and_csv(daemon, c
     status, headers, body, _ = http.request("GET", path + "?format=csv", headers=bearer)
     assert status == 200 and headers["content-type"].startswith("text/csv")
     lines = body.strip().splitlines()
-    assert lines[0] == "step,time,loss,images_per_sec,lr,accuracy" and len(lines) == 6
-    assert lines[2].startswith("20,") and lines[2].endswith(",0.5,1002,0.01,")
+    assert lines[0] == "step,time,loss,images_per_sec,lr,accuracy,worker,rank" and len(lines) == 6
+    assert lines[2].startswith("20,") and lines[2].endswith(",0.5,1002,0.01,,%s," % w["id"])
     assert http.request("GET", path + "?format=xml", headers=bearer)[0] == 400
 
     post = "/api/v1/agent/workers/%s/metrics" % w["id"]

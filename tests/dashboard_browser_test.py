@@ -4,8 +4,9 @@ Opens the URL musterd printed (the token leaves the address bar, the cookie is H
 sees workers launched through the SDK appear and change status without a reload, stops one
 through the page (confirmation + CSRF), follows a worker's log (with markup in it shown as
 text), opens an mpi cluster running fashion_mnist under horovodrun's mpirun line with 2
-ranks, sees its launch line and a loss curve with at least two points, and finds no errors
-in the browser console.
+ranks, sees its launch line and a loss curve per rank with a point per step and summary cards,
+an accuracy axis set from its one value, a worker's curves of SummaryWriter's custom scalars, a
+long log that opens at its end with a marker, and finds no errors in the browser console.
 """
 import os
 import re
@@ -28,6 +29,21 @@ pytestmark = pytest.mark.skipif(available() is not None, reason=str(available())
 def daemon(tmp_path_factory):
     project = write_project(tmp_path_factory.mktemp("project"))
     (project / "train.sh").write_text('exec "$FASHION_MNIST" "$@"\n')
+    (project / "writer.py").write_text(textwrap.dedent("""
+        import time
+        from muster.metrics import SummaryWriter
+        import muster.metrics
+        w = SummaryWriter(total_steps=20)
+        for step in range(1, 21):
+            w.add_scalar("Val/Acc", 0.5 + step * 0.0225, step)
+            muster.metrics.report(step=step, loss=1.0 / step, lr=0.01, total_steps=20)
+        w.close()
+        muster.metrics.reporter().close()
+        time.sleep(600)
+    """))
+    (project / "long_log.py").write_text(
+        "import sys\nfor i in range(200000):\n    sys.stdout.write('line %d ' % i + 'x' * 40 + '\\n')\n"
+        "print('line 199999 end')\n")
     with Daemon(project, tmp_path_factory.mktemp("state")) as d:
         yield d
 
@@ -141,13 +157,78 @@ def test_mpi_cluster_page_shows_launch_line_and_a_live_loss_curve(daemon, browse
     assert line.text.startswith("horovodrun -np 2 -H ") and "train.sh" in line.text
     assert find(d, "#cmd-mpirun").text.startswith("mpirun ")
     assert len(d.find_elements(By.CSS_SELECTOR, "#cluster-launch button.copy")) == 2
-    chart = find(d, "#chart-loss")
-    wait_for(lambda: int(chart.get_attribute("data-count") or 0) >= 2, timeout=90, what="two loss points")
-    assert d.find_elements(By.CSS_SELECTOR, "#chart-loss polyline.series")
+    # Every rank reports its loss at every step: a line per rank, drawn live.
+    wait_for(lambda: chart_attr(d, "chart-loss", "data-lines") == "2", timeout=90, what="a loss line per rank")
+    assert len(d.find_elements(By.CSS_SELECTOR, "#chart-loss polyline.series")) == 2
     wait_for(lambda: "step" in find(d, "#log").text, timeout=30, what="the launcher log")
     final = wait_for(lambda: client.get_cluster(cluster["id"])["status"] in ("succeeded", "failed") and
                      client.get_cluster(cluster["id"]), timeout=120, what="the cluster to end")
     assert final["status"] == "succeeded", final
+    # 2 epochs of 47 steps for each of 2 ranks: a real curve, not two points.
+    wait_for(lambda: int(chart_attr(d, "chart-loss", "data-count") or 0) >= 180, timeout=30, what="every step's loss")
+    cards = summary_rows(d, "loss")
+    assert [c["label"] for c in cards] == ["rank 0", "rank 1"], cards
+    assert all(c["last"] and c["best"] and c["eta"] == "done" for c in cards), cards
+    # The single test accuracy: an axis around its value, not 0.33..1.33.
+    wait_for(lambda: chart_attr(d, "chart-accuracy", "data-count") == "1", timeout=30, what="the accuracy point")
+    lo, hi = float(chart_attr(d, "chart-accuracy", "data-y-min")), float(chart_attr(d, "chart-accuracy", "data-y-max"))
+    acc = final_accuracy(client, cluster["id"])
+    assert lo < acc < hi and hi - lo <= 0.5 * acc, (lo, hi, acc)
+    assert browser.errors() == []
+
+
+def chart_attr(driver, chart_id, name):
+    return driver.execute_script(
+        "const e = document.getElementById(arguments[0]); return e ? e.getAttribute(arguments[1]) : null;",
+        chart_id, name)
+
+
+def summary_rows(driver, name):
+    """The summary card's rows under the chart of scalar `name`, as dicts of their cells' text."""
+    return driver.execute_script(
+        "const c = document.querySelector('.chart[data-name=\"' + arguments[0] + '\"]');"
+        "if (!c) return [];"
+        "return [...c.querySelectorAll('tr.line-summary')].map((r) => ({label: r.dataset.label,"
+        " last: r.querySelector('.last').textContent, best: r.querySelector('.best').textContent,"
+        " rate: r.querySelector('.rate').textContent, eta: r.querySelector('.eta').textContent}));", name)
+
+
+def final_accuracy(client, cluster_id):
+    body = client._http.request("GET", "/api/v1/clusters/%s/metrics" % cluster_id)
+    [s] = [s for s in body["series"] if s["name"] == "accuracy"]
+    return s["points"][-1][1]
+
+
+def test_worker_page_curves_take_custom_scalars_and_axes_from_the_data(daemon, browser, client):
+    d = browser.driver
+    [w] = client.launch_workers(n=1, cpu=0.1, memory=0.1, script="writer.py")
+    d.get(daemon.url + "/#/workers/" + w["id"])
+    # SummaryWriter's tags are curves of their own; the page labels the worker's line.
+    wait_for(lambda: chart_attr(d, "chart-Val_Acc", "data-count") == "20", timeout=30, what="the Val/Acc curve")
+    wait_for(lambda: chart_attr(d, "chart-loss", "data-count") == "20", timeout=30, what="the loss curve")
+    # A flat learning rate of 0.01 gets an axis around 0.01.
+    wait_for(lambda: chart_attr(d, "chart-lr", "data-count") == "20", timeout=30, what="the lr curve")
+    lo, hi = float(chart_attr(d, "chart-lr", "data-y-min")), float(chart_attr(d, "chart-lr", "data-y-max"))
+    assert 0 <= lo < 0.01 < hi <= 0.02, (lo, hi)
+    [card] = summary_rows(d, "Val/Acc")
+    assert card["label"] == "this worker" and card["last"].startswith("0.95") and card["best"].startswith("0.95")
+    assert card["eta"] == "done"  # total_steps=20 reached
+    [loss] = summary_rows(d, "loss")
+    assert loss["best"].startswith("0.05")  # lower is better for a loss
+    assert browser.errors() == []
+
+
+def test_a_long_log_shows_its_end_at_once_with_a_marker(daemon, browser, client):
+    d = browser.driver
+    [w] = client.launch_workers(n=1, cpu=0.1, memory=0.1, script="long_log.py")
+    wait_for(lambda: client.get_worker(w["id"])["status"] == "succeeded", timeout=60, what="the long log")
+    d.get(daemon.url + "/#/workers/" + w["id"])
+    log = find(d, "#log")
+    wait_for(lambda: "line 199999 end" in log.text, timeout=20, what="the log's last line")
+    assert log.text.startswith("[muster] ") and "of earlier output not shown" in log.text.split("\n")[0]
+    assert "line 1000 " not in log.text  # the start was not replayed
+    link = find(d, "a.whole-log")
+    assert link.get_attribute("href").endswith("/logs?from_start=true")
     assert browser.errors() == []
 
 

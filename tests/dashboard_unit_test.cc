@@ -13,6 +13,7 @@
 #include "service/metrics/daemon_metrics.h"
 #include "service/metrics/prometheus_text.h"
 #include "service/metrics/training_series.h"
+#include "temp_dir.h"
 
 using namespace muster;
 using namespace muster::service;
@@ -149,25 +150,129 @@ TEST(TrainingPoints, BadBodiesNameTheField) {
   EXPECT_FALSE(ok->at(0).accuracy);
 }
 
-TEST(TrainingSeries, KeepsTheNewestPointsPerSeries) {
+TEST(TrainingPoints, AnyScalarByNameWithRankAndTotal) {
+  auto ok = parse_training_points(
+      {{"points", {{{"step", 3}, {"rank", 1}, {"total_steps", 100}, {"scalars", {{"Train/Loss", 0.5}, {"lr", 0.1}}}}}}},
+      10);
+  ASSERT_TRUE(ok) << ok.status().message();
+  EXPECT_EQ(*ok->at(0).rank, 1);
+  EXPECT_EQ(*ok->at(0).total_steps, 100);
+  EXPECT_EQ(ok->at(0).scalars.at("Train/Loss"), 0.5);
+  EXPECT_EQ(*ok->at(0).lr, 0.1);  // a classic name under scalars is the classic scalar
+  auto bad = [](const json& point) { return parse_training_points({{"points", {point}}}, 10).status().field(); };
+  EXPECT_EQ(bad({{"step", 1}, {"scalars", {{"a,b", 1}}}}), "points[0].scalars.a,b");
+  EXPECT_EQ(bad({{"step", 1}, {"scalars", {{std::string(65, 'x'), 1}}}}), "points[0].scalars." + std::string(65, 'x'));
+  EXPECT_EQ(bad({{"step", 1}, {"scalars", {{"acc", "high"}}}}), "points[0].scalars.acc");
+  EXPECT_EQ(bad({{"step", 1}, {"scalars", 3}}), "points[0].scalars");
+  EXPECT_EQ(bad({{"step", 1}, {"loss", 1}, {"rank", 70000}}), "points[0].rank");
+  EXPECT_EQ(bad({{"step", 1}, {"loss", 1}, {"total_steps", 0}}), "points[0].total_steps");
+  EXPECT_EQ(bad({{"step", 1}, {"scalars", json::object()}}), "points[0]");  // no scalar at all
+}
+
+TEST(TrainingSeries, FullSeriesAreThinnedAndStillSpanTheRun) {
   TrainingSeriesOptions o;
-  o.max_points = 3;
-  o.max_series = 2;
+  o.max_points = 10;
   TrainingSeries series(o);
-  std::vector<TrainingPoint> pts;
-  for (int i = 0; i < 5; ++i) pts.push_back({i, 0, 1.0 * i, {}, {}, {}});
-  series.add("w1", std::string("c1"), pts);
-  ASSERT_EQ(series.worker("w1").size(), 3u);
-  EXPECT_EQ(series.worker("w1").front().step, 2);
-  EXPECT_EQ(series.cluster("c1").back().step, 4);
-  EXPECT_EQ(*series.latest_by_cluster().at("c1").loss, 4.0);
-  series.add("w2", std::nullopt, pts);
-  series.add("w3", std::nullopt, pts);  // evicts w1, the least recently updated
-  EXPECT_TRUE(series.worker("w1").empty());
-  EXPECT_EQ(series.worker("w3").size(), 3u);
-  const std::string csv = training_csv(series.worker("w3"));
-  EXPECT_EQ(csv.substr(0, csv.find('\n')), "step,time,loss,images_per_sec,lr,accuracy");
-  EXPECT_NE(csv.find("\n4,0.000,4,,,\n"), std::string::npos) << csv;
+  for (int i = 0; i < 100; ++i) {
+    TrainingPoint p;
+    p.step = i;
+    p.time = i;
+    p.loss = 1.0 / (i + 1);
+    ASSERT_TRUE(series.add("w1", std::string("c1"), {p}));
+  }
+  auto curves = series.worker_series("w1");
+  ASSERT_EQ(curves.size(), 1u);
+  const auto& pts = curves[0].points;
+  EXPECT_LT(pts.size(), 10u);
+  EXPECT_GE(pts.size(), 5u);
+  EXPECT_EQ(pts.front().step, 0);  // the start of the run stays
+  EXPECT_EQ(pts.back().step, 99);  // and the newest point
+  for (size_t i = 1; i < pts.size(); ++i) EXPECT_LT(pts[i - 1].step, pts[i].step);
+  EXPECT_EQ(series.cluster_series("c1").size(), 1u);
+  EXPECT_DOUBLE_EQ(*series.latest_by_cluster().at("c1").loss, 0.01);
+  EXPECT_EQ(series.latest_by_cluster().at("c1").step, 99);
+}
+
+TEST(TrainingSeries, OneSeriesPerRankAndNameWithBoundedNamesAndSeries) {
+  TrainingSeriesOptions o;
+  o.max_names = 3;
+  o.max_series = 4;
+  TrainingSeries series(o);
+  auto point = [](int step, std::optional<int> rank, std::map<std::string, double> scalars) {
+    TrainingPoint p;
+    p.step = step;
+    p.time = step;
+    p.rank = rank;
+    p.scalars = std::move(scalars);
+    return p;
+  };
+  ASSERT_TRUE(series.add("w1", std::string("c1"), {point(1, 0, {{"a", 1}}), point(1, 1, {{"a", 2}})}));
+  auto curves = series.cluster_series("c1");
+  ASSERT_EQ(curves.size(), 2u);
+  EXPECT_EQ(*curves[0].rank, 0);
+  EXPECT_EQ(*curves[1].rank, 1);
+  ASSERT_TRUE(series.add("w1", std::string("c1"), {point(2, 0, {{"b", 1}, {"c", 1}})}));
+  // A fourth name is refused, naming it, and nothing of that batch is added.
+  auto refused = series.add("w1", std::string("c1"), {point(3, 0, {{"a", 3}}), point(3, 0, {{"d", 1}})});
+  EXPECT_EQ(refused.code(), muster::api::ErrorCode::kInvalidArgument);
+  EXPECT_EQ(refused.field(), "points[1].scalars.d");
+  for (const auto& c : series.worker_series("w1")) EXPECT_LT(c.points.back().step, 3) << c.name;
+  // Another worker's series evict the least recently updated one.
+  ASSERT_TRUE(series.add("w2", std::nullopt, {point(1, std::nullopt, {{"x", 1}})}));
+  EXPECT_EQ(series.series_count(), 4u);
+  EXPECT_EQ(series.worker_series("w1").size(), 3u);
+  // Rows merge the series back into one point per (worker, rank, step, time).
+  const std::string csv = training_csv(series.worker_series("w1"));
+  EXPECT_EQ(csv.substr(0, csv.find('\n')), "step,time,loss,images_per_sec,lr,accuracy,worker,rank,a,b,c");
+  EXPECT_NE(csv.find("\n2,2.000,,,,,w1,0,,1,1\n"), std::string::npos) << csv;
+}
+
+TEST(TrainingSeries, CurvesSurviveARestartThroughTheStore) {
+  muster::testing::TempDir tmp("muster-series");
+  const std::string db = (tmp.path() / "training.db").string();
+  TrainingSeriesOptions o;
+  o.max_points = 50;
+  {
+    auto store = SeriesStore::open(db);
+    ASSERT_TRUE(store) << store.status().message();
+    TrainingSeries series(o, store.value().get());
+    ASSERT_TRUE(series.restore());
+    for (int i = 0; i < 200; ++i) {
+      TrainingPoint p;
+      p.step = i;
+      p.time = 1000 + i;
+      p.rank = i % 2;
+      p.total_steps = 400;
+      p.loss = 2.0 - i / 100.0;
+      p.scalars["Train/Acc"] = i / 200.0;
+      ASSERT_TRUE(series.add("w1", std::string("c1"), {p}));
+    }
+  }
+  auto store = SeriesStore::open(db);
+  ASSERT_TRUE(store);
+  TrainingSeries again(o, store.value().get());
+  ASSERT_TRUE(again.restore());
+  auto before = again.cluster_series("c1");
+  ASSERT_EQ(before.size(), 4u);  // 2 ranks x 2 names
+  for (const auto& c : before) {
+    EXPECT_LT(c.points.size(), 50u) << c.name;
+    EXPECT_EQ(*c.total_steps, 400);
+    EXPECT_EQ(c.points.back().step, 198 + *c.rank) << c.name;
+  }
+  // It goes on where it was, and what was thinned away is gone from the file too.
+  TrainingPoint next;
+  next.step = 200;
+  next.time = 1200;
+  next.rank = 0;
+  next.loss = 0.1;
+  ASSERT_TRUE(again.add("w1", std::string("c1"), {next}));
+  auto raw = store.value()->load();
+  ASSERT_TRUE(raw);
+  size_t rows = 0;
+  for (const auto& s : raw.value()) rows += s.points.size();
+  size_t kept = 0;
+  for (const auto& c : again.cluster_series("c1")) kept += c.points.size();
+  EXPECT_EQ(rows, kept);
 }
 
 TEST(TrainingSeries, RateLimitsEachWorker) {
@@ -195,7 +300,11 @@ TEST(DaemonMetrics, RendersEveryFamilyWithRoutePatterns) {
   m.on_worker_change(w);
   m.on_worker_change(w);  // reported twice, counted once
   TrainingSeries series;
-  series.add("w1", std::string("c1"), {{7, 0, 0.25, 900.0, {}, {}}});
+  TrainingPoint point;
+  point.step = 7;
+  point.loss = 0.25;
+  point.images_per_sec = 900.0;
+  ASSERT_TRUE(series.add("w1", std::string("c1"), {point}));
   DaemonMetrics::Sources src;
   src.backend = "local";
   src.workers = [w] { return std::vector<api::Worker>{w}; };

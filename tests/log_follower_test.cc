@@ -1,21 +1,31 @@
 // LogFollower against a fake Stream (no HTTP server, no sleeping): bytes
 // appended to a file reach the stream on the next pass, a finished log ends
 // the stream after its last bytes, closed or failing streams are dropped,
-// the follower count is bounded, and offset/tail pick the first byte.
+// the follower count is bounded, a behind follow catches up in large passes
+// but waits for a slow client, a rotated file is followed into its
+// successor without losing or repeating a byte, and the reader's plan
+// (log_reader.h) starts at the end with a marker that says what was cut.
 #include "service/log_follower.h"
+#include "service/log_reader.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "api/base/rotating_log.h"
 
 #include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using muster::api::ErrorCode;
-using muster::service::follow_start;
+using muster::service::LogQuery;
+using muster::service::plan_log_start;
 using muster::service::LogFollower;
 using muster::service::LogFollowerOptions;
 
@@ -31,11 +41,13 @@ class FakeStream final : public muster::service::Stream {
   }
   void close() override { closed_ = true; }
   bool closed() const override { return closed_; }
+  size_t queued_bytes() const override { return queued; }
   void client_gone() { closed_ = true; }
 
   std::string text;
   int writes = 0;
   bool refuse = false;
+  size_t queued = 0;  // what the "client" has not read yet
 
  private:
   bool closed_ = false;
@@ -48,7 +60,7 @@ class LogFollowerTest : public ::testing::Test {
     auto stream = std::make_shared<FakeStream>();
     auto slot = f.reserve();
     EXPECT_TRUE(slot.is_ok());
-    f.follow({log_, offset, [this] { return finished_.load(); }, stream, slot.value()});
+    f.follow({log_, offset, [this] { return finished_.load(); }, stream, slot.value(), std::nullopt});
     return stream;
   }
   LogFollowerOptions manual() {
@@ -123,17 +135,84 @@ TEST_F(LogFollowerTest, BoundsFollowersAndFreesUnusedSlots) {
   EXPECT_TRUE(f.reserve().is_ok());
 }
 
-TEST_F(LogFollowerTest, BigLogsGoInBoundedChunks) {
+TEST_F(LogFollowerTest, BigLogsGoInBoundedChunksAndCatchUpInLargePasses) {
   LogFollowerOptions o = manual();
   o.max_chunk_bytes = 1000;
+  o.max_pass_bytes = 4000;
   LogFollower f(o);
-  append(std::string(2500, 'a'));
+  append(std::string(9500, 'a'));
+  auto s = follow(f);
+  EXPECT_TRUE(f.poll_once());  // behind: the caller polls again at once
+  EXPECT_EQ(s->text.size(), 4000u);
+  EXPECT_EQ(s->writes, 4);  // chunks of max_chunk_bytes
+  EXPECT_TRUE(f.poll_once());
+  EXPECT_FALSE(f.poll_once());  // caught up
+  EXPECT_EQ(s->text.size(), 9500u);
+}
+
+TEST_F(LogFollowerTest, ASlowClientIsWaitedForNotDropped) {
+  LogFollowerOptions o = manual();
+  o.max_chunk_bytes = 1000;
+  o.max_queued_bytes = 3000;
+  LogFollower f(o);
+  append(std::string(10000, 'b'));
+  auto s = follow(f);
+  s->queued = 3000;  // the client has not read what it was sent
+  EXPECT_TRUE(f.poll_once());
+  EXPECT_EQ(s->text.size(), 0u);
+  EXPECT_FALSE(s->closed());
+  s->queued = 0;
+  EXPECT_FALSE(f.poll_once());
+  EXPECT_EQ(s->text.size(), 10000u);
+}
+
+TEST_F(LogFollowerTest, FollowsARotatedFileIntoItsSuccessorWithAbsoluteOffsets) {
+  std::string error;
+  auto log = muster::base::RotatingLog::open(log_, {4096, 1}, &error);
+  ASSERT_TRUE(log) << error;
+  auto write = [&](int from, int to) {
+    std::string text;
+    for (int i = from; i < to; ++i) text += "line " + std::to_string(i) + "\n";
+    ASSERT_FALSE(log->write(text));
+  };
+  write(0, 100);
+  LogFollower f(manual());
   auto s = follow(f);
   f.poll_once();
-  EXPECT_EQ(s->text.size(), 1000u);
+  // Two rotations between passes: the follow holds the first file open, so
+  // it reads all of it, then what is left of the renamed one... then the
+  // current file from its rotation line on.
+  write(100, 1000);
+  for (int i = 0; i < 5; ++i) f.poll_once();
+  write(1000, 1010);
   f.poll_once();
+  // Without the rotation lines: numbers strictly increasing (nothing twice,
+  // nothing out of order), the first file whole, the end at the end. What
+  // rotated away before the follow reached it (keep=1) is missing as a whole.
+  std::vector<int> numbers;
+  std::istringstream in(s->text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("[muster] log rotated:", 0) == 0) continue;
+    ASSERT_EQ(line.rfind("line ", 0), 0u) << line;
+    numbers.push_back(std::stoi(line.substr(5)));
+  }
+  ASSERT_GE(numbers.size(), 110u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(numbers[static_cast<size_t>(i)], i);
+  for (size_t i = 1; i < numbers.size(); ++i) ASSERT_LT(numbers[i - 1], numbers[i]);
+  EXPECT_EQ(numbers.back(), 1009);
+  EXPECT_EQ(std::count(numbers.begin(), numbers.end(), 1000), 1);
+}
+
+TEST_F(LogFollowerTest, AWholeFileReadEndsAtItsEnd) {
+  append("abc\ndef\n");
+  LogFollower f(manual());
+  auto s = std::make_shared<FakeStream>();
+  auto slot = f.reserve();
+  f.follow({log_, 0, [] { return false; }, s, slot.value(), uint64_t{8}});
+  append("later\n");
   f.poll_once();
-  EXPECT_EQ(s->text.size(), 2500u);
+  EXPECT_EQ(s->text, "abc\ndef\n");
+  EXPECT_TRUE(s->closed());
 }
 
 TEST_F(LogFollowerTest, ThreadDeliversWithinAPoll) {
@@ -155,23 +234,83 @@ TEST_F(LogFollowerTest, ShutdownEndsStreamsAndRefusesNewOnes) {
   EXPECT_TRUE(s->closed());
   EXPECT_EQ(f.reserve().status().code(), ErrorCode::kUnavailable);
   auto late = std::make_shared<FakeStream>();
-  f.follow({log_, 0, [] { return false; }, late, nullptr});
+  f.follow({log_, 0, [] { return false; }, late, nullptr, std::nullopt});
   EXPECT_TRUE(late->closed());
   EXPECT_EQ(f.active(), 0u);
 }
 
-TEST_F(LogFollowerTest, FollowStartFromOffsetOrTail) {
-  EXPECT_EQ(follow_start(log_, std::nullopt, 3), 0u);  // no file yet
+TEST_F(LogFollowerTest, ReadsStartAtTheEndAndSayWhatWasCut) {
+  LogQuery q;
+  EXPECT_EQ(plan_log_start(log_, q).offset, 0u);  // no file yet
   append("a\nbb\nccc\n");
-  EXPECT_EQ(follow_start(log_, std::nullopt, 0), 0u);
-  EXPECT_EQ(follow_start(log_, std::nullopt, 1), 5u);   // "ccc\n"
-  EXPECT_EQ(follow_start(log_, std::nullopt, 2), 2u);   // "bb\nccc\n"
-  EXPECT_EQ(follow_start(log_, std::nullopt, 3), 0u);
-  EXPECT_EQ(follow_start(log_, std::nullopt, 10), 0u);
-  EXPECT_EQ(follow_start(log_, 4, 1), 4u);             // offset wins
-  EXPECT_EQ(follow_start(log_, 1000, 0), 9u);          // clamped to the size
-  append("dd");                                        // an unfinished last line counts
-  EXPECT_EQ(follow_start(log_, std::nullopt, 1), 9u);
+  auto at = [&](size_t tail) {
+    LogQuery t;
+    t.tail = tail;
+    return plan_log_start(log_, t);
+  };
+  EXPECT_EQ(at(1).file_pos, 5u);  // "ccc\n"
+  EXPECT_EQ(at(2).file_pos, 2u);  // "bb\nccc\n"
+  EXPECT_EQ(at(3).file_pos, 0u);
+  EXPECT_EQ(at(3).marker, "");    // nothing left out: no marker
+  EXPECT_EQ(at(10).file_pos, 0u);
+  EXPECT_EQ(at(0).file_pos, 9u);
+  const std::string marker = at(1).marker;
+  EXPECT_EQ(marker.rfind("[muster] 5 bytes (5 bytes) of earlier output not shown; the last line follows.", 0), 0u)
+      << marker;
+  EXPECT_NE(marker.find(log_.string()), std::string::npos) << marker;
+  EXPECT_NE(marker.find("from_start=true"), std::string::npos) << marker;
+  EXPECT_EQ(marker.back(), '\n');
+  LogQuery from;
+  from.from_start = true;
+  EXPECT_EQ(plan_log_start(log_, from).file_pos, 0u);
+  LogQuery off;
+  off.follow = true;
+  off.offset = 1000;
+  EXPECT_EQ(plan_log_start(log_, off).file_pos, 9u);  // clamped to the size
+  append("dd");                                       // an unfinished last line counts
+  EXPECT_EQ(at(1).file_pos, 9u);
+}
+
+TEST_F(LogFollowerTest, TheTailIsBoundedInBytesAndStartsAtALine) {
+  std::string text;
+  for (int i = 0; i < 40000; ++i) text += "a line of about forty bytes, number " + std::to_string(i) + "\n";
+  append(text);
+  LogQuery q;  // the default: 1000 lines
+  auto s = plan_log_start(log_, q);
+  EXPECT_EQ(text[s.file_pos - 1], '\n');
+  EXPECT_EQ(std::count(text.begin() + static_cast<long>(s.file_pos), text.end(), '\n'), 1000);
+  q.tail = 100000;
+  s = plan_log_start(log_, q);
+  EXPECT_LE(text.size() - s.file_pos, muster::service::kMaxTailBytes);
+  EXPECT_EQ(text[s.file_pos - 1], '\n');  // the first whole line within the bound
+  EXPECT_NE(s.marker.find("as far as they fit in the last 1.0 MiB"), std::string::npos) << s.marker;
+}
+
+TEST_F(LogFollowerTest, ARotatedLogsTailCountsTheRotatedBytes) {
+  std::string error;
+  auto log = muster::base::RotatingLog::open(log_, {4096, 1}, &error);
+  ASSERT_TRUE(log) << error;
+  for (int i = 0; i < 1000; ++i) ASSERT_FALSE(log->write("line " + std::to_string(i) + "\n"));
+  LogQuery q;
+  q.tail = 2;
+  auto s = plan_log_start(log_, q);
+  EXPECT_EQ(s.offset, log->base_offset() + s.file_pos);
+  EXPECT_NE(s.marker.find("(" + std::to_string(s.offset) + " bytes)"), std::string::npos) << s.marker;
+  EXPECT_NE(s.marker.find("output.log.1"), std::string::npos) << s.marker;
+  EXPECT_NE(s.marker.find("dropped by the size cap"), std::string::npos) << s.marker;
+  // The whole tail of the current file: its own rotation line is left out
+  // (the marker says more).
+  q.tail = 100000;
+  s = plan_log_start(log_, q);
+  EXPECT_EQ(s.file_pos, muster::base::describe_log(log_).marker_length);
+  // A follow asking for bytes that rotated away starts at the file and says so.
+  LogQuery old;
+  old.follow = true;
+  old.offset = 10;
+  s = plan_log_start(log_, old);
+  EXPECT_EQ(s.file_pos, 0u);
+  EXPECT_EQ(s.offset, log->base_offset());
+  EXPECT_NE(s.marker.find("are no longer in"), std::string::npos) << s.marker;
 }
 
 TEST(LogQuery, OffsetAndFollowAreValidated) {
@@ -189,6 +328,19 @@ TEST(LogQuery, OffsetAndFollowAreValidated) {
   }
   req.query = {{"follow", "yes please"}};
   EXPECT_EQ(muster::service::parse_follow(req).status().field(), "follow");
+  auto field = [](std::map<std::string, std::string> query) {
+    muster::service::Request r;
+    r.query = std::move(query);
+    auto q = muster::service::parse_log_query(r);
+    return q.is_ok() ? std::string("ok") : q.status().field();
+  };
+  EXPECT_EQ(field({}), "ok");
+  EXPECT_EQ(field({{"offset", "3"}}), "offset");  // needs follow
+  EXPECT_EQ(field({{"from_start", "true"}, {"tail", "3"}}), "from_start");
+  EXPECT_EQ(field({{"from_start", "true"}, {"follow", "true"}, {"offset", "3"}}), "from_start");
+  EXPECT_EQ(field({{"from_start", "maybe"}}), "from_start");
+  EXPECT_EQ(field({{"tail", "+3"}}), "tail");
+  EXPECT_EQ(field({{"from_start", "1"}, {"follow", "true"}}), "ok");
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ value the document allows that names nothing must get 400 naming the field. The 
 document allows may still meet 409 conflict naming nvidia_gpu, exactly when
 it asks for more GPUs than that (the document's GpusBusy answer). Every
 answer is also checked against the document, and the logs' query
-parameters (tail, follow, offset) are probed the same way.
+parameters (tail, follow, offset, from_start) are probed the same way.
 """
 import copy
 import hashlib
@@ -455,6 +455,14 @@ def test_follow_and_offset_accept_exactly_what_the_document_allows(contract, env
     # The rule the schema cannot say: offset needs follow=true.
     probe("offset", "3", "offset=3", False)
     probe("offset", "3", "follow=false&offset=3", False)
+    from_start = request_validator(params["from_start"]["schema"])
+    for raw in ["true", "false", "1", "0", "", "yes", "TRUE", "2", "-1", "true "]:
+        probe("from_start", raw, "from_start=" + urllib.parse.quote(raw), from_start.is_valid(query_value(raw)))
+        probe("from_start", raw, "follow=true&from_start=" + urllib.parse.quote(raw),
+              from_start.is_valid(query_value(raw)))
+    # from_start reads from the first byte: not with tail or offset.
+    probe("from_start", "true", "from_start=true&tail=3", False)
+    probe("from_start", "true", "follow=true&from_start=true&offset=3", False)
     assert not disagreements, "\n".join(disagreements)
 
 
@@ -544,7 +552,7 @@ def test_metrics_report_accepts_exactly_what_the_document_allows(contract, env):
     assert status == 200 and answer["points"] and answer["points"][0]["step"] == 1, (status, answer)
     assert {"step": 1, "loss": 0.5} == {k: answer["points"][0][k] for k in ("step", "loss")}, answer
     status, answer = api.call("GET", "/api/v1/workers/%s/metrics?format=csv" % wid)
-    assert status == 200 and answer.startswith("step,time,loss,images_per_sec,lr,accuracy\n"), (status, answer)
+    assert status == 200 and answer.startswith("step,time,loss,images_per_sec,lr,accuracy,worker,rank\n"), (status, answer)
     status, answer = api.call("GET", "/api/v1/workers/%s/metrics?format=xml" % wid)
     assert status == 400 and answer["error"]["field"] == "format", (status, answer)
 

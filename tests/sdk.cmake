@@ -42,3 +42,11 @@ add_test(NAME sdk_cpp_conformance COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURC
   ${CMAKE_BINARY_DIR}/sdk_cpp_test.responses.jsonl)
 set_tests_properties(sdk_cpp_conformance PROPERTIES LABELS integration TIMEOUT 60
   FIXTURES_REQUIRED sdk_cpp_responses ENVIRONMENT "MUSTER_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+# Logs from the end with a marker, from_start, the size cap and rotation under a fast writer
+# (300 MB through a 1 MiB cap), follow catching up, a cluster's launcher log capped.
+muster_python_test(sdk_python_logs SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/sdk_python_logs_test.py
+  LABEL integration TIMEOUT 600)
+# Training curves: SummaryWriter's custom scalars from a seed-style script, kept across a daemon
+# restart; a line per rank of an mpi cluster; /metrics' label sets unchanged.
+muster_python_test(sdk_python_curves SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/sdk_python_curves_test.py
+  LABEL integration TIMEOUT 300)

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <sstream>
 #include <string>
 #include <mutex>
@@ -99,6 +100,7 @@ class SdkCppTest : public ::testing::Test {
     write_file(root_ / "project/crash.py", "print('about to crash', flush=True)\nraise SystemExit(3)\n");
     write_file(root_ / "project/show_tf_config.py", "import os\nprint('TF_CONFIG=' + os.environ['TF_CONFIG'])\n");
     write_file(root_ / "project/ps.py", "import time\ntime.sleep(600)\n");
+    write_file(root_ / "project/lines.py", "for i in range(1500):\n    print('line %d' % i)\n");
     write_file(root_ / "project/crash_worker_1.py",
                "import json, os, sys, time\n"
                "if json.loads(os.environ['TF_CONFIG'])['task']['index'] == 1:\n"
@@ -267,6 +269,51 @@ TEST_F(SdkCppTest, CrashingScriptIsAFailureWithExitCodeAndLog) {
   ASSERT_TRUE(res.failures[0].exit_code.has_value());
   EXPECT_EQ(*res.failures[0].exit_code, 3);
   EXPECT_NE(c.worker_logs(workers[0].id, 1).find("about to crash"), std::string::npos);
+}
+
+TEST_F(SdkCppTest, LogsStartAtTheEndWithAMarkerAndReplayFromTheStart) {
+  Client c = client();
+  LaunchOptions opts;
+  opts.cpu = 0.5;
+  opts.memory = 0.5;
+  opts.script = "lines.py";
+  std::vector<Worker> workers = c.launch_workers(opts);
+  AwaitResult res = c.await_workers(ids_of(workers), AwaitOptions{true, 60});
+  ASSERT_EQ(res.workers.size(), 1u);
+  const std::string id = workers[0].id;
+  auto lines_of = [](const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  };
+  // The default read: a marker line, then the last 1000 lines.
+  auto tail = lines_of(c.worker_logs(id));
+  ASSERT_EQ(tail.size(), 1001u);
+  EXPECT_EQ(tail[0].rfind("[muster] ", 0), 0u) << tail[0];
+  EXPECT_EQ(tail[1], "line 500");
+  EXPECT_EQ(tail.back(), "line 1499");
+  EXPECT_EQ(lines_of(c.worker_logs(id, 2)), (std::vector<std::string>{"line 1498", "line 1499"}));
+  auto whole = lines_of(c.worker_logs(id, std::nullopt, true));
+  EXPECT_EQ(whole.back(), "line 1499");
+  EXPECT_EQ(std::count_if(whole.begin(), whole.end(), [](const std::string& l) { return l.rfind("line ", 0) == 0; }),
+            1500);
+  // Following does the same, and the offset it returns leaves the marker out.
+  std::vector<std::string> followed;
+  const std::uint64_t end = c.follow_worker_logs(id, [&](const std::string& l) {
+    followed.push_back(l);
+    return true;
+  });
+  ASSERT_EQ(followed, tail);
+  EXPECT_EQ(end, fs::file_size(root_ / "state/workers" / id / "output.log"));
+  FollowOptions from_start;
+  from_start.from_start = true;
+  followed.clear();
+  c.follow_worker_logs(id, [&](const std::string& l) {
+    followed.push_back(l);
+    return true;
+  }, from_start);
+  EXPECT_EQ(followed, whole);
 }
 
 TEST_F(SdkCppTest, ErrorsCarryCodeMessageAndField) {

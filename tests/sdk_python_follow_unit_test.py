@@ -30,6 +30,26 @@ class Stub(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         srv = self.server
         srv.queries.append(self.path)
+        if srv.busy:  # a daemon with no follower slot free: 503 to follows, the last lines otherwise
+            if "follow=true" in self.path:
+                body = b'{"error": {"code": "unavailable", "message": "too many followed logs"}}'
+                self.send_response(503)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            log = LOG + srv.more
+            start = _tail_start(log, int(self.path.split("tail=")[1]))
+            marker = b"[muster] %d bytes not shown\n" % start if start else b""
+            body = marker + log[start:]
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("X-Log-Offset", str(start))
+            self.send_header("X-Log-Marker-Bytes", str(len(marker)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if not srv.streams:
             self.send_response(200)
             self.send_header("Content-Length", str(len(LOG)))
@@ -40,11 +60,13 @@ class Stub(http.server.BaseHTTPRequestHandler):
         start = int(query.get("offset", 0))
         if "tail" in query:
             start = _tail_start(LOG, int(query["tail"]))
+        marker = b"[muster] %d bytes not shown\n" % start if start and "offset" not in query else b""
         self.send_response(200)
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("X-Log-Offset", str(start))
+        self.send_header("X-Log-Marker-Bytes", str(len(marker)))
         self.end_headers()
-        body = LOG[start:]
+        body = marker + LOG[start:]
         if len(srv.queries) == 1 and srv.cut:
             body = body[:srv.cut]
             self.wfile.write(b"%x\r\n%s\r\n" % (len(body), body))
@@ -60,7 +82,7 @@ class Stub(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def stub():
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stub)
-    srv.queries, srv.streams, srv.cut = [], True, 0
+    srv.queries, srv.streams, srv.cut, srv.busy, srv.more = [], True, 0, False, b""
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield srv
     srv.shutdown()
@@ -74,24 +96,53 @@ def lines_of(data):
 def test_follow_streams_every_line_then_the_partial_one(stub):
     t = Transport("http://127.0.0.1:%d" % stub.server_address[1], "tok")
     assert list(follow_log(t, "/log", lambda: True)) == lines_of(LOG)
-    assert stub.queries == ["/log?follow=true&offset=0"]
+    assert stub.queries == ["/log?follow=true"]  # where to start is the daemon's default
+    stub.queries.clear()
+    assert list(follow_log(t, "/log", lambda: True, from_start=True)) == lines_of(LOG)
+    assert stub.queries == ["/log?follow=true&from_start=true"]
 
 
 def test_follow_reconnects_from_the_offset_after_a_cut(stub):
     stub.cut = 45  # mid-line
     t = Transport("http://127.0.0.1:%d" % stub.server_address[1], "tok")
     assert list(follow_log(t, "/log", lambda: True)) == lines_of(LOG)
-    assert stub.queries == ["/log?follow=true&offset=0", "/log?follow=true&offset=45"]
+    assert stub.queries == ["/log?follow=true", "/log?follow=true&offset=45"]
+
+
+def test_the_marker_is_shown_but_not_counted_as_log_bytes(stub):
+    start = _tail_start(LOG, 3)
+    marker = b"[muster] %d bytes not shown\n" % start
+    stub.cut = len(marker) + 10  # the marker and 10 bytes of the log, then the connection drops
+    t = Transport("http://127.0.0.1:%d" % stub.server_address[1], "tok")
+    out = list(follow_log(t, "/log", lambda: True, tail=3))
+    assert out == [marker.decode().rstrip("\n"), "line 18", "line 19", "partial"]
+    assert stub.queries == ["/log?follow=true&tail=3", "/log?follow=true&offset=%d" % (start + 10)]
 
 
 def test_follow_with_tail_and_polling_when_the_daemon_does_not_stream(stub):
     t = Transport("http://127.0.0.1:%d" % stub.server_address[1], "tok")
-    assert list(follow_log(t, "/log", lambda: True, tail=3)) == ["line 18", "line 19", "partial"]
+    out = list(follow_log(t, "/log", lambda: True, tail=3))
+    assert out[0].startswith("[muster] ") and out[1:] == ["line 18", "line 19", "partial"]
     stub.streams = False
     stub.queries.clear()
     done = iter([False, True])
     out = list(follow_log(t, "/log", lambda: next(done), tail=2, poll_seconds=0.01))
     assert out == ["line 19", "partial"]  # the second poll adds nothing, and the follower ends
+
+
+def test_polling_a_busy_daemon_passes_on_only_new_bytes(stub):
+    stub.busy = True
+    t = Transport("http://127.0.0.1:%d" % stub.server_address[1], "tok")
+
+    def grow():
+        stub.more += b" more\nnext\n"  # the partial line ends, a new one follows
+        return False
+
+    calls = iter([lambda: False, grow, lambda: True])
+    out = list(follow_log(t, "/log", lambda: next(calls)(), tail=2, poll_seconds=0.01))
+    assert out[0].startswith("[muster] ") and out[1:] == ["line 19", "partial more", "next"]
+    assert stub.queries[0] == "/log?follow=true&tail=2"
+    assert all("follow" not in q for q in stub.queries[1:])
 
 
 def test_tail_start():

@@ -73,3 +73,61 @@ def test_a_dead_daemon_never_blocks():
     assert r.dropped >= 10000 - 10 - 10
     r.close()
     assert r.sent == 0
+
+
+def test_any_scalar_by_name_with_rank_and_total():
+    p = metrics.make_point(7, scalars={"Train/Loss": 0.25, "val acc (top-1)": 0.5, "skip": None}, rank=3,
+                           total_steps=100)
+    assert p["scalars"] == {"Train/Loss": 0.25, "val acc (top-1)": 0.5} and p["rank"] == 3 and p["total_steps"] == 100
+    for bad in ("a,b", "", " x", "x" * 65, 3):
+        with pytest.raises(ValueError, match="scalar name"):
+            metrics.make_point(1, scalars={bad: 1})
+    with pytest.raises(ValueError, match="total_steps"):
+        metrics.make_point(1, loss=1, total_steps=0)
+    assert metrics.env_rank({"OMPI_COMM_WORLD_RANK": "2", "RANK": "5"}) == 2
+    assert metrics.env_rank({"RANK": "5"}) == 5 and metrics.env_rank({}) is None
+
+
+def test_summary_writer_is_a_drop_in_for_the_scalar_calls(monkeypatch):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Sink.received.clear()
+    r = metrics.Reporter("http://127.0.0.1:%d" % server.server_address[1], "w1", "tok", interval=30)
+    monkeypatch.setattr(metrics, "_reporter", r)
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "1")
+    try:
+        class Tensor:  # loss.item()'s caller may pass the tensor itself
+            def __float__(self):
+                return 0.75
+
+        with metrics.SummaryWriter("/nowhere/log", total_steps=10) as w:
+            assert w.get_logdir() == "/nowhere/log"
+            w.add_scalar("Train/Loss", 0.5, 3)
+            w.add_scalar("Train/Loss", Tensor())          # no step: the tag's next one
+            w.add_scalars("Acc", {"train": 0.9, "val": 0.8}, 3, walltime=1700000000.5)
+            w.add_scalar("weird tag! é", 1.0, 1)          # any TensorBoard tag becomes a valid name
+            w.add_histogram("weights", [1, 2], 3)          # accepted, nothing to draw
+            w.add_image("img", None)
+            w.flush()  # sends now, without waiting for the 30 s interval
+            assert r.sent == 5
+        points = [p for _, _, batch in _Sink.received for p in batch]
+        assert [(p["step"], p["scalars"]) for p in points] == [
+            (3, {"Train/Loss": 0.5}), (4, {"Train/Loss": 0.75}), (3, {"Acc/train": 0.9}), (3, {"Acc/val": 0.8}),
+            (1, {"weird tag_ _": 1.0})]
+        assert all(p["rank"] == 1 and p["total_steps"] == 10 for p in points)
+        assert points[2]["time"] == 1700000000.5
+        with pytest.raises(AttributeError):
+            w.not_a_writer_method
+    finally:
+        r.close()
+        server.shutdown()
+
+
+def test_summary_writer_outside_musterd_does_nothing(monkeypatch):
+    monkeypatch.setattr(metrics, "_reporter", metrics.Reporter(None, None, None))
+    w = metrics.SummaryWriter()
+    w.add_scalar("x", 1.0, 1)
+    w.add_scalars("y", {"a": 1}, 1)
+    w.flush()
+    w.close()
+    assert metrics._reporter._thread is None

@@ -60,7 +60,7 @@ def start_daemon(bed, project, state, port=0):
                   unset_env=("PYTHONPATH", "MUSTER_RUNTIME_PATH", "MUSTER_BINARY_DIR"),
                   extra_args=["--backend-opt", f"master_address={bed.controller_address}",
                               "--backend-opt", "poll_ms=300", "--heartbeat-timeout", "60",
-                              "--startup-timeout", "60"]).start()
+                              "--startup-timeout", "60", "--worker-log-max-size", "256KiB"]).start()
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +110,19 @@ def test_launch_await_stop_on_both_nodes(bed, daemon):
         assert worker(c, w["id"])["status"] == "stopped"
     wait_for(lambda: all(job_of(bed, w["id"])[1]["job_state"] in ("CANCELLED", "COMPLETED") for w in ws),
              60, interval=0.3, what="the jobs to end in Slurm")
+
+
+def test_a_jobs_output_is_capped_by_the_agents_relay(bed, daemon):
+    """sbatch --output names the worker's log; the agent's relay writes it under the cap."""
+    c = client(daemon)
+    code = "import sys\nfor i in range(40000): sys.stdout.write('%08d slurm output line\\n' % i)\nprint('end')\n"
+    [w] = c.launch_workers(n=1, cpu=1, memory=0.5, code=code)
+    wait_for(lambda: worker(c, w["id"])["status"] == "succeeded", 90, interval=0.3, what="the spewing job")
+    log = os.path.join(daemon.state_dir, "workers", w["id"], "output.log")
+    assert os.path.getsize(log) <= 256 * 1024 and os.path.getsize(log + ".1") <= 256 * 1024
+    assert not os.path.exists(log + ".2")
+    text = c.worker_logs(w["id"])
+    assert text.startswith("[muster] ") and text.endswith("00039999 slurm output line\nend\n"), text[-200:]
 
 
 def test_pending_for_resources_shows_scheduling_with_the_reason(bed, daemon):

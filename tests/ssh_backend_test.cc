@@ -13,6 +13,8 @@
 
 #include <gtest/gtest.h>
 
+#include "api/base/rotating_log.h"
+#include "api/log_capture.h"
 #include "workers/remote/preflight.h"
 #include "workers/ssh/ssh_backend.h"
 
@@ -329,6 +331,31 @@ TEST_F(SshBackendTest, LostConnectionMarksLost) {
   ASSERT_TRUE(backend_->launch({spec("a")}).is_ok());
   EXPECT_EQ(wait_state("a", ProcessState::kRunning).state, ProcessState::kLost);
   EXPECT_NE(slurp(dir_ / "a.log").find("lost the connection to root@h1:2222"), std::string::npos);
+}
+
+TEST_F(SshBackendTest, StreamedOutputIsCappedHereAndTheRemoteAgentWritesNoFile) {
+  make({make_host("h1")});
+  std::deque<ReadEvent> events;
+  std::string line = std::string(99, 'x') + "\n";
+  std::string chunk;
+  for (int i = 0; i < 100; ++i) chunk += line;  // 10 kB a read
+  for (int i = 0; i < 100; ++i) events.push_back(ReadEvent{ReadState::kData, -1, chunk});
+  events.push_back(ReadEvent{ReadState::kEnded, 0, {}});
+  world_.scripts["4000"] = events;
+  LaunchSpec s = spec("a");
+  s.log_limits = {8192, 1};
+  api::add_log_capture_env(s.env, {s.log_path.string(), s.log_limits});
+  ASSERT_TRUE(backend_->launch({s}).is_ok());
+  EXPECT_EQ(world_.started[0].find("MUSTER_LOG_"), std::string::npos) << "the remote host cannot write our file";
+  EXPECT_EQ(wait_state("a", ProcessState::kRunning).state, ProcessState::kExited);
+  EXPECT_LE(fs::file_size(s.log_path), 8192u);
+  EXPECT_LE(fs::file_size(base::rotated_path(s.log_path, 1)), 8192u);
+  EXPECT_FALSE(fs::exists(base::rotated_path(s.log_path, 2)));
+  const base::LogFileInfo info = base::describe_log(s.log_path);
+  const uint64_t total = info.base_offset + info.size;  // every byte the log ever held
+  EXPECT_EQ(info.dropped + fs::file_size(base::rotated_path(s.log_path, 1)) + info.size, total);
+  EXPECT_GE(total, 1000u * 1000u) << "every byte streamed back is on disk or counted as dropped";
+  EXPECT_LT(total, 1000u * 1000u + 200u * (total / 4000u)) << "plus one rotation line per file";
 }
 
 TEST_F(SshBackendTest, LaunchIsAllOrNothing) {

@@ -10,3 +10,7 @@ add_dependencies(agent_release_test muster_agent)
 # script and exits.
 muster_python_test(agent_unauthorized_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/agent_unauthorized_test.py
   LABEL integration TIMEOUT 60)
+# Log capture: its protocol, and the real relay (muster-agent --log-relay)
+# under a fast writer (512 MB through a 1 MiB cap).
+muster_gtest(agent_log_relay_test SOURCES agent_log_relay_test.cc DEPS muster_api muster_base LABEL unit TIMEOUT 120)
+add_dependencies(agent_log_relay_test muster_agent)

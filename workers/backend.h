@@ -11,7 +11,8 @@
 // - stop() ends the worker's whole process tree (SIGTERM to its process group,
 //   SIGKILL after `grace`) and is idempotent.
 // - The agent's combined stdout/stderr goes to LaunchSpec::log_path on this
-//   machine (a remote backend streams it back there).
+//   machine (a remote backend streams it back there), never past
+//   LaunchSpec::log_limits (base::RotatingLog).
 // - Every method may be called from any thread; implementations lock inside.
 // - Implementations live in one subfolder each: local/, container/, ssh/,
 //   slurm/. How mpirun reaches the workers' hosts is not part of this
@@ -27,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "api/base/rotating_log.h"
 #include "api/status.h"
 #include "api/worker.h"
 
@@ -47,6 +49,12 @@ struct LaunchSpec {
   std::map<std::string, std::string> env;
   std::filesystem::path working_dir;  // the worker's own directory, <state-dir>/workers/<id>/
   std::filesystem::path log_path;     // where the agent's output is written
+  // The log's cap and rotation. The env carries them to the agent as
+  // MUSTER_LOG_* (api/log_capture.h), and an agent that sees this machine's
+  // files writes log_path itself through its relay (local, container,
+  // slurm); a remote backend removes those variables and writes what it
+  // streams back with the same limits (ssh).
+  base::RotatingLogOptions log_limits;
 };
 
 // What a backend can tell of a worker's process without the agent's help.

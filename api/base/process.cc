@@ -214,7 +214,8 @@ Spawned fork_exec(const SpawnOptions& o, const std::string& exe, std::vector<std
     opened = out_fd = ::open(o.output.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (opened < 0) return {{}, "cannot open " + o.output.string() + ": " + std::strerror(errno)};
   }
-  const int devnull = o.stdin_null ? ::open("/dev/null", O_RDONLY | O_CLOEXEC) : -1;
+  const int devnull = o.input_fd < 0 && o.stdin_null ? ::open("/dev/null", O_RDONLY | O_CLOEXEC) : -1;
+  const int in_fd = o.input_fd;
   const std::string cwd = o.cwd.string();
   const int err_fd = o.error_fd;
   const bool new_session = o.new_session, new_group = o.new_process_group;
@@ -230,6 +231,7 @@ Spawned fork_exec(const SpawnOptions& o, const std::string& exe, std::vector<std
       if (int code = setup(); code != 0) ::_exit(code);
     }
     if (devnull >= 0) ::dup2(devnull, 0);
+    if (in_fd >= 0) ::dup2(in_fd, 0);
     if (out_fd >= 0) {
       ::dup2(out_fd, 1);
       ::dup2(out_fd, 2);
@@ -280,7 +282,11 @@ Spawned spawn(const SpawnOptions& o) {
     }
   } cleanup{&actions, &attr};
 
-  if (o.stdin_null) posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  if (o.input_fd >= 0) {
+    posix_spawn_file_actions_adddup2(&actions, o.input_fd, 0);
+  } else if (o.stdin_null) {
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  }
   if (o.output_fd >= 0) {
     posix_spawn_file_actions_adddup2(&actions, o.output_fd, 1);
     posix_spawn_file_actions_adddup2(&actions, o.output_fd, 2);

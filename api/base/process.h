@@ -5,7 +5,7 @@
 // Contract
 // - spawn() starts argv (argv[0] a path, or a name looked up on PATH) with
 //   the caller's environment plus `env` (minus `unset_env`), in `cwd`, stdin
-//   from /dev/null, stdout+stderr appended to `output` (or onto `output_fd`,
+//   from /dev/null (or `input_fd`), stdout+stderr appended to `output` (or onto `output_fd`,
 //   or inherited). The child starts clean: signal mask empty, every signal's
 //   disposition the default, and no file descriptor but 0, 1 and 2 (a
 //   daemon's listening socket never leaks into a child that outlives it).
@@ -111,6 +111,7 @@ struct SpawnOptions {
   int output_fd = -1;                      // or onto this descriptor
   int error_fd = -1;                       // >= 0: stderr onto this descriptor instead
   bool stdin_null = true;                  // false: inherit stdin
+  int input_fd = -1;                       // >= 0: stdin from this descriptor instead
   bool new_session = true;                 // setsid: own session and group
   bool new_process_group = false;          // setpgid(0, 0) without a new session
   // Runs in the forked child before exec; returns 0 or an exit code for the

@@ -80,10 +80,11 @@ TrainResult train(const TrainOptions& o, Mode& mode) {
   const int warmup_steps = o.warmup_steps >= 0 ? o.warmup_steps : static_cast<int>(steps_per_epoch);
 
   int64_t step = mode.start(*model, steps_per_epoch);
-  // Rank 0 / the chief reports its curves to musterd when it runs under it
-  // (MUSTER_URL etc. set); elsewhere the reporter does nothing.
-  auto reporter = mode.is_chief() ? runtime::report::MetricsReporter::from_env()
-                                  : std::make_unique<runtime::report::MetricsReporter>(runtime::report::ReporterOptions{});
+  // Every process reports its curves to musterd when it runs under it
+  // (MUSTER_URL etc. set; one line per rank or worker): its own loss every
+  // step, and the chief the job's images/s and learning rate at each
+  // progress line. Elsewhere the reporter does nothing.
+  auto reporter = runtime::report::MetricsReporter::from_env();
   if (mode.is_chief()) {
     std::printf("mode=%s workers=%d model=%s params=%zu optimizer=%s lr=%g (x%d after %d warm-up steps) "
                 "batch=%d/worker train=%lld test=%lld steps/epoch=%lld start_step=%lld\n",
@@ -114,6 +115,11 @@ TrainResult train(const TrainOptions& o, Mode& mode) {
       const float loss = model->forward_backward(images.data(), labels.data(), n);
       mode.apply(*model, step, learning_rate(base_lr, mode.size(), warmup_steps, step, schedule_steps));
       ++step;
+      runtime::report::Point dense;
+      dense.step = step;
+      dense.loss = loss;
+      dense.total_steps = total_steps;
+      reporter->report(dense);
       window_loss += loss;
       ++window_steps;
       window_images += n;
@@ -134,9 +140,10 @@ TrainResult train(const TrainOptions& o, Mode& mode) {
                       static_cast<long long>(step), mean_loss, lr, job_images / seconds);
           runtime::report::Point point;
           point.step = step;
-          point.loss = mean_loss;
           point.lr = lr;
           point.images_per_sec = job_images / seconds;
+          point.scalars["mean_loss"] = mean_loss;  // over the job's ranks, as printed
+          point.total_steps = total_steps;
           reporter->report(point);
           std::fflush(stdout);
         }
@@ -168,6 +175,7 @@ TrainResult train(const TrainOptions& o, Mode& mode) {
     runtime::report::Point point;
     point.step = step;
     point.accuracy = result.test_accuracy;
+    point.total_steps = total_steps;
     reporter->report(point);
   }
   mode.finish(*model);

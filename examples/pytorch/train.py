@@ -13,8 +13,10 @@ the environment asks for (as examples/fashion_mnist does for C++):
 every mode makes the same updates as the single process (up to float
 rounding) and reaches the same accuracy. Rank 0 / the chief prints progress
 and, at the end, `final test_accuracy=0.8612`, `final loss=...`,
-`final images_per_sec=...`. Defaults are a short run (6000 images, 2
-epochs); `--full` trains on all 60000 images for 5 epochs.
+`final images_per_sec=...`. Under musterd every rank reports its loss at
+every step through muster.metrics.SummaryWriter (the dashboard draws a curve
+per rank). Defaults are a short run (6000 images, 2 epochs); `--full` trains
+on all 60000 images for 5 epochs.
 """
 import argparse
 import os
@@ -139,6 +141,24 @@ def parse_args(argv=None):
     return args
 
 
+def summary_writer(total_steps, rank):
+    """muster.metrics.SummaryWriter (torch.utils.tensorboard's scalar calls, drawn by musterd's
+    dashboard, one curve per rank); a no-op outside musterd or without the muster package."""
+    try:
+        from muster.metrics import SummaryWriter
+    except ImportError:
+        class SummaryWriter:  # noqa: N801 - the same name, doing nothing
+            def __init__(self, *args, **kwargs):
+                pass
+
+            def add_scalar(self, *args, **kwargs):
+                pass
+
+            def close(self):
+                pass
+    return SummaryWriter(total_steps=total_steps, rank=rank)
+
+
 def make_optimizer(name, params, lr):
     if name == "adam":
         return torch.optim.Adam(params, lr=lr)
@@ -162,6 +182,8 @@ def main(argv=None):
         print("mode=%s workers=%d images=%d global_batch=%d steps_per_epoch=%d"
               % (mode.name, mode.size, len(train), args.batch_size, steps), flush=True)
 
+    # Every rank's loss at every step: a curve per rank on the dashboard.
+    writer = summary_writer(args.epochs * steps, mode.rank if name != "single" else None)
     t0, images, step, loss_sum, loss_n = time.monotonic(), 0, start, 0.0, 0
     for epoch in range(start // steps, args.epochs):
         for x, y in fashion_data.shard_batches(train, epoch, args.seed, args.batch_size, mode.rank, mode.size,
@@ -173,6 +195,7 @@ def main(argv=None):
             step += 1
             images += len(y)
             loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
+            writer.add_scalar("loss", loss.item(), step)
             if chief and step % args.log_every == 0:
                 print("epoch %d step %d loss %.4f" % (epoch + 1, step, loss_sum / loss_n), flush=True)
                 loss_sum, loss_n = 0.0, 0
@@ -185,6 +208,9 @@ def main(argv=None):
         print("final test_accuracy=%.4f" % (correct / total), flush=True)
         print("final loss=%.4f" % (test_loss / total), flush=True)
         print("final images_per_sec=%.0f" % (all_images / max(elapsed, 1e-9)), flush=True)
+        writer.add_scalar("accuracy", correct / total, step)
+        writer.add_scalar("images_per_sec", all_images / max(elapsed, 1e-9), step)
+    writer.close()
     mode.finish(optimizer)
     return 0
 

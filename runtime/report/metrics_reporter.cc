@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <vector>
 
 namespace muster::runtime::report {
@@ -19,6 +20,24 @@ std::string env(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "";
 }
+
+bool valid_name(const std::string& name) {
+  if (name.empty() || name.size() > 64 || name.front() == ' ' || name.back() == ' ') return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == ' ' ||
+                    c == '_' || c == '.' || c == '/' || c == ':' || c == '(' || c == ')' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::optional<int> env_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "PMI_RANK", "RANK"}) {
+    const std::string v = env(name);
+    if (!v.empty() && v.size() < 6 && v.find_first_not_of("0123456789") == std::string::npos) return std::stoi(v);
+  }
+  return std::nullopt;
+}
 }  // namespace
 
 std::string points_json(const std::deque<std::pair<Point, double>>& points, size_t begin, size_t end) {
@@ -33,6 +52,16 @@ std::string points_json(const std::deque<std::pair<Point, double>>& points, size
     add_scalar(out, "images_per_sec", p.images_per_sec);
     add_scalar(out, "lr", p.lr);
     add_scalar(out, "accuracy", p.accuracy);
+    if (p.rank) out += ",\"rank\":" + std::to_string(*p.rank);
+    if (p.total_steps) out += ",\"total_steps\":" + std::to_string(*p.total_steps);
+    std::string scalars;
+    for (const auto& [name, v] : p.scalars) {
+      if (!valid_name(name) || !std::isfinite(v)) continue;  // names need no JSON escaping
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.9g", v);
+      scalars += (scalars.empty() ? "\"" : ",\"") + name + "\":" + buf;
+    }
+    if (!scalars.empty()) out += ",\"scalars\":{" + scalars + "}";
     out += "}";
   }
   return out + "]}";
@@ -52,6 +81,7 @@ std::unique_ptr<MetricsReporter> MetricsReporter::from_env() {
   o.worker_id = env("MUSTER_WORKER_ID");
   o.token = env("MUSTER_METRICS_TOKEN");
   if (o.token.empty()) o.token = env("MUSTER_AGENT_TOKEN");
+  o.rank = env_rank();
   return std::make_unique<MetricsReporter>(std::move(o));
 }
 
@@ -68,12 +98,20 @@ MetricsReporter::~MetricsReporter() {
 void MetricsReporter::report(const Point& point) {
   if (!enabled_) return;
   const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  // A point without one finite scalar would make the daemon refuse its whole batch.
+  bool any = false;
+  for (const auto* v : {&point.loss, &point.images_per_sec, &point.lr, &point.accuracy}) {
+    any = any || (*v && std::isfinite(**v));
+  }
+  for (const auto& [name, v] : point.scalars) any = any || (valid_name(name) && std::isfinite(v));
+  if (!any) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (queue_.size() >= options_.max_queued) {
     ++dropped_;
     return;
   }
   queue_.emplace_back(point, now);
+  if (!queue_.back().first.rank) queue_.back().first.rank = options_.rank;
 }
 
 bool MetricsReporter::send_some(std::unique_lock<std::mutex>& lock) {

@@ -1,6 +1,6 @@
 // MetricsReporter: sends training scalars (step, loss, images/s, learning
-// rate, accuracy) from rank 0 / the chief to musterd, for the dashboard's
-// curves and /metrics:
+// rate, accuracy, and any other by name) from any rank to musterd, for the
+// dashboard's curves (one line per rank) and /metrics:
 //   POST $MUSTER_URL/api/v1/agent/workers/$MUSTER_WORKER_ID/metrics
 //   Authorization: Bearer $MUSTER_METRICS_TOKEN (else $MUSTER_AGENT_TOKEN)
 //   {"points": [{"step": ..., "time": ..., "loss": ..., ...}, ...]}
@@ -35,6 +35,11 @@ namespace muster::runtime::report {
 struct Point {
   int64_t step = 0;
   std::optional<double> loss, images_per_sec, lr, accuracy;
+  // Any other scalar by name (1..64 of [A-Za-z0-9 _./:()-]; others are
+  // left out of the point, as a daemon would refuse the whole batch).
+  std::map<std::string, double> scalars;
+  std::optional<int64_t> total_steps;  // the run's last step, when known (the dashboard's ETA)
+  std::optional<int> rank;             // unset: ReporterOptions::rank
 };
 
 struct ReporterOptions {
@@ -45,6 +50,9 @@ struct ReporterOptions {
   std::chrono::milliseconds timeout{2000};
   size_t max_queued = 10000;
   size_t max_batch = 1000;
+  // The rank every point is reported for (one curve per rank); from_env()
+  // takes OMPI_COMM_WORLD_RANK, HOROVOD_RANK, PMI_RANK or RANK.
+  std::optional<int> rank;
 };
 
 class MetricsReporter {
@@ -52,7 +60,8 @@ class MetricsReporter {
   // Disabled when `options` lacks the url, worker id or token, or the url
   // is not http://host:port.
   explicit MetricsReporter(ReporterOptions options);
-  // From MUSTER_URL, MUSTER_WORKER_ID, MUSTER_METRICS_TOKEN (or MUSTER_AGENT_TOKEN).
+  // From MUSTER_URL, MUSTER_WORKER_ID, MUSTER_METRICS_TOKEN (or MUSTER_AGENT_TOKEN)
+  // and the launcher's rank variable.
   static std::unique_ptr<MetricsReporter> from_env();
   ~MetricsReporter();
   MetricsReporter(const MetricsReporter&) = delete;

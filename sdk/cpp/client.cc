@@ -81,7 +81,15 @@ Client::Answer Client::send(const std::string& method, const std::string& path_a
     request.headers().add("Accept", "application/json");
     if (body) request.set_body(body->dump(), "application/json");
     http::http_response response = client.request(request).get();
-    Answer answer{response.status_code(), response.extract_utf8string(true).get()};
+    Answer answer;
+    answer.status = response.status_code();
+    answer.body = response.extract_utf8string(true).get();
+    if (auto h = response.headers().find("X-Log-Offset"); h != response.headers().end()) {
+      answer.log_offset = std::stoull(h->second);
+    }
+    if (auto h = response.headers().find("X-Log-Marker-Bytes"); h != response.headers().end()) {
+      answer.marker_bytes = static_cast<std::size_t>(std::stoull(h->second));
+    }
     if (on_response_) {
       const auto& headers = response.headers();
       const auto type = headers.find("Content-Type");
@@ -147,15 +155,21 @@ Worker Client::get_worker(const std::string& id) {
   return Worker::from_json(send_json("GET", "/api/v1/workers/" + path_id(id), nullptr, request_timeout_seconds_));
 }
 
-std::string Client::worker_logs(const std::string& id, std::optional<int> tail) {
-  std::string path = "/api/v1/workers/" + path_id(id) + "/logs";
-  if (tail) path += "?tail=" + std::to_string(*tail);
+namespace {
+std::string log_query(std::optional<int> tail, bool from_start) {
+  if (from_start && tail) throw MusterError("invalid_argument", "give tail or from_start, not both", "from_start");
+  if (from_start) return "?from_start=true";
+  return tail ? "?tail=" + std::to_string(*tail) : "";
+}
+}  // namespace
+
+std::string Client::worker_logs(const std::string& id, std::optional<int> tail, bool from_start) {
+  const std::string path = "/api/v1/workers/" + path_id(id) + "/logs" + log_query(tail, from_start);
   return send("GET", path, nullptr, request_timeout_seconds_).body;
 }
 
-std::string Client::cluster_logs(const std::string& id, std::optional<int> tail) {
-  std::string path = "/api/v1/clusters/" + path_id(id) + "/logs";
-  if (tail) path += "?tail=" + std::to_string(*tail);
+std::string Client::cluster_logs(const std::string& id, std::optional<int> tail, bool from_start) {
+  const std::string path = "/api/v1/clusters/" + path_id(id) + "/logs" + log_query(tail, from_start);
   return send("GET", path, nullptr, request_timeout_seconds_).body;
 }
 

@@ -44,7 +44,8 @@ struct Exchange {
 // How follow_worker_logs / follow_cluster_logs start and how hard they retry.
 struct FollowOptions {
   std::optional<int> tail;               // start with the last N lines
-  std::optional<std::uint64_t> offset;   // start at this byte (wins over tail); neither: the start
+  std::optional<std::uint64_t> offset;   // start at this byte of the log (wins over tail)
+  bool from_start = false;               // start at the first byte; none of the three: the daemon's last lines
   double read_timeout_seconds = 30;      // a quiet connection is re-opened after this long
   int retries = 20;                      // failed connections in a row before MusterError("unavailable")
   double poll_seconds = 0.25;            // a daemon that does not stream is polled this often
@@ -95,8 +96,10 @@ class Client {
   std::vector<Worker> list_workers();
   // One worker. Example: client.get_worker(ws[0].id).status
   Worker get_worker(const std::string& id);
-  // Combined stdout/stderr; tail = last N lines. Example: client.worker_logs(id, 20)
-  std::string worker_logs(const std::string& id, std::optional<int> tail = std::nullopt);
+  // Combined stdout/stderr from the end: the last `tail` lines (default: the
+  // daemon's 1000), after a "[muster] ..." line when earlier output is left
+  // out; from_start: the whole log file. Example: client.worker_logs(id, 20)
+  std::string worker_logs(const std::string& id, std::optional<int> tail = std::nullopt, bool from_start = false);
   // Follows the worker's log (GET .../logs?follow=true): on_line gets each
   // line within a second of the worker writing it, until the worker has
   // ended (the last partial line too) or on_line returns false. Reconnects
@@ -116,8 +119,8 @@ class Client {
   Cluster stop_cluster(const std::string& id);
   // The cluster's output as text: mpi mode, the launcher's (mpirun's combined)
   // log; ps mode, the chief's (worker 0's). Empty while there is none yet;
-  // tail = last N lines. Example: std::cout << client.cluster_logs(c.id, 20);
-  std::string cluster_logs(const std::string& id, std::optional<int> tail = std::nullopt);
+  // from the end as worker_logs. Example: std::cout << client.cluster_logs(c.id, 20);
+  std::string cluster_logs(const std::string& id, std::optional<int> tail = std::nullopt, bool from_start = false);
   // follow_worker_logs for a cluster's log, until the cluster has ended.
   std::uint64_t follow_cluster_logs(const std::string& id, const LineCallback& on_line,
                                     const FollowOptions& opts = {});
@@ -141,6 +144,8 @@ class Client {
   struct Answer {
     int status = 0;
     std::string body;
+    std::optional<std::uint64_t> log_offset;  // X-Log-Offset of a logs answer
+    std::size_t marker_bytes = 0;             // X-Log-Marker-Bytes: the body's leading "[muster] ..." line
   };
   // Sends one request; throws MusterError for transport errors and non-2xx.
   // timeout_seconds <= 0 waits as long as it takes.

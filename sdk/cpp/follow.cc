@@ -1,17 +1,22 @@
 // Client::follow_worker_logs / follow_cluster_logs: a log followed as it is written.
 //
-// The daemon's GET .../logs?follow=true&offset=N answers text/plain in chunks
-// as the log grows, ends the answer when the worker (cluster) has ended, and
-// says in X-Log-Offset at which byte it started. The loop:
-//   1. connect with offset=N (the first time: tail=K, or offset=0);
+// The daemon's GET .../logs?follow=true answers text/plain in chunks as the
+// log grows and ends the answer when the worker (cluster) has ended. By
+// default it starts at the end (the last lines, after a "[muster] ..." line
+// whose length is in X-Log-Marker-Bytes: it is not part of the log);
+// X-Log-Offset is the offset of the first log byte, counted across the
+// daemon's log rotation. The loop:
+//   1. connect (the first time: tail=K, from_start, offset=N, or the
+//      daemon's default; afterwards offset=N, the byte reached);
 //   2. hand every complete line to on_line as its bytes arrive;
 //   3. the answer ended: if the owner has ended, hand over the last partial
 //      line and stop; else reconnect from the offset reached;
 //   4. the connection dropped or stayed quiet for read_timeout_seconds:
 //      reconnect from the offset reached (nothing repeated or skipped);
 //      after opts.retries failures in a row, MusterError("unavailable").
-// A daemon that does not stream (no X-Log-Offset, or 503/429) is polled:
-// its whole log every poll_seconds, passing on the bytes past the offset.
+// A daemon that cannot stream (503/429: no follower slot; or an older one
+// without X-Log-Offset) is polled every poll_seconds: its last lines (an
+// older daemon: its whole log), passing on the bytes past the offset.
 #include <chrono>
 #include <thread>
 
@@ -24,6 +29,8 @@ namespace muster::sdk {
 namespace {
 
 namespace http = web::http;
+
+constexpr int kPollTailLines = 1000;  // what one poll asks for when the daemon cannot stream
 
 bool worker_ended(const std::string& status) {
   return status == "succeeded" || status == "failed" || status == "timedout" || status == "stopped" ||
@@ -75,9 +82,9 @@ std::uint64_t Client::follow_cluster_logs(const std::string& id, const LineCallb
 std::uint64_t Client::follow_log(const std::string& path, const std::function<bool()>& is_done,
                                  const LineCallback& on_line, const FollowOptions& opts) {
   std::optional<std::uint64_t> offset = opts.offset;
-  if (!offset && !opts.tail) offset = 0;
   std::string buf;
   bool streaming = true;
+  bool old_daemon = false;
   bool first = true;
   int failures = 0;
   http::client::http_client_config config;
@@ -90,7 +97,8 @@ std::uint64_t Client::follow_log(const std::string& path, const std::function<bo
       if (streaming) {
         std::string query = "?follow=true";
         if (offset) query += "&offset=" + std::to_string(*offset);
-        else query += "&tail=" + std::to_string(*opts.tail);
+        else if (opts.from_start) query += "&from_start=true";
+        else if (opts.tail) query += "&tail=" + std::to_string(*opts.tail);
         http::client::http_client client(endpoint_.url, config);
         http::http_request request(http::methods::GET);
         request.set_request_uri(path + query);
@@ -105,10 +113,15 @@ std::uint64_t Client::follow_log(const std::string& path, const std::function<bo
         if (status < 200 || status >= 300) throw error_from_response(status, response.extract_utf8string(true).get());
         auto header = response.headers().find("X-Log-Offset");
         if (header == response.headers().end()) {
-          streaming = false;  // an older daemon: poll from here on
+          streaming = false;  // an older daemon: poll its whole log from here on
+          old_daemon = true;
           continue;
         }
         const std::uint64_t start = std::stoull(header->second);
+        std::size_t marker_left = 0;  // the marker is shown but is not part of the log
+        if (auto m = response.headers().find("X-Log-Marker-Bytes"); m != response.headers().end()) {
+          marker_left = static_cast<std::size_t>(std::stoull(m->second));
+        }
         if (!offset || start != *offset) {
           if (offset && start < *offset) buf.clear();
           offset = start;
@@ -123,16 +136,31 @@ std::uint64_t Client::follow_log(const std::string& path, const std::function<bo
             break;
           }
           failures = 0;
-          *offset += got;
+          const std::size_t skip = std::min(marker_left, got);
+          marker_left -= skip;
+          *offset += got - skip;
           buf.append(chunk, got);
           if (buf.find('\n') != std::string::npos && !emit_lines(buf, on_line)) return *offset;
         }
-      } else {
+      } else if (old_daemon) {
         std::string body = send("GET", path, nullptr, opts.read_timeout_seconds).body;
-        if (first && !offset) offset = tail_start(body, *opts.tail);
+        if (first && !offset) offset = opts.tail ? tail_start(body, *opts.tail) : 0;
         std::size_t start = offset && *offset <= body.size() ? *offset : 0;
         buf.append(body, start, std::string::npos);
         offset = body.size();
+        clean = true;
+      } else {
+        const int lines = first && opts.tail ? *opts.tail : kPollTailLines;
+        Answer a = send("GET", path + "?tail=" + std::to_string(lines), nullptr, opts.read_timeout_seconds);
+        const std::uint64_t at = a.log_offset.value_or(0);
+        const std::size_t marker = std::min(a.marker_bytes, a.body.size());
+        const std::uint64_t data = a.body.size() - marker;
+        if (!offset || *offset < at) {
+          buf += a.body;  // the first poll, or a gap: the marker says what was left out
+        } else if (*offset < at + data) {
+          buf.append(a.body, marker + static_cast<std::size_t>(*offset - at), std::string::npos);
+        }
+        offset = at + data;
         clean = true;
       }
     } catch (const MusterError& e) {

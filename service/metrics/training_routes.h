@@ -2,16 +2,22 @@
 //
 //   POST /api/v1/agent/workers/{id}/metrics   (the worker's agent or metrics token)
 //        {"points": [{"step": 10, "loss": 0.5, "images_per_sec": 900,
-//                     "lr": 0.01, "accuracy": 0.8, "time": <epoch s>}, ...]}
+//                     "lr": 0.01, "accuracy": 0.8, "time": <epoch s>,
+//                     "rank": 0, "total_steps": 1880,
+//                     "scalars": {"Train/Loss": 0.5}}, ...]}
 //        -> 202 {"accepted": n}; 400 naming the bad field; 429 when the
-//        worker reports more often than allowed (TrainingSeriesOptions)
+//        worker (rank) reports more often than allowed (TrainingSeriesOptions)
 //   GET  /api/v1/workers/{id}/metrics?format=json|csv
 //   GET  /api/v1/clusters/{id}/metrics?format=json|csv
-//        json: {"points": [...]} (missing scalars are null);
-//        csv: step,time,loss,images_per_sec,lr,accuracy
+//        json: {"points": [...] (rows, missing scalars null),
+//               "series": [{worker_id, rank, name, total_steps,
+//                           points: [[step, value, time], ...]}, ...]};
+//        csv: step,time,loss,images_per_sec,lr,accuracy,worker,rank,<other names>
 //
-// Points land in the worker's series and its cluster's; `on_points` is
-// called with each accepted batch (the dashboard's event stream).
+// Points land in their worker's series (per rank and name; a cluster's
+// curves are its workers' series); `on_points` is called with each accepted
+// batch (the dashboard's event stream). A failing store is logged once per
+// episode; the points are kept in memory and the report is accepted.
 #pragma once
 
 #include <functional>

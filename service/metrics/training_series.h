@@ -1,75 +1,147 @@
-// TrainingSeries: the training scalars runtimes report (step, loss,
-// images/s, learning rate, accuracy), kept in memory per worker and per
-// cluster for the dashboard's curves, the CSV/JSON downloads and /metrics.
+// TrainingSeries: the training scalars runtimes report, one series per
+// (worker, rank, scalar name), for the dashboard's curves (one line per
+// worker or rank), the CSV/JSON downloads and /metrics.
 //
-// Bounds: at most `max_points` per series (the oldest go first), at most
-// `max_series` series (the series updated least recently go first), at most
-// `max_batch` points per report and `max_reports_per_second` reports per
-// worker (a token bucket; more is answered 429 by the route). Points are
-// not persisted: a restarted daemon starts with empty curves.
-// Thread-safe; add() never blocks on anything but its own mutex.
+// A report (POST /api/v1/agent/workers/{id}/metrics) is a batch of points:
+// a step, the four classic scalars (loss, images_per_sec, lr, accuracy)
+// and any other scalar by name (`scalars`: what SummaryWriter.add_scalar
+// sends), optionally the reporting rank (in mpi clusters every rank reports
+// through worker 0's id) and the run's total steps (for an ETA).
+//
+// Bounds (memory and the SeriesStore alike):
+// - at most `max_points` points per series: when a series is full, every
+//   other point of it is dropped (the first and the newest stay), so a
+//   series always spans the whole run, densest where it is newest;
+// - at most `max_series` series: a new one evicts the series updated least
+//   recently;
+// - at most `max_names` scalar names per worker (400 naming the field
+//   beyond), names of 1..64 characters of [A-Za-z0-9 _./:()-];
+// - at most `max_batch` points per report and `max_reports_per_second`
+//   reports per worker and rank (a token bucket; 429 beyond, by the route).
+// With a SeriesStore every change is written there in one transaction per
+// report, and restore() brings the series back after a restart; a store
+// that fails keeps the points in memory and reports the error (the route
+// logs it once per episode).
+// Thread-safe; add() blocks only on its own mutex and the store's write.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <tuple>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "api/status.h"
+#include "service/metrics/series_store.h"
 
 namespace muster::service {
 
+// One reported point.
 struct TrainingPoint {
   int64_t step = 0;
   double time = 0;  // seconds since the epoch, when the runtime measured it
   std::optional<double> loss, images_per_sec, lr, accuracy;
+  std::optional<int> rank;               // 0..65535; in mpi clusters every rank reports through worker 0
+  std::optional<int64_t> total_steps;    // the step the run ends at, when known
+  std::map<std::string, double> scalars; // any other scalar, by name
+  std::string worker_id;                 // who reported it (rows and events; not in a report's body)
+};
+
+// One curve.
+struct ScalarSeries {
+  std::string worker_id;
+  std::string cluster_id;  // "" when none
+  std::optional<int> rank;
+  std::string name;
+  std::optional<int64_t> total_steps;
+  struct Point {
+    int64_t step;
+    double time;
+    double value;
+  };
+  std::vector<Point> points;  // oldest first
 };
 
 struct TrainingSeriesOptions {
-  size_t max_points = 10000;
+  size_t max_points = 1000;
   size_t max_series = 1000;
+  size_t max_names = 64;
   size_t max_batch = 1000;
   double max_reports_per_second = 20;
 };
 
-// Parses {"points": [{"step": 1, "loss": 0.5, ...}, ...]}; errors name the
-// field ("points[3].loss must be a finite number").
+// Parses {"points": [{"step": 1, "loss": 0.5, "scalars": {"Train/Loss": 0.5}, ...}, ...]};
+// errors name the field ("points[3].loss must be a finite number").
 api::Result<std::vector<TrainingPoint>> parse_training_points(const nlohmann::json& body, size_t max_batch);
+bool valid_scalar_name(const std::string& name);
 
+// A point as the event stream and the `points` list of the GET routes show it.
 nlohmann::json to_json(const TrainingPoint& p);
-std::string training_csv(const std::vector<TrainingPoint>& points);
+nlohmann::json to_json(const ScalarSeries& s);
+// Rows of (worker, rank, step, time) with every scalar as a column: the four
+// classic ones first, then the others by name; oldest first.
+std::vector<TrainingPoint> training_rows(const std::vector<ScalarSeries>& series);
+std::string training_csv(const std::vector<ScalarSeries>& series);
 
 class TrainingSeries {
  public:
-  explicit TrainingSeries(TrainingSeriesOptions options = {}) : options_(options) {}
+  // `store` may be null (memory only); it must outlive this.
+  explicit TrainingSeries(TrainingSeriesOptions options = {}, SeriesStore* store = nullptr)
+      : options_(options), store_(store) {}
 
-  // False when `worker_id` reported more often than allowed (the caller answers 429).
-  bool admit(const std::string& worker_id, std::chrono::steady_clock::time_point now);
-  // Appends to the worker's series and, when set, the cluster's.
-  void add(const std::string& worker_id, const std::optional<std::string>& cluster_id,
-           const std::vector<TrainingPoint>& points);
-  std::vector<TrainingPoint> worker(const std::string& id) const;
-  std::vector<TrainingPoint> cluster(const std::string& id) const;
-  // The newest point of every cluster series (for /metrics).
+  // Loads the store's series (bounded as above).
+  api::Status restore();
+
+  // False when `key` (worker id, or worker id and rank) reported more often than allowed.
+  bool admit(const std::string& key, std::chrono::steady_clock::time_point now);
+  // Appends to the worker's series. invalid_argument (nothing added) for a
+  // scalar name past max_names; an internal error when the store failed
+  // (the points are kept in memory all the same).
+  api::Status add(const std::string& worker_id, const std::optional<std::string>& cluster_id,
+                  const std::vector<TrainingPoint>& points);
+  std::vector<ScalarSeries> worker_series(const std::string& id) const;
+  std::vector<ScalarSeries> cluster_series(const std::string& id) const;
+  // Rows of the above (training_rows), for the classic `points` list.
+  std::vector<TrainingPoint> worker(const std::string& id) const { return training_rows(worker_series(id)); }
+  std::vector<TrainingPoint> cluster(const std::string& id) const { return training_rows(cluster_series(id)); }
+  // The newest step and classic scalars of every cluster (for /metrics).
   std::map<std::string, TrainingPoint> latest_by_cluster() const;
   const TrainingSeriesOptions& options() const { return options_; }
+  size_t series_count() const;
 
  private:
+  struct Key {
+    std::string worker_id;
+    int rank;  // -1: none
+    std::string name;
+    bool operator<(const Key& o) const {
+      return std::tie(worker_id, rank, name) < std::tie(o.worker_id, o.rank, o.name);
+    }
+  };
   struct Series {
-    std::deque<TrainingPoint> points;
+    int64_t id = 0;  // in the store (0: none)
+    std::string cluster_id;
+    std::optional<int64_t> total_steps;
+    std::vector<StoredPoint> points;
     uint64_t touched = 0;
   };
-  void append(std::map<std::string, Series>& map, const std::string& key, const std::vector<TrainingPoint>& points);
+  std::vector<ScalarSeries> select(const std::function<bool(const Key&, const Series&)>& which) const;
+  // Under mu_: drops every other point of a full series.
+  void thin(Series& s, std::vector<int64_t>& removed_rows);
 
   TrainingSeriesOptions options_;
+  SeriesStore* store_;
   mutable std::mutex mu_;
-  std::map<std::string, Series> workers_, clusters_;
+  std::map<Key, Series> series_;
+  std::map<std::string, std::set<std::string>> names_;  // per worker, for max_names
+  int64_t committed_row_ = 0, committed_series_ = 0;     // the newest ids the store has committed
   struct Bucket {
     double tokens = 0;
     std::chrono::steady_clock::time_point last;

@@ -3,6 +3,8 @@
 #include "workers/remote/ssh_mpi.h"
 
 #include "api/base/net.h"
+#include "api/base/rotating_log.h"
+#include "api/log_capture.h"
 
 #include <cstdlib>
 #include <fstream>
@@ -16,6 +18,8 @@ struct SshBackend::RemoteWorker {
   size_t host_index = 0;
   Host host;
   fs::path log_path;
+  base::RotatingLogOptions log_limits;
+  std::unique_ptr<base::RotatingLog> log;  // opened by the reader thread
   long pgid = 0;
   std::unique_ptr<RemoteSession> session;
   std::unique_ptr<RemoteProcess> process;
@@ -203,14 +207,18 @@ api::Result<std::unique_ptr<SshBackend::RemoteWorker>> SshBackend::start_one(con
     agent_checked_.insert(host_index);
   }
   // The env already names master_address() (the registry builds MUSTER_URL
-  // from it: api/agent_protocol.h); it goes as it is.
-  auto process = session.value()->start(remote_command(spec, remote_agent, spec.env));
+  // from it: api/agent_protocol.h); it goes as it is, less the log capture:
+  // the remote agent writes to the channel and reader_loop() caps it here.
+  auto env = spec.env;
+  api::remove_log_capture_env(env);
+  auto process = session.value()->start(remote_command(spec, remote_agent, env));
   if (!process) return process.status();
   auto w = std::make_unique<RemoteWorker>();
   w->id = spec.worker_id;
   w->host_index = host_index;
   w->host = host;
   w->log_path = spec.log_path;
+  w->log_limits = spec.log_limits;
   // The first line is the process group; everything after it is the agent's.
   std::string buf;
   auto deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
@@ -241,15 +249,27 @@ api::Result<std::unique_ptr<SshBackend::RemoteWorker>> SshBackend::start_one(con
 }
 
 void SshBackend::reader_loop(RemoteWorker* w) {
-  append_to(w->log_path, w->pending_output);
+  // The remote agent's output, under the worker's cap (the remote host
+  // cannot write the daemon's files, so the cap is applied here). A full
+  // disk loses the bytes of that write (RotatingLog's contract).
+  auto write_log = [](RemoteWorker& w, const std::string& text) {
+    if (text.empty() || w.log_path.empty()) return;
+    if (!w.log) {
+      std::string error;
+      w.log = base::RotatingLog::open(w.log_path, w.log_limits, &error);
+      if (!w.log) return append_to(w.log_path, "[muster] " + error + "; this output is not capped\n" + text);
+    }
+    w.log->write(text);
+  };
+  write_log(*w, w->pending_output);
   w->pending_output.clear();
   while (!w->quit.load()) {
     std::string chunk;
     ReadEvent ev = w->process->read(chunk, 200ms);
-    append_to(w->log_path, chunk);
+    write_log(*w, chunk);
     if (ev.state == ReadState::kEnded || ev.state == ReadState::kLost) {
       if (ev.state == ReadState::kLost)
-        append_to(w->log_path, "\n[muster] lost the connection to " + w->host.label() + ": " + ev.message + "\n");
+        write_log(*w, "\n[muster] lost the connection to " + w->host.label() + ": " + ev.message + "\n");
       std::lock_guard<std::mutex> lock(w->mu);
       w->status = ev.state == ReadState::kEnded ? ProcessStatus{ProcessState::kExited, ev.exit_code}
                                                 : ProcessStatus{ProcessState::kLost, std::nullopt};

@@ -133,13 +133,17 @@ def get_worker(worker_id: WorkerRef) -> Worker:
 
 
 def worker_logs(worker_id: WorkerRef, tail: Optional[int] = None, follow: bool = False,
-                offset: Optional[int] = None) -> Union[str, Iterator[str]]:
-    """A worker's combined stdout and stderr as a string; tail=N keeps the last N lines.
+                offset: Optional[int] = None, from_start: bool = False) -> Union[str, Iterator[str]]:
+    """A worker's combined stdout and stderr as a string, from the end: its last lines.
+
+    By default the last 1000 lines (tail=N: the last N); when earlier output
+    is left out, a first line "[muster] ..." says how much and where the whole
+    log is. from_start=True: the whole log from its first byte.
 
     follow=True: a generator of lines (no trailing newline) that yields each
     line within a second of the worker writing it and ends when the worker
-    has ended; tail=N starts it with the last N lines. It reconnects from
-    where it was if the connection drops.
+    has ended; it starts at the end the same way (from_start=True: replays
+    the log first). It reconnects from where it was if the connection drops.
 
     Example::
 
@@ -147,7 +151,7 @@ def worker_logs(worker_id: WorkerRef, tail: Optional[int] = None, follow: bool =
         for line in muster.worker_logs(workers[0], follow=True):
             print(line)
     """
-    return _client().worker_logs(worker_id, tail, follow, offset)
+    return _client().worker_logs(worker_id, tail, follow, offset, from_start)
 
 
 def run_cluster(n_workers: int, n_ps: int, cpu: float, memory: float, nvidia_gpu: int = 0,
@@ -273,8 +277,8 @@ def stop_cluster(cluster_id: WorkerRef) -> Cluster:
 
 
 def cluster_logs(cluster: WorkerRef, tail: Optional[int] = None, follow: bool = False,
-                 offset: Optional[int] = None) -> Union[str, Iterator[str]]:
-    """A cluster's output as a string (cluster: id or dict); tail=N keeps the last N lines.
+                 offset: Optional[int] = None, from_start: bool = False) -> Union[str, Iterator[str]]:
+    """A cluster's output as a string (cluster: id or dict), from its last lines as worker_logs.
 
     follow=True: a generator of its lines as they are written, ending when
     the cluster has ended (see worker_logs).
@@ -291,7 +295,7 @@ def cluster_logs(cluster: WorkerRef, tail: Optional[int] = None, follow: bool = 
         c = muster.horovodrun(2, "train.py", wait_for_completion=True)
         print(muster.cluster_logs(c, tail=20))
     """
-    return _client().cluster_logs(cluster, tail, follow, offset)
+    return _client().cluster_logs(cluster, tail, follow, offset, from_start)
 
 
 # Helpers for cluster tasks and tests.

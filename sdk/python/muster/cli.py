@@ -2,7 +2,8 @@
 
     muster ps [-a]                       workers (running ones; -a: all), a table
     muster clusters [-a]                 clusters, a table
-    muster logs [-f] [--tail N] ID       a worker's or a cluster's output (-f: follow)
+    muster logs [-f] [-n N | --from-start] ID   a worker's or a cluster's output, from its
+                                         last lines (-f: follow; --from-start: all of it)
     muster stop ID... | --all            stop workers and/or clusters
     muster launch -n N --script S ...    launch workers (--wait: until they run / end)
     muster run-cluster --workers N --ps N --script S ...
@@ -100,10 +101,12 @@ def cmd_clusters(client: Client, args) -> int:
 def cmd_logs(client: Client, args) -> int:
     cluster = _is_cluster_id(client, args.id)
     get = client.cluster_logs if cluster else client.worker_logs
+    if args.from_start and args.tail is not None:
+        raise MusterError("give --tail or --from-start, not both", code="invalid_argument", field="from_start")
     if not args.follow:
-        sys.stdout.write(get(args.id, tail=args.tail))
+        sys.stdout.write(get(args.id, tail=args.tail, from_start=args.from_start))
         return 0
-    for line in get(args.id, tail=args.tail, follow=True):
+    for line in get(args.id, tail=args.tail, follow=True, from_start=args.from_start):
         print(line, flush=True)
     return 0
 
@@ -243,7 +246,8 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("logs", parents=[common], help="a worker's or cluster's output")
     p.add_argument("id", metavar="ID", help="worker id, or cluster id (c-...)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing lines as they are written")
-    p.add_argument("--tail", type=int, help="only the last N lines (with -f: start there)")
+    p.add_argument("-n", "--tail", type=int, help="the last N lines (default: the daemon's 1000; with -f: start there)")
+    p.add_argument("--from-start", action="store_true", help="the whole log from its first byte (with -f: replay it)")
     p.set_defaults(run=cmd_logs)
     p = sub.add_parser("stop", parents=[common], help="stop workers and/or clusters")
     p.add_argument("ids", nargs="*", metavar="ID", help="worker or cluster ids")

@@ -47,6 +47,15 @@ def _env_dict(env):
     return {str(k): v if isinstance(v, str) else str(v) for k, v in env.items()}
 
 
+def _log_query(tail, from_start):
+    """The query of a (not followed) logs read; the daemon's default without either."""
+    if from_start:
+        if tail is not None:
+            raise ValueError("give tail or from_start, not both: from_start reads the whole log")
+        return {"from_start": "true"}
+    return {"tail": int(tail)} if tail is not None else None
+
+
 def _path_id(value, what="worker"):
     return urllib.parse.quote(one_id(value, what), safe="")
 
@@ -259,27 +268,35 @@ class Client:
         return self._http.request("GET", "/api/v1/workers/" + _path_id(worker_id), timeout=self.timeout_seconds)
 
     def worker_logs(self, worker_id: WorkerRef, tail: Optional[int] = None, follow: bool = False,
-                    offset: Optional[int] = None) -> Union[str, Iterator[str]]:
-        """The worker's combined stdout/stderr as text; tail=N: the last N lines.
+                    offset: Optional[int] = None, from_start: bool = False) -> Union[str, Iterator[str]]:
+        """The worker's combined stdout/stderr as text, from the end: its last lines.
+
+        By default the daemon's last 1000 lines (at most 1 MiB), and when earlier output
+        is left out, the text starts with one line "[muster] ..." saying how much, and
+        where the whole log is; tail=N: exactly the last N lines. from_start=True: the whole
+        log file from its first byte (a log over the daemon's cap has rotated:
+        its first line says so).
 
         follow=True returns a generator of lines (without their newline) that
         yields each line as the worker writes it and ends when the worker has
-        ended (see muster.follow; it reconnects if the connection drops);
-        with tail=N it starts with the last N lines, offset=B at byte B.
+        ended (see muster.follow; it reconnects if the connection drops). It
+        starts at the end as above (tail=N: the last N lines, from_start=True:
+        the first byte, offset=B: byte B).
 
         Example::
 
             print(client.worker_logs(ids[0], tail=20))
+            print(client.worker_logs(ids[0], from_start=True))
             for line in client.worker_logs(ids[0], follow=True):
                 print(line)
         """
         if follow:
             wid = one_id(worker_id)
             return follow_log(self._http, log_path("workers", wid),
-                              lambda: self.get_worker(wid).get("status") in WORKER_TERMINAL, tail, offset)
-        query = {"tail": int(tail)} if tail is not None else None
-        return self._http.request("GET", "/api/v1/workers/%s/logs" % _path_id(worker_id), query=query,
-                                  timeout=self.timeout_seconds, text=True)
+                              lambda: self.get_worker(wid).get("status") in WORKER_TERMINAL, tail, offset,
+                              from_start=from_start)
+        return self._http.request("GET", "/api/v1/workers/%s/logs" % _path_id(worker_id),
+                                  query=_log_query(tail, from_start), timeout=self.timeout_seconds, text=True)
 
     # ---- clusters (REST) ---------------------------------------------------
 
@@ -331,12 +348,14 @@ class Client:
                                   {}, timeout=self.timeout_seconds)
 
     def cluster_logs(self, cluster_id: WorkerRef, tail: Optional[int] = None, follow: bool = False,
-                     offset: Optional[int] = None) -> Union[str, Iterator[str]]:
+                     offset: Optional[int] = None, from_start: bool = False) -> Union[str, Iterator[str]]:
         """The cluster's output as text: mpi, the launcher's (mpirun's) log; ps, the chief's.
 
-        Empty text while the cluster has no log yet. tail=N: the last N lines.
-        follow=True: a generator of lines as they are written, ending when
-        the cluster has ended (as worker_logs(follow=True)).
+        Empty text while the cluster has no log yet. Like worker_logs: the last
+        lines by default (tail=N: the last N), with a "[muster] ..." line when
+        earlier output is left out; from_start=True: the whole log. follow=True:
+        a generator of lines as they are written, ending when the cluster has
+        ended (as worker_logs(follow=True)).
 
         Example::
 
@@ -347,10 +366,10 @@ class Client:
         if follow:
             cid = one_id(cluster_id, "cluster")
             return follow_log(self._http, log_path("clusters", cid),
-                              lambda: self.get_cluster(cid).get("status") in _clusters.TERMINAL, tail, offset)
-        query = {"tail": int(tail)} if tail is not None else None
+                              lambda: self.get_cluster(cid).get("status") in _clusters.TERMINAL, tail, offset,
+                              from_start=from_start)
         return self._http.request("GET", "/api/v1/clusters/%s/logs" % _path_id(cluster_id, "cluster"),
-                                  query=query, timeout=self.timeout_seconds, text=True)
+                                  query=_log_query(tail, from_start), timeout=self.timeout_seconds, text=True)
 
     # ---- clusters (helpers; see clusters.py) -----------------------------------
 

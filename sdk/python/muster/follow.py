@@ -1,11 +1,16 @@
 """Following a worker's or a cluster's log while it is written (worker_logs(..., follow=True)).
 
-The daemon's `GET .../logs?follow=true&offset=N` answers text/plain in
-chunks as the log grows and ends the answer when the worker (cluster) has
-ended; its `X-Log-Offset` header is the byte offset of the first byte sent.
-follow_log() reads that stream with http.client and yields complete lines:
+The daemon's `GET .../logs?follow=true` answers text/plain in chunks as the
+log grows and ends the answer when the worker (cluster) has ended. By default
+it starts at the end (the last lines, after a "[muster] ..." line saying how
+much came before); `from_start=true` starts at the first byte, `offset=N` at
+byte N. Its `X-Log-Offset` header is the offset of the first log byte sent,
+and `X-Log-Marker-Bytes` the length of the marker line before it (not part of
+the log). Offsets count across the daemon's log rotation. follow_log() reads
+that stream with http.client and yields complete lines:
 
-  1. connect with offset=N (the first time: tail=K, or offset=0);
+  1. connect (the first time: tail=K, from_start, offset=N, or the daemon's
+     default; afterwards: offset=N, the byte reached);
   2. yield every complete line as its bytes arrive (a partial line waits);
   3. the answer ended cleanly: if the worker has ended, yield the last partial
      line and stop; if it still runs (the daemon bounds how long one answer
@@ -14,9 +19,9 @@ follow_log() reads that stream with http.client and yields complete lines:
      offset reached (bytes are never yielded twice nor skipped); give up with
      MusterError("unavailable") after `retries` failed connections in a row.
 
-A daemon without streaming (no X-Log-Offset in its answer, or a 503/429
-answer: no streaming, or no follower slot free) is followed by polling its
-whole log every poll_seconds instead, with the same output.
+A daemon that cannot stream (a 503/429 answer: no follower slot free; or an
+older daemon without X-Log-Offset) is polled every poll_seconds instead: the
+log's last lines, passing on the bytes past the offset reached.
 """
 import http.client
 import socket
@@ -43,29 +48,47 @@ def _tail_start(body: bytes, k: int) -> int:
     return pos + 1
 
 
+POLL_TAIL_LINES = 1000  # what one poll asks for when the daemon cannot stream
+
+
+def _marker_bytes(resp) -> int:
+    try:
+        return max(0, int(resp.getheader("X-Log-Marker-Bytes") or 0))
+    except ValueError:
+        return 0
+
+
 def follow_log(transport, path: str, is_done: Callable[[], bool], tail: Optional[int] = None,
                offset: Optional[int] = None, poll_seconds: float = 0.25, read_timeout: float = 30.0,
-               retries: int = 20) -> Iterator[str]:
+               retries: int = 20, from_start: bool = False) -> Iterator[str]:
     """Yields the lines (without their newline) of the log at `path` as they are written.
 
     transport: a muster._http.Transport; is_done(): True once the owner has ended.
-    tail=K starts with the last K lines; offset=N at byte N; neither: the start.
+    tail=K starts with the last K lines, offset=N at byte N, from_start=True at the
+    first byte; none of them: the daemon's default (its last lines).
     """
     buf = b""
     failures = 0
     first = True
     streaming = True
-    if offset is None and tail is None:
-        offset = 0
+    old_daemon = False
     while True:
         done_before = False if streaming else is_done()
         query = {"follow": "true"}
         if offset is not None:
             query["offset"] = int(offset)
+        elif from_start:
+            query["from_start"] = "true"
         elif tail is not None:
             query["tail"] = int(tail)
         try:
-            conn, resp = transport.open_stream(path, query if streaming else None, timeout=read_timeout)
+            if streaming:
+                conn, resp = transport.open_stream(path, query, timeout=read_timeout)
+            elif old_daemon:
+                conn, resp = transport.open_stream(path, None, timeout=read_timeout)  # its whole log
+            else:  # its last lines, with offsets
+                lines_back = int(tail) if first and tail is not None else POLL_TAIL_LINES
+                conn, resp = transport.open_stream(path, {"tail": lines_back}, timeout=read_timeout)
         except MusterError as err:
             if streaming and err.http_status in (429, 503):
                 streaming = False  # the daemon does not stream, or has no follower slot free: poll
@@ -80,19 +103,29 @@ def follow_log(transport, path: str, is_done: Callable[[], bool], tail: Optional
             header = resp.getheader("X-Log-Offset")
             if streaming and header is None and first:
                 streaming = False  # an older daemon: the whole log (or its tail) without offsets
+                old_daemon = True
+                conn.close()
+                continue
             if not streaming:
-                body = b"" if (first and tail is not None and offset is None) else resp.read()
-                if first and tail is not None and offset is None:
-                    conn.close()
-                    conn, resp = transport.open_stream(path, None, timeout=read_timeout)
-                    body = resp.read()
-                    offset = _tail_start(body, int(tail))
-                start = offset if offset is not None and offset <= len(body) else 0
-                buf += body[start:]
-                offset = len(body)
+                body = resp.read()
+                if header is None:  # an older daemon: the whole log
+                    if first and offset is None:
+                        offset = _tail_start(body, int(tail)) if tail is not None else 0
+                    start = offset if offset is not None and offset <= len(body) else 0
+                    buf += body[start:]
+                    offset = len(body)
+                else:  # the log's last lines, after a marker, from byte `at`
+                    at, marker = int(header), _marker_bytes(resp)
+                    data = body[marker:]
+                    if offset is None or offset < at:
+                        buf += body  # the first poll, or a gap: the marker says what was left out
+                    elif offset < at + len(data):
+                        buf += data[offset - at:]
+                    offset = at + len(data)
                 clean = True
             else:
                 start = int(header)
+                marker_left = _marker_bytes(resp)
                 if offset is None or start != offset:
                     buf = b"" if offset is not None and start < offset else buf
                     offset = start
@@ -101,7 +134,9 @@ def follow_log(transport, path: str, is_done: Callable[[], bool], tail: Optional
                     if not chunk:
                         clean = True
                         break
-                    offset += len(chunk)
+                    skip = min(marker_left, len(chunk))  # the marker is not part of the log
+                    marker_left -= skip
+                    offset += len(chunk) - skip
                     buf += chunk
                     failures = 0
                     if b"\n" in buf:

@@ -4,14 +4,14 @@
 // 127.0.0.1 and through an SSH tunnel), every state-changing request sends
 // the session's CSRF token. Live updates come from one EventSource
 // (api/v1/events); logs follow with fetch + ReadableStream.
-import { drawChart } from "./chart.js";
+import { Curves } from "./curves.js";
 
 const state = {
   csrf: null,
   workers: new Map(),
   clusters: new Map(),
   filter: "",
-  points: new Map(),  // cluster id -> [points]
+  curves: null,       // the open worker's or cluster's Curves
   events: null,
   view: null,         // { kind, id, abort }
 };
@@ -132,9 +132,11 @@ function connectEvents() {
   es.addEventListener("cluster", (ev) => { const c = JSON.parse(ev.data); state.clusters.set(c.id, c); scheduleRender(); });
   es.addEventListener("metrics", (ev) => {
     const d = JSON.parse(ev.data);
-    if (!d.cluster || !state.points.has(d.cluster)) return;
-    state.points.get(d.cluster).push(...d.points);
-    if (state.view && state.view.kind === "cluster" && state.view.id === d.cluster) drawCharts(d.cluster);
+    const v = state.view;
+    if (!state.curves || !v) return;
+    if ((v.kind === "cluster" && d.cluster === v.id) || (v.kind === "worker" && d.worker === v.id)) {
+      state.curves.addRows(d.points);
+    }
   });
 }
 
@@ -151,6 +153,7 @@ setInterval(() => {
 
 function route() {
   if (state.view && state.view.abort) state.view.abort.abort();
+  state.curves = null;
   const parts = location.hash.replace(/^#\/?/, "").split("/").filter(Boolean).map(decodeURIComponent);
   $("nav-workers").className = parts[0] === "clusters" ? "" : "active";
   $("nav-clusters").className = parts[0] === "clusters" ? "active" : "";
@@ -223,10 +226,34 @@ function renderWorkers() {
 // ---- one worker -----------------------------------------------------------
 
 function buildWorker(view, v) {
+  const enc = encodeURIComponent(v.id);
   view.append(h("p", {}, h("a", { href: "#/" }, "← Workers")), h("h1", {}, `Worker ${v.id}`),
-    h("table", { class: "fields", id: "worker-fields" }), h("h2", {}, "Log"), h("pre", { id: "log", class: "log" }));
-  followLog(`api/v1/workers/${encodeURIComponent(v.id)}/logs`, $("log"), v.abort.signal,
+    h("table", { class: "fields", id: "worker-fields" }),
+    ...curvesSection(`api/v1/workers/${enc}/metrics`, `worker-${v.id}`),
+    h("h2", {}, "Log ", wholeLogLink(`api/v1/workers/${enc}/logs`)), h("pre", { id: "log", class: "log" }));
+  startCurves(`api/v1/workers/${enc}/metrics`, (worker, rank) => (rank === null || rank === undefined ? "this worker" : `rank ${rank}`));
+  followLog(`api/v1/workers/${enc}/logs`, $("log"), v.abort.signal,
     () => TERMINAL.has((state.workers.get(v.id) || {}).status));
+}
+
+// The log from its first byte, as the daemon streams it (a new tab; plain text).
+function wholeLogLink(base) {
+  return h("a", { href: `${base}?from_start=true`, target: "_blank", rel: "noopener", class: "whole-log" }, "whole log");
+}
+
+// "Training curves" with the CSV and JSON downloads and the charts' container.
+function curvesSection(base, name) {
+  return [h("h2", {}, "Training curves"),
+    h("p", {}, h("a", { href: `${base}?format=csv`, download: `${name}-metrics.csv` }, "CSV"),
+      " · ", h("a", { href: `${base}?format=json`, target: "_blank", rel: "noopener" }, "JSON")),
+    h("div", { class: "charts", id: "curves" })];
+}
+
+function startCurves(base, labelOf) {
+  const curves = new Curves($("curves"), labelOf);
+  state.curves = curves;
+  curves.render();
+  api(base).then((d) => { if (state.curves === curves) curves.load(d.series || []); }).catch(() => {});
 }
 
 function fieldRows(table, pairs) {
@@ -248,8 +275,10 @@ function renderWorker(id) {
 }
 
 // Follows a log: GET <base>?follow=true streams text/plain with an
-// X-Log-Offset header until the worker ends; a daemon that does not stream
-// (no X-Log-Offset) is polled with ?tail=200 every second instead.
+// X-Log-Offset header until the worker ends, starting with the log's last
+// lines (after the daemon's "[muster] ..." line saying what came before), so
+// a long log shows its end at once; a daemon that does not stream (no
+// X-Log-Offset, or no follower free) is polled with ?tail=200 every second.
 const MAX_LOG_CHARS = 400000;
 async function followLog(base, pre, signal, isDone) {
   const show = (text, append) => {
@@ -260,7 +289,7 @@ async function followLog(base, pre, signal, isDone) {
     if (atBottom) pre.scrollTop = pre.scrollHeight;
   };
   try {
-    const resp = await fetch(`${base}?follow=true&offset=0`, { signal, credentials: "same-origin" });
+    const resp = await fetch(`${base}?follow=true`, { signal, credentials: "same-origin" });
     if (resp.ok && resp.headers.get("X-Log-Offset") !== null && resp.body) {
       const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
       for (;;) {
@@ -306,8 +335,6 @@ function renderClusters() {
     h("td", { class: c.status === "failed" ? "error" : "" }, c.reason || ""))));
 }
 
-const SCALARS = [["loss", "loss"], ["images_per_sec", "images/s"], ["lr", "learning rate"], ["accuracy", "accuracy"]];
-
 function copyButton(getText) {
   return h("button", { type: "button", class: "copy", onclick: async (e) => {
     const text = getText();
@@ -324,36 +351,21 @@ function buildCluster(view, v) {
     h("table", { class: "fields", id: "cluster-fields" }),
     h("h2", {}, "Tasks"), h("table", { id: "cluster-tasks" }),
     h("div", { id: "cluster-launch" }),
-    h("h2", {}, "Training curves"),
-    h("p", {}, h("a", { href: `api/v1/clusters/${enc}/metrics?format=csv`, download: `cluster-${v.id}-metrics.csv` }, "CSV"),
-      " · ", h("a", { href: `api/v1/clusters/${enc}/metrics?format=json`, target: "_blank", rel: "noopener" }, "JSON")),
-    h("div", { class: "charts" }, ...SCALARS.map(([key, label]) => h("div", { class: "chart" }, h("h3", {}, label),
-      svgElement(`chart-${key}`)))),
+    ...curvesSection(`api/v1/clusters/${enc}/metrics`, `cluster-${v.id}`),
     h("div", { id: "cluster-spec" }),
-    h("h2", {}, "Launcher log"), h("pre", { id: "log", class: "log" }));
-  state.points.set(v.id, []);
-  api(`api/v1/clusters/${enc}/metrics`).then((d) => {
-    state.points.set(v.id, d.points.concat(state.points.get(v.id) || []).filter((p, i, a) =>
-      a.findIndex((q) => q.step === p.step && q.time === p.time) === i));
-    drawCharts(v.id);
-  }).catch(() => {});
+    h("h2", {}, "Launcher log ", wholeLogLink(`api/v1/clusters/${enc}/logs`)), h("pre", { id: "log", class: "log" }));
+  // A line per rank (mpi: every rank reports through worker 0) or per task (ps: "worker 1").
+  startCurves(`api/v1/clusters/${enc}/metrics`, (worker, rank) => {
+    if (rank !== null && rank !== undefined) return `rank ${rank}`;
+    const c = state.clusters.get(v.id) || {};
+    for (const [type, ids] of Object.entries(c.workers || {})) {
+      const i = (ids || []).indexOf(worker);
+      if (i >= 0) return `${type} ${i}`;
+    }
+    return worker;
+  });
   followLog(`api/v1/clusters/${enc}/logs`, $("log"), v.abort.signal,
     () => TERMINAL.has((state.clusters.get(v.id) || {}).status));
-  drawCharts(v.id);
-}
-
-function svgElement(id) {
-  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
-  svg.setAttribute("id", id);
-  return svg;
-}
-
-function drawCharts(id) {
-  const points = (state.points.get(id) || []).slice().sort((a, b) => a.step - b.step);
-  for (const [key] of SCALARS) {
-    const svg = $(`chart-${key}`);
-    if (svg) drawChart(svg, points.filter((p) => p[key] !== null && p[key] !== undefined).map((p) => ({ x: p.step, y: p[key] })));
-  }
 }
 
 function renderCluster(id) {
