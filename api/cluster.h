@@ -7,6 +7,12 @@
 //   every task with its own TF_CONFIG);
 // - mode "mpi": n_workers idle workers whose IPs make the hostfile and the
 //   horovodrun/mpirun lines; with launch=true the daemon runs the mpirun line.
+// - mode "elastic": n_workers ranks that musterd launches itself, one worker
+//   each (no mpirun, sshd or orted), forming their world through musterd's
+//   rendezvous; a rank that dies is replaced and the survivors re-form
+//   (min_np .. max_np ranks; horovodrun's elastic flags).
+// Any mode but elastic may restart after a failure (max_restarts, torchrun's
+// semantics). Recoveries are the cluster's generations (api/cluster_history.h).
 //
 // Status: starting -> running -> succeeded | failed | stopped
 //         starting -> failed | stopped
@@ -21,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/base/process.h"
+#include "api/cluster_history.h"
 #include "api/status.h"
 
 namespace muster::api {
@@ -30,7 +37,7 @@ const char* cluster_status_name(ClusterStatus status);
 std::optional<ClusterStatus> parse_cluster_status(const std::string& name);
 bool is_terminal(ClusterStatus status);
 
-enum class ClusterMode { kPs, kMpi };
+enum class ClusterMode { kPs, kMpi, kElastic };
 const char* cluster_mode_name(ClusterMode mode);
 
 // POST /api/v1/clusters, validated (scripts are resolved when the tasks are
@@ -66,6 +73,19 @@ struct ClusterRequest {
   // gets a TF_CONFIG whose task is {"type": "evaluator", "index": 0}.
   int n_chief = 0;      // 0 or 1
   int n_evaluator = 0;  // 0 or 1
+  // ps and mpi: after a failure, start every task again (a ps worker task:
+  // only that task) up to this many times; the script resumes from its own
+  // checkpoint (torchrun's --max-restarts).
+  int max_restarts = 0;
+  // elastic (horovodrun's --min-np, --max-np, --reset-limit,
+  // --blacklist-cooldown-range): the world keeps min_np..max_np ranks
+  // (defaults: n_workers); reset_limit bounds the re-formations (unset: no
+  // bound); a host that keeps failing is blacklisted for a cooldown drawn in
+  // [lo, hi] seconds (unset: for the cluster's life).
+  std::optional<int> min_np;
+  std::optional<int> max_np;
+  std::optional<int> reset_limit;
+  std::optional<std::pair<int, int>> blacklist_cooldown_range;
 
   nlohmann::json to_json() const;
 };
@@ -98,6 +118,13 @@ struct Cluster {
   std::string created_at;
   std::optional<std::string> finished_at;
   std::optional<int> launcher_exit_code;  // mpi launch=true
+  // Recoveries (api/cluster_history.h): every generation, how many times the
+  // cluster restarted (max_restarts) and its world re-formed (elastic).
+  std::vector<ClusterGeneration> generations;
+  int restarts = 0;
+  int resets = 0;
+  // The elastic mode's own record (its world and blacklist), for the store.
+  nlohmann::json elastic_state;
   // The running launcher (mpirun), for the store only: {pid, start time};
   // its pgid and session id are its pid. A restarted daemon ends it by this.
   std::optional<base::ProcessId> launcher_process;

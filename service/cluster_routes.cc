@@ -1,5 +1,6 @@
 #include "service/cluster_routes.h"
 
+#include "service/rendezvous_routes.h"
 #include "service/worker_routes.h"
 
 namespace muster::service {
@@ -58,6 +59,7 @@ std::unique_ptr<ClusterManager> start_clusters(Router& router, WorkerRegistry& r
   auto manager = std::make_unique<ClusterManager>(options, registry, store, clock, make_process_launcher(),
                                                   o.mpi_hosts);
   register_cluster_routes(router, *manager, o.max_workers, o.follower);
+  register_rendezvous_routes(router, *manager);
   return manager;
 }
 

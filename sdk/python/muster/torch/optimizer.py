@@ -31,6 +31,7 @@ Example::
         opt.step()
 """
 import contextlib
+import os
 import warnings
 import weakref
 
@@ -64,18 +65,41 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         params_in_groups = [p for g in self.param_groups for p in g["params"]]
         named = self._names(named_parameters, params_in_groups)
         self._params = [(n, p) for n, p in named if p.requires_grad]
-        functions._check_same(self._params, "DistributedOptimizer")
         for n, p in self._params:
             if p.dtype != torch.float32 or p.device.type != "cpu":
                 raise InvalidArgument("DistributedOptimizer: parameter '%s' is %s on %s; muster.torch averages "
                                       "float32 CPU parameters" % (n, p.dtype, p.device))
+        self._compression = compression
+        self._native = None
+        self._views = {}
+        self._index = {}
+        self._early = False
+        self._delay = {p: self._passes for _, p in self._params}
+        self._ready = set()
+        self._synchronized = False
+        self._should_synchronize = True
+        self._grad_accs = []
+        for _, p in self._params:
+            acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            acc.register_hook(self._make_hook(p))
+            self._grad_accs.append(acc)
+        # In an elastic cluster the world is formed again after a failure
+        # (hvd.elastic.run): the optimizer binds to the world at its first
+        # backward, and again after each re-formation, so that a rank joining
+        # later meets the others' state sync with no collective of its own
+        # first. Elsewhere it binds now (ranks that disagree fail here).
+        if not os.environ.get("MUSTER_RENDEZVOUS_URL"):
+            self._bind()
+
+    def _bind(self):
+        """Registers the parameters with the runtime's optimizer of the current world (collective)."""
+        functions._check_same(self._params, "DistributedOptimizer")
         comm = _rt.communicator()
         self._native = _rt.extension().DistributedOptimizer(
             comm, fusion_threshold_bytes=settings.fusion_threshold_bytes(),
-            fp16=compression is Compression.fp16, timeline=settings.timeline_path())
-        _rt.on_shutdown(weakref.WeakMethod(self._native.close))
+            fp16=self._compression is Compression.fp16, timeline=settings.timeline_path())
+        _rt.on_shutdown(weakref.WeakMethod(self._unbind))
         _rt.before_collective(weakref.WeakMethod(self._finish_step_in_flight))
-        self._early = False
         self._index = {}
         for n, p in self._params:
             self._index[p] = self._native.add_parameter(n, p.data_ptr(), p.numel())
@@ -88,15 +112,26 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 view.zero_()
             p.grad = view
             self._views[p] = view
-        self._delay = {p: self._passes for _, p in self._params}
-        self._ready = set()
-        self._synchronized = False
-        self._should_synchronize = True
-        self._grad_accs = []
+
+    def _unbind(self):
+        """The world closes: gradients leave the runtime's memory (plain tensors again) before it goes."""
+        native, self._native = self._native, None
         for _, p in self._params:
-            acc = p.expand_as(p).grad_fn.next_functions[0][0]
-            acc.register_hook(self._make_hook(p))
-            self._grad_accs.append(acc)
+            if p in self._views and p.grad is not None and p.grad.data_ptr() == self._views[p].data_ptr():
+                p.grad = p.grad.detach().clone()
+        self._views = {}
+        self._ready.clear()
+        for _, p in self._params:
+            self._delay[p] = self._passes
+        self._synchronized = False
+        self._early = False
+        if native is not None:
+            native.close()
+
+    def _bound(self):
+        if self._native is None:
+            self._bind()
+        return self._native
 
     @staticmethod
     def _names(named_parameters, params_in_groups):
@@ -126,10 +161,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._delay[p] -= 1
             if self._delay[p] > 0:
                 return
+            native = self._bound()
             self._adopt_grad(p)
             self._ready.add(p)
             self._synchronized = False
-            self._native.grad_ready(self._index[p])
+            native.grad_ready(self._index[p])
         return hook
 
     def _adopt_grad(self, p):
@@ -151,10 +187,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def synchronize(self):
         """Waits until every gradient holds the average over all ranks (the rest are reduced now)."""
+        native = self._bound()
         for _, p in self._params:
             if p not in self._ready:
                 self._adopt_grad(p)
-        self._native.synchronize()
+        native.synchronize()
         if self._op == mpi_ops.Sum and mpi_ops.size() > 1:
             with torch.no_grad():
                 for _, p in self._params:

@@ -1,0 +1,20 @@
+# Elastic clusters: the world rendezvous (generations, timeouts, late and
+# stale joiners, deaths during the rendezvous) as unit tests with a
+# FakeClock.
+muster_gtest(elastic_world_test SOURCES elastic_world_test.cc DEPS muster_elastic LABEL unit TIMEOUT 60)
+# The protocol's bodies (clusterspec/rendezvous_protocol.h) round-trip and
+# refuse what they must; base64 both ways.
+muster_gtest(rendezvous_protocol_test SOURCES rendezvous_protocol_test.cc DEPS muster_clusterspec muster_base
+  LABEL unit TIMEOUT 60)
+# Elastic clusters and max_restarts in the cluster manager (a real registry
+# over a fake backend, a FakeClock; agents played by the test).
+muster_gtest(elastic_cluster_test SOURCES elastic_cluster_test.cc DEPS muster_clusters LABEL unit TIMEOUT 120)
+# A rank that speaks only the rendezvous (its C++ client, no Communicator),
+# run by a real musterd: generations, a death, a death during the exchange,
+# a replacement.
+muster_executable(muster_elastic_rdzv_probe SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/elastic_rdzv_probe.cc DEPS muster_comm)
+set_target_properties(muster_elastic_rdzv_probe PROPERTIES OUTPUT_NAME muster-elastic-rdzv-probe)
+muster_python_test(elastic_rendezvous_integration_test
+  SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/elastic_rendezvous_integration_test.py
+  LABEL integration
+  TIMEOUT 300)
