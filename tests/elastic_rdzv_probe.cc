@@ -9,7 +9,7 @@
 //                         --until-generation (default: 3 ranks, generation 3)
 //   --until-generation G
 //   --die-rank R --die-generation G   rank R of generation G kills itself (SIGKILL)
-//   --die-in-kv           ... after its set, before its get (a death during the rendezvous)
+//   --die-in-kv           ... before it wrote its key (a death during the rendezvous)
 // elastic_rendezvous_integration_test.py runs it under a real musterd.
 #include <signal.h>
 #include <unistd.h>
@@ -61,8 +61,8 @@ int main(int argc, char** argv) {
       musterd::MusterdKvStore store(*settings, a.generation);
       std::vector<std::string> members;
       try {
-        store.set(a.prefix + "worker/" + std::to_string(a.rank), settings->worker_id);
         if (die_in_kv && a.rank == die_rank && a.generation == die_generation) ::raise(SIGKILL);
+        store.set(a.prefix + "worker/" + std::to_string(a.rank), settings->worker_id);
         std::vector<std::string> keys;
         for (int r = 0; r < a.size; ++r) keys.push_back(a.prefix + "worker/" + std::to_string(r));
         members = store.get(keys, 30s);
