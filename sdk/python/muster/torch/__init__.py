@@ -54,3 +54,4 @@ from .optimizer import DistributedOptimizer  # noqa: F401
 # Horovod's names for a failed collective.
 HorovodInternalError = CommError
 HostsUpdatedInterrupt = RuntimeFailure
+from . import elastic  # noqa: F401,E402 - hvd.elastic: Horovod's elastic API (run, TorchState, commit)
