@@ -9,7 +9,8 @@
 // {id} = the rank's own worker id, bearer = MUSTER_RENDEZVOUS_TOKEN):
 //   a) POST rendezvous/join {generation: the last one it was in, 0 = none}
 //      -> {ready: false} (ask again: a long-poll bound passed) or {ready:
-//      true, generation, rank, size, prefix} once the next generation formed;
+//      true, generation, rank, size, prefix} once the next generation formed
+//      (prefix "<cluster>/<generation>": the KvBootstrap of that world);
 //   b) POST rendezvous/kv/set {generation, key, value} and POST
 //      rendezvous/kv/get {generation, keys, timeout_ms} -> {ready, values |
 //      missing}: the bytes a Bootstrap swaps (values base64 on the wire);
@@ -57,7 +58,7 @@ struct Assignment {
   int generation = 0;
   int rank = 0;
   int size = 0;
-  std::string prefix;  // "<cluster>/<generation>/": the keys of this generation
+  std::string prefix;  // "<cluster>/<generation>": the keys of this generation (a KvBootstrap's prefix)
 };
 
 struct KvSet {

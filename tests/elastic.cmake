@@ -18,3 +18,16 @@ muster_python_test(elastic_rendezvous_integration_test
   SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/elastic_rendezvous_integration_test.py
   LABEL integration
   TIMEOUT 300)
+# Whole-job restarts under max_restarts with the real fashion_mnist program:
+# an mpi cluster resumes from its checkpoint, a ps worker is replaced alone.
+muster_python_test(restart_integration_test
+  SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/restart_integration_test.py
+  LABEL integration
+  TIMEOUT 600
+  ENV "OMP_NUM_THREADS=1")
+# muster.torch.elastic in one process: state, sampler, the run loop's control flow.
+muster_python_test(torch_elastic_unit_test
+  SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/torch_elastic_unit_test.py
+  LABEL unit
+  TIMEOUT 180
+  ENV "OMP_NUM_THREADS=1")

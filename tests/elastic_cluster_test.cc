@@ -531,10 +531,10 @@ TEST_F(ElasticClusterTest, RendezvousRoutesAreDocumentedAndSpeakTheProtocol) {
   EXPECT_EQ(assignment.generation, 1);
   EXPECT_EQ(assignment.rank, 1);
   auto set = call("POST", base + a + "/rendezvous/kv/set",
-                  proto::to_json(proto::KvSet{1, assignment.prefix + "x", std::string("\0bytes", 6)}));
+                  proto::to_json(proto::KvSet{1, assignment.prefix + "/x", std::string("\0bytes", 6)}));
   ASSERT_TRUE(set);
   EXPECT_EQ(set->http_status, 200) << set->body;
-  auto got = call("POST", base + b + "/rendezvous/kv/get", proto::to_json(proto::KvGet{1, {assignment.prefix + "x"}, 100}));
+  auto got = call("POST", base + b + "/rendezvous/kv/get", proto::to_json(proto::KvGet{1, {assignment.prefix + "/x"}, 100}));
   ASSERT_TRUE(got);
   EXPECT_EQ(proto::kv_values_from_json(nlohmann::json::parse(got->body)).values[0], std::string("\0bytes", 6));
   auto view = call("GET", base + a + "/rendezvous/world", nullptr, {{"generation", "1"}, {"wait_ms", "0"}});

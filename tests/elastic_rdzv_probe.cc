@@ -62,9 +62,9 @@ int main(int argc, char** argv) {
       std::vector<std::string> members;
       try {
         if (die_in_kv && a.rank == die_rank && a.generation == die_generation) ::raise(SIGKILL);
-        store.set(a.prefix + "worker/" + std::to_string(a.rank), settings->worker_id);
+        store.set(a.prefix + "/worker/" + std::to_string(a.rank), settings->worker_id);
         std::vector<std::string> keys;
-        for (int r = 0; r < a.size; ++r) keys.push_back(a.prefix + "worker/" + std::to_string(r));
+        for (int r = 0; r < a.size; ++r) keys.push_back(a.prefix + "/worker/" + std::to_string(r));
         members = store.get(keys, 30s);
       } catch (const muster::runtime::CommError& e) {
         // The generation broke under us (a rank died during its rendezvous): join again.

@@ -89,7 +89,7 @@ TEST_F(WorldTest, TheFirstGenerationFormsOnceEveryAdmittedWorkerJoined) {
   EXPECT_EQ(a.value().rank, 0);
   EXPECT_EQ(b.value().rank, 1);
   EXPECT_EQ(c.value().rank, 2);
-  EXPECT_EQ(c.value().prefix, "c-1/1/");
+  EXPECT_EQ(c.value().prefix, "c-1/1");
   auto events = world_->drain_events();
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].kind, WorldEvent::Kind::kFormed);
@@ -125,7 +125,7 @@ TEST_F(WorldTest, AMemberDeathBreaksTheGenerationAndTheSurvivorsReformKeepingThe
   EXPECT_EQ(a.value().size, 2);
   EXPECT_EQ(a.value().rank, 0);
   EXPECT_EQ(c.value().rank, 1);
-  EXPECT_EQ(a.value().prefix, "c-1/2/");
+  EXPECT_EQ(a.value().prefix, "c-1/2");
   // Generation 2's keys start empty; generation 1's are refused as over.
   auto& fresh = get("a", 2, {"ep/0"}, 0);
   ASSERT_TRUE(fresh.came() && fresh.got->is_ok());

@@ -45,13 +45,13 @@ TEST(Base64, RefusesWhatIsNotBase64) {
 TEST(RendezvousProtocol, BodiesRoundTrip) {
   EXPECT_EQ(join_request_from_json(to_json(JoinRequest{4})).generation, 4);
   EXPECT_EQ(join_request_from_json(json::object()).generation, 0);  // none yet
-  Assignment a{true, 3, 1, 4, "c-1/3/"};
+  Assignment a{true, 3, 1, 4, "c-1/3"};
   auto b = assignment_from_json(to_json(a));
   EXPECT_TRUE(b.ready);
   EXPECT_EQ(b.generation, 3);
   EXPECT_EQ(b.rank, 1);
   EXPECT_EQ(b.size, 4);
-  EXPECT_EQ(b.prefix, "c-1/3/");
+  EXPECT_EQ(b.prefix, "c-1/3");
   EXPECT_FALSE(assignment_from_json(to_json(Assignment{})).ready);
   const std::string bytes("\0\xff\x01 endpoint", 12);
   auto s = kv_set_from_json(to_json(KvSet{2, "c-1/2/tcp/0", bytes}));

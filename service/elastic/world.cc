@@ -242,7 +242,7 @@ proto::Assignment World::assignment_locked(const std::string& worker_id) const {
   a.generation = generation_;
   a.rank = static_cast<int>(std::find(members_.begin(), members_.end(), worker_id) - members_.begin());
   a.size = static_cast<int>(members_.size());
-  a.prefix = options_.cluster_id + "/" + std::to_string(generation_) + "/";
+  a.prefix = options_.cluster_id + "/" + std::to_string(generation_);
   return a;
 }
 

@@ -189,7 +189,7 @@ std::optional<Joined> join_from_env() {
   }
   Joined j;
   j.assignment = a;
-  j.store = std::make_unique<MusterdKvStore>(*settings, a.generation);
+  j.store = std::make_shared<MusterdKvStore>(*settings, a.generation);
   j.settings = *settings;
   return j;
 }

@@ -101,7 +101,7 @@ namespace muster::runtime::comm::musterd {
 // re-forms as the next generation.
 struct Joined {
   proto::Assignment assignment;
-  std::unique_ptr<KvStore> store;
+  std::shared_ptr<KvStore> store;
   RendezvousSettings settings;
 };
 std::optional<Joined> join_from_env();

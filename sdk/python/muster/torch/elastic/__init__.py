@@ -37,7 +37,7 @@ after and receives the state from rank 0. Outside an elastic cluster (under
 mpirun, or one process) run() just calls the function.
 """
 from .errors import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
-from .run import run, run_fn  # noqa: F401
+from .runner import run, run_fn  # noqa: F401
 from .sampler import ElasticSampler  # noqa: F401
 from .state import ObjectState, State  # noqa: F401
 from .torch_state import TorchState  # noqa: F401
