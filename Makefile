@@ -8,7 +8,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 
-.PHONY: setup build demo test fuzz bench bench-launch bench-allreduce bench-ps bench-train bench-api bench-torch bench-multihost clean
+.PHONY: setup build demo test fuzz bench bench-launch bench-allreduce bench-ps bench-train bench-api bench-torch bench-multihost bench-elastic clean
 
 setup:
 	@bash scripts/setup.sh
@@ -26,7 +26,7 @@ test: build
 fuzz: setup
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) bash scripts/fuzz.sh run
 
-bench: bench-launch bench-allreduce bench-ps bench-train bench-api bench-torch bench-multihost
+bench: bench-launch bench-allreduce bench-ps bench-train bench-api bench-torch bench-multihost bench-elastic
 	@/usr/bin/python3 bench/report.py
 
 bench-launch: build
@@ -46,6 +46,9 @@ bench-api: build
 
 bench-torch: build
 	@bash bench/torch/run.sh $(BUILD)
+
+bench-elastic: build
+	@bash bench/elastic/run.sh $(BUILD)
 
 bench-multihost: build
 	@bash bench/multihost/run.sh $(BUILD)

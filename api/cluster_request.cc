@@ -125,7 +125,7 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
   }
   if (r.mode != ClusterMode::kPs && !r.ps_script.empty()) return bad("ps_script", "is for ps mode only");
   if (r.mode != ClusterMode::kPs && r.worker_script.empty()) {
-    return bad("worker_script", "is required in mpi mode: it is the program every rank runs");
+    return bad("worker_script", "is required in mpi and elastic modes: it is the program every rank runs");
   }
   if (auto it = body.find("args"); it != body.end() && !it->is_null()) {
     if (!it->is_array()) return bad("args", "must be a list of strings");

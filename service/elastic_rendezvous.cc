@@ -377,7 +377,10 @@ Supervision ElasticRendezvous::supervise(api::Cluster& c, const std::vector<api:
     ++alive;
     if (contains(members, workers[i].id)) member_alive = true;
   }
-  const bool state_lost = st.world->generation() > 0 && !member_alive;
+  // Before the first world formed, nobody holds any state yet; but if every
+  // rank died then, the script fails on its own (no world will form).
+  const bool never_formed = st.world->generation() == 0 && alive == 0;
+  const bool state_lost = (st.world->generation() > 0 && !member_alive) || never_formed;
 
   // Replacements, unless the job is done or nobody could give them the state.
   if (!state_lost && !sup.verdict) {
@@ -422,7 +425,10 @@ Supervision ElasticRendezvous::supervise(api::Cluster& c, const std::vector<api:
   }
   if (!sup.verdict && !st.finishing) {
     const int min_np = c.request.min_np.value_or(c.request.n_workers);
-    if (state_lost) {
+    if (never_formed) {
+      sup.verdict = Verdict{api::ClusterStatus::kFailed,
+                            "every rank died before the world first formed; deaths: " + api::deaths_text(c.generations)};
+    } else if (state_lost) {
       sup.verdict = Verdict{api::ClusterStatus::kFailed,
                             "every rank of generation " + std::to_string(st.world->generation()) +
                                 " died, so nobody holds the training state; deaths: " + api::deaths_text(c.generations)};

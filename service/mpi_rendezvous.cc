@@ -186,6 +186,12 @@ api::Result<std::unique_ptr<LauncherProcess>> MpiRendezvous::start_mpirun(const 
                                               "MUSTER_METRICS_TOKEN"};
     spec.argv.insert(spec.argv.begin() + 1, forward.begin(), forward.end());
   }
+  // Under max_restarts every rank learns which run this is (torchrun's
+  // TORCHELASTIC_RESTART_COUNT), on the launched line only.
+  if (c.request.max_restarts > 0) {
+    spec.env["MUSTER_RESTART_COUNT"] = std::to_string(c.restarts);
+    spec.argv.insert(spec.argv.begin() + 1, {"-x", "MUSTER_RESTART_COUNT"});
+  }
   spec.working_dir = options_.project_dir;
   spec.log_path = dir_of(c.id) / "launcher.log";
   return launcher_.start(spec);

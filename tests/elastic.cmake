@@ -31,3 +31,17 @@ muster_python_test(torch_elastic_unit_test
   LABEL unit
   TIMEOUT 180
   ENV "OMP_NUM_THREADS=1")
+# The C++ runtime's elastic state and run loop, ranks on threads.
+muster_gtest(elastic_run_test SOURCES elastic_run_test.cc
+  DEPS muster_runtime_elastic LABEL unit TIMEOUT 60)
+# A Horovod-elastic PyTorch script (tests/elastic_torch_train.py) survives
+# SIGKILLed ranks (rank 0 and another, 2 and 3 ranks), a kill inside
+# commit(), a stopped worker and musterd killed during the recovery.
+muster_python_test(elastic_torch_integration_test
+  SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/elastic_torch_integration_test.py
+  LABEL integration
+  TIMEOUT 900
+  ENV "OMP_NUM_THREADS=1")
+# The Python SDK and CLI: elastic flags, max_restarts, the generations shown.
+muster_python_test(sdk_python_elastic_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/sdk_python_elastic_test.py
+  LABEL unit TIMEOUT 120)

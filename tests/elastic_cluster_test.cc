@@ -326,6 +326,18 @@ TEST_F(ElasticClusterTest, WhenEveryMemberDiedNobodyHoldsTheStateAndTheClusterFa
   EXPECT_NE(failed.reason.find("every rank of generation 1 died"), std::string::npos) << failed.reason;
 }
 
+TEST_F(ElasticClusterTest, EveryRankDyingBeforeTheFirstWorldFailsAtOnce) {
+  auto c = create(elastic(2, 1, 2));
+  for (const auto& t : c.tasks) register_worker(t.worker_id);
+  ASSERT_EQ(now(c.id).status, api::ClusterStatus::kRunning);
+  for (const auto& t : c.tasks) ASSERT_TRUE(registry_->agent_exit(t.worker_id, 1).is_ok());  // a broken script
+  auto failed = now(c.id);
+  EXPECT_EQ(failed.status, api::ClusterStatus::kFailed);
+  EXPECT_NE(failed.reason.find("every rank died before the world first formed"), std::string::npos) << failed.reason;
+  EXPECT_NE(failed.reason.find("failed with exit code 1"), std::string::npos) << failed.reason;
+  EXPECT_EQ(backend_.launched.size(), 2u);  // no replacement for a job that never started
+}
+
 TEST_F(ElasticClusterTest, AHostThatKeepsFailingIsBlacklistedForItsCooldown) {
   auto r = elastic(2, 1, 2);
   r.blacklist_cooldown_range = std::make_pair(10, 20);
@@ -429,6 +441,8 @@ TEST_F(ElasticClusterTest, MpiClusterRestartsEveryTaskUnderMaxRestarts) {
   for (const auto& t : restarting.tasks) register_worker(t.worker_id);
   auto again = now(c.id);
   ASSERT_EQ(launcher_->started.size(), 2u);
+  EXPECT_EQ(launcher_->started[0].env.at("MUSTER_RESTART_COUNT"), "0");
+  EXPECT_EQ(launcher_->started[1].env.at("MUSTER_RESTART_COUNT"), "1");  // the ranks see it through mpirun -x
   ASSERT_TRUE(again.generations[1].recovery_seconds.has_value());
   EXPECT_NEAR(*again.generations[1].recovery_seconds, 2.0, 1e-6);
   // A second failure: no restart left.
