@@ -346,7 +346,7 @@ Supervision ElasticRendezvous::supervise(api::Cluster& c, const std::vector<api:
     st.pending.erase(w.id);
     sup.changed = true;
     if (w.status == WorkerStatus::kSucceeded) {
-      st.world->remove(w.id, "finished (exit code 0)");
+      st.world->retire(w.id);
       st.finishing = true;
       continue;
     }

@@ -105,7 +105,7 @@ TEST(ClusterRequestTest, BadBodiesNameTheField) {
       {R"({"n_workers": 1, "ps_script": "../up.py"})", "ps_script", "'..'"},
       {R"({"n_workers": 1, "worker_script": "/etc/passwd"})", "worker_script", "relative to the project"},
       {R"({"n_workers": 1, "mode": "allreduce"})", "mode", "\"ps\", \"mpi\" or \"elastic\""},
-      {R"({"n_workers": 1, "mode": "mpi"})", "worker_script", "required in mpi mode"},
+      {R"({"n_workers": 1, "mode": "mpi"})", "worker_script", "required in mpi and elastic modes"},
       {R"({"n_workers": 1, "mode": "mpi", "worker_script": "t.py", "n_ps": 1})", "n_ps", "ps mode only"},
       {R"({"n_workers": 1, "mode": "mpi", "worker_script": "t.py", "ps_script": "p.py"})", "ps_script", "ps mode only"},
       {R"({"n_workers": 1, "launch": false})", "launch", "mpi mode only"},

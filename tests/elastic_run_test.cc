@@ -103,7 +103,9 @@ struct FakeMembership final : Membership {
 TEST(ElasticRun, ABrokenWorldReformsFromTheLastCommitAndEndsLikeAnUninterruptedRun) {
   constexpr int kRanks = 3, kSteps = 10;
   Worlds worlds(kRanks);
-  worlds.get(0)->fail_rank(1, 7);  // rank 1's link breaks at its 8th collective (sync is 2 of them)
+  // Rank 1's link breaks at its 9th collective: the sync is 2, steps 1-4 and
+  // the commit's membership check 5, step 5 one more; its step 6 fails.
+  worlds.get(0)->fail_rank(1, 8);
   std::vector<std::unique_ptr<CountingJob>> jobs;
   std::vector<std::vector<std::pair<int, int64_t>>> reports(kRanks);
   std::vector<std::thread> threads;
@@ -141,7 +143,7 @@ TEST(ElasticRun, ABrokenWorldReformsFromTheLastCommitAndEndsLikeAnUninterruptedR
   // Only rank 0 reports: generation 2 redid the steps after the commit at step 4.
   ASSERT_EQ(reports[0].size(), 1u);
   EXPECT_EQ(reports[0][0].first, 2);
-  EXPECT_EQ(reports[0][0].second, 1);  // the 5th step was done, then the 6th failed
+  EXPECT_EQ(reports[0][0].second, 1);  // step 5 was done after the commit at step 4, then step 6 failed
   EXPECT_TRUE(reports[1].empty());
 }
 

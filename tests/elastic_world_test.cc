@@ -352,6 +352,19 @@ TEST_F(WorldTest, ARestoredWorldKeepsItsGenerationButNotItsKeys) {
   EXPECT_EQ(a.value().generation, 2);
 }
 
+TEST_F(WorldTest, ARankThatFinishedLeavesWithoutBreakingItsGeneration) {
+  make(2, 2);
+  form_first({"a", "b"});
+  ASSERT_TRUE(set("a", 1, "k", "v").is_ok());
+  world_->retire("a");  // done: exited 0
+  auto& got = get("b", 1, {"k"}, 0);
+  ASSERT_TRUE(got.came() && got.got->is_ok());
+  EXPECT_TRUE(got.value().ready);  // b finishes in generation 1 undisturbed
+  EXPECT_FALSE(view("b", 1).changed);
+  EXPECT_FALSE(world_->admitted("a"));
+  for (const auto& e : world_->drain_events()) EXPECT_NE(e.kind, WorldEvent::Kind::kBroken);
+}
+
 TEST_F(WorldTest, ClosingAnswersEveryParkedCall) {
   make(2, 2);
   admit({"a", "b"});

@@ -14,6 +14,7 @@
 // holds the same parameters; rank 0 evaluates and prints them hashed
 // (`final params_fnv1a=...`), every rank writes them to
 // <--params-out>/rank<r>.bin when asked.
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <fstream>

@@ -86,6 +86,21 @@ void World::remove(const std::string& worker_id, const std::string& reason) {
   run(fx);
 }
 
+void World::retire(const std::string& worker_id) {
+  Effects fx;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!admitted_.erase(worker_id)) return;
+    removed_[worker_id] = "it finished";
+    if (auto it = round_.find(worker_id); it != round_.end()) {
+      if (it->second.parked) fx.push_back([done = std::move(*it->second.parked)] { done(proto::Assignment{}); });
+      round_.erase(it);
+    }
+    form_locked(fx);
+  }
+  run(fx);
+}
+
 void World::close(const std::string& reason) {
   Effects fx;
   {

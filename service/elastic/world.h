@@ -97,6 +97,9 @@ class World {
   // its round seat and parked calls go; if it was a member of the current
   // generation, that generation breaks with `reason`.
   void remove(const std::string& worker_id, const std::string& reason);
+  // `worker_id` ended well (its training is done): it leaves, but its
+  // generation does not break, so ranks still finishing in it go on.
+  void retire(const std::string& worker_id);
   // Answers every parked call (the cluster ended) and refuses later ones.
   void close(const std::string& reason);
   bool admitted(const std::string& worker_id) const;
