@@ -10,7 +10,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 
-.PHONY: setup configure build demo test fuzz bench bench-launch bench-allreduce bench-ps bench-train bench-api bench-torch bench-multihost clean
+.PHONY: setup configure build demo test fuzz bench bench-launch bench-allreduce bench-ps bench-train bench-api bench-torch bench-multihost bench-logs bench-elastic clean
 
 setup:
 	@bash scripts/setup.sh
@@ -31,7 +31,7 @@ test: build
 fuzz: setup
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) bash scripts/fuzz.sh run
 
-bench: bench-launch bench-allreduce bench-ps bench-train bench-api bench-torch bench-multihost bench-logs
+bench: bench-launch bench-allreduce bench-ps bench-train bench-api bench-torch bench-multihost bench-logs bench-elastic
 	@/usr/bin/python3 bench/report.py
 
 bench-launch: build
@@ -54,6 +54,9 @@ bench-logs: build
 
 bench-torch: build
 	@bash bench/torch/run.sh $(BUILD)
+
+bench-elastic: build
+	@bash bench/elastic/run.sh $(BUILD)
 
 bench-multihost: build
 	@bash bench/multihost/run.sh $(BUILD)

@@ -29,7 +29,14 @@ bool is_terminal(ClusterStatus s) {
   return s == ClusterStatus::kSucceeded || s == ClusterStatus::kFailed || s == ClusterStatus::kStopped;
 }
 
-const char* cluster_mode_name(ClusterMode mode) { return mode == ClusterMode::kPs ? "ps" : "mpi"; }
+const char* cluster_mode_name(ClusterMode mode) {
+  switch (mode) {
+    case ClusterMode::kPs: return "ps";
+    case ClusterMode::kMpi: return "mpi";
+    case ClusterMode::kElastic: return "elastic";
+  }
+  return "unknown";
+}
 
 std::string RankFailure::describe() const {
   std::string text = "rank " + std::to_string(rank);
@@ -105,6 +112,22 @@ json Cluster::to_json() const {
   out["failed_rank"] = failed_rank ? failed_rank->to_json() : json(nullptr);
   out["horovodrun_argv"] = horovodrun_argv;
   out["mpirun_argv"] = mpirun_argv;
+  // Recoveries: the generations, and what bounds them.
+  json history = json::array();
+  for (const auto& g : generations) history.push_back(api::to_json(g));
+  out["generations"] = history;
+  out["generation"] = generations.empty() ? 0 : generations.back().generation;
+  out["restarts"] = restarts;
+  out["resets"] = resets;
+  out["max_restarts"] = request.max_restarts;
+  if (request.mode == ClusterMode::kElastic) {
+    const json r = request.to_json();
+    out["min_np"] = request.min_np.value_or(request.n_workers);
+    out["max_np"] = request.max_np.value_or(request.n_workers);
+    out["reset_limit"] = r.at("reset_limit");
+    out["blacklist_cooldown_range"] = r.at("blacklist_cooldown_range");
+    out["blacklist"] = elastic_state.is_object() ? elastic_state.value("blacklist", json::array()) : json::array();
+  }
   if (request.mode == ClusterMode::kMpi) {
     const json r = request.to_json();
     for (const char* key : {"network_interfaces", "fusion_threshold_mb", "cycle_time_ms", "timeline_filename",
@@ -121,6 +144,7 @@ json Cluster::to_record() const {
   json tasks_json = json::array();
   for (const auto& t : tasks) tasks_json.push_back({{"type", t.type}, {"index", t.index}, {"worker_id", t.worker_id}});
   out["tasks"] = tasks_json;
+  if (!elastic_state.is_null()) out["elastic_state"] = elastic_state;
   if (launcher_process) {
     out["launcher_process"] = {{"pid", launcher_process->pid},
                                {"start_time", launcher_process->start_time},
@@ -156,6 +180,14 @@ Result<Cluster> Cluster::from_record(const json& j) {
       auto failure = RankFailure::from_json(j["failed_rank"]);
       if (failure) c.failed_rank = failure.value();
     }
+    for (const auto& g : j.value("generations", json::array())) {
+      auto parsed = generation_from_json(g);
+      if (!parsed) return parsed.status();
+      c.generations.push_back(std::move(parsed).value());
+    }
+    c.restarts = j.value("restarts", 0);
+    c.resets = j.value("resets", 0);
+    c.elastic_state = j.value("elastic_state", json(nullptr));
     if (j.contains("launcher_process") && j["launcher_process"].is_object()) {
       const json& p = j["launcher_process"];
       base::ProcessId id{p.value("pid", 0), p.value("start_time", 0ull)};

@@ -10,6 +10,12 @@
 //   With `workers`, the ranks run on those running workers instead (the
 //   notebook launched them, as for `horovodrun -H <their IPs>`): nothing is
 //   launched, and they are not stopped when the cluster ends.
+// - mode "elastic": n_workers ranks that musterd launches itself, one worker
+//   each (no mpirun, sshd or orted), forming their world through musterd's
+//   rendezvous; a rank that dies is replaced and the survivors re-form
+//   (min_np .. max_np ranks; horovodrun's elastic flags).
+// Any mode but elastic may restart after a failure (max_restarts, torchrun's
+// semantics). Recoveries are the cluster's generations (api/cluster_history.h).
 //
 // Status: starting -> running -> succeeded | failed | stopped
 //         starting -> failed | stopped
@@ -24,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/base/process.h"
+#include "api/cluster_history.h"
 #include "api/status.h"
 
 namespace muster::api {
@@ -33,7 +40,7 @@ const char* cluster_status_name(ClusterStatus status);
 std::optional<ClusterStatus> parse_cluster_status(const std::string& name);
 bool is_terminal(ClusterStatus status);
 
-enum class ClusterMode { kPs, kMpi };
+enum class ClusterMode { kPs, kMpi, kElastic };
 const char* cluster_mode_name(ClusterMode mode);
 
 // POST /api/v1/clusters, validated (scripts are resolved when the tasks are
@@ -73,6 +80,19 @@ struct ClusterRequest {
   // mpi: running workers (ids) to run the ranks on, `slots` each, in rank
   // order; n_workers is their number. Empty: launch n_workers new ones.
   std::vector<std::string> workers{};
+  // ps and mpi: after a failure, start every task again (a ps worker task:
+  // only that task) up to this many times; the script resumes from its own
+  // checkpoint (torchrun's --max-restarts).
+  int max_restarts = 0;
+  // elastic (horovodrun's --min-np, --max-np, --reset-limit,
+  // --blacklist-cooldown-range): the world keeps min_np..max_np ranks
+  // (defaults: n_workers); reset_limit bounds the re-formations (unset: no
+  // bound); a host that keeps failing is blacklisted for a cooldown drawn in
+  // [lo, hi] seconds (unset: for the cluster's life).
+  std::optional<int> min_np;
+  std::optional<int> max_np;
+  std::optional<int> reset_limit;
+  std::optional<std::pair<int, int>> blacklist_cooldown_range;
 
   nlohmann::json to_json() const;
 };
@@ -123,6 +143,13 @@ struct Cluster {
   std::optional<std::string> finished_at;
   std::optional<int> launcher_exit_code;  // mpi launch=true
   std::optional<RankFailure> failed_rank{};  // mpi: set when a rank failed
+  // Recoveries (api/cluster_history.h): every generation, how many times the
+  // cluster restarted (max_restarts) and its world re-formed (elastic).
+  std::vector<ClusterGeneration> generations;
+  int restarts = 0;
+  int resets = 0;
+  // The elastic mode's own record (its world and blacklist), for the store.
+  nlohmann::json elastic_state;
   // The running launcher (mpirun), for the store only: {pid, start time};
   // its pgid and session id are its pid. A restarted daemon ends it by this.
   std::optional<base::ProcessId> launcher_process;

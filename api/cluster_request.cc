@@ -8,6 +8,7 @@
 #include "api/kernel.h"
 #include "clusterspec/names.h"
 #include "api/worker.h"
+#include "api/cluster_request_recovery.h"
 
 namespace muster::api {
 
@@ -79,7 +80,8 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
       "mode", "n_workers", "n_ps", "cpu", "memory", "nvidia_gpu", "worker_script", "args", "env", "ps_script",
       "slots", "ssh_port", "network_interface", "network_interfaces", "timeout_seconds", "launch",
       "fusion_threshold_mb", "cycle_time_ms", "timeline_filename", "start_timeout", "verbose", "n_chief",
-      "n_evaluator", "python", "workers"};
+      "n_evaluator", "python", "workers", "max_restarts", "min_np", "max_np", "reset_limit",
+      "blacklist_cooldown_range"};
   if (!body.is_object()) return invalid_argument("the request body must be a JSON object");
   for (const auto& item : body.items()) {
     if (!kFields.count(item.key())) return invalid_argument("unknown field '" + item.key() + "'", item.key());
@@ -91,8 +93,10 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
     r.mode = ClusterMode::kPs;
   } else if (mode == "mpi") {
     r.mode = ClusterMode::kMpi;
+  } else if (mode == "elastic") {
+    r.mode = ClusterMode::kElastic;
   } else {
-    return bad("mode", "must be \"ps\" or \"mpi\"");
+    return bad("mode", "must be \"ps\", \"mpi\" or \"elastic\"");
   }
   if (auto it = body.find("workers"); it != body.end() && !it->is_null()) {
     if (r.mode != ClusterMode::kMpi) return bad("workers", "is for mpi mode only (the hosts of the ranks)");
@@ -120,11 +124,11 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
   }
   // At least one worker task comes beside the PS tasks.
   if (auto s = read_int(body, "n_ps", 0, max_workers - 1, &r.n_ps); !s) return s;
-  if (r.mode == ClusterMode::kMpi && r.n_ps != 0) return bad("n_ps", "is for ps mode only (mpi mode has no parameter servers)");
+  if (r.mode != ClusterMode::kPs && r.n_ps != 0) return bad("n_ps", "is for ps mode only (mpi mode has no parameter servers)");
   if (auto s = read_int(body, "n_chief", 0, 1, &r.n_chief); !s) return s;
   if (auto s = read_int(body, "n_evaluator", 0, 1, &r.n_evaluator); !s) return s;
-  if (r.mode == ClusterMode::kMpi && r.n_chief != 0) return bad("n_chief", "is for ps mode only (TensorFlow's chief task)");
-  if (r.mode == ClusterMode::kMpi && r.n_evaluator != 0) {
+  if (r.mode != ClusterMode::kPs && r.n_chief != 0) return bad("n_chief", "is for ps mode only (TensorFlow's chief task)");
+  if (r.mode != ClusterMode::kPs && r.n_evaluator != 0) {
     return bad("n_evaluator", "is for ps mode only (TensorFlow's evaluator task)");
   }
   const int total = r.n_workers + r.n_ps + r.n_chief + r.n_evaluator;
@@ -143,9 +147,9 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
     if (script->empty()) continue;
     if (auto s = check_script_path(*script, field); !s) return s;
   }
-  if (r.mode == ClusterMode::kMpi && !r.ps_script.empty()) return bad("ps_script", "is for ps mode only");
-  if (r.mode == ClusterMode::kMpi && r.worker_script.empty()) {
-    return bad("worker_script", "is required in mpi mode: it is the program every rank runs");
+  if (r.mode != ClusterMode::kPs && !r.ps_script.empty()) return bad("ps_script", "is for ps mode only");
+  if (r.mode != ClusterMode::kPs && r.worker_script.empty()) {
+    return bad("worker_script", "is required in mpi and elastic modes: it is the program every rank runs");
   }
   if (auto it = body.find("args"); it != body.end() && !it->is_null()) {
     if (!it->is_array()) return bad("args", "must be a list of strings");
@@ -211,6 +215,7 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
   if (r.mode == ClusterMode::kPs && body.contains("launch") && !body["launch"].is_null() && !r.launch) {
     return bad("launch", "is for mpi mode only (ps-mode tasks always start once released)");
   }
+  if (auto s = parse_recovery_fields(body, max_workers, r); !s) return s;
   return r;
 }
 
@@ -238,13 +243,22 @@ json ClusterRequest::to_json() const {
               {"n_chief", n_chief},
               {"n_evaluator", n_evaluator},
               {"python", python},
-              {"workers", workers}};
+              {"workers", workers},
+              {"max_restarts", max_restarts},
+              {"min_np", min_np ? json(*min_np) : json(nullptr)},
+              {"max_np", max_np ? json(*max_np) : json(nullptr)},
+              {"reset_limit", reset_limit ? json(*reset_limit) : json(nullptr)},
+              {"blacklist_cooldown_range", blacklist_cooldown_range
+                                               ? json::array({blacklist_cooldown_range->first,
+                                                              blacklist_cooldown_range->second})
+                                               : json(nullptr)}};
 }
 
 Result<ClusterRequest> cluster_request_from_json(const json& j) {
   try {
     ClusterRequest r;
-    r.mode = j.at("mode").get<std::string>() == "mpi" ? ClusterMode::kMpi : ClusterMode::kPs;
+    const std::string mode = j.at("mode").get<std::string>();
+    r.mode = mode == "mpi" ? ClusterMode::kMpi : mode == "elastic" ? ClusterMode::kElastic : ClusterMode::kPs;
     r.n_workers = j.at("n_workers").get<int>();
     r.n_ps = j.at("n_ps").get<int>();
     r.cpu = j.at("cpu").get<double>();
@@ -274,6 +288,14 @@ Result<ClusterRequest> cluster_request_from_json(const json& j) {
     r.n_evaluator = j.value("n_evaluator", 0);
     r.python = j.value("python", "");
     if (j.contains("workers")) r.workers = j.at("workers").get<std::vector<std::string>>();
+    r.max_restarts = j.value("max_restarts", 0);
+    if (j.contains("min_np") && !j["min_np"].is_null()) r.min_np = j["min_np"].get<int>();
+    if (j.contains("max_np") && !j["max_np"].is_null()) r.max_np = j["max_np"].get<int>();
+    if (j.contains("reset_limit") && !j["reset_limit"].is_null()) r.reset_limit = j["reset_limit"].get<int>();
+    if (j.contains("blacklist_cooldown_range") && j["blacklist_cooldown_range"].is_array()) {
+      r.blacklist_cooldown_range = {j["blacklist_cooldown_range"].at(0).get<int>(),
+                                    j["blacklist_cooldown_range"].at(1).get<int>()};
+    }
     return r;
   } catch (const json::exception& e) {
     return internal_error(std::string("stored cluster request is malformed: ") + e.what());

@@ -52,6 +52,7 @@ api::Status ClusterManager::restore() {
   auto records = store_->load_all();
   if (!records) return records.status();
   std::vector<std::string> interrupted;
+  std::vector<api::Cluster> resumable;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& record : records.value()) {
@@ -61,10 +62,21 @@ api::Status ClusterManager::restore() {
       e.cluster = std::move(cluster).value();
       e.seq = next_seq_++;
       e.launched = true;
+      e.wired = e.cluster.status == api::ClusterStatus::kRunning;
       e.dir = options_.state_dir / "clusters" / e.cluster.id;
-      if (!is_terminal(e.cluster.status)) interrupted.push_back(e.cluster.id);
+      if (!is_terminal(e.cluster.status)) resumable.push_back(e.cluster);
       clusters_[e.cluster.id] = std::move(e);
     }
+  }
+  // A mode may take its running clusters back (elastic: the agents return);
+  // the rest were interrupted.
+  for (auto& c : resumable) {
+    if (mode_of(c.request).resume(c)) {
+      spdlog::info("cluster {}: taken back at generation {} after the daemon restarted", c.id,
+                   c.generations.empty() ? 0 : c.generations.back().generation);
+      continue;
+    }
+    interrupted.push_back(c.id);
   }
   for (const auto& id : interrupted) {
     std::string was;
@@ -94,6 +106,7 @@ void ClusterManager::finish(const std::string& id, api::ClusterStatus status, co
                             std::optional<api::RankFailure> failed_rank) {
   std::unique_ptr<LauncherProcess> launcher;
   std::vector<std::string> ids;
+  api::Cluster ended;
   {
     std::unique_lock<std::mutex> lock(mu_);
     auto it = clusters_.find(id);
@@ -132,9 +145,14 @@ void ClusterManager::finish(const std::string& id, api::ClusterStatus status, co
     if (failed_rank) e.cluster.failed_rank = std::move(failed_rank);
     if (!e.cluster.launcher_exit_code) e.cluster.launcher_exit_code = launcher_code;
     e.cluster.launcher_process.reset();  // ended above (or by restore())
+    for (auto& g : e.cluster.generations) {
+      if (!g.ended_at) g.ended_at = e.cluster.finished_at;
+    }
     persist_locked(e);
+    ended = e.cluster;
   }
   ended_cv_.notify_all();
+  mode_of(ended.request).ended(ended);
   spdlog::info("cluster {} {}{}{}", id, api::cluster_status_name(status), reason.empty() ? "" : ": ", reason);
 }
 
@@ -143,27 +161,39 @@ void ClusterManager::step() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [id, e] : clusters_) {
-      if (e.launched && !e.ending && !is_terminal(e.cluster.status)) active.push_back(id);
+      if (e.launched && !e.ending && !e.restarting && !is_terminal(e.cluster.status)) active.push_back(id);
     }
   }
   for (const auto& id : active) evaluate(id);
 }
 
 Rendezvous& ClusterManager::mode_of(const api::ClusterRequest& request) const {
-  return request.mode == api::ClusterMode::kMpi ? *mpi_ : *ps_;
+  switch (request.mode) {
+    case api::ClusterMode::kMpi: return *mpi_;
+    case api::ClusterMode::kElastic: return *elastic_;
+    case api::ClusterMode::kPs: break;
+  }
+  return *ps_;
 }
 
 void ClusterManager::evaluate(const std::string& id) {
   api::Cluster c;
   TimePoint deadline;
   bool has_launcher = false;
+  bool wired = false;
+  std::map<std::string, std::string> pending_release;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = clusters_.find(id);
-    if (it == clusters_.end() || it->second.ending || api::is_terminal(it->second.cluster.status)) return;
+    if (it == clusters_.end() || it->second.ending || it->second.restarting ||
+        api::is_terminal(it->second.cluster.status)) {
+      return;
+    }
     c = it->second.cluster;
     deadline = it->second.deadline;
     has_launcher = it->second.launcher != nullptr;
+    wired = it->second.wired;
+    pending_release = it->second.pending_release;
   }
   Rendezvous& mode = mode_of(c.request);
 
@@ -174,17 +204,25 @@ void ClusterManager::evaluate(const std::string& id) {
     workers.push_back(w.value());
   }
 
-  // d) Any task that ended badly ends the cluster.
+  // d) + e) Any task that ended badly ends the cluster, unless restarts are left.
   for (size_t i = 0; i < c.tasks.size(); ++i) {
     if (api::is_terminal(workers[i].status) && !mode.may_end(c.tasks[i], workers[i])) {
       std::string reason = describe_end(c.task_name(c.tasks[i]), workers[i]);
+      if (c.restarts < c.request.max_restarts) {
+        if (wired && mode.replaceable(c, c.tasks[i])) return replace_task(id, i, reason);
+        return restart(id, reason, i);
+      }
       if (has_launcher) reason += "; mpirun was aborted";
+      if (c.request.max_restarts > 0) {
+        reason += " (after " + std::to_string(c.restarts) + " restarts: max_restarts " +
+                  std::to_string(c.request.max_restarts) + " reached)";
+      }
       return finish(id, api::ClusterStatus::kFailed, reason);
     }
   }
 
-  // a) + b) Starting: the rendezvous once every task is ready.
-  if (c.status == api::ClusterStatus::kStarting) {
+  // a) + b) Starting (again after a restart): the rendezvous once every task is ready.
+  if (!wired) {
     auto pending = std::find_if(workers.begin(), workers.end(), [&](const api::Worker& w) { return !mode.ready(w); });
     if (pending == workers.end()) return rendezvous(c, workers);
     if (clock_.now() >= deadline) {
@@ -195,6 +233,27 @@ void ClusterManager::evaluate(const std::string& id) {
     return;
   }
 
+  // e) Replaced tasks get their predecessor's release once they registered.
+  for (const auto& [fresh, replaced] : pending_release) {
+    auto w = std::find_if(workers.begin(), workers.end(), [&](const api::Worker& x) { return x.id == fresh; });
+    if (w == workers.end() || !mode.ready(*w)) continue;
+    std::optional<Release> release;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto& e = clusters_[id];
+      e.pending_release.erase(fresh);
+      auto r = e.releases.find(replaced);
+      if (r != e.releases.end()) {
+        release = r->second;
+        e.releases[fresh] = r->second;
+      }
+    }
+    if (release) (void)registry_.release(fresh, std::move(*release));
+  }
+
+  // f) A supervising mode's pass.
+  if (supervise(id, c, workers)) return;
+
   // c) Running: the mode decides when it ended.
   std::optional<int> code;
   if (has_launcher) {
@@ -204,8 +263,35 @@ void ClusterManager::evaluate(const std::string& id) {
     if (code) e.cluster.launcher_exit_code = code;
   }
   if (auto verdict = mode.verdict(c, workers, code)) {
+    if (verdict->status == api::ClusterStatus::kFailed && c.restarts < c.request.max_restarts) {
+      return restart(id, verdict->reason, std::nullopt);
+    }
+    if (verdict->status == api::ClusterStatus::kFailed && c.request.max_restarts > 0) {
+      verdict->reason += " (after " + std::to_string(c.restarts) + " restarts: max_restarts " +
+                         std::to_string(c.request.max_restarts) + " reached)";
+    }
     finish(id, verdict->status, verdict->reason, std::move(verdict->failed_rank));
   }
+}
+
+bool ClusterManager::supervise(const std::string& id, const api::Cluster& c, const std::vector<api::Worker>& workers) {
+  api::Cluster copy = c;
+  Supervision sup = mode_of(c.request).supervise(copy, workers);
+  if (sup.changed) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& e = clusters_[id];
+    if (!e.ending && !api::is_terminal(e.cluster.status)) {
+      e.cluster.tasks = copy.tasks;
+      e.cluster.generations = copy.generations;
+      e.cluster.resets = copy.resets;
+      e.cluster.elastic_state = copy.elastic_state;
+      persist_locked(e);
+    }
+  }
+  if (!sup.stop.empty()) (void)registry_.stop(sup.stop);
+  if (!sup.verdict) return false;
+  finish(id, sup.verdict->status, sup.verdict->reason);
+  return true;
 }
 
 void ClusterManager::rendezvous(const api::Cluster& c, const std::vector<api::Worker>& workers) {
@@ -223,11 +309,29 @@ void ClusterManager::rendezvous(const api::Cluster& c, const std::vector<api::Wo
       // Stopped while the rendezvous ran: end what it started here.
       if (w.launcher) w.launcher->terminate(options_.launcher_grace);
       persist_locked(e);
+      mode_of(c.request).ended(e.cluster);
       return;
     }
     if (w.launcher && w.launcher->identity().valid()) e.cluster.launcher_process = w.launcher->identity();
     e.launcher = std::move(w.launcher);
     e.cluster.status = api::ClusterStatus::kRunning;
+    e.wired = true;
+    e.wired_at = clock_.now();
+    // Under max_restarts every cluster keeps its generations: the first
+    // starts here; a restarted one is up again (its recovery time).
+    if (c.request.max_restarts > 0 && e.cluster.generations.empty()) {
+      api::ClusterGeneration g;
+      g.generation = 1;
+      g.cause = "start";
+      g.started_at = format_time(e.wired_at);
+      for (const auto& t : e.cluster.tasks) g.members.push_back(t.worker_id);
+      e.cluster.generations.push_back(std::move(g));
+    } else if (e.restart_began && !e.cluster.generations.empty()) {
+      e.cluster.generations.back().recovery_seconds =
+          std::chrono::duration<double>(e.wired_at - *e.restart_began).count();
+      e.restart_began.reset();
+    }
+    for (const auto& [worker_id, release] : w.releases) e.releases[worker_id] = release;
     persist_locked(e);
   }
   spdlog::info("cluster {} running: {}", c.id, w.summary);

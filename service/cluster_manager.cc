@@ -24,6 +24,8 @@ ClusterManager::ClusterManager(ClusterManagerOptions options, WorkerRegistry& re
       MpiRendezvousOptions{options_.state_dir, options_.validation.project_dir, options_.mpirun,
                            options_.mpirun_extra_args},
       registry_, *launcher_, mpi_hosts);
+  elastic_ = std::make_unique<ElasticRendezvous>(
+      ElasticRendezvousOptions{options_.validation.project_dir, options_.elastic_rejoin_timeout}, registry_, clock_);
   subscription_ = registry_.subscribe([this](const api::Worker& w) {
     if (!w.cluster_id) return;
     std::lock_guard<std::mutex> lock(wake_mu_);
@@ -174,6 +176,18 @@ api::Result<api::Cluster> ClusterManager::get(const std::string& id) const {
   auto it = clusters_.find(id);
   if (it == clusters_.end() || !it->second.launched) return api::not_found("no cluster '" + id + "'");
   return it->second.cluster;
+}
+
+api::Result<std::shared_ptr<elastic::World>> ClusterManager::world_of_worker(const std::string& worker_id) const {
+  auto w = registry_.get(worker_id);
+  if (!w) return w.status();
+  if (!w->cluster_id) return api::not_found("worker " + worker_id + " is not part of a cluster");
+  auto world = elastic_->world(*w->cluster_id);
+  if (!world) {
+    return api::not_found("worker " + worker_id + " is not a rank of a running elastic cluster (cluster " +
+                          *w->cluster_id + ")");
+  }
+  return world;
 }
 
 api::Result<std::filesystem::path> ClusterManager::log_path(const std::string& id) const {

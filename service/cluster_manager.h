@@ -20,6 +20,18 @@
 //      it end: Rendezvous::may_end) fails the cluster with a reason naming
 //      the task ("worker 1 (id 3fa9c0) failed with exit code 3") and stops
 //      every other task and the launcher. Nobody waits forever.
+//   e) unless restarts are left (max_restarts, torchrun's semantics, ps and
+//      mpi modes): then a failed task the mode can replace alone
+//      (Rendezvous::replaceable: a ps worker) is relaunched under the same
+//      index and released with its own release once it registers;
+//      otherwise (a task that is not replaceable, or mpirun failing) the
+//      launcher and every task are stopped, every task is launched again
+//      (MUSTER_RESTART_COUNT in its env) and a)-b) run again. Each restart
+//      is a generation of the cluster (api/cluster_history.h).
+//   f) a mode that supervises its running tasks itself (elastic: its world
+//      re-forms, replacements join) does so on every pass
+//      (Rendezvous::supervise); the manager stores what it changed, stops
+//      what it asks and ends the cluster on its verdict.
 //
 // Threads: create/list/get/stop are called from the HTTP threads; one
 // manager thread runs step() every `tick` and whenever the registry reports a
@@ -30,8 +42,8 @@
 // rendezvous strategies.
 //
 // Files: cluster_manager.cc (construction, create, the queries, stop),
-// cluster_lifecycle.cc (the thread's pass a) to d), the rendezvous, finish,
-// restore).
+// cluster_lifecycle.cc (the thread's pass a) to f), the rendezvous, finish,
+// restore), cluster_restarts.cc (e: restarts and replaced tasks).
 #pragma once
 
 #include <chrono>
@@ -52,8 +64,10 @@
 #include "service/clock.h"
 #include "service/cluster_launcher.h"
 #include "service/cluster_store.h"
+#include "service/elastic/world.h"
 #include "service/rendezvous.h"
 #include "service/registry.h"
+#include "service/elastic_rendezvous.h"
 #include "service/validation.h"
 #include "workers/mpi_hosts.h"
 
@@ -67,6 +81,9 @@ struct ClusterManagerOptions {
   std::vector<std::string> mpirun_extra_args;  // added before the command when launching
   std::chrono::milliseconds tick{100};
   std::chrono::milliseconds launcher_grace{3000};
+  // Elastic clusters: a member of a broken generation that has not joined
+  // the next one by then is left out (service/elastic/world.h).
+  std::chrono::milliseconds elastic_rejoin_timeout{30'000};
   bool start_thread = true;                // false: tests call step() themselves
 };
 
@@ -82,7 +99,9 @@ class ClusterManager {
   ClusterManager& operator=(const ClusterManager&) = delete;
 
   // Loads clusters of an earlier daemon. Those that had not ended are failed
-  // ("the daemon restarted ...") and their remaining tasks stopped.
+  // ("the daemon restarted ...") and their remaining tasks stopped, unless
+  // their mode takes them back (Rendezvous::resume: a running elastic
+  // cluster, whose agents come back to this daemon).
   api::Status restore();
 
   // Validates the scripts, launches every task (all or nothing) and returns
@@ -103,6 +122,10 @@ class ClusterManager {
   // One pass over the active clusters (the manager thread calls it).
   void step();
 
+  // The world rendezvous of the elastic cluster `worker_id` is a rank of
+  // (the rendezvous routes); not_found for any other worker.
+  api::Result<std::shared_ptr<elastic::World>> world_of_worker(const std::string& worker_id) const;
+
   // Called with the cluster on every change that is persisted (status,
   // ClusterSpec, launch lines, reason). Listeners run under the manager's
   // mutex: they must only copy or queue (the dashboard's EventHub writes to
@@ -117,7 +140,16 @@ class ClusterManager {
     uint64_t seq = 0;
     bool launched = false;        // tasks are known
     bool ending = false;          // finish() is stopping the tasks; status follows
+    bool wired = false;           // b) ran for the current tasks (again after a restart)
+    bool restarting = false;      // restart() is stopping and relaunching the tasks
     TimePoint deadline = TimePoint::max();
+    TimePoint wired_at;
+    std::optional<TimePoint> restart_began;
+    // What each task was released with (ps: its TF_CONFIG), for a
+    // replacement of that task; and replacements waiting for their release
+    // (new worker -> the worker it replaces). In memory only.
+    std::map<std::string, Release> releases;
+    std::map<std::string, std::string> pending_release;
     std::unique_ptr<LauncherProcess> launcher;
     std::filesystem::path dir;    // <state_dir>/clusters/<id>
   };
@@ -131,6 +163,14 @@ class ClusterManager {
   Rendezvous& mode_of(const api::ClusterRequest& request) const;
   // b): the rendezvous of a cluster whose tasks are all ready.
   void rendezvous(const api::Cluster& cluster, const std::vector<api::Worker>& workers);
+  // e) (cluster_restarts.cc): every task again, or task `index` alone.
+  void restart(const std::string& id, const std::string& reason, std::optional<size_t> failed_task);
+  void replace_task(const std::string& id, size_t index, const std::string& reason);
+  // f): the mode's pass over a running cluster; true when it ended it.
+  bool supervise(const std::string& id, const api::Cluster& cluster, const std::vector<api::Worker>& workers);
+  // The mode's batches again, with MUSTER_RESTART_COUNT; launched all or nothing.
+  api::Result<std::vector<api::ClusterTask>> relaunch(const api::Cluster& cluster, int restart_count,
+                                                      std::optional<size_t> only_task);
   void persist_locked(const Entry& e);
   void loop();
 
@@ -141,6 +181,7 @@ class ClusterManager {
   std::unique_ptr<Launcher> launcher_;
   std::unique_ptr<Rendezvous> ps_;
   std::unique_ptr<Rendezvous> mpi_;
+  std::unique_ptr<ElasticRendezvous> elastic_;
 
   mutable std::mutex mu_;
   std::condition_variable ended_cv_;  // an `ending` cluster reached its status

@@ -1,5 +1,6 @@
 #include "service/cluster_routes.h"
 
+#include "service/rendezvous_routes.h"
 #include "service/worker_routes.h"
 
 namespace muster::service {
@@ -67,6 +68,7 @@ std::unique_ptr<ClusterManager> start_clusters(Router& router, WorkerRegistry& r
       options, registry, store, clock, make_process_launcher(LauncherLogRelay{o.agent_path, registry.log_limits()}),
       o.mpi_hosts);
   register_cluster_routes(router, *manager, o.max_workers, o.follower, o.host);
+  register_rendezvous_routes(router, *manager);
   return manager;
 }
 

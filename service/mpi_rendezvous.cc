@@ -214,6 +214,12 @@ api::Result<std::unique_ptr<LauncherProcess>> MpiRendezvous::start_mpirun(const 
     spec.env[name] = value;
     if (!c.request.env.count(name)) spec.argv.insert(spec.argv.begin() + 1, {"-x", name});
   }
+  // Under max_restarts every rank learns which run this is (torchrun's
+  // TORCHELASTIC_RESTART_COUNT), on the launched line only.
+  if (c.request.max_restarts > 0) {
+    spec.env["MUSTER_RESTART_COUNT"] = std::to_string(c.restarts);
+    spec.argv.insert(spec.argv.begin() + 1, {"-x", "MUSTER_RESTART_COUNT"});
+  }
   spec.working_dir = options_.project_dir;
   spec.log_path = dir_of(c.id) / "launcher.log";
   spec.tagged_output = true;  // whole lines, each rank's tagged once (mpi_output.h)

@@ -118,4 +118,8 @@ LogSource PsRendezvous::log(const api::Cluster& c) const {
   return source;
 }
 
+bool PsRendezvous::replaceable(const api::Cluster& c, const api::ClusterTask& task) const {
+  return task.type == clusterspec::kWorker && (task.index > 0 || c.request.n_chief > 0);
+}
+
 }  // namespace muster::service

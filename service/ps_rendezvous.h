@@ -15,6 +15,10 @@
 //      workers and PS serve until stopped); without one, once every worker
 //      task succeeded. A worker task that succeeded may end early.
 //   d) log: the chief's (else worker 0's) worker log.
+//   Under max_restarts a failed worker task that is not the chief is
+//   replaced alone, released with its own TF_CONFIG (replaceable()); a PS
+//   task or the chief failing restarts every task, the chief resuming from
+//   the PS checkpoint.
 #pragma once
 
 #include <filesystem>
@@ -39,6 +43,9 @@ class PsRendezvous final : public Rendezvous {
   std::optional<Verdict> verdict(const api::Cluster& cluster, const std::vector<api::Worker>& workers,
                                  std::optional<int> launcher_exit) const override;
   LogSource log(const api::Cluster& cluster) const override;
+  // A worker task that is not the chief (worker 0 without a chief task):
+  // replaced alone, with its TF_CONFIG, under max_restarts.
+  bool replaceable(const api::Cluster& cluster, const api::ClusterTask& task) const override;
 
  private:
   PsRendezvousOptions options_;

@@ -22,6 +22,18 @@
 // - verdict(): while running, whether the cluster ended and how (nullopt:
 //   not yet). `launcher_exit` is the launcher's exit code once it ended.
 // - log(): where GET /clusters/{id}/logs reads.
+// Recovery (defaults: none, the manager's max_restarts rule applies):
+// - replaceable(cluster, task): under max_restarts, a task that failed is replaced
+//   alone under the same index and release (ps: a worker task) instead of
+//   the whole cluster restarting.
+// - supervise(): a mode that handles its running tasks' endings itself
+//   (elastic: its world re-forms, replacements are launched) does it here,
+//   on every pass while the cluster runs; it may change the copy's tasks,
+//   generations, resets and elastic_state, which the manager stores. Its
+//   may_end() then lets every ending through.
+// - ended(): the cluster ended (any way); resume(): a restarted daemon
+//   found the cluster running: true when the mode takes it back (its
+//   agents come back to the new daemon), false to fail it.
 // Threads: plan() is called from HTTP threads, the rest from the manager's
 // thread; never under the manager's mutex, so they may call the registry.
 #pragma once
@@ -69,6 +81,13 @@ struct Verdict {
   std::optional<api::RankFailure> failed_rank{};  // mpi: the first rank that failed, when known
 };
 
+// What a supervising mode asks of the manager after a pass.
+struct Supervision {
+  std::vector<std::string> stop;   // workers to end (left out of the world, on a blacklisted host)
+  std::optional<Verdict> verdict;  // the cluster ended
+  bool changed = false;            // the copy's tasks or history changed: store them
+};
+
 // A file (the launcher's log), a worker whose log it is, or neither.
 struct LogSource {
   std::filesystem::path file;
@@ -86,6 +105,11 @@ class Rendezvous {
   virtual std::optional<Verdict> verdict(const api::Cluster& cluster, const std::vector<api::Worker>& workers,
                                          std::optional<int> launcher_exit) const = 0;
   virtual LogSource log(const api::Cluster& cluster) const = 0;
+
+  virtual bool replaceable(const api::Cluster& /*cluster*/, const api::ClusterTask& /*task*/) const { return false; }
+  virtual Supervision supervise(api::Cluster& /*cluster*/, const std::vector<api::Worker>& /*workers*/) { return {}; }
+  virtual void ended(const api::Cluster& /*cluster*/) {}
+  virtual bool resume(api::Cluster& /*cluster*/) { return false; }
 };
 
 }  // namespace muster::service

@@ -3,6 +3,7 @@
 //   mpirun -np 2 fashion_mnist ...     allreduce (OMPI_COMM_WORLD_SIZE is set)
 //   TF_CONFIG='{...}' fashion_mnist    parameter-server worker (TF_CONFIG is set)
 //   fashion_mnist ...                  one process
+//   fashion_mnist --elastic ...        allreduce that survives a lost rank (an elastic cluster's ranks)
 // The chief prints progress and, at the end, `final test_accuracy=0.8876`.
 #include <CLI/CLI.hpp>
 #include <Eigen/Core>
@@ -47,6 +48,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-steps", o.max_steps, "stop after N steps per worker (0: run the epochs)");
   app.add_option("--compression", o.compression, "allreduce wire format: none or fp16");
   app.add_flag("!--no-eval", o.evaluate, "skip the test-set evaluation");
+  app.add_flag("--elastic", o.elastic,
+               "allreduce that survives a lost rank: run as an elastic cluster (muster.horovodrun(np, ..., min_np=))");
+  app.add_option("--commit-every", o.commit_every, "--elastic: steps between in-memory commits of the state")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--params-out", o.params_out, "--elastic: each rank writes its final parameters to DIR/rank<r>.bin");
   app.add_option("--mode", mode_name, "auto (from the environment), single, allreduce or ps")
       ->check(CLI::IsMember({"auto", "single", "allreduce", "ps"}));
   CLI11_PARSE(app, argc, argv);
@@ -54,6 +60,10 @@ int main(int argc, char** argv) {
   try {
     if (o.log_every <= 0) o.log_every = 1;
     Eigen::setNbThreads(o.threads);
+    if (o.elastic) {
+      fm::train_elastic(o);
+      return 0;
+    }
     if (mode_name == "auto") mode_name = detect_mode();
     std::unique_ptr<fm::Mode> mode = mode_name == "allreduce" ? fm::make_allreduce_mode(o)
                                      : mode_name == "ps"      ? fm::make_ps_mode(o)

@@ -56,4 +56,8 @@ std::unique_ptr<Mode> make_single_mode(const TrainOptions& options);
 std::unique_ptr<Mode> make_allreduce_mode(const TrainOptions& options);
 std::unique_ptr<Mode> make_ps_mode(const TrainOptions& options);
 
+// --elastic: allreduce that survives a lost rank, with its own loop over the
+// runtime's elastic run loop (elastic.cc).
+void train_elastic(const TrainOptions& options);
+
 }  // namespace muster::examples::fashion_mnist

@@ -23,6 +23,9 @@ struct TrainOptions {
   int64_t max_steps = 0;               // stop after this many steps per worker (0: the epochs)
   bool evaluate = true;                // test accuracy at the end
   std::string compression = "none";    // allreduce wire format: none | fp16
+  bool elastic = false;                // survive a lost rank (elastic.cc, runtime/elastic)
+  int commit_every = 10;               // --elastic: steps between commits of the state
+  std::string params_out;              // --elastic: each rank writes its final parameters here
 };
 
 // The default learning rate of each optimizer for these models.

@@ -31,6 +31,7 @@ namespace py = pybind11;
 
 void bind_communicator(py::module_& m);
 void bind_optimizer(py::module_& m);
+void bind_rendezvous(py::module_& m);  // rendezvous_binding.cc: elastic clusters
 
 // The comm::Communicator behind a _muster_runtime.Communicator object (shared:
 // an optimizer keeps it alive).

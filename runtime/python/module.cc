@@ -30,4 +30,5 @@ PYBIND11_MODULE(_muster_runtime, m) {
   muster::runtime::python::install_error_translation(m);
   muster::runtime::python::bind_communicator(m);
   muster::runtime::python::bind_optimizer(m);
+  muster::runtime::python::bind_rendezvous(m);
 }

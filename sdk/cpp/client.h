@@ -139,6 +139,14 @@ class Client {
   //   auto c = client.horovodrun(2, "train.py"); std::cout << c.horovodrun_command;
   Cluster horovodrun(int n, const std::string& script, int slots = 1, ClusterOptions base = {},
                      bool wait_for_completion = false);
+  // elastic mode (horovodrun's elastic flags in `base`: min_np, max_np,
+  // reset_limit, blacklist_cooldown_range): musterd launches n ranks itself
+  // and re-forms their world when one is lost. Example:
+  //   muster::sdk::ClusterOptions o; o.min_np = 2; o.max_np = 3;
+  //   auto c = client.horovodrun_elastic(3, "train.py", o, true);
+  //   for (const auto& g : c.generations) std::cout << g.generation << " " << g.end_reason << "\n";
+  Cluster horovodrun_elastic(int n, const std::string& script, ClusterOptions base = {},
+                             bool wait_for_completion = false);
 
  private:
   struct Answer {

@@ -86,4 +86,19 @@ Cluster Client::horovodrun(int n, const std::string& script, int slots, ClusterO
   return c;
 }
 
+Cluster Client::horovodrun_elastic(int n, const std::string& script, ClusterOptions base, bool wait_for_completion) {
+  base.mode = "elastic";
+  base.n_workers = n;
+  base.slots = 1;
+  base.worker_script = script;
+  Cluster c = create_cluster(base);
+  c = await_cluster(c.id, base.timeout_seconds, /*wait_for_completion=*/false);
+  if (c.status == "failed" || c.status == "stopped") throw_cluster_failed(c);
+  if (wait_for_completion) {
+    c = await_cluster(c.id, 0, /*wait_for_completion=*/true);
+    if (c.status != "succeeded") throw_cluster_failed(c);
+  }
+  return c;
+}
+
 }  // namespace muster::sdk

@@ -85,8 +85,33 @@ Cluster Cluster::from_json(const json& j) {
   c.hostfile = text(j, "hostfile");
   c.reason = text(j, "reason");
   c.warnings = strings(j, "warnings");
+  if (auto it = j.find("generations"); it != j.end() && it->is_array()) {
+    for (const auto& g : *it) c.generations.push_back(ClusterGeneration::from_json(g));
+  }
+  if (auto it = j.find("restarts"); it != j.end() && it->is_number_integer()) c.restarts = it->get<int>();
+  if (auto it = j.find("resets"); it != j.end() && it->is_number_integer()) c.resets = it->get<int>();
   c.raw = j;
   return c;
+}
+
+ClusterGeneration ClusterGeneration::from_json(const json& j) {
+  ClusterGeneration g;
+  if (auto it = j.find("generation"); it != j.end() && it->is_number_integer()) g.generation = it->get<int>();
+  g.cause = text(j, "cause");
+  g.started_at = text(j, "started_at");
+  if (auto it = j.find("ended_at"); it != j.end() && it->is_string()) g.ended_at = it->get<std::string>();
+  g.end_reason = text(j, "end_reason");
+  g.members = strings(j, "members");
+  if (auto it = j.find("deaths"); it != j.end() && it->is_array()) {
+    for (const auto& d : *it) g.deaths.push_back({text(d, "worker_id"), text(d, "task"), text(d, "reason"), text(d, "at")});
+  }
+  if (auto it = j.find("replacements"); it != j.end() && it->is_array()) {
+    for (const auto& r : *it) g.replacements.push_back({text(r, "replaced"), text(r, "by"), text(r, "at")});
+  }
+  if (auto it = j.find("recovery_seconds"); it != j.end() && it->is_number()) g.recovery_seconds = it->get<double>();
+  if (auto it = j.find("resume_seconds"); it != j.end() && it->is_number()) g.resume_seconds = it->get<double>();
+  if (auto it = j.find("batches_redone"); it != j.end() && it->is_number_integer()) g.batches_redone = it->get<int>();
+  return g;
 }
 
 json LaunchOptions::to_json() const {
@@ -115,6 +140,13 @@ json ClusterOptions::to_json() const {
   if (start_timeout) j["start_timeout"] = *start_timeout;
   if (verbose) j["verbose"] = *verbose;
   if (!network_interfaces.empty()) j["network_interfaces"] = network_interfaces;
+  if (max_restarts) j["max_restarts"] = *max_restarts;
+  if (min_np) j["min_np"] = *min_np;
+  if (max_np) j["max_np"] = *max_np;
+  if (reset_limit) j["reset_limit"] = *reset_limit;
+  if (blacklist_cooldown_range) {
+    j["blacklist_cooldown_range"] = {blacklist_cooldown_range->first, blacklist_cooldown_range->second};
+  }
   return j;
 }
 

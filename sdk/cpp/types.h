@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -50,9 +51,34 @@ struct AwaitResult {
   std::vector<Worker> failures;
 };
 
+// One generation of a cluster: its failures and recoveries (schema
+// ClusterGeneration): an elastic cluster's world, or one run of every task
+// under max_restarts.
+struct ClusterGeneration {
+  struct Death {
+    std::string worker_id, task, reason, at;
+  };
+  struct Replacement {
+    std::string replaced, by, at;
+  };
+  int generation = 0;
+  std::string cause;  // "start", "reset", "restart"
+  std::string started_at;
+  std::optional<std::string> ended_at;
+  std::string end_reason;
+  std::vector<std::string> members;  // worker ids, rank order
+  std::vector<Death> deaths;
+  std::vector<Replacement> replacements;
+  std::optional<double> recovery_seconds;
+  std::optional<double> resume_seconds;
+  std::optional<int> batches_redone;
+
+  static ClusterGeneration from_json(const nlohmann::json& j);
+};
+
 struct Cluster {
   std::string id;
-  std::string mode;    // "ps" or "mpi"
+  std::string mode;    // "ps", "mpi" or "elastic"
   std::string status;  // starting, running, succeeded, failed, stopped
   // Worker ids by task type ("ps", "worker", ...), in index order.
   std::map<std::string, std::vector<std::string>> workers;
@@ -62,6 +88,9 @@ struct Cluster {
   std::string hostfile;
   std::string reason;
   std::vector<std::string> warnings;  // the daemon's notes on a create answer
+  std::vector<ClusterGeneration> generations;  // failures and recoveries, oldest first
+  int restarts = 0;  // under max_restarts
+  int resets = 0;    // elastic: times the world re-formed
   nlohmann::json raw;
 
   static Cluster from_json(const nlohmann::json& j);
@@ -90,7 +119,7 @@ struct AwaitOptions {
 
 // POST /api/v1/clusters (issue 3). Unset optionals use the daemon's defaults.
 struct ClusterOptions {
-  std::string mode = "ps";  // "ps" or "mpi"
+  std::string mode = "ps";  // "ps", "mpi" or "elastic"
   int n_workers = 1;
   int n_ps = 0;             // ps mode only
   double cpu = 1;
@@ -116,6 +145,13 @@ struct ClusterOptions {
   std::optional<int> start_timeout;      // seconds
   std::optional<bool> verbose;
   std::vector<std::string> network_interfaces;
+  // ps and mpi: restart every task after a failure, up to this many times.
+  std::optional<int> max_restarts;
+  // elastic mode (horovodrun's elastic flags); sent only when set.
+  std::optional<int> min_np;
+  std::optional<int> max_np;
+  std::optional<int> reset_limit;
+  std::optional<std::pair<int, int>> blacklist_cooldown_range;  // seconds
 
   nlohmann::json to_json() const;
 };

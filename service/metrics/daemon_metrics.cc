@@ -60,7 +60,7 @@ std::string DaemonMetrics::render(const Sources& src) const {
 
   std::vector<api::Cluster> clusters = src.clusters ? src.clusters() : std::vector<api::Cluster>{};
   std::map<std::pair<std::string, std::string>, double> by_mode;
-  for (auto mode : {api::ClusterMode::kPs, api::ClusterMode::kMpi}) {
+  for (auto mode : {api::ClusterMode::kPs, api::ClusterMode::kMpi, api::ClusterMode::kElastic}) {
     for (auto st : {api::ClusterStatus::kStarting, api::ClusterStatus::kRunning, api::ClusterStatus::kSucceeded,
                     api::ClusterStatus::kFailed, api::ClusterStatus::kStopped}) {
       by_mode[{api::cluster_mode_name(mode), api::cluster_status_name(st)}] = 0;
@@ -69,6 +69,7 @@ std::string DaemonMetrics::render(const Sources& src) const {
   for (const auto& c : clusters) by_mode[{api::cluster_mode_name(c.request.mode), api::cluster_status_name(c.status)}] += 1;
   out.family("muster_clusters", "gauge", "Clusters this daemon knows, by mode and status.");
   for (const auto& [key, n] : by_mode) out.sample("muster_clusters", {{"mode", key.first}, {"status", key.second}}, n);
+  render_recoveries(out, clusters);
 
   out.family("muster_http_requests_total", "counter", "API requests answered, by method, route pattern and status code.");
   std::vector<std::pair<Labels, metrics::Histogram::Snapshot>> snaps;
@@ -119,6 +120,52 @@ std::string DaemonMetrics::render(const Sources& src) const {
     }
   }
   return out.text();
+}
+
+// Resets (an elastic world re-formed), restarts (max_restarts), recoveries
+// (a generation that formed after a failure) and deaths, by mode, counted
+// from the clusters' generations (they persist, so the counters never go
+// back), and the recovery times as a histogram.
+void DaemonMetrics::render_recoveries(metrics::TextWriter& out, const std::vector<api::Cluster>& clusters) const {
+  struct Counts {
+    double resets = 0, restarts = 0, recoveries = 0, deaths = 0, replacements = 0;
+  };
+  std::map<std::string, Counts> by_mode;
+  metrics::Histogram recovery(std::vector<double>{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300});
+  for (auto mode : {api::ClusterMode::kPs, api::ClusterMode::kMpi, api::ClusterMode::kElastic}) {
+    by_mode[api::cluster_mode_name(mode)] = Counts{};
+  }
+  for (const auto& c : clusters) {
+    Counts& n = by_mode[api::cluster_mode_name(c.request.mode)];
+    n.resets += c.resets;
+    n.restarts += c.restarts;
+    for (const auto& g : c.generations) {
+      n.deaths += static_cast<double>(g.deaths.size());
+      n.replacements += static_cast<double>(g.replacements.size());
+      if (g.recovery_seconds) {
+        n.recoveries += 1;
+        recovery.observe(*g.recovery_seconds);
+      }
+    }
+  }
+  const std::pair<const char*, double Counts::*> families[] = {
+      {"muster_cluster_resets_total", &Counts::resets},
+      {"muster_cluster_restarts_total", &Counts::restarts},
+      {"muster_cluster_recoveries_total", &Counts::recoveries},
+      {"muster_cluster_deaths_total", &Counts::deaths},
+      {"muster_cluster_replacements_total", &Counts::replacements}};
+  const char* help[] = {"Times an elastic cluster's world re-formed after a rank was lost or joined.",
+                        "Restarts (every task, or one replaced ps worker) under max_restarts.",
+                        "Generations that formed after a failure (a reset or a restart).",
+                        "Workers of a cluster that died (failed, lost, stopped, timed out) while it ran.",
+                        "Workers launched to replace a dead one."};
+  for (size_t i = 0; i < std::size(families); ++i) {
+    out.family(families[i].first, "counter", help[i]);
+    for (const auto& [mode, n] : by_mode) out.sample(families[i].first, {{"mode", mode}}, n.*(families[i].second));
+  }
+  out.family("muster_cluster_recovery_seconds", "histogram",
+             "From a generation's end to the next one formed (elastic) or every task running again (restart).");
+  out.histogram("muster_cluster_recovery_seconds", {}, recovery.snapshot());
 }
 
 }  // namespace muster::service

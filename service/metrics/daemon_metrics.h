@@ -6,7 +6,9 @@
 // heartbeats; worker launches, stops and failures (from the registry's
 // change events). Read at scrape time from `Sources`: workers by status and
 // backend, clusters by mode and status, the oldest running worker's
-// heartbeat age, and the newest training scalars of every running cluster.
+// heartbeat age, the newest training scalars of every running cluster, and
+// the clusters' recoveries (resets, restarts, deaths, replacements, recovery
+// seconds), counted from their generations.
 // Thread-safe; the observe_* calls take one short mutex.
 #pragma once
 
@@ -46,6 +48,7 @@ class DaemonMetrics {
   std::string render(const Sources& sources) const;
 
  private:
+  void render_recoveries(metrics::TextWriter& out, const std::vector<api::Cluster>& clusters) const;
   using RequestKey = std::tuple<std::string, std::string, int>;  // method, route, code
   mutable std::mutex mu_;
   std::map<RequestKey, std::unique_ptr<metrics::Histogram>> requests_;

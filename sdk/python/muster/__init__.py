@@ -28,7 +28,7 @@ __all__ = [
     "Client", "MusterError", "ClusterFailed", "MusterInterrupted", "MusterWarning", "ClusterResult", "discover", "state_dir",
     "launch_workers", "await_workers", "stop_workers", "list_workers", "get_worker", "worker_logs",
     "run_cluster", "horovodrun", "await_cluster", "list_clusters", "get_cluster", "stop_cluster",
-    "cluster_logs",
+    "cluster_logs", "describe_generations",
 ]
 
 __version__ = "0.1.0"
@@ -218,13 +218,41 @@ def horovodrun(n: int, script: str, slots: int = 1, **options: Any) -> Cluster:
     raises ClusterFailed naming the first rank that failed (task "rank:1")
     with its last lines.
 
+    max_restarts=k restarts every rank after a failure, up to k times (the
+    script resumes from its own checkpoint; torchrun's --max-restarts).
+
+    Elastic (horovodrun's elastic flags): with min_np, max_np, reset_limit or
+    blacklist_cooldown_range=(lo, hi) the cluster is elastic: musterd
+    launches every rank itself (no mpirun) and forms the world through its
+    own rendezvous; when a rank dies the others re-form without it (at least
+    min_np), a replacement joins (up to max_np), and a script written for
+    Horovod elastic (hvd.elastic.run, TorchState, commit()) goes on from its
+    last commit. The cluster's "generations" say who died, who replaced
+    whom and how long each recovery took (muster.describe_generations).
+
     Example::
 
         c = muster.horovodrun(2, "train.py", slots=1, launch=False)
         print(c["horovodrun_command"])
         muster.stop_cluster(c)
+
+        c = muster.horovodrun(3, "train_elastic.py", min_np=2, max_np=3, reset_limit=5,
+                              wait_for_completion=True)
+        print(muster.describe_generations(c))
     """
     return _client().horovodrun(n, script, slots, **options)
+
+
+def describe_generations(cluster: Any) -> str:
+    """A cluster's generations (its failures and recoveries) as text, one line each.
+
+    Example::
+
+        print(muster.describe_generations(muster.get_cluster(cid)))
+    """
+    if not isinstance(cluster, dict):
+        cluster = _client().get_cluster(cluster)
+    return _clusters.describe_generations(cluster)
 
 
 def await_cluster(cluster_id: WorkerRef, timeout_seconds: float = 60, wait_for_completion: bool = True,

@@ -4,6 +4,7 @@
     muster clusters [-a]                 clusters, a table
     muster logs [-f] [-n N | --from-start] ID   a worker's or a cluster's output, from its
                                          last lines (-f: follow; --from-start: all of it)
+    muster cluster ID                    one cluster, with its generations
     muster stop ID... | --all            stop workers and/or clusters
     muster launch -n N --script S ...    launch workers (--wait: until they run / end)
     muster run-cluster --workers N --ps N --script S ...
@@ -93,8 +94,9 @@ def cmd_clusters(client: Client, args) -> int:
     for c in clusters:
         tasks = c.get("workers") or {}
         n = sum(len(v or []) for v in tasks.values()) if isinstance(tasks, dict) else len(tasks)
-        rows.append((c["id"], c.get("mode"), c.get("status"), n, c.get("created_at"), c.get("reason")))
-    _print(args, clusters, _table(rows, ("ID", "MODE", "STATUS", "TASKS", "CREATED", "REASON")))
+        rows.append((c["id"], c.get("mode"), c.get("status"), n, c.get("generation") or "-", c.get("created_at"),
+                     c.get("reason")))
+    _print(args, clusters, _table(rows, ("ID", "MODE", "STATUS", "TASKS", "GEN", "CREATED", "REASON")))
     return 0
 
 
@@ -155,7 +157,18 @@ def _cluster_text(c: Dict[str, Any]) -> str:
     for key in ("cluster_spec", "horovodrun_command", "mpirun_command"):
         if c.get(key):
             lines.append("%s: %s" % (key, c[key] if isinstance(c[key], str) else json.dumps(c[key])))
+    if c.get("generations"):
+        lines.append(_clusters.describe_generations(c))
     return "\n".join(lines)
+
+
+def cmd_cluster(client: Client, args) -> int:
+    cluster = client.get_cluster(args.id)
+    text = _cluster_text(cluster)
+    if cluster.get("reason"):
+        text += "\nreason: %s" % cluster["reason"]
+    _print(args, cluster, text)
+    return 0
 
 
 def cmd_run_cluster(client: Client, args) -> int:
@@ -180,7 +193,8 @@ def cmd_run_cluster(client: Client, args) -> int:
 
 def cmd_horovodrun(client: Client, args) -> int:
     options = {k: getattr(args, k) for k in ("fusion_threshold_mb", "cycle_time_ms", "timeline_filename",
-                                             "start_timeout") if getattr(args, k) is not None}
+                                             "start_timeout", "max_restarts", "min_np", "max_np", "reset_limit",
+                                             "blacklist_cooldown_range") if getattr(args, k) is not None}
     if args.verbose:
         options["verbose"] = True
     if args.network_interfaces:
@@ -243,6 +257,9 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("clusters", parents=[common], help="list clusters (active ones; -a: all)")
     p.add_argument("-a", "--all", action="store_true", help="also ended clusters")
     p.set_defaults(run=cmd_clusters)
+    p = sub.add_parser("cluster", parents=[common], help="one cluster, with its generations (failures, recoveries)")
+    p.add_argument("id", metavar="ID", help="cluster id (c-...)")
+    p.set_defaults(run=cmd_cluster)
     p = sub.add_parser("logs", parents=[common], help="a worker's or cluster's output")
     p.add_argument("id", metavar="ID", help="worker id, or cluster id (c-...)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing lines as they are written")
@@ -299,6 +316,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--start-timeout", type=int, help="Horovod start-up timeout (s)")
     p.add_argument("--verbose", action="store_true", help="Horovod verbose output")
     p.add_argument("--network-interfaces", help="comma-separated interfaces, e.g. eth0,eth1")
+    p.add_argument("--max-restarts", type=int, help="restart every rank after a failure, up to N times")
+    p.add_argument("--min-np", type=int, help="elastic: fewest ranks to go on with (default -np)")
+    p.add_argument("--max-np", type=int, help="elastic: most ranks (default -np)")
+    p.add_argument("--reset-limit", type=int, help="elastic: how often the world may re-form")
+    p.add_argument("--blacklist-cooldown-range", type=int, nargs=2, metavar=("LO", "HI"),
+                   help="elastic: a failing host's cooldown, seconds")
     p.add_argument("script", help="training program, relative to the project dir (or `python SCRIPT`)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the program")
     p.set_defaults(run=cmd_horovodrun)

@@ -1,4 +1,4 @@
-"""Cluster helpers: run_cluster (TensorFlow ps mode), horovodrun (mpi mode), await_cluster.
+"""Cluster helpers: run_cluster (TensorFlow ps mode), horovodrun (mpi or elastic mode), await_cluster.
 
 The daemon does the hard part (issue 3): it launches the tasks, collects
 every task's ip:port, builds the ClusterSpec / TF_CONFIG or the horovodrun and
@@ -23,7 +23,10 @@ _FAILED_WORKER = ("failed", "timedout", "lost")
 
 # horovodrun's tuning options, sent to POST /api/v1/clusters as given (mpi mode).
 HOROVOD_OPTIONS = ("fusion_threshold_mb", "cycle_time_ms", "timeline_filename", "start_timeout", "verbose",
-                   "network_interfaces")
+                   "network_interfaces", "max_restarts")
+# horovodrun's elastic flags: any of them makes the cluster elastic (musterd
+# launches every rank and re-forms the world when one is lost).
+ELASTIC_OPTIONS = ("min_np", "max_np", "reset_limit", "blacklist_cooldown_range")
 
 
 class ClusterResult(tuple):
@@ -238,10 +241,10 @@ def horovodrun(client, n, script, slots=1, cpu=1, memory=1, nvidia_gpu=0, args=N
                ssh_port=None, network_interface=None, launch=True, timeout_seconds=60,
                wait_for_completion=False, completion_timeout_seconds=0, progress=True, stop_on_interrupt=True,
                python=None, workers=None, **options):
-    unknown = sorted(set(options) - set(HOROVOD_OPTIONS))
+    unknown = sorted(set(options) - set(HOROVOD_OPTIONS) - set(ELASTIC_OPTIONS))
     if unknown:
         raise MusterError("horovodrun() got unknown option(s) %s; known: %s" % (", ".join(unknown),
-                          ", ".join(HOROVOD_OPTIONS)), code="invalid_argument", field=unknown[0])
+                          ", ".join(HOROVOD_OPTIONS + ELASTIC_OPTIONS)), code="invalid_argument", field=unknown[0])
     if isinstance(options.get("network_interfaces"), str):
         options["network_interfaces"] = [x for x in options["network_interfaces"].split(",") if x]
     worker_ids = many_ids(workers) if workers else None
@@ -249,10 +252,62 @@ def horovodrun(client, n, script, slots=1, cpu=1, memory=1, nvidia_gpu=0, args=N
         raise MusterError("horovodrun(%s, ...) with workers=%d workers: n is the number of workers (give n=%d, "
                           "or n=None; slots=%d ranks run on each)" % (n, len(worker_ids), len(worker_ids), slots),
                           code="invalid_argument", field="n")
-    cluster = client.create_cluster(
-        mode="mpi", n_workers=None if worker_ids else n, slots=slots, cpu=cpu, memory=memory,
-        nvidia_gpu=nvidia_gpu, worker_script=script, args=_args(args), env=env,
-        ssh_port=ssh_port, network_interface=network_interface, launch=launch,
-        timeout_seconds=timeout_seconds, python=_interpreter.resolve(python), workers=worker_ids, **options)
+    elastic = any(options.get(k) is not None for k in ELASTIC_OPTIONS)
+    if elastic:
+        if worker_ids:
+            raise MusterError("horovodrun(): workers= runs the ranks on running workers under mpirun; an elastic "
+                              "cluster (min_np, max_np, reset_limit, blacklist_cooldown_range) launches its own",
+                              code="invalid_argument", field="workers")
+        if options.get("blacklist_cooldown_range") is not None:
+            options["blacklist_cooldown_range"] = [int(x) for x in options["blacklist_cooldown_range"]]
+        # Every rank is a worker musterd starts itself: no slots, ssh or mpirun line.
+        cluster = client.create_cluster(
+            mode="elastic", n_workers=n, slots=slots if slots != 1 else None, cpu=cpu, memory=memory,
+            nvidia_gpu=nvidia_gpu, worker_script=script, args=_args(args), env=env,
+            network_interface=network_interface, launch=None if launch else False,
+            timeout_seconds=timeout_seconds, python=_interpreter.resolve(python), **options)
+    else:
+        cluster = client.create_cluster(
+            mode="mpi", n_workers=None if worker_ids else n, slots=slots, cpu=cpu, memory=memory,
+            nvidia_gpu=nvidia_gpu, worker_script=script, args=_args(args), env=env,
+            ssh_port=ssh_port, network_interface=network_interface, launch=launch,
+            timeout_seconds=timeout_seconds, python=_interpreter.resolve(python), workers=worker_ids, **options)
     return wait_for(client, cluster, timeout_seconds, wait_for_completion, completion_timeout_seconds, progress,
-                 stop_on_interrupt)
+                    stop_on_interrupt)
+
+
+def describe_generations(cluster):
+    """The cluster's generations as text, one line each plus its deaths and replacements.
+
+    Example::
+
+        print(muster.describe_generations(muster.get_cluster(cid)))
+        # generation 1 (start) 3 ranks, 2026-11-22T22:15:30Z .. 22:16:02Z: rank 1 (worker 0d4c2f) was killed by signal 9
+        #   rank 1 (worker 0d4c2f) was killed by signal 9 at ...; replaced by 9a8b7c
+        # generation 2 (reset) 2 ranks, recovered in 0.41 s, 3 batches redone
+    """
+    lines = []
+    for g in cluster.get("generations") or []:
+        head = "generation %d (%s) %d ranks, from %s" % (g.get("generation", 0), g.get("cause", "?"),
+                                                         len(g.get("members") or []), g.get("started_at"))
+        if g.get("ended_at"):
+            head += " to %s" % g["ended_at"]
+        extra = []
+        if g.get("recovery_seconds") is not None:
+            extra.append("recovered in %.2f s" % g["recovery_seconds"])
+        if g.get("resume_seconds") is not None:
+            extra.append("first step after %.2f s" % g["resume_seconds"])
+        if g.get("batches_redone") is not None:
+            extra.append("%d batches redone" % g["batches_redone"])
+        if extra:
+            head += ", " + ", ".join(extra)
+        if g.get("end_reason"):
+            head += "; ended: " + g["end_reason"]
+        lines.append(head)
+        by = {r.get("replaced"): r.get("by") for r in g.get("replacements") or []}
+        for d in g.get("deaths") or []:
+            line = "  %s (worker %s) %s at %s" % (d.get("task"), d.get("worker_id"), d.get("reason"), d.get("at"))
+            if by.get(d.get("worker_id")):
+                line += "; replaced by %s" % by[d["worker_id"]]
+            lines.append(line)
+    return "\n".join(lines)

@@ -319,7 +319,7 @@ async function followLog(base, pre, signal, isDone) {
 
 function buildClusters(view) {
   view.append(h("h1", {}, "Clusters"), h("table", { id: "clusters" },
-    h("thead", {}, h("tr", {}, ...["ID", "Mode", "Status", "Workers", "PS", "Created", "Finished", "Reason"]
+    h("thead", {}, h("tr", {}, ...["ID", "Mode", "Status", "Workers", "PS", "Gen", "Created", "Finished", "Reason"]
       .map((t) => h("th", {}, t)))),
     h("tbody", { id: "clusters-body" })));
 }
@@ -331,7 +331,8 @@ function renderClusters() {
   body.replaceChildren(...rows.map((c) => h("tr", { "data-id": c.id },
     h("td", {}, h("a", { href: `#/clusters/${encodeURIComponent(c.id)}`, class: "cluster-link" }, c.id)),
     h("td", {}, c.mode), h("td", {}, statusBadge(c.status)), h("td", { class: "num" }, c.n_workers),
-    h("td", { class: "num" }, c.n_ps), h("td", {}, fmtTime(c.created_at)), h("td", {}, fmtTime(c.finished_at)),
+    h("td", { class: "num" }, c.n_ps), h("td", { class: "num" }, c.generation || ""),
+    h("td", {}, fmtTime(c.created_at)), h("td", {}, fmtTime(c.finished_at)),
     h("td", { class: c.status === "failed" ? "error" : "" }, c.reason || ""))));
 }
 
@@ -350,6 +351,7 @@ function buildCluster(view, v) {
     h("div", { id: "cluster-failure", class: "failure", hidden: true }),
     h("table", { class: "fields", id: "cluster-fields" }),
     h("h2", {}, "Tasks"), h("table", { id: "cluster-tasks" }),
+    h("div", { id: "cluster-generations" }),
     h("div", { id: "cluster-launch" }),
     ...curvesSection(`api/v1/clusters/${enc}/metrics`, `cluster-${v.id}`),
     h("div", { id: "cluster-spec" }),
@@ -366,6 +368,30 @@ function buildCluster(view, v) {
   });
   followLog(`api/v1/clusters/${enc}/logs`, $("log"), v.abort.signal,
     () => TERMINAL.has((state.clusters.get(v.id) || {}).status));
+}
+
+// A cluster's generations: each world (elastic) or run (max_restarts), who
+// died and why, who replaced whom, how long the recovery into it took and
+// how many batches it redid.
+function renderGenerations(c) {
+  const gens = c.generations || [];
+  const secs = (x) => (x === null || x === undefined ? "" : `${x.toFixed(2)} s`);
+  const workerLink = (wid) => h("a", { href: `#/workers/${encodeURIComponent(wid)}` }, wid);
+  const rows = gens.map((g) => {
+    const by = new Map((g.replacements || []).map((r) => [r.replaced, r.by]));
+    const deaths = (g.deaths || []).map((d) => h("div", {}, `${d.task} (`, workerLink(d.worker_id), `) ${d.reason} at ${fmtTime(d.at)}`,
+      ...(by.has(d.worker_id) ? [" — replaced by ", workerLink(by.get(d.worker_id))] : [])));
+    return h("tr", { "data-generation": g.generation }, h("td", { class: "num" }, g.generation), h("td", {}, g.cause),
+      h("td", { class: "num" }, (g.members || []).length), h("td", {}, fmtTime(g.started_at)), h("td", {}, fmtTime(g.ended_at)),
+      h("td", { class: "num" }, secs(g.recovery_seconds)), h("td", { class: "num" }, secs(g.resume_seconds)),
+      h("td", { class: "num" }, g.batches_redone ?? ""), h("td", {}, g.end_reason || "", ...deaths));
+  });
+  const title = c.mode === "elastic"
+    ? `Generations (${c.resets || 0} resets; min_np ${c.min_np}, max_np ${c.max_np})`
+    : `Generations (${c.restarts || 0} of ${c.max_restarts || 0} restarts)`;
+  $("cluster-generations").replaceChildren(...(gens.length ? [h("h2", {}, title), h("table", { id: "generations" },
+    h("thead", {}, h("tr", {}, ...["Gen", "Cause", "Ranks", "Started", "Ended", "Recovery", "First step", "Redone",
+      "Why it ended"].map((t) => h("th", {}, t)))), h("tbody", {}, ...rows))] : []));
 }
 
 function renderCluster(id) {
@@ -396,6 +422,7 @@ function renderCluster(id) {
   }
   $("cluster-tasks").replaceChildren(h("thead", {}, h("tr", {}, ...["Task", "Index", "Worker", "Status", "Address",
     "Exit", "Reason"].map((t) => h("th", {}, t)))), h("tbody", {}, ...tasks));
+  renderGenerations(c);
   const launch = [];
   for (const [key, label] of [["horovodrun_command", "horovodrun"], ["mpirun_command", "mpirun"]]) {
     if (!c[key]) continue;

@@ -65,3 +65,4 @@ from .sync_batch_norm import SyncBatchNorm  # noqa: F401
 # Every muster.runtime_errors class is a RuntimeError, as Horovod's errors are.
 HorovodInternalError = CommError
 HostsUpdatedInterrupt = RuntimeFailure
+from . import elastic  # noqa: F401,E402 - hvd.elastic: Horovod's elastic API (run, TorchState, commit)

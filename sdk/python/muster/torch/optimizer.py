@@ -43,6 +43,7 @@ Example::
         opt.step()
 """
 import contextlib
+import os
 import warnings
 import weakref
 
@@ -87,29 +88,50 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._should_synchronize = True
         self._early = False
         self._ready = set()
+        self._compression = compression
+        self._views = {}
+        self._index = {}
+        self._steps = 0
+        self._step_announced = False
+        self._delay = {p: self._passes for _, p in self._params}
         if not self._member:
             # Not in the process set: gradients stay local, as in Horovod.
             return
+        for n, p in self._params:
+            if p.dtype != torch.float32 or p.device.type != "cpu":
+                raise InvalidArgument("DistributedOptimizer: parameter '%s' is %s on %s; muster.torch averages "
+                                      "float32 CPU parameters" % (n, p.dtype, p.device))
+        _count[0] += 1
+        self._engine_id = "DistributedOptimizer.%d" % _count[0]
+        self._grad_accs = []
+        for _, p in self._params:
+            acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            acc.register_hook(self._make_hook(p))
+            self._grad_accs.append(acc)
+        # In an elastic cluster the world is formed again after a failure
+        # (hvd.elastic.run): the optimizer binds to the world at its first
+        # backward, and again after each re-formation, so that a rank joining
+        # later meets the others' state sync with no collective of its own
+        # first. Elsewhere it binds now (ranks that disagree fail here).
+        if not os.environ.get("MUSTER_RENDEZVOUS_URL"):
+            self._bind()
+
+    def _bind(self):
+        """Registers the parameters with the runtime's optimizer of the current world (collective)."""
+        process_set = self._process_set
         if process_set is not None and process_set.ranks != list(range(world.size())):
             comm = world.process_set_communicator(process_set, "DistributedOptimizer")
         else:
             comm = _rt.communicator()
         functions._check_same(self._params, "DistributedOptimizer", process_set=process_set)
-        for n, p in self._params:
-            if p.dtype != torch.float32 or p.device.type != "cpu":
-                raise InvalidArgument("DistributedOptimizer: parameter '%s' is %s on %s; muster.torch averages "
-                                      "float32 CPU parameters" % (n, p.dtype, p.device))
         self._native = _rt.extension().DistributedOptimizer(
             comm, fusion_threshold_bytes=settings.fusion_threshold_bytes(),
-            fp16=compression is Compression.fp16, timeline=settings.timeline_path())
+            fp16=self._compression is Compression.fp16, timeline=settings.timeline_path())
         self._native_size = comm.size
         self._engine = process_sets.engine_of(process_set, "DistributedOptimizer")
-        _count[0] += 1
-        self._engine_id = "DistributedOptimizer.%d" % _count[0]
-        self._steps = 0
         self._step_announced = False
         self._engine.stand_ins[self._engine_id] = weakref.WeakMethod(self._stand_in)
-        _rt.on_shutdown(weakref.WeakMethod(self._native.close))
+        _rt.on_shutdown(weakref.WeakMethod(self._unbind))
         _rt.before_collective(weakref.WeakMethod(self._finish_step_in_flight))
         self._early = False
         self._index = {}
@@ -125,12 +147,28 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             # A parameter without a gradient gets the view at its first gradient (the hook adopts it): until
             # then autograd may show it is sparse (nn.Embedding(sparse=True)), which takes the sparse path.
             self._views[p] = view
-        self._delay = {p: self._passes for _, p in self._params}
-        self._grad_accs = []
+
+    def _unbind(self):
+        """The world closes: gradients leave the runtime's memory (plain tensors again) before it goes."""
+        native, self._native = self._native, None
         for _, p in self._params:
-            acc = p.expand_as(p).grad_fn.next_functions[0][0]
-            acc.register_hook(self._make_hook(p))
-            self._grad_accs.append(acc)
+            if p in self._views and p.grad is not None and p.grad.data_ptr() == self._views[p].data_ptr():
+                p.grad = p.grad.detach().clone()
+        self._views = {}
+        self._ready.clear()
+        self._sparse.clear()
+        for _, p in self._params:
+            self._delay[p] = self._passes
+        self._synchronized = False
+        self._early = False
+        self._step_announced = False
+        if native is not None:
+            native.close()
+
+    def _bound(self):
+        if self._native is None:
+            self._bind()
+        return self._native
 
     @staticmethod
     def _names(named_parameters, params_in_groups):
@@ -160,6 +198,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._delay[p] -= 1
             if self._delay[p] > 0:
                 return
+            native = self._bound()
             self._ready.add(p)
             self._synchronized = False
             self._announce_step()
@@ -170,7 +209,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     process_set=self._process_set or mpi_ops.global_process_set)
                 return  # the native buckets reduce its (unused) dense view alongside
             self._adopt_grad(p)
-            self._native.grad_ready(self._index[p])
+            native.grad_ready(self._index[p])
         return hook
 
     def _adopt_grad(self, p):
@@ -224,14 +263,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def synchronize(self):
         """Waits until every gradient holds the average over all ranks (the rest are reduced now)."""
-        if self._native is None:  # not in the optimizer's process set: nothing to reduce
+        if not self._member:  # not in the optimizer's process set: nothing to reduce
             self._synchronized = True
             return
+        native = self._bound()
         self._announce_step()
         for _, p in self._params:
             if p not in self._ready and p not in self._sparse:
                 self._adopt_grad(p)
-        self._native.synchronize()
+        native.synchronize()
         self._step_announced = False
         n = self._native_size
         with torch.no_grad():

@@ -1,0 +1,43 @@
+"""Writes bench/out/elastic.md (the RESULTS.md section) from bench/out/elastic.json."""
+import json
+import os
+import sys
+
+
+def main():
+    out = sys.argv[1]
+    with open(os.path.join(out, "elastic.json")) as f:
+        r = json.load(f)
+    m, t = r["muster"], r["torchrun"]
+    lines = [
+        "## Elastic recovery (bench/elastic)\n",
+        "A rank SIGKILLed mid-training: muster's elastic cluster (`hvd.elastic.run`, in-memory commits, the world",
+        "re-formed through musterd) against torchrun `--max-restarts 1` (DDP over gloo, a checkpoint file), the",
+        "same model in the same run: %s; a commit (checkpoint) every %d steps, rank 1 killed before step %d."
+        % (r["model"], r["commit_every"], r["kill_step"]),
+        "Load average %.1f before, %.1f after (a shared machine: `uptime`).\n" % tuple(r["load"]),
+        "| | muster elastic | torchrun --max-restarts |",
+        "|---|---|---|",
+        "| recovery: SIGKILL to the first step of the new world | %.2f s | %.2f s |"
+        % (m["recovery_seconds"], t["recovery_seconds"]),
+        "| steps redone | %d | %d |" % (m["steps_redone"], t["steps_redone"]),
+        "| median step | %.0f ms | %.0f ms |" % (1000 * m["step_seconds"], 1000 * t["step_seconds"]),
+        "",
+        "Recovery is **%.1fx** faster than torchrun's restart (target: under 1 s and at least 4x)." % r["speedup"],
+    ]
+    if m.get("replacement_joined_seconds") is not None:
+        lines.append("The replacement rank joined the world %.2f s after the SIGKILL (target: within 5 s on the "
+                     "local backend)." % m["replacement_joined_seconds"])
+    lines.append("commit() every %d steps costs %.1f%% of a step (median commit %.0f ms; target: under 5%%)."
+                 % (r["commit_every"], 100 * m["commit_cost_per_step"], 1000 * m["commit_seconds"]))
+    lines.append("")
+    lines.append("Generations of the muster run: " + "; ".join(
+        "%d (%s, %d ranks%s)" % (g["generation"], g["cause"], g["size"],
+                                 ", recovered in %.2f s" % g["recovery_seconds"] if g["recovery_seconds"] else "")
+        for g in m["generations"]) + ".")
+    with open(os.path.join(out, "elastic.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,491 @@
+#include "service/elastic_rendezvous.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <spdlog/spdlog.h>
+
+#include "clusterspec/cluster_spec.h"
+#include "clusterspec/rendezvous_protocol.h"
+#include "service/cluster_tasks.h"
+#include "service/validation.h"
+
+namespace muster::service {
+
+namespace fs = std::filesystem;
+namespace proto = clusterspec::rendezvous;
+using api::WorkerStatus;
+using nlohmann::json;
+
+namespace {
+
+double seconds_between(TimePoint from, TimePoint to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+std::string seconds_text(double s) {
+  std::string text = std::to_string(s);
+  text.erase(text.find_last_not_of('0') + 1);
+  if (!text.empty() && text.back() == '.') text.pop_back();
+  return text;
+}
+
+// How a rank's worker ended, as the rest of a sentence.
+std::string ending(const api::Worker& w) {
+  const std::string why = w.reason.empty() ? "" : ": " + w.reason;
+  switch (w.status) {
+    case WorkerStatus::kFailed:
+      if (w.exit_code && *w.exit_code > 128 && *w.exit_code < 160) {
+        return "was killed by signal " + std::to_string(*w.exit_code - 128);
+      }
+      if (w.exit_code) return "failed with exit code " + std::to_string(*w.exit_code);
+      return "failed" + why;
+    case WorkerStatus::kTimedOut: return "timed out" + why;
+    case WorkerStatus::kLost: return "was lost" + why;
+    case WorkerStatus::kStopped: return "was stopped" + why;
+    case WorkerStatus::kSucceeded: return "finished (exit code 0)";
+    default: return std::string("is ") + api::worker_status_name(w.status);
+  }
+}
+
+// The start timeout: how long the world may stay below min_np.
+std::chrono::milliseconds start_timeout(const api::ClusterRequest& r) {
+  if (r.start_timeout) return std::chrono::seconds(*r.start_timeout);
+  if (r.timeout_seconds > 0) return std::chrono::milliseconds(static_cast<int64_t>(r.timeout_seconds * 1000));
+  return std::chrono::hours(24 * 365);
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// The generation `worker_id` was last a member of, else the current one.
+api::ClusterGeneration* generation_of(api::Cluster& c, const std::string& worker_id) {
+  for (auto it = c.generations.rbegin(); it != c.generations.rend(); ++it) {
+    if (contains(it->members, worker_id)) return &*it;
+  }
+  return c.generations.empty() ? nullptr : &c.generations.back();
+}
+
+std::string rank_name(const api::ClusterGeneration* g, const std::string& worker_id, size_t task_index) {
+  if (g) {
+    auto it = std::find(g->members.begin(), g->members.end(), worker_id);
+    if (it != g->members.end()) return "rank " + std::to_string(it - g->members.begin());
+  }
+  return "worker task " + std::to_string(task_index);
+}
+
+}  // namespace
+
+ElasticRendezvous::ElasticRendezvous(ElasticRendezvousOptions options, WorkerRegistry& registry, const Clock& clock)
+    : options_(std::move(options)), registry_(registry), clock_(clock) {}
+
+api::Result<std::vector<TaskBatch>> ElasticRendezvous::plan(const std::string& id, const api::ClusterRequest& request) {
+  if (auto s = resolve_script(options_.project_dir, request.worker_script); !s) {
+    return api::invalid_argument(s.status().message(), "worker_script");
+  }
+  auto ranks = task_launch_request(request, {request.n_workers, request.worker_script, request.args, "worker_script",
+                                             options_.project_dir});
+  if (!ranks) return ranks.status();
+  std::vector<TaskBatch> batches;
+  batches.push_back({clusterspec::kWorker, task_batch(id, std::move(ranks).value(), true, false)});
+  return batches;
+}
+
+bool ElasticRendezvous::ready(const api::Worker& w) const {
+  return w.status == WorkerStatus::kRunning && w.ip_address != "unknown" && !w.ip_address.empty();
+}
+
+bool ElasticRendezvous::may_end(const api::ClusterTask& /*task*/, const api::Worker& /*worker*/) const {
+  return true;  // supervise() decides what every ending means
+}
+
+elastic::WorldOptions ElasticRendezvous::world_options(const api::Cluster& c) const {
+  elastic::WorldOptions o;
+  o.cluster_id = c.id;
+  o.min_np = c.request.min_np.value_or(c.request.n_workers);
+  o.max_np = c.request.max_np.value_or(c.request.n_workers);
+  o.rejoin_timeout = options_.rejoin_timeout;
+  return o;
+}
+
+std::map<std::string, std::string> ElasticRendezvous::rank_env(const api::Cluster& c, const std::string& id) const {
+  const auto timeout = start_timeout(c.request);
+  std::map<std::string, std::string> env = {
+      {proto::kEnvUrl, registry_.agent_url()},
+      {proto::kEnvToken, registry_.metrics_token(id)},
+      {proto::kEnvClusterId, c.id},
+      {proto::kEnvTimeoutMs, std::to_string(timeout.count())},
+      {proto::kEnvMinNp, std::to_string(c.request.min_np.value_or(c.request.n_workers))},
+      {proto::kEnvMaxNp, std::to_string(c.request.max_np.value_or(c.request.n_workers))}};
+  // The TCP transport between hosts uses the interfaces the request names.
+  if (!c.request.network_interfaces.empty()) env["MUSTER_COMM_TCP_IFACE"] = c.request.network_interfaces.front();
+  return env;
+}
+
+api::Result<Wiring> ElasticRendezvous::wire(const api::Cluster& c, const std::vector<api::Worker>& workers) {
+  auto st = std::make_shared<State>();
+  st->world = std::make_shared<elastic::World>(world_options(c), clock_);
+  Wiring wiring;
+  for (const auto& w : workers) {
+    st->world->admit(w.id);
+    Release r;
+    r.env = rank_env(c, w.id);
+    wiring.releases.emplace_back(w.id, std::move(r));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    clusters_[c.id] = st;
+  }
+  wiring.summary = "releasing " + std::to_string(workers.size()) + " ranks into musterd's rendezvous (min_np " +
+                   std::to_string(c.request.min_np.value_or(c.request.n_workers)) + ", max_np " +
+                   std::to_string(c.request.max_np.value_or(c.request.n_workers)) + ")";
+  return wiring;
+}
+
+std::optional<Verdict> ElasticRendezvous::verdict(const api::Cluster&, const std::vector<api::Worker>&,
+                                                  std::optional<int>) const {
+  return std::nullopt;  // supervise() decides
+}
+
+LogSource ElasticRendezvous::log(const api::Cluster& c) const {
+  LogSource source;
+  if (!c.generations.empty() && !c.generations.back().members.empty()) {
+    source.worker_id = c.generations.back().members.front();
+  } else if (!c.tasks.empty()) {
+    source.worker_id = c.tasks.front().worker_id;
+  }
+  return source;
+}
+
+std::shared_ptr<elastic::World> ElasticRendezvous::world(const std::string& cluster_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = clusters_.find(cluster_id);
+  return it == clusters_.end() ? nullptr : it->second->world;
+}
+
+void ElasticRendezvous::ended(const api::Cluster& c) {
+  std::shared_ptr<State> st;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = clusters_.find(c.id);
+    if (it == clusters_.end()) return;
+    st = it->second;
+    clusters_.erase(it);
+  }
+  st->world->close(std::string("the cluster ") + api::cluster_status_name(c.status) +
+                   (c.reason.empty() ? "" : ": " + c.reason));
+}
+
+// ---- Blacklist: Horovod's cooldown, lo * 2^n + U(0, lo), clamped to [lo, hi].
+
+bool ElasticRendezvous::blacklisted(const State& st, const std::string& host, TimePoint now) const {
+  auto it = st.blacklisted_until.find(host);
+  return it != st.blacklisted_until.end() && now < it->second;
+}
+
+void ElasticRendezvous::blacklist(const api::Cluster& c, State& st, const std::string& host, TimePoint now) {
+  if (blacklisted(st, host, now)) return;
+  const int n = ++st.host_blacklistings[host];
+  if (!c.request.blacklist_cooldown_range) {
+    st.blacklisted_until[host] = TimePoint::max();
+  } else {
+    const auto [lo, hi] = *c.request.blacklist_cooldown_range;
+    std::uniform_real_distribution<double> jitter(0.0, 1.0);
+    const double delay = std::clamp(lo * std::pow(2.0, n) + jitter(rng_) * lo, double(lo), double(hi));
+    st.blacklisted_until[host] =
+        now + std::chrono::duration_cast<TimePoint::duration>(std::chrono::duration<double>(delay));
+  }
+  st.host_failures[host] = 0;
+  spdlog::warn("cluster {}: host {} blacklisted ({} failures){}", c.id, host, options_.failures_to_blacklist,
+               c.request.blacklist_cooldown_range ? "" : " for the cluster's life");
+}
+
+// ---- Replacements.
+
+void ElasticRendezvous::replace(api::Cluster& c, State& st, size_t index, const std::string& replaced,
+                                Supervision& sup) {
+  auto request = task_launch_request(c.request, {1, c.request.worker_script, c.request.args, "worker_script",
+                                                 options_.project_dir});
+  api::ClusterGeneration* g = generation_of(c, replaced);
+  if (!request) {
+    if (g) g->end_reason += (g->end_reason.empty() ? "" : "; ") + std::string("no replacement: ") + request.status().message();
+    return;
+  }
+  auto launched = registry_.launch(task_batch(c.id, std::move(request).value(), true, false));
+  if (!launched || launched->empty()) {
+    spdlog::warn("cluster {}: cannot launch a replacement for {}: {}", c.id, replaced, launched.status().message());
+    // Tried again on a later pass.
+    st.deferred.emplace_back(index, clock_.now() + std::chrono::seconds(1));
+    return;
+  }
+  const std::string by = launched->front().id;
+  c.tasks[index].worker_id = by;
+  st.pending[by] = index;
+  if (g) g->replacements.push_back({replaced, by, format_time(clock_.now())});
+  sup.changed = true;
+  spdlog::info("cluster {}: worker {} replaces {} (task {})", c.id, by, replaced, index);
+}
+
+void ElasticRendezvous::release(api::Cluster& c, State& st, const std::string& worker_id) {
+  st.world->admit(worker_id);
+  Release r;
+  r.env = rank_env(c, worker_id);
+  // A release that fails (the worker ended meanwhile) shows up as its end.
+  if (auto s = registry_.release(worker_id, std::move(r)); !s) {
+    spdlog::warn("cluster {}: release of {}: {}", c.id, worker_id, s.message());
+  }
+}
+
+// ---- The pass.
+
+void ElasticRendezvous::apply_events(api::Cluster& c, State& st, Supervision& sup) {
+  for (const auto& e : st.world->drain_events()) {
+    sup.changed = true;
+    const std::string at = format_time(e.at);
+    switch (e.kind) {
+      case elastic::WorldEvent::Kind::kFormed: {
+        if (e.generation == 1 && !c.generations.empty() && c.generations.back().generation == 1) {
+          c.generations.back().members = e.members;
+          c.generations.back().started_at = at;
+          break;
+        }
+        api::ClusterGeneration g;
+        g.generation = e.generation;
+        g.cause = e.generation == 1 ? "start" : "reset";
+        g.started_at = at;
+        g.members = e.members;
+        if (auto it = st.broke_at.find(e.generation - 1); it != st.broke_at.end()) {
+          g.recovery_seconds = seconds_between(it->second, e.at);
+        }
+        if (!c.generations.empty() && !c.generations.back().ended_at) c.generations.back().ended_at = at;
+        c.generations.push_back(std::move(g));
+        if (e.generation > 1) ++c.resets;
+        spdlog::info("cluster {}: generation {} formed with {} ranks", c.id, e.generation, e.members.size());
+        break;
+      }
+      case elastic::WorldEvent::Kind::kBroken: {
+        st.broke_at[e.generation] = e.at;
+        for (auto& g : c.generations) {
+          if (g.generation != e.generation) continue;
+          g.ended_at = at;
+          g.end_reason = e.reason;
+        }
+        spdlog::info("cluster {}: generation {} broke: {}", c.id, e.generation, e.reason);
+        if (c.request.reset_limit && c.resets >= *c.request.reset_limit && !sup.verdict) {
+          sup.verdict = Verdict{api::ClusterStatus::kFailed,
+                                "generation " + std::to_string(e.generation) + " broke (" + e.reason +
+                                    ") and the world may not re-form again: reset_limit " +
+                                    std::to_string(*c.request.reset_limit) + " reached; deaths: " +
+                                    api::deaths_text(c.generations)};
+        }
+        break;
+      }
+      case elastic::WorldEvent::Kind::kExcluded:
+        st.left_out[e.worker_id] = e.reason;
+        sup.stop.push_back(e.worker_id);
+        spdlog::warn("cluster {}: {}; stopping it", c.id, e.reason);
+        break;
+      case elastic::WorldEvent::Kind::kReported:
+        for (auto& g : c.generations) {
+          if (g.generation != e.generation || g.batches_redone) continue;
+          g.batches_redone = e.batches_redone;
+          if (auto it = st.broke_at.find(e.generation - 1); it != st.broke_at.end()) {
+            g.resume_seconds = seconds_between(it->second, e.at);
+          }
+        }
+        break;
+    }
+  }
+}
+
+Supervision ElasticRendezvous::supervise(api::Cluster& c, const std::vector<api::Worker>& workers) {
+  Supervision sup;
+  std::shared_ptr<State> st_ptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = clusters_.find(c.id);
+    if (it == clusters_.end()) return sup;
+    st_ptr = it->second;
+  }
+  State& st = *st_ptr;
+  const TimePoint now = clock_.now();
+  if (c.generations.empty()) {
+    // Generation 1 is the start: its members are the first ranks, until it forms.
+    api::ClusterGeneration g;
+    g.generation = 1;
+    g.cause = "start";
+    g.started_at = format_time(now);
+    for (const auto& t : c.tasks) g.members.push_back(t.worker_id);
+    c.generations.push_back(std::move(g));
+    sup.changed = true;
+  }
+  st.world->tick();
+
+  // 1) Replacements that registered: into the world, released.
+  for (size_t i = 0; i < c.tasks.size(); ++i) {
+    const api::Worker& w = workers[i];
+    auto p = st.pending.find(w.id);
+    if (p == st.pending.end() || api::is_terminal(w.status) || !ready(w)) continue;
+    st.pending.erase(p);
+    if (blacklisted(st, w.ip_address, now)) {
+      st.left_out[w.id] = "landed on host " + w.ip_address + ", which is blacklisted";
+      sup.stop.push_back(w.id);
+      continue;
+    }
+    release(c, st, w.id);
+    sup.changed = true;
+  }
+
+  // 2) Endings.
+  std::vector<std::pair<size_t, std::string>> to_replace;  // task index, the worker that died
+  for (size_t i = 0; i < c.tasks.size(); ++i) {
+    const api::Worker& w = workers[i];
+    if (!api::is_terminal(w.status) || st.settled.count(w.id)) continue;
+    st.settled.insert(w.id);
+    st.pending.erase(w.id);
+    sup.changed = true;
+    if (w.status == WorkerStatus::kSucceeded) {
+      st.world->retire(w.id);
+      st.finishing = true;
+      continue;
+    }
+    std::string reason = ending(w);
+    if (auto it = st.left_out.find(w.id); it != st.left_out.end()) reason = it->second;
+    st.world->remove(w.id, reason);
+    api::ClusterGeneration* g = generation_of(c, w.id);
+    if (g) g->deaths.push_back({w.id, rank_name(g, w.id, i), reason, format_time(now)});
+    spdlog::warn("cluster {}: {} (worker {}) {}", c.id, rank_name(g, w.id, i), w.id, reason);
+    const std::string host = w.ip_address.empty() || w.ip_address == "unknown" ? "(unregistered)" : w.ip_address;
+    if (++st.host_failures[host] >= options_.failures_to_blacklist) blacklist(c, st, host, now);
+    if (st.finishing) continue;  // the job is done: no replacement
+    if (blacklisted(st, host, now)) {
+      st.deferred.emplace_back(i, st.blacklisted_until[host]);
+    } else {
+      to_replace.emplace_back(i, w.id);
+    }
+  }
+  apply_events(c, st, sup);
+
+  // Who is left: the live ranks in the world, and whether one of them was a
+  // member of the current generation (and so holds the training state).
+  std::vector<std::string> members = st.world->members();
+  int alive = 0;
+  bool member_alive = false;
+  for (size_t i = 0; i < c.tasks.size(); ++i) {
+    if (api::is_terminal(workers[i].status) || !st.world->admitted(workers[i].id)) continue;
+    ++alive;
+    if (contains(members, workers[i].id)) member_alive = true;
+  }
+  // Before the first world formed, nobody holds any state yet; but if every
+  // rank died then, the script fails on its own (no world will form).
+  const bool never_formed = st.world->generation() == 0 && alive == 0;
+  const bool state_lost = (st.world->generation() > 0 && !member_alive) || never_formed;
+
+  // Replacements, unless the job is done or nobody could give them the state.
+  if (!state_lost && !sup.verdict) {
+    for (const auto& [i, dead] : to_replace) replace(c, st, i, dead, sup);
+    for (auto it = st.deferred.begin(); it != st.deferred.end();) {
+      if (now < it->second || st.finishing) {
+        ++it;
+        continue;
+      }
+      const size_t i = it->first;
+      it = st.deferred.erase(it);
+      if (!st.settled.count(c.tasks[i].worker_id)) continue;  // its worker was replaced meanwhile
+      replace(c, st, i, c.tasks[i].worker_id, sup);
+    }
+  }
+
+  // 3) How it ends.
+  auto status_of = [&](const std::string& id) -> std::optional<WorkerStatus> {
+    for (const auto& w : workers) {
+      if (w.id == id) return w.status;
+    }
+    auto w = registry_.get(id);
+    return w ? std::optional<WorkerStatus>(w->status) : std::nullopt;
+  };
+  if (!sup.verdict && st.finishing && !members.empty()) {
+    bool all_ended = true;
+    std::string failed;
+    for (size_t r = 0; r < members.size(); ++r) {
+      auto s = status_of(members[r]);
+      if (!s || !api::is_terminal(*s)) {
+        all_ended = false;
+      } else if (*s != WorkerStatus::kSucceeded && failed.empty()) {
+        failed = "rank " + std::to_string(r) + " (worker " + members[r] + ") ended " +
+                 api::worker_status_name(*s) + " after another rank had finished";
+      }
+    }
+    if (!failed.empty()) {
+      sup.verdict = Verdict{api::ClusterStatus::kFailed, failed};
+    } else if (all_ended) {
+      sup.verdict = Verdict{api::ClusterStatus::kSucceeded, ""};
+    }
+  }
+  if (!sup.verdict && !st.finishing) {
+    const int min_np = c.request.min_np.value_or(c.request.n_workers);
+    if (never_formed) {
+      sup.verdict = Verdict{api::ClusterStatus::kFailed,
+                            "every rank died before the world first formed; deaths: " + api::deaths_text(c.generations)};
+    } else if (state_lost) {
+      sup.verdict = Verdict{api::ClusterStatus::kFailed,
+                            "every rank of generation " + std::to_string(st.world->generation()) +
+                                " died, so nobody holds the training state; deaths: " + api::deaths_text(c.generations)};
+    } else if (alive < min_np) {
+      if (!st.below_min_since) st.below_min_since = now;
+      const auto limit = start_timeout(c.request);
+      if (now - *st.below_min_since >= limit) {
+        sup.verdict = Verdict{
+            api::ClusterStatus::kFailed,
+            "fewer than min_np (" + std::to_string(min_np) + ") ranks for " +
+                seconds_text(std::chrono::duration<double>(limit).count()) + " s (the start timeout): " +
+                std::to_string(alive) + " alive; deaths: " + api::deaths_text(c.generations)};
+      }
+    } else {
+      st.below_min_since.reset();
+    }
+  }
+  save(c, st);
+  return sup;
+}
+
+void ElasticRendezvous::save(api::Cluster& c, const State& st) const {
+  json blacklist = json::array();
+  const TimePoint now = clock_.now();
+  for (const auto& [host, until] : st.blacklisted_until) {
+    if (now >= until) continue;
+    blacklist.push_back({{"host", host},
+                         {"until", until == TimePoint::max() ? json(nullptr) : json(format_time(until))},
+                         {"times", st.host_blacklistings.count(host) ? st.host_blacklistings.at(host) : 0}});
+  }
+  json pending = json::object();
+  for (const auto& [id, index] : st.pending) pending[id] = index;
+  c.elastic_state = {{"world", st.world->to_record()}, {"blacklist", blacklist}, {"pending", pending}};
+}
+
+bool ElasticRendezvous::resume(api::Cluster& c) {
+  if (c.status != api::ClusterStatus::kRunning) return false;  // still starting: its releases were not sent
+  auto st = std::make_shared<State>();
+  st->world = std::make_shared<elastic::World>(world_options(c), clock_);
+  const json& saved = c.elastic_state.is_object() ? c.elastic_state : json::object();
+  if (saved.contains("world")) st->world->restore(saved["world"]);
+  if (saved.contains("pending") && saved["pending"].is_object()) {
+    for (const auto& item : saved["pending"].items()) st->pending[item.key()] = item.value().get<size_t>();
+  }
+  for (const auto& t : c.tasks) {
+    auto w = registry_.get(t.worker_id);
+    if (!w || api::is_terminal(w->status)) continue;  // handled as an ending on the first pass
+    if (!st->pending.count(t.worker_id)) st->world->admit(t.worker_id);
+  }
+  for (const auto& g : c.generations) {
+    if (g.ended_at) {
+      if (auto t = api::parse_rfc3339(*g.ended_at)) st->broke_at[g.generation] = *t;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  clusters_[c.id] = st;
+  return true;
+}
+
+}  // namespace muster::service

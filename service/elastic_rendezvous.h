@@ -1,0 +1,118 @@
+// ElasticRendezvous: the elastic mode of clusters, behind the Rendezvous
+// interface (rendezvous.h). musterd launches every rank itself, one worker
+// each; the ranks form their world through musterd's rendezvous
+// (service/elastic/world.h, protocol clusterspec/rendezvous_protocol.h), and
+// the world outlives any one of them.
+//
+//   a) plan: n_workers held workers running the worker script (python3).
+//   b) wire, once all registered: each is admitted to the cluster's World
+//      and released with MUSTER_RENDEZVOUS_* (the daemon's URL, the
+//      worker's script token, the start timeout, min_np/max_np); generation
+//      1 forms when they all joined.
+//   c) supervise, every pass while running (the manager's thread):
+//      - a rank that ended badly (failed, lost, stopped, timed out) leaves
+//        the World (its generation breaks; the survivors, whose collective
+//        failed, re-form as the next generation) and is recorded as a death
+//        of its generation; its host's failures are counted, and a host
+//        that fails kFailuresToBlacklist times is blacklisted (for a cooldown
+//        drawn as Horovod does in blacklist_cooldown_range, else for good);
+//      - a replacement is launched under the same task index (a held worker;
+//        later if its host is cooling down), up to n_workers alive ranks and
+//        never more than max_np; once registered it is admitted and
+//        released, joins at the next generation and receives the state from
+//        a survivor. One that registers from a blacklisted host is stopped;
+//      - the World's events become the cluster's generations: formed (with
+//        the recovery time from the break), broken (why, when), left out (a
+//        hung member: stopped), reported (batches redone, time to resume);
+//      - the cluster fails when the world would re-form past reset_limit,
+//        when fewer than min_np ranks are alive for longer than the start
+//        timeout (start_timeout, else timeout_seconds), or when every member
+//        of the last generation died (nobody holds the training state),
+//        naming each death; it succeeds once a member succeeded and every
+//        member of the last generation ended with exit code 0.
+//   d) log: rank 0's worker log (the current task 0).
+// A restarted daemon takes a running elastic cluster back (resume): its
+// World keeps generation and members (not the key-value exchange), the
+// agents re-register, pending replacements are released when they do.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "service/clock.h"
+#include "service/elastic/world.h"
+#include "service/rendezvous.h"
+
+namespace muster::service {
+
+struct ElasticRendezvousOptions {
+  std::filesystem::path project_dir;  // canonical: scripts resolve inside it
+  // A member of a broken generation that has not rejoined by then is left out.
+  std::chrono::milliseconds rejoin_timeout{30'000};
+  int failures_to_blacklist = 2;      // failures of the cluster's workers on one host
+};
+
+class ElasticRendezvous final : public Rendezvous {
+ public:
+  // `registry` and `clock` are borrowed and outlive this.
+  ElasticRendezvous(ElasticRendezvousOptions options, WorkerRegistry& registry, const Clock& clock);
+
+  api::Result<std::vector<TaskBatch>> plan(const std::string& cluster_id, const api::ClusterRequest& request) override;
+  bool ready(const api::Worker& worker) const override;
+  bool may_end(const api::ClusterTask& task, const api::Worker& worker) const override;
+  api::Result<Wiring> wire(const api::Cluster& cluster, const std::vector<api::Worker>& workers) override;
+  std::optional<Verdict> verdict(const api::Cluster& cluster, const std::vector<api::Worker>& workers,
+                                 std::optional<int> launcher_exit) const override;
+  LogSource log(const api::Cluster& cluster) const override;
+  Supervision supervise(api::Cluster& cluster, const std::vector<api::Worker>& workers) override;
+  void ended(const api::Cluster& cluster) override;
+  bool resume(api::Cluster& cluster) override;
+
+  // The World of a running elastic cluster (the rendezvous routes), or null.
+  std::shared_ptr<elastic::World> world(const std::string& cluster_id) const;
+
+ private:
+  // What the mode keeps per cluster, beside its World. Touched only on the
+  // manager's thread (wire, supervise, ended, resume), so unlocked.
+  struct State {
+    std::shared_ptr<elastic::World> world;
+    std::set<std::string> settled;                 // workers whose ending was handled
+    std::map<std::string, size_t> pending;         // replacement -> task index, not yet released
+    std::map<std::string, std::string> left_out;   // worker -> why the World left it out
+    std::map<std::string, int> host_failures;
+    std::map<std::string, TimePoint> blacklisted_until;  // TimePoint::max(): for the cluster's life
+    std::map<std::string, int> host_blacklistings;       // for the cooldown's growth
+    std::vector<std::pair<size_t, TimePoint>> deferred;  // task index, not before
+    std::map<int, TimePoint> broke_at;             // generation -> when it broke
+    std::optional<TimePoint> below_min_since;
+    bool finishing = false;                        // a member succeeded
+  };
+
+  elastic::WorldOptions world_options(const api::Cluster& cluster) const;
+  std::map<std::string, std::string> rank_env(const api::Cluster& cluster, const std::string& worker_id) const;
+  // Launches a held worker for task `index` (records the replacement of `replaced`).
+  void replace(api::Cluster& c, State& st, size_t index, const std::string& replaced, Supervision& sup);
+  void release(api::Cluster& c, State& st, const std::string& worker_id);
+  void blacklist(const api::Cluster& c, State& st, const std::string& host, TimePoint now);
+  bool blacklisted(const State& st, const std::string& host, TimePoint now) const;
+  void apply_events(api::Cluster& c, State& st, Supervision& sup);
+  void save(api::Cluster& c, const State& st) const;
+
+  ElasticRendezvousOptions options_;
+  WorkerRegistry& registry_;
+  const Clock& clock_;
+  std::mt19937 rng_{std::random_device{}()};
+
+  mutable std::mutex mu_;  // guards the map (routes look worlds up from HTTP threads)
+  std::map<std::string, std::shared_ptr<State>> clusters_;
+};
+
+}  // namespace muster::service
