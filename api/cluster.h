@@ -6,7 +6,10 @@
 //   (each reserves a port, the daemon builds the ClusterSpec and releases
 //   every task with its own TF_CONFIG);
 // - mode "mpi": n_workers idle workers whose IPs make the hostfile and the
-//   horovodrun/mpirun lines; with launch=true the daemon runs the mpirun line.
+//   horovodrun/mpirun lines; with launch=true the daemon runs the mpirun line;
+// - mode "torchrun": n_workers nodes of nproc_per_node processes each, every
+//   process released with torchrun's environment (RANK, WORLD_SIZE,
+//   MASTER_ADDR, MASTER_PORT, ...), so init_process_group's env:// works.
 //
 // Status: starting -> running -> succeeded | failed | stopped
 //         starting -> failed | stopped
@@ -30,7 +33,7 @@ const char* cluster_status_name(ClusterStatus status);
 std::optional<ClusterStatus> parse_cluster_status(const std::string& name);
 bool is_terminal(ClusterStatus status);
 
-enum class ClusterMode { kPs, kMpi };
+enum class ClusterMode { kPs, kMpi, kTorchrun };
 const char* cluster_mode_name(ClusterMode mode);
 
 // POST /api/v1/clusters, validated (scripts are resolved when the tasks are
@@ -66,6 +69,10 @@ struct ClusterRequest {
   // gets a TF_CONFIG whose task is {"type": "evaluator", "index": 0}.
   int n_chief = 0;      // 0 or 1
   int n_evaluator = 0;  // 0 or 1
+  // torchrun: processes per worker (torchrun --nproc_per_node), and how
+  // often a failed job may be restarted (--max_restarts).
+  int nproc_per_node = 1;
+  int max_restarts = 0;
 
   nlohmann::json to_json() const;
 };
@@ -93,6 +100,7 @@ struct Cluster {
   nlohmann::json cluster_spec;      // null until every task registered (ps)
   std::vector<std::string> horovodrun_argv;  // mpi, once the IPs are known
   std::vector<std::string> mpirun_argv;
+  std::vector<std::string> torchrun_argv;  // torchrun, once rank 0's address is known
   std::string hostfile;
   std::string reason;
   std::string created_at;
@@ -107,7 +115,8 @@ struct Cluster {
   nlohmann::json to_json() const;       // the API object
   nlohmann::json to_record() const;     // to_json() plus the request, for the store
   static Result<Cluster> from_record(const nlohmann::json& j);
-  std::string task_name(const ClusterTask& task) const;  // "worker 1 (id 3fa9c0)"
+  // "worker 1 (id 3fa9c0)"; torchrun: "worker 1 (id 3fa9c0, ranks 2-3)".
+  std::string task_name(const ClusterTask& task) const;
 };
 
 }  // namespace muster::api

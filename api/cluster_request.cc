@@ -15,6 +15,7 @@ using nlohmann::json;
 namespace {
 
 constexpr int kMaxSlots = 1024;
+constexpr int kMaxRestarts = 1000;
 
 Status bad(const std::string& field, const std::string& message) {
   return invalid_argument(field + " " + message, field);
@@ -78,7 +79,7 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
       "mode", "n_workers", "n_ps", "cpu", "memory", "nvidia_gpu", "worker_script", "args", "env", "ps_script",
       "slots", "ssh_port", "network_interface", "network_interfaces", "timeout_seconds", "launch",
       "fusion_threshold_mb", "cycle_time_ms", "timeline_filename", "start_timeout", "verbose", "n_chief",
-      "n_evaluator"};
+      "n_evaluator", "nproc_per_node", "max_restarts"};
   if (!body.is_object()) return invalid_argument("the request body must be a JSON object");
   for (const auto& item : body.items()) {
     if (!kFields.count(item.key())) return invalid_argument("unknown field '" + item.key() + "'", item.key());
@@ -90,18 +91,23 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
     r.mode = ClusterMode::kPs;
   } else if (mode == "mpi") {
     r.mode = ClusterMode::kMpi;
+  } else if (mode == "torchrun") {
+    r.mode = ClusterMode::kTorchrun;
   } else {
-    return bad("mode", "must be \"ps\" or \"mpi\"");
+    return bad("mode", "must be \"ps\", \"mpi\" or \"torchrun\"");
   }
   if (!body.contains("n_workers") || body["n_workers"].is_null()) return bad("n_workers", "is required");
   if (auto s = read_int(body, "n_workers", 1, max_workers, &r.n_workers); !s) return s;
   // At least one worker task comes beside the PS tasks.
   if (auto s = read_int(body, "n_ps", 0, max_workers - 1, &r.n_ps); !s) return s;
-  if (r.mode == ClusterMode::kMpi && r.n_ps != 0) return bad("n_ps", "is for ps mode only (mpi mode has no parameter servers)");
+  if (r.mode != ClusterMode::kPs && r.n_ps != 0) {
+    return bad("n_ps", std::string("is for ps mode only (") + cluster_mode_name(r.mode) +
+                           " mode has no parameter servers)");
+  }
   if (auto s = read_int(body, "n_chief", 0, 1, &r.n_chief); !s) return s;
   if (auto s = read_int(body, "n_evaluator", 0, 1, &r.n_evaluator); !s) return s;
-  if (r.mode == ClusterMode::kMpi && r.n_chief != 0) return bad("n_chief", "is for ps mode only (TensorFlow's chief task)");
-  if (r.mode == ClusterMode::kMpi && r.n_evaluator != 0) {
+  if (r.mode != ClusterMode::kPs && r.n_chief != 0) return bad("n_chief", "is for ps mode only (TensorFlow's chief task)");
+  if (r.mode != ClusterMode::kPs && r.n_evaluator != 0) {
     return bad("n_evaluator", "is for ps mode only (TensorFlow's evaluator task)");
   }
   const int total = r.n_workers + r.n_ps + r.n_chief + r.n_evaluator;
@@ -120,9 +126,10 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
     if (script->empty()) continue;
     if (auto s = check_script_path(*script, field); !s) return s;
   }
-  if (r.mode == ClusterMode::kMpi && !r.ps_script.empty()) return bad("ps_script", "is for ps mode only");
-  if (r.mode == ClusterMode::kMpi && r.worker_script.empty()) {
-    return bad("worker_script", "is required in mpi mode: it is the program every rank runs");
+  if (r.mode != ClusterMode::kPs && !r.ps_script.empty()) return bad("ps_script", "is for ps mode only");
+  if (r.mode != ClusterMode::kPs && r.worker_script.empty()) {
+    return bad("worker_script", std::string("is required in ") + cluster_mode_name(r.mode) +
+                                    " mode: it is the program every rank runs");
   }
   if (auto it = body.find("args"); it != body.end() && !it->is_null()) {
     if (!it->is_array()) return bad("args", "must be a list of strings");
@@ -175,16 +182,28 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
   }
   if (auto s = read_optional_int(body, "start_timeout", 1, 86400, &r.start_timeout); !s) return s;
   if (auto s = read_bool(body, "verbose", &r.verbose); !s) return s;
-  if (r.mode == ClusterMode::kPs) {
+  if (r.mode != ClusterMode::kMpi) {
     for (const char* field : {"network_interface", "network_interfaces", "fusion_threshold_mb", "cycle_time_ms",
                               "timeline_filename", "start_timeout", "verbose"}) {
       if (body.contains(field) && !body[field].is_null()) return bad(field, "is a horovodrun option, for mpi mode only");
     }
   }
+  if (r.mode == ClusterMode::kTorchrun) {
+    if (body.contains("slots") && !body["slots"].is_null()) {
+      return bad("slots", "is for mpi mode; torchrun mode runs nproc_per_node processes per worker");
+    }
+    if (auto s = read_int(body, "nproc_per_node", 1, kMaxSlots, &r.nproc_per_node); !s) return s;
+    if (auto s = read_int(body, "max_restarts", 0, kMaxRestarts, &r.max_restarts); !s) return s;
+  } else {
+    for (const char* field : {"nproc_per_node", "max_restarts"}) {
+      if (body.contains(field) && !body[field].is_null()) return bad(field, "is a torchrun option, for torchrun mode only");
+    }
+  }
   if (auto s = read_number(body, "timeout_seconds", true, &r.timeout_seconds); !s) return s;
   if (auto s = read_bool(body, "launch", &r.launch); !s) return s;
-  if (r.mode == ClusterMode::kPs && body.contains("launch") && !body["launch"].is_null() && !r.launch) {
-    return bad("launch", "is for mpi mode only (ps-mode tasks always start once released)");
+  if (r.mode != ClusterMode::kMpi && body.contains("launch") && !body["launch"].is_null() && !r.launch) {
+    return bad("launch", std::string("is for mpi mode only (") + cluster_mode_name(r.mode) +
+                             "-mode tasks always start once released)");
   }
   return r;
 }
@@ -211,13 +230,16 @@ json ClusterRequest::to_json() const {
               {"start_timeout", start_timeout ? json(*start_timeout) : json(nullptr)},
               {"verbose", verbose},
               {"n_chief", n_chief},
-              {"n_evaluator", n_evaluator}};
+              {"n_evaluator", n_evaluator},
+              {"nproc_per_node", nproc_per_node},
+              {"max_restarts", max_restarts}};
 }
 
 Result<ClusterRequest> cluster_request_from_json(const json& j) {
   try {
     ClusterRequest r;
-    r.mode = j.at("mode").get<std::string>() == "mpi" ? ClusterMode::kMpi : ClusterMode::kPs;
+    const std::string mode = j.at("mode").get<std::string>();
+    r.mode = mode == "mpi" ? ClusterMode::kMpi : mode == "torchrun" ? ClusterMode::kTorchrun : ClusterMode::kPs;
     r.n_workers = j.at("n_workers").get<int>();
     r.n_ps = j.at("n_ps").get<int>();
     r.cpu = j.at("cpu").get<double>();
@@ -245,6 +267,8 @@ Result<ClusterRequest> cluster_request_from_json(const json& j) {
     r.verbose = j.value("verbose", false);
     r.n_chief = j.value("n_chief", 0);
     r.n_evaluator = j.value("n_evaluator", 0);
+    r.nproc_per_node = j.value("nproc_per_node", 1);
+    r.max_restarts = j.value("max_restarts", 0);
     return r;
   } catch (const json::exception& e) {
     return internal_error(std::string("stored cluster request is malformed: ") + e.what());

@@ -7,6 +7,7 @@
 #include "service/auth.h"
 #include "service/mpi_rendezvous.h"
 #include "service/ps_rendezvous.h"
+#include "service/torchrun_rendezvous.h"
 
 namespace muster::service {
 
@@ -24,6 +25,7 @@ ClusterManager::ClusterManager(ClusterManagerOptions options, WorkerRegistry& re
       MpiRendezvousOptions{options_.state_dir, options_.validation.project_dir, options_.mpirun,
                            options_.mpirun_extra_args},
       registry_, *launcher_, mpi_hosts);
+  torchrun_ = std::make_unique<TorchrunRendezvous>(TorchrunRendezvousOptions{options_.validation.project_dir});
   subscription_ = registry_.subscribe([this](const api::Worker& w) {
     if (!w.cluster_id) return;
     std::lock_guard<std::mutex> lock(wake_mu_);

@@ -167,6 +167,12 @@ TEST(AgentJson, RoundTripsEachBody) {
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   EXPECT_EQ(r->env, rel.env);
   EXPECT_EQ(r->files, rel.files);
+  EXPECT_TRUE(r->processes.empty());
+  EXPECT_FALSE(api::to_json(rel).contains("processes"));  // one process: the field stays out
+  rel.processes = {{{"RANK", "2"}, {"LOCAL_RANK", "0"}}, {{"RANK", "3"}, {"LOCAL_RANK", "1"}}};
+  r = api::release_from_json(api::to_json(rel));
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->processes, rel.processes);
   r = api::release_from_json(api::to_json(api::Release{}));
   ASSERT_TRUE(r.is_ok());
   EXPECT_TRUE(r->env.empty() && r->files.empty());
@@ -193,6 +199,17 @@ TEST(AgentJson, RefusesBadBodiesNamingTheField) {
   for (const char* name : {"../x", "a/b", ".", "..", ""}) {
     expect_refused(api::release_from_json(json{{"env", json::object()}, {"files", {{name, "x"}}}}).status(), "files");
   }
+  const json empty = json::object();
+  for (const json& processes : {json("x"), json::array({1}), json::array({empty}), json::array({json{{"env", 1}}}),
+                                json::array({json{{"env", {{"A B", "1"}}}}}),
+                                json::array({json{{"env", {{"A", 1}}}}})}) {
+    expect_refused(api::release_from_json(json{{"env", empty}, {"files", empty}, {"processes", processes}}).status(),
+                   "processes");
+  }
+  json many = json::array();
+  for (size_t i = 0; i <= api::kMaxReleaseProcesses; ++i) many.push_back(json{{"env", empty}});
+  expect_refused(api::release_from_json(json{{"env", empty}, {"files", empty}, {"processes", many}}).status(),
+                 "processes");
 }
 
 }  // namespace

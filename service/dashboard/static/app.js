@@ -380,7 +380,8 @@ function renderCluster(id) {
   $("cluster-tasks").replaceChildren(h("thead", {}, h("tr", {}, ...["Task", "Index", "Worker", "Status", "Address",
     "Exit", "Reason"].map((t) => h("th", {}, t)))), h("tbody", {}, ...tasks));
   const launch = [];
-  for (const [key, label] of [["horovodrun_command", "horovodrun"], ["mpirun_command", "mpirun"]]) {
+  for (const [key, label] of [["horovodrun_command", "horovodrun"], ["mpirun_command", "mpirun"],
+    ["torchrun_command", "torchrun"]]) {
     if (!c[key]) continue;
     launch.push(h("h3", {}, label), h("div", { class: "cmd" }, h("pre", { class: "json", id: `cmd-${label}` }, c[key]),
       copyButton(() => c[key])));
