@@ -52,13 +52,14 @@ struct AwaitResult {
 
 struct Cluster {
   std::string id;
-  std::string mode;    // "ps" or "mpi"
+  std::string mode;    // "ps", "mpi" or "torchrun"
   std::string status;  // starting, running, succeeded, failed, stopped
   // Worker ids by task type ("ps", "worker", ...), in index order.
   std::map<std::string, std::vector<std::string>> workers;
   nlohmann::json cluster_spec;  // {"ps": ["ip:port"...], "worker": [...]} once known
   std::string horovodrun_command;
   std::string mpirun_command;
+  std::string torchrun_command;  // torchrun mode: the line every node would run
   std::string hostfile;
   std::string reason;
   std::vector<std::string> warnings;  // the daemon's notes on a create answer
@@ -90,7 +91,7 @@ struct AwaitOptions {
 
 // POST /api/v1/clusters (issue 3). Unset optionals use the daemon's defaults.
 struct ClusterOptions {
-  std::string mode = "ps";  // "ps" or "mpi"
+  std::string mode = "ps";  // "ps", "mpi" or "torchrun"
   int n_workers = 1;
   int n_ps = 0;             // ps mode only
   double cpu = 1;
@@ -116,6 +117,9 @@ struct ClusterOptions {
   std::optional<int> start_timeout;      // seconds
   std::optional<bool> verbose;
   std::vector<std::string> network_interfaces;
+  // torchrun mode: processes per worker and torchrun's --max_restarts.
+  int nproc_per_node = 1;
+  int max_restarts = 0;
 
   nlohmann::json to_json() const;
 };
