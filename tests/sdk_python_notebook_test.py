@@ -121,3 +121,14 @@ def test_allreduce_training(daemon):
     need_training()
     text = execute("allreduce_training.ipynb", TINY_TRAINING)
     assert "horovodrun line:" in text and "test accuracy" in text, text
+
+
+def test_ddp_training(daemon):
+    need_training()
+    import muster.runtime
+    if "store" not in (muster.runtime.extension().Communicator.__init__.__doc__ or ""):
+        # Its second half runs the "muster" backend, which forms its world over torch's Store.
+        pytest.exit("skipped: this _muster_runtime has no Communicator(store=...) for the muster backend",
+                    returncode=77)
+    text = execute("ddp_training.ipynb", TINY_TRAINING)
+    assert "torchrun line: torchrun --nnodes=2" in text and "muster  test accuracy" in text, text
