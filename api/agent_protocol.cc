@@ -264,6 +264,7 @@ json to_json(const Release& r) {
     j["processes"] = json::array();
     for (const auto& env : r.processes) j["processes"].push_back({{"env", env}});
   }
+  if (!r.interface_env.empty()) j["interface_env"] = r.interface_env;
   return j;
 }
 
@@ -290,6 +291,14 @@ Result<Release> release_from_json(const json& j) {
       r.processes.push_back(std::move(env).value());
     }
   }
+  if (j.contains("interface_env") && !j["interface_env"].is_null()) {
+    const json& names = j["interface_env"];
+    if (!names.is_array()) return invalid_argument("interface_env must be a list of variable names", "interface_env");
+    for (const auto& name : names) {
+      if (!name.is_string()) return invalid_argument("interface_env must be a list of variable names", "interface_env");
+      r.interface_env.push_back(name.get<std::string>());
+    }
+  }
   if (auto s = validate_release(r); !s) return s;
   return r;
 }
@@ -311,6 +320,15 @@ Status validate_release(const Release& r) {
         return invalid_argument("processes: variable name '" + name + "' must match [A-Za-z_][A-Za-z0-9_]*",
                                 "processes");
       }
+    }
+  }
+  if (r.interface_env.size() > kMaxInterfaceEnv) {
+    return invalid_argument("interface_env has " + std::to_string(r.interface_env.size()) + " names, more than " +
+                                std::to_string(kMaxInterfaceEnv), "interface_env");
+  }
+  for (const auto& name : r.interface_env) {
+    if (!clusterspec::is_valid_env_name(name)) {
+      return invalid_argument("interface_env: '" + name + "' must match [A-Za-z_][A-Za-z0-9_]*", "interface_env");
     }
   }
   return Status::ok();

@@ -14,6 +14,11 @@
 //      nproc_per_node > 1, as that many processes of the agent (the
 //      release's `processes`, each with its RANK / LOCAL_RANK / ROLE_RANK).
 //      The request's own OMP_NUM_THREADS wins over torchrun's default of 1.
+//      GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME and MUSTER_COMM_TCP_IFACE are
+//      set by each agent to the interface of the address it registered
+//      (Release::interface_env), unless the worker's environment has them:
+//      a container's hostname may resolve to loopback, where gloo would
+//      otherwise listen.
 //      The equivalent torchrun line (every node's) is recorded for display.
 //   c) verdict: succeeded once every task succeeded (a node that finished
 //      may end early); any task failing, lost or stopped fails the cluster

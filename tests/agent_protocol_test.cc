@@ -173,6 +173,10 @@ TEST(AgentJson, RoundTripsEachBody) {
   r = api::release_from_json(api::to_json(rel));
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   EXPECT_EQ(r->processes, rel.processes);
+  rel.interface_env = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"};
+  r = api::release_from_json(api::to_json(rel));
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->interface_env, rel.interface_env);
   r = api::release_from_json(api::to_json(api::Release{}));
   ASSERT_TRUE(r.is_ok());
   EXPECT_TRUE(r->env.empty() && r->files.empty());
@@ -205,6 +209,11 @@ TEST(AgentJson, RefusesBadBodiesNamingTheField) {
                                 json::array({json{{"env", {{"A", 1}}}}})}) {
     expect_refused(api::release_from_json(json{{"env", empty}, {"files", empty}, {"processes", processes}}).status(),
                    "processes");
+  }
+  for (const json& names : {json("GLOO"), json::array({1}), json::array({"A B"}),
+                            json(std::vector<std::string>(api::kMaxInterfaceEnv + 1, "A"))}) {
+    expect_refused(api::release_from_json(json{{"env", empty}, {"files", empty}, {"interface_env", names}}).status(),
+                   "interface_env");
   }
   json many = json::array();
   for (size_t i = 0; i <= api::kMaxReleaseProcesses; ++i) many.push_back(json{{"env", empty}});

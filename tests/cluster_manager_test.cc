@@ -768,6 +768,8 @@ TEST_F(ClusterManagerTest, TorchrunReleasesEveryProcessWithTorchrunsEnvironment)
     EXPECT_EQ(release->env.at("TORCHELASTIC_MAX_RESTARTS"), "3");
     EXPECT_EQ(release->env.at("OMP_NUM_THREADS"), "1");
     EXPECT_EQ(release->env.count("RANK"), 0u);  // per process
+    EXPECT_EQ(release->interface_env,
+              (std::vector<std::string>{"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "MUSTER_COMM_TCP_IFACE"}));
     ASSERT_EQ(release->processes.size(), 2u);
     for (int local = 0; local < 2; ++local) {
       const std::string rank = std::to_string(node * 2 + local);

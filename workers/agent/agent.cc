@@ -312,6 +312,16 @@ int run_agent(const AgentOptions& o) {
     }
     for (const auto& [k, v] : release->env) env[k] = v;
     processes = release->processes;
+    if (!release->interface_env.empty()) {
+      const auto name = interface_with_address(ip);
+      const auto inherited = api::process_env();
+      for (const auto& var : release->interface_env) {
+        if (env.count(var) || inherited.count(var)) continue;  // the caller's choice stands
+        if (name) env[var] = *name;
+      }
+      if (!name) log_line("no interface holds this worker's address " + ip + "; " + release->interface_env.front() +
+                          " and the like are left unset");
+    }
     break;
   }
   if (g_signal || stopped_by_daemon) return finish(128 + (g_signal ? g_signal : SIGTERM));
