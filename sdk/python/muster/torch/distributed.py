@@ -20,10 +20,13 @@ How it is built
 - MusterProcessGroup is a Python subclass of torch's ProcessGroup (the
   route torch 1.13 offers a third-party backend written in Python; C++
   callers such as DDP's reducer reach its methods through torch's
-  trampoline). A C++ c10d::ProcessGroup built against libtorch-dev was the
-  other route: the Python layer costs microseconds per call, against
-  DDP's milliseconds per bucket (bench/torch measures DDP(muster) against
-  muster.torch's own optimizer), so the ABI-bound C++ build was not taken.
+  trampoline). A C++ c10d::ProcessGroup built against libtorch-dev is the
+  other route, bound to one torch build's ABI (Debian's libtorch-dev is
+  1.13 only). The Python layer costs tens of microseconds per call against
+  DDP's milliseconds per bucket (a 25 MB bucket is ~3 ms on the ring here),
+  so it was taken first; bench/torch measures it (DDP(muster) against
+  muster.torch's own C++ optimizer in the same job, target within 5%), and
+  that figure decides whether the C++ route is needed.
 - Collectives are asynchronous: a call hands the tensor's memory
   (data_ptr, no copy for contiguous tensors of a runtime dtype) to the
   runtime and returns a Work made from a torch Future
