@@ -124,11 +124,11 @@ def test_allreduce_training(daemon):
 
 
 def test_ddp_training(daemon):
-    need_training()
     import muster.runtime
     if "store" not in (muster.runtime.extension().Communicator.__init__.__doc__ or ""):
         # Its second half runs the "muster" backend, which forms its world over torch's Store.
         pytest.exit("skipped: this _muster_runtime has no Communicator(store=...) for the muster backend",
                     returncode=77)
+    need_training()
     text = execute("ddp_training.ipynb", TINY_TRAINING)
     assert "torchrun line: torchrun --nnodes=2" in text and "muster  test accuracy" in text, text

@@ -23,8 +23,13 @@ from torchrun_cluster_test import SCRIPTS  # noqa: E402
 
 REPO = os.environ.get("MUSTER_SOURCE_DIR") or os.path.dirname(HERE)
 
-if os.geteuid() != 0 or not shutil.which("ip"):
-    pytest.exit("skipped: needs root and iproute2 (the container backend creates network namespaces)", returncode=77)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def root_and_network_namespaces():
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.exit("skipped: needs root and iproute2 (the container backend creates network namespaces)",
+                    returncode=77)
 
 
 def container_args():
@@ -35,7 +40,7 @@ def container_args():
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory):
+def daemon(tmp_path_factory, root_and_network_namespaces):
     project = write_scripts(tmp_path_factory.mktemp("project"), SCRIPTS)
     for name in ("ddp_train.py", "fashion_data.py"):  # scripts must lie inside the project dir
         shutil.copy(os.path.join(REPO, "examples", "pytorch", name), str(project))
