@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "api/json_integer.h"
+#include "clusterspec/names.h"
 
 extern char** environ;
 
@@ -263,7 +264,15 @@ Result<AgentExit> exit_from_json(const json& j) {
   return AgentExit{static_cast<int>(*code)};
 }
 
-json to_json(const Release& r) { return {{"env", r.env}, {"files", r.files}}; }
+json to_json(const Release& r) {
+  json j = {{"env", r.env}, {"files", r.files}};
+  if (!r.processes.empty()) {
+    j["processes"] = json::array();
+    for (const auto& env : r.processes) j["processes"].push_back({{"env", env}});
+  }
+  if (!r.interface_env.empty()) j["interface_env"] = r.interface_env;
+  return j;
+}
 
 Result<Release> release_from_json(const json& j) {
   if (auto s = require_object(j, "the release", "env"); !s) return s;
@@ -274,6 +283,28 @@ Result<Release> release_from_json(const json& j) {
   auto files = string_map(j, "files");
   if (!files) return files.status();
   r.files = std::move(files).value();
+  if (j.contains("processes") && !j["processes"].is_null()) {
+    const json& list = j["processes"];
+    if (!list.is_array()) return invalid_argument("processes must be a list of {\"env\": {...}}", "processes");
+    if (list.size() > kMaxReleaseProcesses) {
+      return invalid_argument("processes has " + std::to_string(list.size()) + " entries, more than " +
+                                  std::to_string(kMaxReleaseProcesses), "processes");
+    }
+    for (const auto& entry : list) {
+      if (!entry.is_object()) return invalid_argument("processes must be a list of {\"env\": {...}}", "processes");
+      auto env = string_map(entry, "env");
+      if (!env) return invalid_argument("processes: " + env.status().message(), "processes");
+      r.processes.push_back(std::move(env).value());
+    }
+  }
+  if (j.contains("interface_env") && !j["interface_env"].is_null()) {
+    const json& names = j["interface_env"];
+    if (!names.is_array()) return invalid_argument("interface_env must be a list of variable names", "interface_env");
+    for (const auto& name : names) {
+      if (!name.is_string()) return invalid_argument("interface_env must be a list of variable names", "interface_env");
+      r.interface_env.push_back(name.get<std::string>());
+    }
+  }
   if (auto s = validate_release(r); !s) return s;
   return r;
 }
@@ -283,6 +314,27 @@ Status validate_release(const Release& r) {
     if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
       return invalid_argument(
           "files: release file name '" + name + "' must be a plain file name (no '/', not . or ..)", "files");
+    }
+  }
+  if (r.processes.size() > kMaxReleaseProcesses) {
+    return invalid_argument("processes has " + std::to_string(r.processes.size()) + " entries, more than " +
+                                std::to_string(kMaxReleaseProcesses), "processes");
+  }
+  for (const auto& env : r.processes) {
+    for (const auto& [name, value] : env) {
+      if (!clusterspec::is_valid_env_name(name)) {
+        return invalid_argument("processes: variable name '" + name + "' must match [A-Za-z_][A-Za-z0-9_]*",
+                                "processes");
+      }
+    }
+  }
+  if (r.interface_env.size() > kMaxInterfaceEnv) {
+    return invalid_argument("interface_env has " + std::to_string(r.interface_env.size()) + " names, more than " +
+                                std::to_string(kMaxInterfaceEnv), "interface_env");
+  }
+  for (const auto& name : r.interface_env) {
+    if (!clusterspec::is_valid_env_name(name)) {
+      return invalid_argument("interface_env: '" + name + "' must match [A-Za-z_][A-Za-z0-9_]*", "interface_env");
     }
   }
   return Status::ok();

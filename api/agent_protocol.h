@@ -112,10 +112,22 @@ struct AgentExit {
 };
 // POST .../wait-release, 200: what a held worker's agent receives; env is
 // added to the script's, files are written (atomically) into the worker's
-// working directory. Empty env/files are allowed.
+// working directory. Empty env/files are allowed. `processes` (torchrun's
+// nproc_per_node): the agent runs the script once per entry, each with the
+// entry's variables over `env`; none means one process. At most
+// kMaxReleaseProcesses entries; their names are environment names.
+// `interface_env` (torchrun mode: GLOO_SOCKET_IFNAME, ...): variables the
+// agent sets to the name of the network interface holding the address it
+// registered, each unless the worker's environment already has it (a
+// container's hostname may resolve to loopback, where gloo would then
+// listen). At most kMaxInterfaceEnv names.
+inline constexpr std::size_t kMaxReleaseProcesses = 1024;
+inline constexpr std::size_t kMaxInterfaceEnv = 16;
 struct Release {
   std::map<std::string, std::string> env;
   std::map<std::string, std::string> files;  // plain file name (no '/', not . or ..) -> content
+  std::vector<std::map<std::string, std::string>> processes;  // per process: env over `env`
+  std::vector<std::string> interface_env;  // set to the registered address's interface
 };
 
 nlohmann::json to_json(const AgentRegistration& r);
@@ -126,7 +138,10 @@ nlohmann::json to_json(const AgentExit& e);
 Result<AgentExit> exit_from_json(const nlohmann::json& j);
 nlohmann::json to_json(const Release& r);
 Result<Release> release_from_json(const nlohmann::json& j);
-// The file names of `r` are plain names (field "files").
+// The file names of `r` are plain names (field "files"); `processes` holds
+// at most kMaxReleaseProcesses entries of valid variable names (field
+// "processes"); `interface_env` at most kMaxInterfaceEnv valid names (field
+// "interface_env").
 Status validate_release(const Release& r);
 // (A heartbeat carries no body; its reply is {}.)
 

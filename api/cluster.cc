@@ -34,6 +34,7 @@ const char* cluster_mode_name(ClusterMode mode) {
     case ClusterMode::kPs: return "ps";
     case ClusterMode::kMpi: return "mpi";
     case ClusterMode::kElastic: return "elastic";
+    case ClusterMode::kTorchrun: return "torchrun";
   }
   return "unknown";
 }
@@ -88,7 +89,14 @@ json Cluster::workers_json() const {
 }
 
 std::string Cluster::task_name(const ClusterTask& t) const {
-  return t.type + " " + std::to_string(t.index) + " (id " + t.worker_id + ")";
+  std::string ranks;  // torchrun: the ranks this worker's processes hold
+  if (request.mode == ClusterMode::kTorchrun) {
+    const int first = t.index * request.nproc_per_node;
+    ranks = request.nproc_per_node == 1
+                ? ", rank " + std::to_string(first)
+                : ", ranks " + std::to_string(first) + "-" + std::to_string(first + request.nproc_per_node - 1);
+  }
+  return t.type + " " + std::to_string(t.index) + " (id " + t.worker_id + ranks + ")";
 }
 
 json Cluster::to_json() const {
@@ -128,12 +136,18 @@ json Cluster::to_json() const {
     out["blacklist_cooldown_range"] = r.at("blacklist_cooldown_range");
     out["blacklist"] = elastic_state.is_object() ? elastic_state.value("blacklist", json::array()) : json::array();
   }
+  out["torchrun_command"] = torchrun_argv.empty() ? "" : base::join_for_shell(torchrun_argv);
+  out["torchrun_argv"] = torchrun_argv;
   if (request.mode == ClusterMode::kMpi) {
     const json r = request.to_json();
     for (const char* key : {"network_interfaces", "fusion_threshold_mb", "cycle_time_ms", "timeline_filename",
                             "start_timeout", "verbose"}) {
       out[key] = r.at(key);
     }
+  }
+  if (request.mode == ClusterMode::kTorchrun) {
+    out["nproc_per_node"] = request.nproc_per_node;
+    out["max_restarts"] = request.max_restarts;
   }
   return out;
 }
@@ -169,6 +183,7 @@ Result<Cluster> Cluster::from_record(const json& j) {
     c.cluster_spec = j.value("cluster_spec", json(nullptr));
     c.horovodrun_argv = j.value("horovodrun_argv", std::vector<std::string>{});
     c.mpirun_argv = j.value("mpirun_argv", std::vector<std::string>{});
+    c.torchrun_argv = j.value("torchrun_argv", std::vector<std::string>{});
     c.hostfile = j.value("hostfile", "");
     c.reason = j.value("reason", "");
     c.created_at = j.value("created_at", "");

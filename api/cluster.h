@@ -16,6 +16,9 @@
 //   (min_np .. max_np ranks; horovodrun's elastic flags).
 // Any mode but elastic may restart after a failure (max_restarts, torchrun's
 // semantics). Recoveries are the cluster's generations (api/cluster_history.h).
+// - mode "torchrun": n_workers nodes of nproc_per_node processes each, every
+//   process released with torchrun's environment (RANK, WORLD_SIZE,
+//   MASTER_ADDR, MASTER_PORT, ...), so init_process_group's env:// works.
 //
 // Status: starting -> running -> succeeded | failed | stopped
 //         starting -> failed | stopped
@@ -40,7 +43,7 @@ const char* cluster_status_name(ClusterStatus status);
 std::optional<ClusterStatus> parse_cluster_status(const std::string& name);
 bool is_terminal(ClusterStatus status);
 
-enum class ClusterMode { kPs, kMpi, kElastic };
+enum class ClusterMode { kPs, kMpi, kElastic, kTorchrun };
 const char* cluster_mode_name(ClusterMode mode);
 
 // POST /api/v1/clusters, validated (scripts are resolved when the tasks are
@@ -93,6 +96,8 @@ struct ClusterRequest {
   std::optional<int> max_np;
   std::optional<int> reset_limit;
   std::optional<std::pair<int, int>> blacklist_cooldown_range;
+  // torchrun: processes per worker (torchrun --nproc_per_node).
+  int nproc_per_node = 1;
 
   nlohmann::json to_json() const;
 };
@@ -137,6 +142,7 @@ struct Cluster {
   nlohmann::json cluster_spec;      // null until every task registered (ps)
   std::vector<std::string> horovodrun_argv;  // mpi, once the IPs are known
   std::vector<std::string> mpirun_argv;
+  std::vector<std::string> torchrun_argv;  // torchrun, once rank 0's address is known
   std::string hostfile;
   std::string reason;
   std::string created_at;
@@ -159,7 +165,8 @@ struct Cluster {
   nlohmann::json to_json() const;       // the API object
   nlohmann::json to_record() const;     // to_json() plus the request, for the store
   static Result<Cluster> from_record(const nlohmann::json& j);
-  std::string task_name(const ClusterTask& task) const;  // "worker 1 (id 3fa9c0)"
+  // "worker 1 (id 3fa9c0)"; torchrun: "worker 1 (id 3fa9c0, ranks 2-3)".
+  std::string task_name(const ClusterTask& task) const;
 };
 
 }  // namespace muster::api

@@ -81,7 +81,7 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
       "slots", "ssh_port", "network_interface", "network_interfaces", "timeout_seconds", "launch",
       "fusion_threshold_mb", "cycle_time_ms", "timeline_filename", "start_timeout", "verbose", "n_chief",
       "n_evaluator", "python", "workers", "max_restarts", "min_np", "max_np", "reset_limit",
-      "blacklist_cooldown_range"};
+      "blacklist_cooldown_range", "nproc_per_node"};
   if (!body.is_object()) return invalid_argument("the request body must be a JSON object");
   for (const auto& item : body.items()) {
     if (!kFields.count(item.key())) return invalid_argument("unknown field '" + item.key() + "'", item.key());
@@ -95,8 +95,10 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
     r.mode = ClusterMode::kMpi;
   } else if (mode == "elastic") {
     r.mode = ClusterMode::kElastic;
+  } else if (mode == "torchrun") {
+    r.mode = ClusterMode::kTorchrun;
   } else {
-    return bad("mode", "must be \"ps\", \"mpi\" or \"elastic\"");
+    return bad("mode", "must be \"ps\", \"mpi\", \"elastic\" or \"torchrun\"");
   }
   if (auto it = body.find("workers"); it != body.end() && !it->is_null()) {
     if (r.mode != ClusterMode::kMpi) return bad("workers", "is for mpi mode only (the hosts of the ranks)");
@@ -124,7 +126,10 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
   }
   // At least one worker task comes beside the PS tasks.
   if (auto s = read_int(body, "n_ps", 0, max_workers - 1, &r.n_ps); !s) return s;
-  if (r.mode != ClusterMode::kPs && r.n_ps != 0) return bad("n_ps", "is for ps mode only (mpi mode has no parameter servers)");
+  if (r.mode != ClusterMode::kPs && r.n_ps != 0) {
+    return bad("n_ps", std::string("is for ps mode only (") + cluster_mode_name(r.mode) +
+                           " mode has no parameter servers)");
+  }
   if (auto s = read_int(body, "n_chief", 0, 1, &r.n_chief); !s) return s;
   if (auto s = read_int(body, "n_evaluator", 0, 1, &r.n_evaluator); !s) return s;
   if (r.mode != ClusterMode::kPs && r.n_chief != 0) return bad("n_chief", "is for ps mode only (TensorFlow's chief task)");
@@ -149,7 +154,8 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
   }
   if (r.mode != ClusterMode::kPs && !r.ps_script.empty()) return bad("ps_script", "is for ps mode only");
   if (r.mode != ClusterMode::kPs && r.worker_script.empty()) {
-    return bad("worker_script", "is required in mpi and elastic modes: it is the program every rank runs");
+    return bad("worker_script", std::string("is required in ") + cluster_mode_name(r.mode) +
+                                    " mode: it is the program every rank runs");
   }
   if (auto it = body.find("args"); it != body.end() && !it->is_null()) {
     if (!it->is_array()) return bad("args", "must be a list of strings");
@@ -202,7 +208,7 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
   }
   if (auto s = read_optional_int(body, "start_timeout", 1, 86400, &r.start_timeout); !s) return s;
   if (auto s = read_bool(body, "verbose", &r.verbose); !s) return s;
-  if (r.mode == ClusterMode::kPs) {
+  if (r.mode != ClusterMode::kMpi) {
     for (const char* field : {"network_interface", "network_interfaces", "fusion_threshold_mb", "cycle_time_ms",
                               "timeline_filename", "start_timeout", "verbose"}) {
       if (body.contains(field) && !body[field].is_null()) return bad(field, "is a horovodrun option, for mpi mode only");
@@ -210,10 +216,19 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
   }
   if (auto s = read_string(body, "python", &r.python); !s) return s;
   if (auto s = check_python(r.python, "python"); !s) return s;
+  if (r.mode == ClusterMode::kTorchrun) {
+    if (body.contains("slots") && !body["slots"].is_null()) {
+      return bad("slots", "is for mpi mode; torchrun mode runs nproc_per_node processes per worker");
+    }
+    if (auto s = read_int(body, "nproc_per_node", 1, kMaxSlots, &r.nproc_per_node); !s) return s;
+  } else if (body.contains("nproc_per_node") && !body["nproc_per_node"].is_null()) {
+    return bad("nproc_per_node", "is a torchrun option, for torchrun mode only");
+  }
   if (auto s = read_number(body, "timeout_seconds", true, &r.timeout_seconds); !s) return s;
   if (auto s = read_bool(body, "launch", &r.launch); !s) return s;
-  if (r.mode == ClusterMode::kPs && body.contains("launch") && !body["launch"].is_null() && !r.launch) {
-    return bad("launch", "is for mpi mode only (ps-mode tasks always start once released)");
+  if (r.mode != ClusterMode::kMpi && body.contains("launch") && !body["launch"].is_null() && !r.launch) {
+    return bad("launch", std::string("is for mpi mode only (") + cluster_mode_name(r.mode) +
+                             "-mode tasks always start once released)");
   }
   if (auto s = parse_recovery_fields(body, max_workers, r); !s) return s;
   return r;
@@ -245,6 +260,7 @@ json ClusterRequest::to_json() const {
               {"python", python},
               {"workers", workers},
               {"max_restarts", max_restarts},
+              {"nproc_per_node", nproc_per_node},
               {"min_np", min_np ? json(*min_np) : json(nullptr)},
               {"max_np", max_np ? json(*max_np) : json(nullptr)},
               {"reset_limit", reset_limit ? json(*reset_limit) : json(nullptr)},
@@ -258,7 +274,10 @@ Result<ClusterRequest> cluster_request_from_json(const json& j) {
   try {
     ClusterRequest r;
     const std::string mode = j.at("mode").get<std::string>();
-    r.mode = mode == "mpi" ? ClusterMode::kMpi : mode == "elastic" ? ClusterMode::kElastic : ClusterMode::kPs;
+    r.mode = mode == "mpi"        ? ClusterMode::kMpi
+             : mode == "elastic"  ? ClusterMode::kElastic
+             : mode == "torchrun" ? ClusterMode::kTorchrun
+                                  : ClusterMode::kPs;
     r.n_workers = j.at("n_workers").get<int>();
     r.n_ps = j.at("n_ps").get<int>();
     r.cpu = j.at("cpu").get<double>();
@@ -296,6 +315,7 @@ Result<ClusterRequest> cluster_request_from_json(const json& j) {
       r.blacklist_cooldown_range = {j["blacklist_cooldown_range"].at(0).get<int>(),
                                     j["blacklist_cooldown_range"].at(1).get<int>()};
     }
+    r.nproc_per_node = j.value("nproc_per_node", 1);
     return r;
   } catch (const json::exception& e) {
     return internal_error(std::string("stored cluster request is malformed: ") + e.what());

@@ -30,7 +30,7 @@ Status parse_recovery_fields(const json& body, int max_workers, ClusterRequest& 
   std::optional<int> restarts;
   if (auto s = read_int(body, "max_restarts", 0, kMaxRestarts, &restarts); !s) return s;
   if (restarts && elastic && *restarts > 0) {
-    return bad("max_restarts", "is for ps and mpi modes: an elastic cluster recovers without a restart (bound its "
+    return bad("max_restarts", "is for ps, mpi and torchrun modes: an elastic cluster recovers without a restart (bound its "
                                "re-formations with reset_limit)");
   }
   r.max_restarts = restarts.value_or(0);

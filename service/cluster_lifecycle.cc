@@ -3,6 +3,7 @@
 // rendezvous, the one way a cluster ends (finish) and what a restarted
 // daemon does with the clusters of the earlier one (restore).
 #include <algorithm>
+#include <optional>
 
 #include <spdlog/spdlog.h>
 
@@ -171,6 +172,7 @@ Rendezvous& ClusterManager::mode_of(const api::ClusterRequest& request) const {
   switch (request.mode) {
     case api::ClusterMode::kMpi: return *mpi_;
     case api::ClusterMode::kElastic: return *elastic_;
+    case api::ClusterMode::kTorchrun: return *torchrun_;
     case api::ClusterMode::kPs: break;
   }
   return *ps_;
@@ -219,6 +221,19 @@ void ClusterManager::evaluate(const std::string& id) {
       }
       return finish(id, api::ClusterStatus::kFailed, reason);
     }
+  // d) Any task that ended badly ends the cluster. When several have (a
+  // rank died and its peers then failed on the broken link), the one that
+  // ended first is the cause.
+  std::optional<size_t> cause;
+  for (size_t i = 0; i < c.tasks.size(); ++i) {
+    if (!api::is_terminal(workers[i].status) || mode.may_end(c.tasks[i], workers[i])) continue;
+    const std::string ended = workers[i].finished_at.value_or("");
+    if (!cause || ended < workers[*cause].finished_at.value_or("")) cause = i;
+  }
+  if (cause) {
+    std::string reason = describe_end(c.task_name(c.tasks[*cause]), workers[*cause]);
+    if (has_launcher) reason += "; mpirun was aborted";
+    return finish(id, api::ClusterStatus::kFailed, reason);
   }
 
   // a) + b) Starting (again after a restart): the rendezvous once every task is ready.
@@ -304,6 +319,7 @@ void ClusterManager::rendezvous(const api::Cluster& c, const std::vector<api::Wo
     if (!w.cluster_spec.is_null()) e.cluster.cluster_spec = w.cluster_spec;
     e.cluster.horovodrun_argv = w.horovodrun_argv;
     e.cluster.mpirun_argv = w.mpirun_argv;
+    e.cluster.torchrun_argv = w.torchrun_argv;
     e.cluster.hostfile = w.hostfile;
     if (e.ending || api::is_terminal(e.cluster.status)) {
       // Stopped while the rendezvous ran: end what it started here.

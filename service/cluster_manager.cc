@@ -7,6 +7,7 @@
 #include "service/auth.h"
 #include "service/mpi_rendezvous.h"
 #include "service/ps_rendezvous.h"
+#include "service/torchrun_rendezvous.h"
 
 namespace muster::service {
 
@@ -26,6 +27,7 @@ ClusterManager::ClusterManager(ClusterManagerOptions options, WorkerRegistry& re
       registry_, *launcher_, mpi_hosts);
   elastic_ = std::make_unique<ElasticRendezvous>(
       ElasticRendezvousOptions{options_.validation.project_dir, options_.elastic_rejoin_timeout}, registry_, clock_);
+  torchrun_ = std::make_unique<TorchrunRendezvous>(TorchrunRendezvousOptions{options_.validation.project_dir});
   subscription_ = registry_.subscribe([this](const api::Worker& w) {
     if (!w.cluster_id) return;
     std::lock_guard<std::mutex> lock(wake_mu_);

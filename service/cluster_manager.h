@@ -2,8 +2,8 @@
 //
 // Data path: cluster_routes.cc validates a request (api/cluster.h) and calls
 // create(); the manager asks the mode's Rendezvous (rendezvous.h:
-// PsRendezvous, MpiRendezvous) for the launch batches, launches them through
-// the WorkerRegistry (one batch per task type, tagged with the cluster id,
+// PsRendezvous, MpiRendezvous, TorchrunRendezvous) for the launch batches,
+// launches them through the WorkerRegistry (one batch per task type, tagged with the cluster id,
 // all or nothing), then drives each cluster from its own thread, the same
 // for every mode:
 //
@@ -182,6 +182,7 @@ class ClusterManager {
   std::unique_ptr<Rendezvous> ps_;
   std::unique_ptr<Rendezvous> mpi_;
   std::unique_ptr<ElasticRendezvous> elastic_;
+  std::unique_ptr<Rendezvous> torchrun_;
 
   mutable std::mutex mu_;
   std::condition_variable ended_cv_;  // an `ending` cluster reached its status

@@ -1,8 +1,9 @@
 // Rendezvous: what one cluster mode does with its tasks, behind the
 // ClusterManager (which is the same for every mode). One implementation per
-// mode: PsRendezvous (ps_rendezvous.h: ClusterSpec and TF_CONFIG) and
+// mode: PsRendezvous (ps_rendezvous.h: ClusterSpec and TF_CONFIG),
 // MpiRendezvous (mpi_rendezvous.h: hostfile, horovodrun/mpirun lines,
-// running mpirun).
+// running mpirun) and TorchrunRendezvous (torchrun_rendezvous.h: torchrun's
+// environment for every rank).
 //
 // Contract
 // - plan() turns a validated request into the launch batches, in task order
@@ -69,6 +70,7 @@ struct Wiring {
   nlohmann::json cluster_spec;                   // ps: the ClusterSpec
   std::vector<std::string> horovodrun_argv;      // mpi
   std::vector<std::string> mpirun_argv;          // mpi
+  std::vector<std::string> torchrun_argv;        // torchrun: the line every node would run
   std::string hostfile;                          // mpi
   std::unique_ptr<LauncherProcess> launcher;     // mpi with launch=true
   std::vector<std::pair<std::string, Release>> releases;  // worker id -> its release

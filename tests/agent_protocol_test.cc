@@ -174,6 +174,16 @@ TEST(AgentJson, RoundTripsEachBody) {
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   EXPECT_EQ(r->env, rel.env);
   EXPECT_EQ(r->files, rel.files);
+  EXPECT_TRUE(r->processes.empty());
+  EXPECT_FALSE(api::to_json(rel).contains("processes"));  // one process: the field stays out
+  rel.processes = {{{"RANK", "2"}, {"LOCAL_RANK", "0"}}, {{"RANK", "3"}, {"LOCAL_RANK", "1"}}};
+  r = api::release_from_json(api::to_json(rel));
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->processes, rel.processes);
+  rel.interface_env = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"};
+  r = api::release_from_json(api::to_json(rel));
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->interface_env, rel.interface_env);
   r = api::release_from_json(api::to_json(api::Release{}));
   ASSERT_TRUE(r.is_ok());
   EXPECT_TRUE(r->env.empty() && r->files.empty());
@@ -200,6 +210,22 @@ TEST(AgentJson, RefusesBadBodiesNamingTheField) {
   for (const char* name : {"../x", "a/b", ".", "..", ""}) {
     expect_refused(api::release_from_json(json{{"env", json::object()}, {"files", {{name, "x"}}}}).status(), "files");
   }
+  const json empty = json::object();
+  for (const json& processes : {json("x"), json::array({1}), json::array({empty}), json::array({json{{"env", 1}}}),
+                                json::array({json{{"env", {{"A B", "1"}}}}}),
+                                json::array({json{{"env", {{"A", 1}}}}})}) {
+    expect_refused(api::release_from_json(json{{"env", empty}, {"files", empty}, {"processes", processes}}).status(),
+                   "processes");
+  }
+  for (const json& names : {json("GLOO"), json::array({1}), json::array({"A B"}),
+                            json(std::vector<std::string>(api::kMaxInterfaceEnv + 1, "A"))}) {
+    expect_refused(api::release_from_json(json{{"env", empty}, {"files", empty}, {"interface_env", names}}).status(),
+                   "interface_env");
+  }
+  json many = json::array();
+  for (size_t i = 0; i <= api::kMaxReleaseProcesses; ++i) many.push_back(json{{"env", empty}});
+  expect_refused(api::release_from_json(json{{"env", empty}, {"files", empty}, {"processes", many}}).status(),
+                 "processes");
 }
 
 }  // namespace

@@ -818,5 +818,94 @@ TEST_F(ClusterManagerTest, UnknownClusterIsNotFound) {
   EXPECT_EQ(manager_->stop("c-nope").status().code(), api::ErrorCode::kNotFound);
 }
 
+api::ClusterRequest torchrun_request(int n_workers, int nproc_per_node) {
+  api::ClusterRequest r;
+  r.mode = api::ClusterMode::kTorchrun;
+  r.n_workers = n_workers;
+  r.nproc_per_node = nproc_per_node;
+  r.worker_script = "train.py";
+  r.args = {"--epochs", "1"};
+  return r;
+}
+
+TEST_F(ClusterManagerTest, TorchrunReleasesEveryProcessWithTorchrunsEnvironment) {
+  auto r = torchrun_request(2, 2);
+  r.max_restarts = 3;
+  auto c = create(r);
+  ASSERT_EQ(c.tasks.size(), 2u);
+  ASSERT_EQ(backend_.launched.size(), 2u);
+  for (const auto& spec : backend_.launched) EXPECT_EQ(spec.env.at("MUSTER_RESERVE_PORT"), "1");  // held, with a port
+  register_all(c, true);  // ports 40000, 40001
+  c = now(c.id);
+  ASSERT_EQ(c.status, api::ClusterStatus::kRunning) << c.reason;
+  EXPECT_EQ(c.torchrun_argv,
+            (std::vector<std::string>{"torchrun", "--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
+                                      "--rdzv_endpoint=127.0.0.1:40000", "--rdzv_id=" + c.id, "--max_restarts=3",
+                                      (project_ / "train.py").string(), "--epochs", "1"}));
+  for (int node = 0; node < 2; ++node) {
+    auto release = release_of(c.tasks[static_cast<size_t>(node)].worker_id);
+    ASSERT_TRUE(release.has_value());
+    EXPECT_EQ(release->env.at("MASTER_ADDR"), "127.0.0.1");
+    EXPECT_EQ(release->env.at("MASTER_PORT"), "40000");  // worker 0's reserved port
+    EXPECT_EQ(release->env.at("WORLD_SIZE"), "4");
+    EXPECT_EQ(release->env.at("GROUP_RANK"), std::to_string(node));
+    EXPECT_EQ(release->env.at("TORCHELASTIC_RUN_ID"), c.id);
+    EXPECT_EQ(release->env.at("TORCHELASTIC_MAX_RESTARTS"), "3");
+    EXPECT_EQ(release->env.at("OMP_NUM_THREADS"), "1");
+    EXPECT_EQ(release->env.count("RANK"), 0u);  // per process
+    EXPECT_EQ(release->interface_env,
+              (std::vector<std::string>{"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "MUSTER_COMM_TCP_IFACE"}));
+    ASSERT_EQ(release->processes.size(), 2u);
+    for (int local = 0; local < 2; ++local) {
+      const std::string rank = std::to_string(node * 2 + local);
+      EXPECT_EQ(release->processes[static_cast<size_t>(local)],
+                (std::map<std::string, std::string>{{"LOCAL_RANK", std::to_string(local)}, {"RANK", rank},
+                                                    {"ROLE_RANK", rank}}));
+    }
+  }
+  ASSERT_TRUE(registry_->agent_exit(c.tasks[0].worker_id, 0).is_ok());
+  EXPECT_EQ(now(c.id).status, api::ClusterStatus::kRunning);  // a node that finished may end early
+  ASSERT_TRUE(registry_->agent_exit(c.tasks[1].worker_id, 0).is_ok());
+  EXPECT_EQ(now(c.id).status, api::ClusterStatus::kSucceeded);
+}
+
+TEST_F(ClusterManagerTest, TorchrunKeepsTheCallersThreadsAndRunsOneProcessPerWorker) {
+  auto r = torchrun_request(2, 1);
+  r.env = {{"OMP_NUM_THREADS", "4"}};
+  auto c = create(r);
+  register_all(c, true);
+  ASSERT_EQ(now(c.id).status, api::ClusterStatus::kRunning);
+  auto release = release_of(c.tasks[1].worker_id);
+  ASSERT_TRUE(release.has_value());
+  EXPECT_TRUE(release->processes.empty());
+  EXPECT_EQ(release->env.at("RANK"), "1");
+  EXPECT_EQ(release->env.at("LOCAL_RANK"), "0");
+  EXPECT_EQ(release->env.count("OMP_NUM_THREADS"), 0u);  // the launch env's 4 stays
+  EXPECT_EQ(backend_.launched[1].env.at("OMP_NUM_THREADS"), "4");
+}
+
+TEST_F(ClusterManagerTest, TorchrunNamesTheRankThatDiedFirst) {
+  auto c = create(torchrun_request(3, 1));
+  register_all(c, true);
+  ASSERT_EQ(now(c.id).status, api::ClusterStatus::kRunning);
+  // Rank 2 is killed; a second later rank 0 fails on the broken link.
+  ASSERT_TRUE(registry_->agent_exit(c.tasks[2].worker_id, 137).is_ok());
+  clock_.advance(std::chrono::seconds(1));
+  ASSERT_TRUE(registry_->agent_exit(c.tasks[0].worker_id, 1).is_ok());
+  c = now(c.id);
+  EXPECT_EQ(c.status, api::ClusterStatus::kFailed);
+  EXPECT_EQ(c.reason, "worker 2 (id " + c.tasks[2].worker_id + ", rank 2) failed with exit code 137");
+  EXPECT_TRUE(backend_.stopped.count(c.tasks[1].worker_id));  // the survivor is stopped
+}
+
+TEST_F(ClusterManagerTest, TorchrunScriptMustResolve) {
+  auto r = torchrun_request(2, 1);
+  r.worker_script = "missing.py";
+  auto c = manager_->create(r);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_EQ(c.status().field(), "worker_script");
+  EXPECT_TRUE(backend_.launched.empty());
+}
+
 }  // namespace
 }  // namespace muster::service

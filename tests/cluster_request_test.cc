@@ -104,8 +104,9 @@ TEST(ClusterRequestTest, BadBodiesNameTheField) {
       {R"({"n_workers": null})", "n_workers", "is required"},
       {R"({"n_workers": 1, "ps_script": "../up.py"})", "ps_script", "'..'"},
       {R"({"n_workers": 1, "worker_script": "/etc/passwd"})", "worker_script", "relative to the project"},
-      {R"({"n_workers": 1, "mode": "allreduce"})", "mode", "\"ps\", \"mpi\" or \"elastic\""},
-      {R"({"n_workers": 1, "mode": "mpi"})", "worker_script", "required in mpi and elastic modes"},
+      {R"({"n_workers": 1, "mode": "allreduce"})", "mode", "\"ps\", \"mpi\", \"elastic\" or \"torchrun\""},
+      {R"({"n_workers": 1, "mode": "mpi"})", "worker_script", "required in mpi mode"},
+      {R"({"n_workers": 1, "mode": "elastic"})", "worker_script", "required in elastic mode"},
       {R"({"n_workers": 1, "mode": "mpi", "worker_script": "t.py", "n_ps": 1})", "n_ps", "ps mode only"},
       {R"({"n_workers": 1, "mode": "mpi", "worker_script": "t.py", "ps_script": "p.py"})", "ps_script", "ps mode only"},
       {R"({"n_workers": 1, "launch": false})", "launch", "mpi mode only"},
@@ -155,6 +156,17 @@ TEST(ClusterRequestTest, BadBodiesNameTheField) {
       {R"({"n_workers": 1, "python": "python3"})", "python", "not an absolute path"},
       {R"({"n_workers": 1, "python": "/no/such/python"})", "python", "does not exist"},
       {R"({"n_workers": 1, "python": 3})", "python", "must be a string"},
+      {R"({"n_workers": 1, "mode": "torchrun"})", "worker_script", "required in torchrun mode"},
+      {R"({"n_workers": 1, "mode": "torchrun", "worker_script": "t.py", "n_ps": 1})", "n_ps", "ps mode only"},
+      {R"({"n_workers": 1, "mode": "torchrun", "worker_script": "t.py", "n_chief": 1})", "n_chief", "ps mode only"},
+      {R"({"n_workers": 1, "mode": "torchrun", "worker_script": "t.py", "slots": 2})", "slots", "nproc_per_node"},
+      {R"({"n_workers": 1, "mode": "torchrun", "worker_script": "t.py", "launch": false})", "launch", "mpi mode only"},
+      {R"({"n_workers": 1, "mode": "torchrun", "worker_script": "t.py", "verbose": true})", "verbose", "mpi mode only"},
+      {R"({"n_workers": 1, "mode": "torchrun", "worker_script": "t.py", "nproc_per_node": 0})", "nproc_per_node", "1..1024"},
+      {R"({"n_workers": 1, "mode": "torchrun", "worker_script": "t.py", "nproc_per_node": 1.5})", "nproc_per_node", "integer"},
+      {R"({"n_workers": 1, "mode": "torchrun", "worker_script": "t.py", "max_restarts": -1})", "max_restarts", "0..1000"},
+      {R"({"n_workers": 1, "mode": "mpi", "worker_script": "t.py", "nproc_per_node": 2})", "nproc_per_node", "torchrun mode only"},
+      {R"({"n_workers": 1, "mode": "elastic", "worker_script": "t.py", "max_restarts": 1})", "max_restarts", "ps, mpi and torchrun modes"},
   };
   for (const auto& c : cases) {
     auto r = api::parse_cluster_request(json::parse(c.body), 8);
@@ -180,6 +192,40 @@ TEST(ClusterRequestTest, RanksOnRunningWorkersInAnInterpreter) {
   EXPECT_EQ(back->python, "/bin/sh");
 }
 
+TEST(ClusterRequestTest, TorchrunRequestRoundTrips) {
+  auto r = api::parse_cluster_request(json::parse(R"({"mode":"torchrun","n_workers":2,"worker_script":"ddp.py",
+      "nproc_per_node":4,"max_restarts":3,"args":["--epochs","1"]})"),
+                                 64);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->mode, api::ClusterMode::kTorchrun);
+  EXPECT_EQ(r->nproc_per_node, 4);
+  EXPECT_EQ(r->max_restarts, 3);
+  auto back = api::cluster_request_from_json(r->to_json());
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ(back->to_json(), r->to_json());
+  EXPECT_EQ(back->mode, api::ClusterMode::kTorchrun);
+}
+
+TEST(ClusterObjectTest, TorchrunClusterShowsItsLineAndNamesRanks) {
+  api::Cluster c;
+  c.id = "c-2";
+  c.request.mode = api::ClusterMode::kTorchrun;
+  c.request.nproc_per_node = 2;
+  c.tasks = {{"worker", 0, "w0"}, {"worker", 1, "w1"}};
+  c.torchrun_argv = {"torchrun", "--nnodes=2", "--nproc_per_node=2", "a b.py"};
+  auto j = c.to_json();
+  EXPECT_EQ(j["mode"], "torchrun");
+  EXPECT_EQ(j["torchrun_command"], "torchrun --nnodes=2 --nproc_per_node=2 'a b.py'");
+  EXPECT_EQ(j["nproc_per_node"], 2);
+  EXPECT_EQ(j["max_restarts"], 0);
+  EXPECT_EQ(c.task_name(c.tasks[1]), "worker 1 (id w1, ranks 2-3)");
+  c.request.nproc_per_node = 1;
+  EXPECT_EQ(c.task_name(c.tasks[1]), "worker 1 (id w1, rank 1)");
+  auto back = api::Cluster::from_record(c.to_record());
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->torchrun_argv, c.torchrun_argv);
+}
+
 TEST(ClusterObjectTest, JsonHasTheApiFields) {
   api::Cluster c;
   c.id = "c-1";
@@ -189,7 +235,7 @@ TEST(ClusterObjectTest, JsonHasTheApiFields) {
   c.horovodrun_argv = {"horovodrun", "-np", "2", "-H", "h:2", "python3", "a b.py"};
   auto j = c.to_json();
   for (const char* key : {"id", "mode", "status", "workers", "cluster_spec", "horovodrun_command", "mpirun_command",
-                          "hostfile", "reason"}) {
+                          "torchrun_command", "torchrun_argv", "hostfile", "reason"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(j["status"], "running");

@@ -101,6 +101,8 @@ class SdkCppTest : public ::testing::Test {
     write_file(root_ / "project/show_tf_config.py", "import os\nprint('TF_CONFIG=' + os.environ['TF_CONFIG'])\n");
     write_file(root_ / "project/ps.py", "import time\ntime.sleep(600)\n");
     write_file(root_ / "project/lines.py", "for i in range(1500):\n    print('line %d' % i)\n");
+    write_file(root_ / "project/show_rank.py",
+               "import os\nprint('RANK=%s WORLD_SIZE=%s' % (os.environ['RANK'], os.environ['WORLD_SIZE']), flush=True)\n");
     write_file(root_ / "project/crash_worker_1.py",
                "import json, os, sys, time\n"
                "if json.loads(os.environ['TF_CONFIG'])['task']['index'] == 1:\n"
@@ -416,6 +418,22 @@ TEST_F(SdkCppTest, HorovodrunBuildsTheLinesAndStops) {
   bool listed = false;
   for (const Cluster& x : c.list_clusters()) listed |= x.id == cl.id;
   EXPECT_TRUE(listed);
+}
+
+TEST_F(SdkCppTest, TorchrunGivesEveryProcessItsRank) {
+  Client c = client();
+  ClusterOptions base;
+  base.cpu = 0.5;
+  base.memory = 0.5;
+  Cluster cl = c.torchrun(2, "show_rank.py", 2, base, /*wait_for_completion=*/true);
+  EXPECT_EQ(cl.mode, "torchrun");
+  EXPECT_EQ(cl.status, "succeeded");
+  EXPECT_EQ(cl.torchrun_command.rfind("torchrun --nnodes=2 --nproc_per_node=2 --rdzv_backend=c10d ", 0), 0u)
+      << cl.torchrun_command;
+  ASSERT_EQ(cl.workers["worker"].size(), 2u);
+  const std::string log = c.worker_logs(cl.workers["worker"][1]);  // node 1: ranks 2 and 3
+  EXPECT_NE(log.find("RANK=2 WORLD_SIZE=4"), std::string::npos) << log;
+  EXPECT_NE(log.find("RANK=3 WORLD_SIZE=4"), std::string::npos) << log;
 }
 
 TEST(SdkCppUnit, ErrorFromResponseParsesTheDaemonsForm) {

@@ -131,3 +131,14 @@ def test_pytorch_training(daemon):
                                               ("MIN_ACCURACY", "0.3")])
     for mode in ("single process:", "allreduce, 2 ranks:", "1 PS + 2 workers:"):
         assert mode in text, text
+
+
+def test_ddp_training(daemon):
+    import muster.runtime
+    if "store" not in (muster.runtime.extension().Communicator.__init__.__doc__ or ""):
+        # Its second half runs the "muster" backend, which forms its world over torch's Store.
+        pytest.exit("skipped: this _muster_runtime has no Communicator(store=...) for the muster backend",
+                    returncode=77)
+    need_training()
+    text = execute("ddp_training.ipynb", TINY_TRAINING)
+    assert "torchrun line: torchrun --nnodes=2" in text and "muster  test accuracy" in text, text

@@ -11,6 +11,9 @@ import sys
 TARGETS = {"mlp25m": 1.3, "mlp25m_b8": 1.3, "cnn": 1.0}
 ALLREDUCE_TARGET = 5.0
 OVERHEAD_TARGET = 0.05
+# DDP on the "muster" backend (muster.torch.distributed), on the 25 M-parameter model:
+DDP_MUSTER_VS_GLOO = 1.3        # at least this many times DDP(gloo)'s speed per step
+DDP_MUSTER_OVER_MUSTER = 0.05   # at most this much slower than muster.torch's DistributedOptimizer
 
 
 def main():
@@ -30,13 +33,19 @@ def main():
         "extension_overhead": {"max": OVERHEAD_TARGET,
                                "met": r["overhead"]["extension_overhead"] < OVERHEAD_TARGET},
     }
+    m25 = r["models"].get("mlp25m", {})
+    if "ddp_muster_step_s" in m25:
+        r["targets"]["ddp_muster_mlp25m"] = {
+            "vs_gloo": DDP_MUSTER_VS_GLOO, "vs_gloo_met": m25["ddp_muster_vs_gloo"] >= DDP_MUSTER_VS_GLOO,
+            "over_muster_torch": DDP_MUSTER_OVER_MUSTER,
+            "over_muster_torch_met": m25["ddp_muster_over_muster"] <= DDP_MUSTER_OVER_MUSTER}
     with open(path, "w") as f:
         json.dump(r, f, indent=2, sort_keys=True)
 
     def mark(ok):
         return "met" if ok else "**missed**"
 
-    lines = ["## PyTorch: muster.torch vs DistributedDataParallel (gloo)\n",
+    lines = ["## PyTorch: muster.torch and DDP(muster) vs DistributedDataParallel (gloo)\n",
              "`make bench-torch` (bench/torch): %d ranks x %d thread, both stacks in the same job, measurements "
              "alternating rep by rep; times are the slowest rank's, medians." % (r["ranks"], r["threads_per_rank"])]
     if "load_average" in r:
@@ -57,12 +66,32 @@ def main():
     lines += ["", "The floor is the same step with no gradient averaging, both ranks computing at once: no "
               "library's step can be shorter, so DDP step / floor bounds any speedup over DDP on this model "
               "and batch."]
-    lines += ["", "| allreduce (float32 sum, in place) | hvd.allreduce_ | gloo all_reduce | speedup |",
-              "|---|---|---|---|"]
+    if any("ddp_muster_step_s" in m for m in r["models"].values()):
+        lines += ["", "DistributedDataParallel on the `muster` backend (`import muster.torch.distributed`, "
+                  "`process_group=` a muster group), same job, same steps:", "",
+                  "| model | DDP(gloo) step | DDP(muster) step | muster.torch step | DDP(muster) vs DDP(gloo) "
+                  "| DDP(muster) vs muster.torch | max parameter difference vs DDP(gloo) |",
+                  "|---|---|---|---|---|---|---|"]
+        for name, m in r["models"].items():
+            if "ddp_muster_step_s" not in m:
+                continue
+            lines.append("| %s | %.1f ms | %.1f ms | %.1f ms | %.2fx | %+.1f%% | %.1e |" % (
+                name, m["ddp_step_s"] * 1e3, m["ddp_muster_step_s"] * 1e3, m["muster_step_s"] * 1e3,
+                m["ddp_muster_vs_gloo"], m["ddp_muster_over_muster"] * 100, m["ddp_muster_max_param_difference"]))
+        t = r["targets"].get("ddp_muster_mlp25m")
+        if t:
+            lines += ["", "Targets on mlp25m: DDP(muster) >= %.1fx DDP(gloo) per step: %s; within %.0f%% of "
+                      "muster.torch's step: %s." % (DDP_MUSTER_VS_GLOO, mark(t["vs_gloo_met"]),
+                                                    DDP_MUSTER_OVER_MUSTER * 100, mark(t["over_muster_torch_met"]))]
+    lines += ["", "| allreduce (float32 sum, in place) | hvd.allreduce_ | gloo all_reduce | speedup "
+              "| all_reduce on the muster backend | vs gloo |",
+              "|---|---|---|---|---|---|"]
     for nbytes, a in sorted(r["allreduce"].items(), key=lambda kv: int(kv[0])):
-        lines.append("| %d MB | %.2f GB/s (%.2f ms) | %.2f GB/s (%.2f ms) | %.1fx |" % (
+        pg = ("%.2f GB/s (%.2f ms) | %.1fx" % (a["muster_pg_algbw_gbs"], a["muster_pg_s"] * 1e3,
+                                                a["muster_pg_vs_gloo"])) if "muster_pg_s" in a else " | "
+        lines.append("| %d MB | %.2f GB/s (%.2f ms) | %.2f GB/s (%.2f ms) | %.1fx | %s |" % (
             int(nbytes) >> 20, a["muster_algbw_gbs"], a["muster_s"] * 1e3, a["gloo_algbw_gbs"], a["gloo_s"] * 1e3,
-            a["speedup_vs_gloo"]))
+            a["speedup_vs_gloo"], pg))
     o = r["overhead"]
     t = r["targets"]
     lines += ["", "Targets: allreduce at 64 MB >= %.0fx gloo: %s. Extension overhead at 64 MB (hvd.allreduce_ "

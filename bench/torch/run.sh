@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/torch: muster.torch vs PyTorch's DistributedDataParallel on gloo, side
+# bench/torch: muster.torch and DDP on the "muster" backend vs PyTorch's DDP on gloo, side
 # by side in the same 2-rank job, one thread per rank (torch_bench.py).
 #   usage: bash bench/torch/run.sh <build-dir>       (make bench-torch)
 # Writes bench/out/torch.json ({"models": {...}, "allreduce": {...}, "overhead": {...}})

@@ -2,16 +2,20 @@
 """muster.torch against torch's own DistributedDataParallel / gloo, side by side.
 
 Run by bench/torch/run.sh as `mpirun -np 2 python3 torch_bench.py OUT.json`
-(one thread per rank). Both stacks live in the same two processes: muster.torch
-(init from mpirun's environment) and torch.distributed on gloo (TCP on
-localhost). Every measurement alternates between the two, rep by rep, so a
-slow stretch of the shared machine hits both alike; figures are medians.
+(one thread per rank). The stacks live in the same two processes: muster.torch
+(init from mpirun's environment), torch.distributed on gloo (TCP on
+localhost) and a torch.distributed group on the "muster" backend
+(muster.torch.distributed, formed over gloo's store). Every measurement
+alternates between them, rep by rep, so a slow stretch of the shared machine
+hits all alike; figures are medians.
 
   models.<name>   one training step (forward, backward, gradient averaging,
                   SGD update) of the same model on the same per-rank batch:
                   muster.torch.DistributedOptimizer vs DistributedDataParallel
+                  on gloo vs DistributedDataParallel on the muster backend
   allreduce.<b>   in-place float32 sum of b bytes: hvd.allreduce_ vs
-                  torch.distributed.all_reduce (algbw = bytes / time)
+                  torch.distributed.all_reduce on gloo and on muster
+                  (algbw = bytes / time)
   overhead        hvd.allreduce_ at 64 MB vs the C++ runtime's own ring
                   allreduce called directly on the same torch tensor (what
                   the Python layers add), and on a numpy array
@@ -31,6 +35,7 @@ import torch.nn.functional as F
 
 import muster.runtime as rt
 import muster.torch as hvd
+import muster.torch.distributed  # noqa: F401 - registers the "muster" backend
 
 torch.set_num_threads(1)
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -77,6 +82,9 @@ MODELS = {
 }
 
 
+MUSTER_PG = None  # the torch.distributed group on the "muster" backend (main())
+
+
 def timed(f):
     dist.barrier()
     hvd.barrier()
@@ -108,6 +116,12 @@ def bench_model(name):
     ddp = nn.parallel.DistributedDataParallel(d_model)
     d_opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
 
+    # The same DDP, on the muster backend.
+    dm_model = make()
+    dm_model.load_state_dict(ref.state_dict())
+    ddp_m = nn.parallel.DistributedDataParallel(dm_model, process_group=MUSTER_PG)
+    dm_opt = torch.optim.SGD(ddp_m.parameters(), lr=0.01, momentum=0.9)
+
     # The floor: the same step with no gradient averaging at all, both ranks
     # computing at once as in the others. No library's step can be faster, so
     # ddp_step / local_step is the most any allreduce could gain over DDP here.
@@ -125,6 +139,11 @@ def bench_model(name):
         F.cross_entropy(ddp(x), y).backward()
         d_opt.step()
 
+    def ddp_muster_step():
+        dm_opt.zero_grad()
+        F.cross_entropy(ddp_m(x), y).backward()
+        dm_opt.step()
+
     def local_step():
         l_opt.zero_grad()
         F.cross_entropy(l_model(x), y).backward()
@@ -133,20 +152,26 @@ def bench_model(name):
     for _ in range(3):  # warm-up: allocation, first buckets
         muster_step()
         ddp_step()
+        ddp_muster_step()
         local_step()
-    mt, dt, lt = [], [], []
+    mt, dt, dmt, lt = [], [], [], []
     for _ in range(steps):
         mt.append(slowest(timed(muster_step)))
         dt.append(slowest(timed(ddp_step)))
+        dmt.append(slowest(timed(ddp_muster_step)))
         lt.append(slowest(timed(local_step)))
-    # Same updates on the same data: both stacks must have trained alike.
+    # Same updates on the same data: every stack must have trained alike.
     drift = max((a - b).abs().max().item() for a, b in zip(m_model.parameters(), d_model.parameters()))
+    drift_dm = max((a - b).abs().max().item() for a, b in zip(dm_model.parameters(), d_model.parameters()))
     m_s, d_s, l_s = statistics.median(mt), statistics.median(dt), statistics.median(lt)
+    dm_s = statistics.median(dmt)
     images = shape[0] * hvd.size()
     return {"muster_step_s": m_s, "ddp_step_s": d_s, "speedup_vs_ddp": d_s / m_s,
             "local_step_s": l_s, "speedup_bound": d_s / l_s, "muster_over_local": m_s / l_s - 1.0,
             "muster_images_per_s": images / m_s, "ddp_images_per_s": images / d_s,
             "parameters": sum(p.numel() for p in ref.parameters()), "batch_per_rank": shape[0],
+            "ddp_muster_step_s": dm_s, "ddp_muster_vs_gloo": d_s / dm_s, "ddp_muster_over_muster": dm_s / m_s - 1.0,
+            "ddp_muster_images_per_s": images / dm_s, "ddp_muster_max_param_difference": drift_dm,
             "steps": steps, "max_param_difference": drift, "fusion_buckets": m_opt._native.bucket_count,
             "gradients_direct": bool(m_opt._native.gradients_direct)}
 
@@ -157,10 +182,12 @@ def bench_allreduce(nbytes, reps):
     b = torch.ones(n)
     arr = np.ones(n, dtype=np.float32)
     comm = rt.communicator()
-    times = {"muster": [], "gloo": [], "runtime": [], "runtime_numpy": []}
+    c = torch.ones(n)
+    times = {"muster": [], "gloo": [], "muster_pg": [], "runtime": [], "runtime_numpy": []}
     runs = {
         "muster": lambda: hvd.allreduce_(a, op=hvd.Sum),
         "gloo": lambda: dist.all_reduce(b),
+        "muster_pg": lambda: dist.all_reduce(c, group=MUSTER_PG),
         # The runtime's own allreduce on the same tensor, a: what the Python
         # layers add. (On a second tensor allocated the same way the figure
         # moved by +-5% with where its pages landed, more than the layers add.)
@@ -173,21 +200,25 @@ def bench_allreduce(nbytes, reps):
             t = slowest(timed(run))
             if i:  # the first rep warms caches and the ring's slots
                 times[name].append(t)
-        for t in (a, b):
+        for t in (a, b, c):
             t.fill_(1.0)
         arr.fill(1.0)
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"muster_s": med["muster"], "gloo_s": med["gloo"], "runtime_s": med["runtime"],
             "runtime_numpy_s": med["runtime_numpy"], "muster_algbw_gbs": nbytes / med["muster"] / 1e9,
+            "muster_pg_s": med["muster_pg"], "muster_pg_algbw_gbs": nbytes / med["muster_pg"] / 1e9,
+            "muster_pg_vs_gloo": med["gloo"] / med["muster_pg"],
             "gloo_algbw_gbs": nbytes / med["gloo"] / 1e9, "speedup_vs_gloo": med["gloo"] / med["muster"],
             "reps": reps}
 
 
 def main():
+    global MUSTER_PG
     out_path = sys.argv[1]
     hvd.init()
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % os.environ.get("BENCH_TORCH_PORT", "29517"),
                             rank=hvd.rank(), world_size=hvd.size())
+    MUSTER_PG = dist.new_group(backend="muster")
     result = {"ranks": hvd.size(), "threads_per_rank": torch.get_num_threads(), "torch": torch.__version__,
               "models": {}, "allreduce": {}}
     only = os.environ.get("BENCH_TORCH_ONLY", "")  # "models" or "allreduce": a quicker probe

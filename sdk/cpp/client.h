@@ -147,6 +147,13 @@ class Client {
   //   for (const auto& g : c.generations) std::cout << g.generation << " " << g.end_reason << "\n";
   Cluster horovodrun_elastic(int n, const std::string& script, ClusterOptions base = {},
                              bool wait_for_completion = false);
+  // torchrun mode: n workers of nproc_per_node processes, each with
+  // torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...); returns once
+  // they run (torchrun_command known), or with wait_for_completion at the
+  // end (ClusterFailed naming the worker and its ranks if it failed). Example:
+  //   auto c = client.torchrun(2, "ddp_train.py"); std::cout << c.torchrun_command;
+  Cluster torchrun(int n, const std::string& script, int nproc_per_node = 1, ClusterOptions base = {},
+                   bool wait_for_completion = false);
 
  private:
   struct Answer {

@@ -1,4 +1,4 @@
-// Client's cluster helpers: await_cluster, run_cluster, horovodrun.
+// Client's cluster helpers: await_cluster, run_cluster, horovodrun, torchrun.
 //
 // The daemon builds the ClusterSpec / command lines and fails the cluster
 // when a task fails; these only wait and turn a failed cluster into a
@@ -90,6 +90,22 @@ Cluster Client::horovodrun_elastic(int n, const std::string& script, ClusterOpti
   base.mode = "elastic";
   base.n_workers = n;
   base.slots = 1;
+  base.worker_script = script;
+  Cluster c = create_cluster(base);
+  c = await_cluster(c.id, base.timeout_seconds, /*wait_for_completion=*/false);
+  if (c.status == "failed" || c.status == "stopped") throw_cluster_failed(c);
+  if (wait_for_completion) {
+    c = await_cluster(c.id, 0, /*wait_for_completion=*/true);
+    if (c.status != "succeeded") throw_cluster_failed(c);
+  }
+  return c;
+}
+
+Cluster Client::torchrun(int n, const std::string& script, int nproc_per_node, ClusterOptions base,
+                         bool wait_for_completion) {
+  base.mode = "torchrun";
+  base.n_workers = n;
+  base.nproc_per_node = nproc_per_node;
   base.worker_script = script;
   Cluster c = create_cluster(base);
   c = await_cluster(c.id, base.timeout_seconds, /*wait_for_completion=*/false);

@@ -82,6 +82,7 @@ Cluster Cluster::from_json(const json& j) {
   }
   c.horovodrun_command = command(j, "horovodrun_command");
   c.mpirun_command = command(j, "mpirun_command");
+  c.torchrun_command = command(j, "torchrun_command");
   c.hostfile = text(j, "hostfile");
   c.reason = text(j, "reason");
   c.warnings = strings(j, "warnings");
@@ -125,6 +126,7 @@ json ClusterOptions::to_json() const {
          {"nvidia_gpu", nvidia_gpu}, {"timeout_seconds", timeout_seconds}};
   if (mode == "ps") j["n_ps"] = n_ps;
   if (mode == "mpi") j["slots"] = slots;
+  if (mode == "torchrun") j["nproc_per_node"] = nproc_per_node;
   if (!worker_script.empty()) j["worker_script"] = worker_script;
   if (!ps_script.empty()) j["ps_script"] = ps_script;
   if (!args.empty()) j["args"] = args;

@@ -78,13 +78,14 @@ struct ClusterGeneration {
 
 struct Cluster {
   std::string id;
-  std::string mode;    // "ps", "mpi" or "elastic"
+  std::string mode;    // "ps", "mpi", "elastic" or "torchrun"
   std::string status;  // starting, running, succeeded, failed, stopped
   // Worker ids by task type ("ps", "worker", ...), in index order.
   std::map<std::string, std::vector<std::string>> workers;
   nlohmann::json cluster_spec;  // {"ps": ["ip:port"...], "worker": [...]} once known
   std::string horovodrun_command;
   std::string mpirun_command;
+  std::string torchrun_command;  // torchrun mode: the line every node would run
   std::string hostfile;
   std::string reason;
   std::vector<std::string> warnings;  // the daemon's notes on a create answer
@@ -119,7 +120,7 @@ struct AwaitOptions {
 
 // POST /api/v1/clusters (issue 3). Unset optionals use the daemon's defaults.
 struct ClusterOptions {
-  std::string mode = "ps";  // "ps", "mpi" or "elastic"
+  std::string mode = "ps";  // "ps", "mpi", "elastic" or "torchrun"
   int n_workers = 1;
   int n_ps = 0;             // ps mode only
   double cpu = 1;
@@ -145,13 +146,15 @@ struct ClusterOptions {
   std::optional<int> start_timeout;      // seconds
   std::optional<bool> verbose;
   std::vector<std::string> network_interfaces;
-  // ps and mpi: restart every task after a failure, up to this many times.
+  // ps, mpi and torchrun: restart every task after a failure, up to this many times.
   std::optional<int> max_restarts;
   // elastic mode (horovodrun's elastic flags); sent only when set.
   std::optional<int> min_np;
   std::optional<int> max_np;
   std::optional<int> reset_limit;
   std::optional<std::pair<int, int>> blacklist_cooldown_range;  // seconds
+  // torchrun mode: processes per worker (torchrun --nproc_per_node).
+  int nproc_per_node = 1;
 
   nlohmann::json to_json() const;
 };

@@ -35,10 +35,17 @@ constexpr int kRefusalsBeforeExit = 3;
 
 volatile sig_atomic_t g_child_pid = 0;
 volatile sig_atomic_t g_signal = 0;
+// The processes of a release with several (torchrun's nproc_per_node); a
+// slot is 0 once its process was reaped.
+volatile sig_atomic_t g_group_pids[api::kMaxReleaseProcesses] = {};
+volatile sig_atomic_t g_group_size = 0;
 
 void forward_signal(int sig) {
   g_signal = sig;
   if (g_child_pid > 0) ::kill(g_child_pid, sig);
+  for (sig_atomic_t i = 0; i < g_group_size; ++i) {
+    if (g_group_pids[i] > 0) ::kill(g_group_pids[i], sig);
+  }
 }
 
 void log_line(const std::string& text) {
@@ -90,6 +97,92 @@ pid_t spawn_script(const std::vector<std::string>& command, const std::map<std::
     return -1;
   }
   return spawned.id.pid;
+}
+
+int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+
+std::string describe_exit(int status) {
+  if (WIFSIGNALED(status)) return "was killed by signal " + std::to_string(WTERMSIG(status));
+  return "exited with code " + std::to_string(exit_code_of(status));
+}
+
+// The script once per entry of `processes` (each entry's variables over
+// `env`), all in the agent's process group, as torchrun's agent runs a
+// node's processes: when one fails, the others are sent SIGTERM (SIGKILL
+// after kProcessGrace) and the agent's exit code is the first failure's.
+// A process that cannot be started ends those already started (127).
+constexpr auto kProcessGrace = 5s;
+
+int run_processes(const std::vector<std::string>& command, const std::map<std::string, std::string>& env,
+                  const std::vector<std::map<std::string, std::string>>& processes) {
+  const int n = static_cast<int>(processes.size());
+  auto label = [&](int i) {
+    std::string text = "process " + std::to_string(i) + " of " + std::to_string(n);
+    std::string vars;
+    for (const auto& [k, v] : processes[static_cast<size_t>(i)]) vars += (vars.empty() ? "" : " ") + k + "=" + v;
+    return vars.empty() ? text : text + " (" + vars + ")";
+  };
+  auto terminate_rest = [&](int sig) {
+    for (int i = 0; i < n; ++i) {
+      if (g_group_pids[i] > 0) ::kill(g_group_pids[i], sig);
+    }
+  };
+  int running = 0;
+  int first_failure = -1;  // exit code of the first process that failed
+  for (int i = 0; i < n; ++i) {
+    auto process_env = env;
+    for (const auto& [k, v] : processes[static_cast<size_t>(i)]) process_env[k] = v;
+    const pid_t pid = spawn_script(command, process_env);
+    if (pid <= 0) {
+      log_line("could not start " + label(i) + "; ending the " + std::to_string(running) + " started");
+      first_failure = 127;
+      terminate_rest(SIGTERM);
+      break;
+    }
+    g_group_pids[i] = pid;
+    g_group_size = i + 1;
+    ++running;
+    if (g_signal) ::kill(pid, g_signal);
+  }
+  auto deadline = std::chrono::steady_clock::time_point::max();
+  while (running > 0) {
+    int status = 0;
+    // Blocking until a failure; then polling, so the grace can end in SIGKILL.
+    const pid_t pid = ::waitpid(-1, &status, first_failure < 0 ? 0 : WNOHANG);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;  // ECHILD: nothing left to wait for
+    }
+    if (pid == 0) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        log_line("processes still running " + std::to_string(std::chrono::seconds(kProcessGrace).count()) +
+                 " s after SIGTERM; sending SIGKILL");
+        terminate_rest(SIGKILL);
+        deadline = std::chrono::steady_clock::time_point::max();
+      }
+      std::this_thread::sleep_for(20ms);
+      continue;
+    }
+    int index = -1;
+    for (int i = 0; i < n; ++i) {
+      if (g_group_pids[i] == pid) index = i;
+    }
+    if (index < 0) continue;  // not one of ours (a grandchild re-parented to us)
+    g_group_pids[index] = 0;
+    --running;
+    const int code = exit_code_of(status);
+    if (code != 0 && first_failure < 0) {
+      first_failure = code;
+      log_line(label(index) + " " + describe_exit(status) +
+               (running > 0 ? "; ending the other " + std::to_string(running) : ""));
+      terminate_rest(SIGTERM);
+      deadline = std::chrono::steady_clock::now() + kProcessGrace;
+    } else if (code != 0) {
+      log_line(label(index) + " " + describe_exit(status));
+    }
+  }
+  g_group_size = 0;
+  return first_failure < 0 ? 0 : first_failure;
 }
 
 }  // namespace
@@ -173,7 +266,7 @@ int run_agent(const AgentOptions& o) {
           log_line(orphaned ? std::string("the daemon has not answered for too long; stopping the script")
                             : "the daemon ended this worker (" + r->body + "); stopping the script");
         }
-        if (g_child_pid > 0) {
+        if (g_child_pid > 0 || g_group_size > 0) {
           ::kill(-::getpgrp(), SIGTERM);
         } else {
           ::kill(::getpid(), SIGTERM);
@@ -199,6 +292,7 @@ int run_agent(const AgentOptions& o) {
   ::sigaction(SIGINT, &sa, nullptr);
 
   // 3. Held: wait for the release.
+  std::vector<std::map<std::string, std::string>> processes;
   while (hold && !g_signal && !stopped_by_daemon) {
     auto r = client.post("wait-release", json::object(), 40s);
     if (!r || r->status == 204 || r->status >= 500) {
@@ -218,6 +312,17 @@ int run_agent(const AgentOptions& o) {
       if (auto err = base::write_file_atomically(name, content)) log_line(*err);
     }
     for (const auto& [k, v] : release->env) env[k] = v;
+    processes = release->processes;
+    if (!release->interface_env.empty()) {
+      const auto name = interface_with_address(ip);
+      const auto inherited = api::process_env();
+      for (const auto& var : release->interface_env) {
+        if (env.count(var) || inherited.count(var)) continue;  // the caller's choice stands
+        if (name) env[var] = *name;
+      }
+      if (!name) log_line("no interface holds this worker's address " + ip + "; " + release->interface_env.front() +
+                          " and the like are left unset");
+    }
     break;
   }
   if (g_signal || stopped_by_daemon) return finish(128 + (g_signal ? g_signal : SIGTERM));
@@ -226,8 +331,8 @@ int run_agent(const AgentOptions& o) {
   log_line(apply_limits(o.env.worker_id, o.env.cpu, o.env.memory_gb, ::getpid()));
   if (port) port->release();
   const auto command = script_command(o);
-  const pid_t child = spawn_script(command, env);
-  int exit_code = 127;
+  const pid_t child = processes.empty() ? spawn_script(command, env) : 0;
+  int exit_code = processes.empty() ? 127 : run_processes(command, env, processes);
   if (child > 0) {
     g_child_pid = child;
     if (g_signal) ::kill(child, g_signal);

@@ -9,7 +9,12 @@
 //     (tmp + rename) and add the env;
 //  4. apply cpu/memory limits where possible (limits.h) and start the script
 //     by kernel, in the agent's process group, output to the agent's stdout
-//     (the worker's log), MUSTER_IP_ADDRESS and CDSW_IP_ADDRESS set;
+//     (the worker's log), MUSTER_IP_ADDRESS and CDSW_IP_ADDRESS set; a
+//     release with `processes` (torchrun's nproc_per_node) starts the script
+//     once per entry, with the entry's variables: when one fails the others
+//     get SIGTERM (SIGKILL 5 s later), its exit code is the agent's, and
+//     the log names it ("process 1 of 2 (LOCAL_RANK=1 RANK=3 ...) was
+//     killed by signal 9");
 //  5. heartbeat every MUSTER_HEARTBEAT_S on a second thread; a 404/409 reply
 //     (stopped, lost), three 401/403 replies in a row (a daemon that no
 //     longer knows the token: restarted with another state dir), or no

@@ -1,11 +1,26 @@
 #include "workers/agent/network.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 namespace muster::workers::agent {
+
+std::optional<std::string> interface_with_address(const std::string& ip) {
+  in_addr want{};
+  if (::inet_pton(AF_INET, ip.c_str(), &want) != 1) return std::nullopt;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return std::nullopt;
+  std::optional<std::string> found;
+  for (ifaddrs* a = list; a != nullptr && !found; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    if (reinterpret_cast<const sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr == want.s_addr) found = a->ifa_name;
+  }
+  ::freeifaddrs(list);
+  return found;
+}
 
 std::optional<ReservedPort> ReservedPort::reserve(const std::string& ip) {
   sockaddr_in addr{};

@@ -10,6 +10,10 @@ namespace muster::workers::agent {
 // A TCP port bound on `ip` and held until release() or destruction, so no
 // other process takes it before the script binds it (SO_REUSEADDR is set on
 // the holding socket; close it right before the script starts).
+// The name of the local interface holding IPv4 address `ip` ("eth0", "lo"),
+// or nullopt when none does.
+std::optional<std::string> interface_with_address(const std::string& ip);
+
 class ReservedPort {
  public:
   static std::optional<ReservedPort> reserve(const std::string& ip);

@@ -27,7 +27,7 @@ from .errors import ClusterFailed, MusterError, MusterInterrupted, MusterWarning
 __all__ = [
     "Client", "MusterError", "ClusterFailed", "MusterInterrupted", "MusterWarning", "ClusterResult", "discover", "state_dir",
     "launch_workers", "await_workers", "stop_workers", "list_workers", "get_worker", "worker_logs",
-    "run_cluster", "horovodrun", "await_cluster", "list_clusters", "get_cluster", "stop_cluster",
+    "run_cluster", "horovodrun", "torchrun", "await_cluster", "list_clusters", "get_cluster", "stop_cluster",
     "cluster_logs", "describe_generations",
 ]
 
@@ -255,6 +255,39 @@ def describe_generations(cluster: Any) -> str:
     return _clusters.describe_generations(cluster)
 
 
+def torchrun(n: int, script: str, nproc_per_node: int = 1, **options: Any) -> Cluster:
+    """Runs a torch.distributed script on n workers, as torchrun would; returns the cluster dict.
+
+    Every process gets torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE,
+    LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_RANK, MASTER_ADDR, MASTER_PORT,
+    TORCHELASTIC_RUN_ID, ...), so a script written for torchrun
+    (`dist.init_process_group("gloo")`, DistributedDataParallel,
+    DistributedSampler) runs unchanged; `import muster.torch.distributed` and
+    backend "muster" make it run on muster's allreduce. MASTER_PORT is a port
+    worker 0's agent reserved on its host. nproc_per_node > 1 runs that many
+    processes per worker (LOCAL_RANK 0..nproc_per_node-1; OMP_NUM_THREADS=1
+    unless env sets it). The dict carries "id", "status", "workers" and
+    "torchrun_command", the torchrun line every node would run for the same
+    job. A process that dies ends the job: the cluster fails naming the
+    worker and its ranks (muster.ClusterFailed with wait_for_completion).
+
+    Options: args (list or string), env, cpu=1, memory=1, nvidia_gpu=0 (per
+    worker), max_restarts=0 (torchrun --max_restarts, validated and handed to
+    the processes as TORCHELASTIC_MAX_RESTARTS), timeout_seconds=60 for
+    start-up, wait_for_completion=False (True: wait for the end and raise
+    muster.ClusterFailed if it failed), completion_timeout_seconds=0,
+    progress=True, stop_on_interrupt=True.
+
+    Example::
+
+        c = muster.torchrun(2, "examples/pytorch/ddp_train.py", args=["--epochs", "1"])
+        print(c["torchrun_command"])
+        c = muster.await_cluster(c, timeout_seconds=600)
+        print(c["status"], muster.cluster_logs(c, tail=3))
+    """
+    return _client().torchrun(n, script, nproc_per_node, **options)
+
+
 def await_cluster(cluster_id: WorkerRef, timeout_seconds: float = 60, wait_for_completion: bool = True,
                   progress: bool = True, stop_on_interrupt: bool = True) -> Cluster:
     """Waits for a cluster (id or dict) to end, or with wait_for_completion=False to be up.
@@ -314,7 +347,8 @@ def cluster_logs(cluster: WorkerRef, tail: Optional[int] = None, follow: bool = 
     mpi mode (horovodrun with launch=True): the launcher's log, i.e.
     mpirun's combined output, where each line starts with its rank's tag
     ("[1,0]<stdout>:" for rank 0). ps mode: the chief's log (the "chief"
-    task with n_chief=1, else worker 0).
+    task with n_chief=1, else worker 0). torchrun mode: worker 0's log
+    (rank 0's output, and its siblings' with nproc_per_node > 1).
     Empty while the cluster has no log yet. Works wherever the notebook
     runs: the text comes over the REST API, not from the daemon's disk.
 

@@ -9,6 +9,7 @@
     muster launch -n N --script S ...    launch workers (--wait: until they run / end)
     muster run-cluster --workers N --ps N --script S ...
     muster horovodrun -np N [-H HOST,...] [python] SCRIPT [ARGS...]
+    muster torchrun -np N [--nproc-per-node K] SCRIPT [ARGS...]
 
 --json prints the SDK's dicts as JSON instead of tables. The daemon is found
 as the SDK finds it (--url/--token, MUSTER_URL/MUSTER_TOKEN, the state dir).
@@ -154,7 +155,7 @@ def cmd_launch(client: Client, args) -> int:
 
 def _cluster_text(c: Dict[str, Any]) -> str:
     lines = ["cluster %s %s" % (c.get("id"), c.get("status"))]
-    for key in ("cluster_spec", "horovodrun_command", "mpirun_command"):
+    for key in ("cluster_spec", "horovodrun_command", "mpirun_command", "torchrun_command"):
         if c.get(key):
             lines.append("%s: %s" % (key, c[key] if isinstance(c[key], str) else json.dumps(c[key])))
     if c.get("generations"):
@@ -215,6 +216,16 @@ def cmd_horovodrun(client: Client, args) -> int:
                                 progress=not args.json,
                                 python=args.python or python or _interpreter.for_commands() or "", workers=workers,
                                 ssh_port=args.ssh_port, **options)
+    _print(args, cluster, _cluster_text(cluster))
+    return 0
+
+
+def cmd_torchrun(client: Client, args) -> int:
+    cluster = client.torchrun(args.np, args.script, nproc_per_node=args.nproc_per_node, cpu=args.cpu,
+                              memory=args.memory, nvidia_gpu=args.gpu, args=args.args, env=_env_pairs(args.env),
+                              max_restarts=args.max_restarts, timeout_seconds=args.timeout,
+                              wait_for_completion=args.wait, completion_timeout_seconds=args.completion_timeout,
+                              progress=not args.json)
     _print(args, cluster, _cluster_text(cluster))
     return 0
 
@@ -325,6 +336,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("script", help="training program, relative to the project dir (or `python SCRIPT`)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the program")
     p.set_defaults(run=cmd_horovodrun)
+
+    p = sub.add_parser("torchrun", parents=[common],
+                       help="a torch.distributed job (DDP), like torchrun on N nodes")
+    p.add_argument("-np", "--np", "--nnodes", dest="np", type=int, required=True, help="number of workers (nodes)")
+    p.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc_per_node", type=int, default=1,
+                   help="processes per worker (default 1)")
+    p.add_argument("--max-restarts", "--max_restarts", dest="max_restarts", type=int, default=0,
+                   help="torchrun's --max_restarts (default 0)")
+    _resources(p)
+    p.add_argument("--wait", action="store_true", help="wait until it has ended; exit 5 if it failed")
+    p.add_argument("--completion-timeout", type=float, default=0, help="with --wait: seconds (default 0: none)")
+    p.add_argument("script", help="training script, relative to the project dir")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    p.set_defaults(run=cmd_torchrun)
     return top
 
 

@@ -390,3 +390,7 @@ class Client:
     def horovodrun(self, n: int, script: str, slots: int = 1, **extra: Any) -> Cluster:
         """See muster.horovodrun."""
         return _clusters.horovodrun(self, n, script, slots, **extra)
+
+    def torchrun(self, n: int, script: str, nproc_per_node: int = 1, **extra: Any) -> Cluster:
+        """See muster.torchrun."""
+        return _clusters.torchrun(self, n, script, nproc_per_node, **extra)

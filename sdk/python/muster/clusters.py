@@ -1,4 +1,4 @@
-"""Cluster helpers: run_cluster (TensorFlow ps mode), horovodrun (mpi or elastic mode), await_cluster.
+"""Cluster helpers: run_cluster (TensorFlow ps mode), horovodrun (mpi or elastic mode), torchrun, await_cluster.
 
 The daemon does the hard part (issue 3): it launches the tasks, collects
 every task's ip:port, builds the ClusterSpec / TF_CONFIG or the horovodrun and
@@ -311,3 +311,18 @@ def describe_generations(cluster):
                 line += "; replaced by %s" % by[d["worker_id"]]
             lines.append(line)
     return "\n".join(lines)
+
+
+def torchrun(client, n, script, nproc_per_node=1, cpu=1, memory=1, nvidia_gpu=0, args=None, env=None,
+             max_restarts=0, timeout_seconds=60, wait_for_completion=False, completion_timeout_seconds=0,
+             progress=True, stop_on_interrupt=True, python=None):
+    for name, value, low in (("n", n, 1), ("nproc_per_node", nproc_per_node, 1), ("max_restarts", max_restarts, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise MusterError("torchrun(): %s must be an integer >= %d, got %r" % (name, low, value),
+                              code="invalid_argument", field=name)
+    cluster = client.create_cluster(
+        mode="torchrun", n_workers=n, nproc_per_node=nproc_per_node, max_restarts=max_restarts, cpu=cpu,
+        memory=memory, nvidia_gpu=nvidia_gpu, worker_script=script, args=_args(args), env=env,
+        timeout_seconds=timeout_seconds, python=_interpreter.resolve(python))
+    return wait_for(client, cluster, timeout_seconds, wait_for_completion, completion_timeout_seconds, progress,
+                    stop_on_interrupt)

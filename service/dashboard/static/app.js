@@ -424,7 +424,8 @@ function renderCluster(id) {
     "Exit", "Reason"].map((t) => h("th", {}, t)))), h("tbody", {}, ...tasks));
   renderGenerations(c);
   const launch = [];
-  for (const [key, label] of [["horovodrun_command", "horovodrun"], ["mpirun_command", "mpirun"]]) {
+  for (const [key, label] of [["horovodrun_command", "horovodrun"], ["mpirun_command", "mpirun"],
+    ["torchrun_command", "torchrun"]]) {
     if (!c[key]) continue;
     launch.push(h("h3", {}, label), h("div", { class: "cmd" }, h("pre", { class: "json", id: `cmd-${label}` }, c[key]),
       copyButton(() => c[key])));

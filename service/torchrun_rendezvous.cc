@@ -1,0 +1,111 @@
+#include "service/torchrun_rendezvous.h"
+
+#include <algorithm>
+
+#include "api/kernel.h"
+#include "clusterspec/cluster_spec.h"
+#include "clusterspec/names.h"
+#include "clusterspec/shell.h"
+#include "clusterspec/spec_error.h"
+#include "clusterspec/torchrun.h"
+#include "service/cluster_tasks.h"
+#include "service/mpi_rendezvous.h"
+#include "service/validation.h"
+
+namespace muster::service {
+
+using api::WorkerStatus;
+
+api::Result<std::vector<TaskBatch>> TorchrunRendezvous::plan(const std::string& id,
+                                                             const api::ClusterRequest& request) {
+  auto r = task_launch_request(request, {request.n_workers, request.worker_script, request.args, "worker_script",
+                                         options_.project_dir});
+  if (!r) return r.status();
+  std::vector<TaskBatch> batches;
+  batches.push_back({clusterspec::kWorker, task_batch(id, std::move(r).value(), true, true)});
+  return batches;
+}
+
+bool TorchrunRendezvous::ready(const api::Worker& w) const {
+  return w.status == WorkerStatus::kRunning && w.ip_address != "unknown" && !w.ip_address.empty() &&
+         w.port.has_value();
+}
+
+bool TorchrunRendezvous::may_end(const api::ClusterTask& /*task*/, const api::Worker& w) const {
+  return w.status == WorkerStatus::kSucceeded;  // this node's processes are done; the others may still run
+}
+
+api::Result<Wiring> TorchrunRendezvous::wire(const api::Cluster& c, const std::vector<api::Worker>& workers) {
+  const api::ClusterRequest& r = c.request;
+  clusterspec::TorchrunWorld world;
+  world.nnodes = static_cast<int>(c.tasks.size());
+  world.nproc_per_node = r.nproc_per_node;
+  world.master_addr = workers.front().ip_address;
+  world.master_port = workers.front().port.value_or(0);
+  world.run_id = c.id;
+  world.max_restarts = r.max_restarts;
+
+  auto script_path = resolve_script(options_.project_dir, r.worker_script);
+  if (!script_path) return api::invalid_argument("worker_script: " + script_path.status().message());
+  Wiring wiring;
+  try {
+    // The line torchrun would be given on every node: a Python script is
+    // torchrun's default, anything else (an executable) needs --no_python.
+    clusterspec::TorchrunLine line;
+    line.world = world;
+    line.command = rank_command(script_path.value(), r.args);
+    if (line.command.front() == api::kPython3Program) {
+      line.command.erase(line.command.begin(), std::find(line.command.begin(), line.command.end(),
+                                                         script_path.value().string()));
+    } else {
+      line.no_python = true;
+    }
+    wiring.torchrun_argv = clusterspec::torchrun_argv(line);
+
+    for (const auto& t : c.tasks) {
+      Release release;
+      if (r.nproc_per_node == 1) {
+        release.env = clusterspec::rank_environment(world, t.index, 0);
+      } else {
+        release.env = clusterspec::node_environment(world, t.index);
+        for (int local = 0; local < r.nproc_per_node; ++local) {
+          auto env = clusterspec::rank_environment(world, t.index, local);
+          std::map<std::string, std::string> own;
+          for (const char* name : {"RANK", "LOCAL_RANK", "ROLE_RANK"}) own[name] = env.at(name);
+          release.processes.push_back(std::move(own));
+        }
+      }
+      if (r.env.count("OMP_NUM_THREADS")) release.env.erase("OMP_NUM_THREADS");
+      // gloo, NCCL and muster's TCP transport listen on the interface of the
+      // address the worker registered (its hostname may resolve to loopback).
+      release.interface_env = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "MUSTER_COMM_TCP_IFACE"};
+      release.env["MUSTER_CLUSTER_ID"] = c.id;
+      release.env["MUSTER_TASK_TYPE"] = t.type;
+      release.env["MUSTER_TASK_INDEX"] = std::to_string(t.index);
+      wiring.releases.emplace_back(t.worker_id, std::move(release));
+    }
+  } catch (const clusterspec::SpecError& e) {
+    return api::invalid_argument(std::string("cannot build torchrun's environment: ") + e.what());
+  }
+  wiring.summary = "releasing " + std::to_string(world.nnodes * world.nproc_per_node) + " ranks with MASTER_ADDR " +
+                   clusterspec::format_address(world.master_addr, world.master_port) + ", as " +
+                   clusterspec::join_for_shell(wiring.torchrun_argv);
+  return wiring;
+}
+
+std::optional<Verdict> TorchrunRendezvous::verdict(const api::Cluster& /*cluster*/,
+                                                   const std::vector<api::Worker>& workers,
+                                                   std::optional<int> /*launcher_exit: no launcher*/) const {
+  for (const auto& w : workers) {
+    if (w.status != WorkerStatus::kSucceeded) return std::nullopt;
+  }
+  return Verdict{api::ClusterStatus::kSucceeded, ""};
+}
+
+LogSource TorchrunRendezvous::log(const api::Cluster& c) const {
+  LogSource source;
+  if (!c.tasks.empty()) source.worker_id = c.tasks.front().worker_id;
+  return source;
+}
+
+}  // namespace muster::service
