@@ -5,3 +5,6 @@ muster_gtest(base_process_test SOURCES base_process_test.cc DEPS muster_base LAB
 muster_gtest(base_shell_quote_test SOURCES base_shell_quote_test.cc DEPS muster_base LABEL unit TIMEOUT 60)
 muster_gtest(base_net_test SOURCES base_net_test.cc DEPS muster_base LABEL unit TIMEOUT 60)
 muster_gtest(base_checkpoint_file_test SOURCES base_checkpoint_file_test.cc DEPS muster_base LABEL unit TIMEOUT 60)
+# The one settings reader (environment, --backend-opt, query) and the one thread-pool type.
+muster_gtest(base_settings_test SOURCES base_settings_test.cc DEPS muster_base LABEL unit TIMEOUT 60)
+muster_gtest(base_task_queue_test SOURCES base_task_queue_test.cc DEPS muster_base LABEL unit TIMEOUT 60)
