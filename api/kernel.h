@@ -13,11 +13,13 @@
 // Rules for code (kernel python3 or bash):
 //   bash                                 /bin/bash -c CODE muster-worker
 //   python3, one `!command` line         /bin/bash -c COMMAND muster-worker   (cdsw's shell escape)
-//   python3 with `!` lines among Python  /usr/bin/python3 -u -c PY  (each `!` line a shell call)
+//   python3 with `!` lines among Python  /usr/bin/python3 -u -c PY  (each `!` line a bash call; a
+//                                        non-zero exit code ends the script with that code)
 //   python3                              /usr/bin/python3 -u -c CODE
 //
 // The interpreters are absolute: Debian's python3 (the one with torch and the
-// runtime's extension), never whichever python3 comes first on a PATH.
+// runtime's extension), never whichever python3 comes first on a PATH. These
+// rules are the only ones: the SDKs send `code` as the user wrote it.
 //
 //   script_command({.kernel = "python3", .script = "/p/train.py", .args = {"--epochs", "2"}})
 //   // -> {"/usr/bin/python3", "-u", "/p/train.py", "--epochs", "2"}

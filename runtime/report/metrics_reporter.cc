@@ -1,5 +1,7 @@
 #include "runtime/report/metrics_reporter.h"
 
+#include "api/base/settings.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,10 +17,7 @@ void add_scalar(std::string& out, const char* name, const std::optional<double>&
   out += buf;
 }
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
+std::string env(const char* name) { return base::Settings::environment().text(name).value; }
 }  // namespace
 
 std::string points_json(const std::deque<std::pair<Point, double>>& points, size_t begin, size_t end) {
