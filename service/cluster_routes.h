@@ -9,7 +9,8 @@ namespace muster::service {
 
 // Adds POST/GET /api/v1/clusters, GET /api/v1/clusters/{id},
 // GET /api/v1/clusters/{id}/logs?tail=N (text: mpi, the launcher's log; ps,
-// the chief's) and POST /api/v1/clusters/{id}/stop. `clusters` outlives the router.
+// the chief's), POST /api/v1/clusters/{id}/stop and DELETE
+// /api/v1/clusters/{id}. `clusters` outlives the router.
 // `follower` serves ?follow=true on the logs route (null: 503).
 void register_cluster_routes(Router& router, ClusterManager& clusters, int max_workers,
                              LogFollower* follower = nullptr);
@@ -27,6 +28,9 @@ struct StartClustersOptions {
   // null: the workers run on this host. Borrowed; outlives the manager.
   workers::MpiHosts* mpi_hosts = nullptr;
   LogFollower* follower = nullptr;    // serves ?follow=true on the logs route
+  // Finished clusters kept (ClusterManagerOptions::retain_for, max_finished).
+  std::chrono::seconds retain_for{std::chrono::hours(24 * 7)};
+  size_t max_finished = 1000;
 };
 
 // musterd's one call for clusters: builds the manager, registers the routes,

@@ -18,8 +18,7 @@ api::Status WorkerRegistry::await_workers(const api::AwaitRequest& request, Awai
     auto waiter = std::make_shared<Waiter>();
     waiter->request = request;
     if (request.timeout_seconds > 0) {
-      waiter->deadline = clock_.now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                                            std::chrono::duration<double>(request.timeout_seconds));
+      waiter->deadline = clock_.now() + seconds_duration(request.timeout_seconds);
     }
     waiter->done = std::move(done);
     waiters_.push_back(std::move(waiter));
@@ -115,13 +114,10 @@ api::Status WorkerRegistry::release(const std::string& id, Release release) {
     if (api::is_terminal(r.worker.status)) {
       return api::conflict("worker " + id + " is " + api::worker_status_name(r.worker.status));
     }
-    const Record before = r;
     r.release = std::move(release);
     if (r.worker.reason == "waiting for release") r.worker.reason = "";
-    if (auto s = persist(r); !s) {
-      r = before;
-      return s;
-    }
+    mark_dirty(r);
+    write_dirty_locked();
     fx.changed.push_back(r.worker);
     for (auto w = release_waiters_.begin(); w != release_waiters_.end();) {
       if (w->id == id) {

@@ -45,6 +45,11 @@ bool ChunkedStream::closed() const {
   return closed_;
 }
 
+size_t ChunkedStream::queued_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queued_bytes_;
+}
+
 ChunkedStream::Taken ChunkedStream::take() {
   std::lock_guard<std::mutex> lock(mu_);
   Taken t;

@@ -29,6 +29,7 @@ class ChunkedStream : public Stream {
   bool write(std::string chunk) override;
   void close() override;
   bool closed() const override;
+  size_t queued_bytes() const override;
 
   // The connection's side. take() moves the queued chunks into `out` and
   // says whether the producer has ended the stream (send the last chunk).
