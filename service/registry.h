@@ -274,6 +274,7 @@ class WorkerRegistry {
     api::AwaitRequest request;
     std::optional<TimePoint> deadline;
     AwaitCallback done;
+    size_t settled_prefix = 0;  // request.ids[0..settled_prefix) have settled
   };
   struct ReleaseWaiter {
     std::string id;

@@ -35,9 +35,30 @@ api::Status WorkerRegistry::await_workers(const api::AwaitRequest& request, Awai
 // queued with both lists in request order and the waiter is dropped.
 void WorkerRegistry::settle_waiters(Effects& fx, bool at_tick) {
   const TimePoint now = clock_.now();
+  // Whether `worker` is settled for `w` (every registration of a launch of
+  // n calls this: it must not copy n workers each time).
+  auto settled = [](const Waiter& w, const api::Worker& worker) {
+    const bool ok = w.request.wait_for_completion
+                        ? worker.status == WorkerStatus::kSucceeded
+                        : worker.status == WorkerStatus::kRunning && worker.ip_address != "unknown";
+    return ok || api::is_terminal(worker.status);
+  };
   for (auto it = waiters_.begin(); it != waiters_.end();) {
-    const Waiter& w = **it;
+    Waiter& w = **it;
     const bool expired = at_tick && w.deadline && now >= *w.deadline;
+    if (!expired) {
+      // A settled worker stays settled, so the scan resumes where it stopped.
+      auto& ids = w.request.ids;
+      while (w.settled_prefix < ids.size()) {
+        auto rec = records_.find(ids[w.settled_prefix]);
+        if (rec != records_.end() && !settled(w, rec->second.worker)) break;
+        ++w.settled_prefix;
+      }
+      if (w.settled_prefix < ids.size()) {
+        ++it;
+        continue;
+      }
+    }
     AwaitResult result;
     bool pending = false;
     for (const auto& id : w.request.ids) {
