@@ -1,4 +1,4 @@
-// ClusterManager: clusters of workers for one distributed job (issue 3).
+// ClusterManager: clusters of workers for one distributed job.
 //
 // Data path: cluster_routes.cc validates a request (api/cluster.h) and calls
 // create(); the manager asks the mode's Rendezvous (rendezvous.h:
@@ -31,7 +31,7 @@
 //
 // Files: cluster_manager.cc (construction, create, the queries, stop),
 // cluster_lifecycle.cc (the thread's pass a) to d), the rendezvous, finish,
-// restore).
+// restore), cluster_retention.cc (remove, retention).
 #pragma once
 
 #include <chrono>
@@ -68,6 +68,11 @@ struct ClusterManagerOptions {
   std::chrono::milliseconds tick{100};
   std::chrono::milliseconds launcher_grace{3000};
   bool start_thread = true;                // false: tests call step() themselves
+  // Finished clusters (with their workers and files) are forgotten once
+  // older than retain_for, or beyond the newest max_finished
+  // (cluster_retention.cc; musterd --retain-finished, --max-finished-clusters).
+  std::chrono::seconds retain_for{std::chrono::hours(24 * 7)};
+  size_t max_finished = 1000;
 };
 
 class ClusterManager {
@@ -100,6 +105,13 @@ class ClusterManager {
   // launch=false). not_found for an unknown cluster.
   api::Result<std::filesystem::path> log_path(const std::string& id) const;
 
+  // DELETE of a finished cluster: its record, its workers (registry
+  // remove_finished) and its directory. not_found, or conflict while it runs.
+  api::Status remove(const std::string& id);
+  // Retention (see ClusterManagerOptions); the manager thread calls it about
+  // once a second.
+  void apply_retention();
+
   // One pass over the active clusters (the manager thread calls it).
   void step();
 
@@ -118,6 +130,7 @@ class ClusterManager {
     bool launched = false;        // tasks are known
     bool ending = false;          // finish() is stopping the tasks; status follows
     TimePoint deadline = TimePoint::max();
+    TimePoint finished{};         // when it ended (retention), monotonic
     std::unique_ptr<LauncherProcess> launcher;
     std::filesystem::path dir;    // <state_dir>/clusters/<id>
   };

@@ -126,7 +126,7 @@ TEST_F(ContainerDaemonTest, NextDaemonRemovesLeftoversOfAKilledOne) {
 }
 
 TEST_F(ContainerDaemonTest, MpiPreflightFailsBeforeLaunchWhenSshdIsDown) {
-  ASSERT_TRUE(start_daemon({"--backend-opt", "sshd=off"})) << daemon_->stderr_text();
+  ASSERT_TRUE(start_daemon({"--backend-opt", "sshd=false"})) << daemon_->stderr_text();
   auto r = daemon_->post("/api/v1/clusters", {{"mode", "mpi"}, {"n_workers", 2}, {"cpu", 0.25}, {"memory", 0.25},
                                               {"worker_script", "sleep.py"}, {"launch", true},
                                               {"timeout_seconds", 60}});
