@@ -114,6 +114,7 @@ int run_agent(const AgentOptions& o) {
   }
   // 0. Before anything forks: a child subreaper, in the worker's cgroup.
   Leftovers leftovers;
+  leftovers.spare(o.log_relay);
   log_line(leftovers.adopt_process(o.env.cgroup, o.env.worker_id));
   // 1. The IP that routes to the daemon, and maybe a reserved port.
   const std::string master = o.env.master_ip.empty() ? endpoint->host : o.env.master_ip;

@@ -26,6 +26,8 @@
 //     forwarded to the script.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <map>
 #include <string>
@@ -41,6 +43,10 @@ namespace muster::workers::agent {
 struct AgentOptions {
   api::AgentEnvironment env;  // MUSTER_* (MUSTER_MASTER_IP default: the URL's host)
   api::AgentCommand command;  // --kernel / --script / --code, and the script's arguments
+  // The log relay (log_relay.h) the agent forked, -1 without one: a child of
+  // the agent, yet no leftover of the script (ending it would lose the log's
+  // tail).
+  pid_t log_relay = -1;
 };
 
 // With no daemon answering for this long (MUSTER_ORPHAN_TIMEOUT_S unset), the

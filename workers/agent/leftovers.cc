@@ -66,13 +66,15 @@ std::vector<pid_t> Leftovers::list() const {
   if (cgroup_.valid()) {
     for (pid_t pid : cgroup_.processes()) {
       auto stat = base::read_proc_stat(pid);
-      if (pid != self && stat && stat->live()) out.push_back(pid);
+      if (pid != self && pid != spared_ && stat && stat->live()) out.push_back(pid);
     }
     return out;
   }
   auto me = base::identify(self);
   if (!me) return out;
-  for (const auto& p : base::descendants(*me)) out.push_back(p.pid);
+  for (const auto& p : base::descendants(*me)) {
+    if (p.pid != spared_) out.push_back(p.pid);
+  }
   return out;
 }
 

@@ -28,7 +28,11 @@ class Leftovers {
   // `worker_id` where cgroup v2 allows. Returns a line for the worker's log.
   std::string adopt_process(const std::string& cgroup, const std::string& worker_id);
 
-  // The processes of the worker other than the agent itself.
+  // A process of the agent's own that is not the script's (the log relay):
+  // list() and end() leave it alone.
+  void spare(pid_t pid) { spared_ = pid; }
+
+  // The processes of the worker other than the agent itself (and the spared one).
   std::vector<pid_t> list() const;
   // Ends them (see above); returns how many there were.
   size_t end(std::chrono::milliseconds grace);
@@ -40,6 +44,7 @@ class Leftovers {
  private:
   base::Cgroup cgroup_;
   bool own_cgroup_ = false;
+  pid_t spared_ = -1;
   std::string original_;  // the agent's cgroup before it joined its own
 };
 
