@@ -46,14 +46,16 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
   }
   if (in.has("workers")) {
     if (r.mode != ClusterMode::kMpi) return bad("workers", "is for mpi mode only (the hosts of the ranks)");
-    if (auto s = in.strings("workers", &r.workers); !s) return s;
-    if (r.workers.empty()) return bad("workers", "must be a non-empty list of running workers' ids");
-    for (size_t i = 0; i < r.workers.size(); ++i) {
-      const std::string& id = r.workers[i];
-      if (id.empty()) return bad("workers", "must be a list of worker ids (non-empty strings)");
-      if (std::find(r.workers.begin(), r.workers.begin() + i, id) != r.workers.begin() + i) {
-        return bad("workers", "names worker " + id + " twice (give a worker more ranks with slots)");
+    const json& list = in.at("workers");
+    if (!list.is_array() || list.empty()) return bad("workers", "must be a non-empty list of running workers' ids");
+    for (const auto& id : list) {
+      if (!id.is_string() || id.get<std::string>().empty() || id.get<std::string>().find('\0') != std::string::npos) {
+        return bad("workers", "must be a list of worker ids (strings)");
       }
+      if (std::find(r.workers.begin(), r.workers.end(), id.get<std::string>()) != r.workers.end()) {
+        return bad("workers", "names worker " + id.get<std::string>() + " twice (give a worker more ranks with slots)");
+      }
+      r.workers.push_back(id.get<std::string>());
     }
     if (r.workers.size() > static_cast<size_t>(max_workers)) {
       return bad("workers", "has more than the " + std::to_string(max_workers) + " workers this daemon allows");
