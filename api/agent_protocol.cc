@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "api/base/settings.h"
 #include "api/json_integer.h"
 #include "clusterspec/names.h"
 
@@ -28,14 +29,6 @@ std::string format_number(double v) {
 }
 
 std::string format_seconds(std::chrono::milliseconds d) { return format_number(d.count() / 1000.0); }
-
-std::optional<double> parse_number(const std::string& text) {
-  if (text.empty()) return std::nullopt;
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (end != text.c_str() + text.size() || !std::isfinite(v)) return std::nullopt;
-  return v;
-}
 
 bool is_ipv4(const std::string& s) {
   in_addr a{};
@@ -142,6 +135,7 @@ std::map<std::string, std::string> to_env(const AgentEnvironment& e) {
       {kEnvCpu, format_number(e.cpu)},
       {kEnvMemoryGb, format_number(e.memory_gb)},
       {kEnvProjectDir, e.project_dir},
+      {kEnvStopGraceSeconds, format_seconds(e.stop_grace)},
       // cdsw's engine variables.
       {"CDSW_ENGINE_ID", e.worker_id},
       {"CDSW_MASTER_IP", e.master_ip},
@@ -153,6 +147,7 @@ std::map<std::string, std::string> to_env(const AgentEnvironment& e) {
   if (e.reserve_port) env[kEnvReservePort] = "1";
   if (e.orphan_timeout) env[kEnvOrphanTimeoutSeconds] = format_seconds(*e.orphan_timeout);
   if (!e.metrics_token.empty()) env[kEnvMetricsToken] = e.metrics_token;
+  if (!e.cgroup.empty()) env[kEnvCgroup] = e.cgroup;
   if (!e.gpu_devices.empty()) {
     env[kEnvGpuDevices] = e.gpu_devices;
     env["CUDA_VISIBLE_DEVICES"] = e.gpu_devices;
@@ -162,55 +157,54 @@ std::map<std::string, std::string> to_env(const AgentEnvironment& e) {
 }
 
 Result<AgentEnvironment> parse_agent_env(const std::map<std::string, std::string>& env) {
-  auto get = [&env](const char* name) -> std::optional<std::string> {
-    auto it = env.find(name);
-    if (it == env.end()) return std::nullopt;
-    return it->second;
-  };
-  // A positive (or non-negative) number of seconds or units; unset: `fallback`.
-  auto number = [&get](const char* name, bool positive, double fallback) -> Result<double> {
-    const auto text = get(name);
-    if (!text) return fallback;
-    const auto v = parse_number(*text);
-    if (!v || (positive ? *v <= 0 : *v < 0)) {
-      return invalid_argument(std::string(name) + " must be a number " + (positive ? "> 0" : ">= 0") + ", not '" +
-                                  *text + "'",
+  // One reader for every variable (api/base/settings.h): a bad value is an
+  // error naming the variable.
+  const auto settings = base::Settings::of(env, "environment variable");
+  // Seconds > 0 (or >= 0); unset: `fallback`.
+  auto seconds = [&settings](const char* name, bool positive, double fallback) -> Result<double> {
+    auto v = settings.number(name, fallback, 0, 1e9);
+    if (!v.ok()) return invalid_argument(v.error, name);
+    if (positive && v.given && v.value <= 0) {
+      return invalid_argument(settings.describe(name) + " must be a number > 0, not '" + *settings.raw(name) + "'",
                               name);
     }
-    return *v;
+    return v.value;
   };
+  auto millis = [](double s) { return std::chrono::milliseconds(std::llround(s * 1000)); };
   AgentEnvironment e;
-  e.url = get(kEnvUrl).value_or("");
+  e.url = settings.text(kEnvUrl).value;
   if (!is_agent_url(e.url)) {
     return invalid_argument(std::string(kEnvUrl) + " must be http://host:port, not '" + e.url + "'", kEnvUrl);
   }
-  e.worker_id = get(kEnvWorkerId).value_or("");
+  e.worker_id = settings.text(kEnvWorkerId).value;
   if (e.worker_id.empty()) return invalid_argument(std::string(kEnvWorkerId) + " is required", kEnvWorkerId);
-  e.token = get(kEnvAgentToken).value_or("");
+  e.token = settings.text(kEnvAgentToken).value;
   if (e.token.empty()) return invalid_argument(std::string(kEnvAgentToken) + " is required", kEnvAgentToken);
-  e.master_ip = get(kEnvMasterIp).value_or("");
-  const auto heartbeat = number(kEnvHeartbeatSeconds, true, 2);
+  e.master_ip = settings.text(kEnvMasterIp).value;
+  const auto heartbeat = seconds(kEnvHeartbeatSeconds, true, 2);
   if (!heartbeat) return heartbeat.status();
-  e.heartbeat = std::chrono::milliseconds(std::llround(heartbeat.value() * 1000));
-  const auto reserve = get(kEnvReservePort).value_or("0");
-  if (reserve != "0" && reserve != "1") {
-    return invalid_argument(std::string(kEnvReservePort) + " must be 1 or 0, not '" + reserve + "'", kEnvReservePort);
-  }
-  e.reserve_port = reserve == "1";
-  const auto cpu = number(kEnvCpu, false, 0);
+  e.heartbeat = millis(heartbeat.value());
+  const auto reserve = settings.boolean(kEnvReservePort, false);
+  if (!reserve.ok()) return invalid_argument(reserve.error, kEnvReservePort);
+  e.reserve_port = reserve.value;
+  const auto cpu = seconds(kEnvCpu, false, 0);
   if (!cpu) return cpu.status();
   e.cpu = cpu.value();
-  const auto memory = number(kEnvMemoryGb, false, 0);
+  const auto memory = seconds(kEnvMemoryGb, false, 0);
   if (!memory) return memory.status();
   e.memory_gb = memory.value();
-  if (get(kEnvOrphanTimeoutSeconds)) {
-    const auto orphan = number(kEnvOrphanTimeoutSeconds, true, 0);
+  if (settings.raw(kEnvOrphanTimeoutSeconds)) {
+    const auto orphan = seconds(kEnvOrphanTimeoutSeconds, true, 0);
     if (!orphan) return orphan.status();
-    e.orphan_timeout = std::chrono::milliseconds(std::llround(orphan.value() * 1000));
+    e.orphan_timeout = millis(orphan.value());
   }
-  e.metrics_token = get(kEnvMetricsToken).value_or("");
-  e.project_dir = get(kEnvProjectDir).value_or("");
-  e.gpu_devices = get(kEnvGpuDevices).value_or("");
+  const auto grace = seconds(kEnvStopGraceSeconds, false, e.stop_grace.count() / 1000.0);
+  if (!grace) return grace.status();
+  e.stop_grace = millis(grace.value());
+  e.metrics_token = settings.text(kEnvMetricsToken).value;
+  e.project_dir = settings.text(kEnvProjectDir).value;
+  e.gpu_devices = settings.text(kEnvGpuDevices).value;
+  e.cgroup = settings.text(kEnvCgroup).value;
   return e;
 }
 

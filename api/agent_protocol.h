@@ -59,6 +59,16 @@ inline constexpr const char* kEnvReservePort = "MUSTER_RESERVE_PORT";
 inline constexpr const char* kEnvCpu = "MUSTER_CPU";
 inline constexpr const char* kEnvMemoryGb = "MUSTER_MEMORY_GB";
 inline constexpr const char* kEnvOrphanTimeoutSeconds = "MUSTER_ORPHAN_TIMEOUT_S";  // never set by the daemon
+// Seconds the agent gives what the script left running (background
+// children, setsid or double-forked escapees) between SIGTERM and SIGKILL.
+inline constexpr const char* kEnvStopGraceSeconds = "MUSTER_STOP_GRACE_S";
+// The cgroup v2 directory the backend chose for the worker: the agent makes it
+// (if need be) and joins it first thing, so every process of the worker is
+// born inside it. Unset: the
+// agent makes one of its own where it can; kCgroupNone: none at all (the
+// agent's subreaper and process group only).
+inline constexpr const char* kEnvCgroup = "MUSTER_CGROUP";
+inline constexpr const char* kCgroupNone = "none";
 // Variables for the script only (the agent passes them through).
 inline constexpr const char* kEnvMetricsToken = "MUSTER_METRICS_TOKEN";
 inline constexpr const char* kEnvProjectDir = "MUSTER_PROJECT_DIR";
@@ -74,6 +84,8 @@ struct AgentEnvironment {
   double cpu = 0;             // cores, for the agent's limits
   double memory_gb = 0;       // GiB, for the agent's limits
   std::optional<std::chrono::milliseconds> orphan_timeout;  // unset: the agent's default
+  std::chrono::milliseconds stop_grace{3000};  // SIGTERM -> SIGKILL for the script's leftovers
+  std::string cgroup;         // "" = none (the backend made no cgroup)
   std::string metrics_token;  // "" = none given
   std::string project_dir;
   std::string gpu_devices;    // "0,1" (also CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES); "" = none

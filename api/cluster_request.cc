@@ -4,7 +4,7 @@
 #include <cmath>
 #include <set>
 
-#include "api/json_integer.h"
+#include "api/body_reader.h"
 #include "api/kernel.h"
 #include "clusterspec/names.h"
 #include "api/worker.h"
@@ -22,59 +22,10 @@ Status bad(const std::string& field, const std::string& message) {
   return invalid_argument(field + " " + message, field);
 }
 
-bool has_nul(const std::string& s) { return s.find('\0') != std::string::npos; }
-
-Status read_int(const json& body, const char* field, int lo, int hi, int* out) {
-  auto it = body.find(field);
-  if (it == body.end() || it->is_null()) return Status::ok();
-  const auto n = json_integer(*it);
-  if (!n) return bad(field, "must be an integer");
-  const long long v = *n;
-  if (v < lo || v > hi) return bad(field, "must be in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " + std::to_string(v));
-  *out = static_cast<int>(v);
-  return Status::ok();
-}
-
-Status read_optional_int(const json& body, const char* field, int lo, int hi, std::optional<int>* out) {
-  auto it = body.find(field);
-  if (it == body.end() || it->is_null()) return Status::ok();
-  int v = 0;
-  if (auto s = read_int(body, field, lo, hi, &v); !s) return s;
-  *out = v;
-  return Status::ok();
-}
-
-Status read_number(const json& body, const char* field, bool allow_zero, double* out) {
-  auto it = body.find(field);
-  if (it == body.end() || it->is_null()) return Status::ok();
-  if (!it->is_number()) return bad(field, "must be a number");
-  double v = it->get<double>();
-  if (!std::isfinite(v) || v < 0 || (!allow_zero && v == 0)) {
-    return bad(field, allow_zero ? "must be a number >= 0" : "must be greater than 0");
-  }
-  *out = v;
-  return Status::ok();
-}
-
-Status read_string(const json& body, const char* field, std::string* out) {
-  auto it = body.find(field);
-  if (it == body.end() || it->is_null()) return Status::ok();
-  if (!it->is_string()) return bad(field, "must be a string");
-  *out = it->get<std::string>();
-  if (has_nul(*out)) return bad(field, "must not contain NUL characters");
-  return Status::ok();
-}
-
-Status read_bool(const json& body, const char* field, bool* out) {
-  auto it = body.find(field);
-  if (it == body.end() || it->is_null()) return Status::ok();
-  if (!it->is_boolean()) return bad(field, "must be true or false");
-  *out = it->get<bool>();
-  return Status::ok();
-}
-
 }  // namespace
 
+// Read with the one body reader (api/body_reader.h); null means absent here,
+// as the document allows null for the optional fields.
 Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) {
   static const std::set<std::string> kFields = {
       "mode", "n_workers", "n_ps", "cpu", "memory", "nvidia_gpu", "worker_script", "args", "env", "ps_script",
@@ -82,13 +33,12 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
       "fusion_threshold_mb", "cycle_time_ms", "timeline_filename", "start_timeout", "verbose", "n_chief",
       "n_evaluator", "python", "workers", "max_restarts", "min_np", "max_np", "reset_limit",
       "blacklist_cooldown_range", "nproc_per_node"};
-  if (!body.is_object()) return invalid_argument("the request body must be a JSON object");
-  for (const auto& item : body.items()) {
-    if (!kFields.count(item.key())) return invalid_argument("unknown field '" + item.key() + "'", item.key());
-  }
+  auto reader = BodyReader::of(body, kFields, BodyReader::Nulls::kAbsent);
+  if (!reader) return reader.status();
+  const BodyReader& in = reader.value();
   ClusterRequest r;
   std::string mode = "ps";
-  if (auto s = read_string(body, "mode", &mode); !s) return s;
+  if (auto s = in.string("mode", &mode); !s) return s;
   if (mode == "ps") {
     r.mode = ClusterMode::kPs;
   } else if (mode == "mpi") {
@@ -100,11 +50,12 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
   } else {
     return bad("mode", "must be \"ps\", \"mpi\", \"elastic\" or \"torchrun\"");
   }
-  if (auto it = body.find("workers"); it != body.end() && !it->is_null()) {
+  if (in.has("workers")) {
     if (r.mode != ClusterMode::kMpi) return bad("workers", "is for mpi mode only (the hosts of the ranks)");
-    if (!it->is_array() || it->empty()) return bad("workers", "must be a non-empty list of running workers' ids");
-    for (const auto& id : *it) {
-      if (!id.is_string() || id.get<std::string>().empty() || has_nul(id.get<std::string>())) {
+    const json& list = in.at("workers");
+    if (!list.is_array() || list.empty()) return bad("workers", "must be a non-empty list of running workers' ids");
+    for (const auto& id : list) {
+      if (!id.is_string() || id.get<std::string>().empty() || id.get<std::string>().find('\0') != std::string::npos) {
         return bad("workers", "must be a list of worker ids (strings)");
       }
       if (std::find(r.workers.begin(), r.workers.end(), id.get<std::string>()) != r.workers.end()) {
@@ -115,23 +66,23 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
     if (r.workers.size() > static_cast<size_t>(max_workers)) {
       return bad("workers", "has more than the " + std::to_string(max_workers) + " workers this daemon allows");
     }
-    if (body.contains("n_workers") && !body["n_workers"].is_null()) {
+    if (in.has("n_workers")) {
       return bad("n_workers", "must be left out with workers (their number, " + std::to_string(r.workers.size()) +
                                   ", is the cluster's n_workers)");
     }
     r.n_workers = static_cast<int>(r.workers.size());
   } else {
-    if (!body.contains("n_workers") || body["n_workers"].is_null()) return bad("n_workers", "is required");
-    if (auto s = read_int(body, "n_workers", 1, max_workers, &r.n_workers); !s) return s;
+    if (auto s = in.required("n_workers"); !s) return s;
+    if (auto s = in.integer("n_workers", 1, max_workers, &r.n_workers); !s) return s;
   }
   // At least one worker task comes beside the PS tasks.
-  if (auto s = read_int(body, "n_ps", 0, max_workers - 1, &r.n_ps); !s) return s;
+  if (auto s = in.integer("n_ps", 0, max_workers - 1, &r.n_ps); !s) return s;
   if (r.mode != ClusterMode::kPs && r.n_ps != 0) {
     return bad("n_ps", std::string("is for ps mode only (") + cluster_mode_name(r.mode) +
                            " mode has no parameter servers)");
   }
-  if (auto s = read_int(body, "n_chief", 0, 1, &r.n_chief); !s) return s;
-  if (auto s = read_int(body, "n_evaluator", 0, 1, &r.n_evaluator); !s) return s;
+  if (auto s = in.integer("n_chief", 0, 1, &r.n_chief); !s) return s;
+  if (auto s = in.integer("n_evaluator", 0, 1, &r.n_evaluator); !s) return s;
   if (r.mode != ClusterMode::kPs && r.n_chief != 0) return bad("n_chief", "is for ps mode only (TensorFlow's chief task)");
   if (r.mode != ClusterMode::kPs && r.n_evaluator != 0) {
     return bad("n_evaluator", "is for ps mode only (TensorFlow's evaluator task)");
@@ -141,11 +92,11 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
     return bad("n_workers", "+ n_ps + n_chief + n_evaluator is " + std::to_string(total) + ", more than the " +
                                 std::to_string(max_workers) + " workers this daemon allows");
   }
-  if (auto s = read_number(body, "cpu", false, &r.cpu); !s) return s;
-  if (auto s = read_number(body, "memory", false, &r.memory); !s) return s;
-  if (auto s = read_int(body, "nvidia_gpu", 0, 64, &r.nvidia_gpu); !s) return s;
-  if (auto s = read_string(body, "worker_script", &r.worker_script); !s) return s;
-  if (auto s = read_string(body, "ps_script", &r.ps_script); !s) return s;
+  if (auto s = in.number("cpu", false, &r.cpu); !s) return s;
+  if (auto s = in.number("memory", false, &r.memory); !s) return s;
+  if (auto s = in.integer("nvidia_gpu", 0, 64, &r.nvidia_gpu); !s) return s;
+  if (auto s = in.string("worker_script", &r.worker_script); !s) return s;
+  if (auto s = in.string("ps_script", &r.ps_script); !s) return s;
   // Checked here too, since without PS tasks ps_script is never launched.
   for (const auto& [field, script] : {std::pair<const char*, const std::string*>{"worker_script", &r.worker_script},
                                       {"ps_script", &r.ps_script}}) {
@@ -157,36 +108,20 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
     return bad("worker_script", std::string("is required in ") + cluster_mode_name(r.mode) +
                                     " mode: it is the program every rank runs");
   }
-  if (auto it = body.find("args"); it != body.end() && !it->is_null()) {
-    if (!it->is_array()) return bad("args", "must be a list of strings");
-    for (const auto& a : *it) {
-      if (!a.is_string()) return bad("args", "must be a list of strings");
-      if (has_nul(a.get<std::string>())) return bad("args", "must not contain NUL characters");
-      r.args.push_back(a.get<std::string>());
-    }
-  }
-  if (auto it = body.find("env"); it != body.end() && !it->is_null()) {
-    if (!it->is_object()) return bad("env", "must be an object of NAME: value strings");
-    for (const auto& item : it->items()) {
-      if (!clusterspec::is_valid_env_name(item.key())) {
-        return invalid_argument("env name " + clusterspec::quoted(item.key()) + " must match [A-Za-z_][A-Za-z0-9_]*", "env");
-      }
-      if (!item.value().is_string()) return invalid_argument("env." + item.key() + " must be a string", "env");
-      if (has_nul(item.value().get<std::string>())) return invalid_argument("env." + item.key() + " must not contain NUL characters", "env");
-      r.env[item.key()] = item.value().get<std::string>();
-    }
-  }
-  if (auto s = read_int(body, "slots", 1, kMaxSlots, &r.slots); !s) return s;
-  if (auto s = read_int(body, "ssh_port", 1, 65535, &r.ssh_port); !s) return s;
+  if (auto s = in.strings("args", &r.args); !s) return s;
+  if (auto s = in.env("env", &r.env); !s) return s;
+  if (auto s = in.integer("slots", 1, kMaxSlots, &r.slots); !s) return s;
+  if (auto s = in.integer("ssh_port", 1, 65535, &r.ssh_port); !s) return s;
   std::string one_interface;
-  if (auto s = read_string(body, "network_interface", &one_interface); !s) return s;
+  if (auto s = in.string("network_interface", &one_interface); !s) return s;
   if (!one_interface.empty() && !clusterspec::is_valid_interface(one_interface)) {
     return bad("network_interface", clusterspec::quoted(one_interface) + " is not an interface name ([A-Za-z0-9._-], at most 15 characters)");
   }
-  if (auto it = body.find("network_interfaces"); it != body.end() && !it->is_null()) {
+  if (in.has("network_interfaces")) {
     if (!one_interface.empty()) return bad("network_interfaces", "and network_interface: give one of them");
-    if (!it->is_array()) return bad("network_interfaces", "must be a list of interface names");
-    for (const auto& name : *it) {
+    const json& list = in.at("network_interfaces");
+    if (!list.is_array()) return bad("network_interfaces", "must be a list of interface names");
+    for (const auto& name : list) {
       if (!name.is_string() || !clusterspec::is_valid_interface(name.get<std::string>())) {
         return bad("network_interfaces", (name.is_string() ? clusterspec::quoted(name.get<std::string>()) : name.dump()) +
                                              " is not an interface name ([A-Za-z0-9._-], at most 15 characters)");
@@ -196,37 +131,45 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
   } else if (!one_interface.empty()) {
     r.network_interfaces.push_back(one_interface);
   }
-  if (auto s = read_optional_int(body, "fusion_threshold_mb", 0, 1 << 20, &r.fusion_threshold_mb); !s) return s;
-  if (body.contains("cycle_time_ms") && !body["cycle_time_ms"].is_null()) {
+  if (in.has("fusion_threshold_mb")) {
+    int mb = 0;
+    if (auto s = in.integer("fusion_threshold_mb", 0, 1 << 20, &mb); !s) return s;
+    r.fusion_threshold_mb = mb;
+  }
+  if (in.has("cycle_time_ms")) {
     double v = 0;
-    if (auto s = read_number(body, "cycle_time_ms", false, &v); !s) return s;
+    if (auto s = in.number("cycle_time_ms", false, &v); !s) return s;
     r.cycle_time_ms = v;
   }
-  if (auto s = read_string(body, "timeline_filename", &r.timeline_filename); !s) return s;
+  if (auto s = in.string("timeline_filename", &r.timeline_filename); !s) return s;
   if (!r.timeline_filename.empty() && r.timeline_filename[0] == '-') {
     return bad("timeline_filename", "must not start with '-' (it would read as an option)");
   }
-  if (auto s = read_optional_int(body, "start_timeout", 1, 86400, &r.start_timeout); !s) return s;
-  if (auto s = read_bool(body, "verbose", &r.verbose); !s) return s;
-  if (r.mode != ClusterMode::kMpi) {
+  if (in.has("start_timeout")) {
+    int v = 0;
+    if (auto s = in.integer("start_timeout", 1, 86400, &v); !s) return s;
+    r.start_timeout = v;
+  }
+  if (auto s = in.boolean("verbose", &r.verbose); !s) return s;
+  // ps and torchrun take none of horovodrun's options (elastic takes the
+  // interfaces and start_timeout; parse_recovery_fields refuses the rest).
+  if (r.mode == ClusterMode::kPs || r.mode == ClusterMode::kTorchrun) {
     for (const char* field : {"network_interface", "network_interfaces", "fusion_threshold_mb", "cycle_time_ms",
                               "timeline_filename", "start_timeout", "verbose"}) {
-      if (body.contains(field) && !body[field].is_null()) return bad(field, "is a horovodrun option, for mpi mode only");
+      if (in.has(field)) return bad(field, "is a horovodrun option, for mpi mode only");
     }
   }
-  if (auto s = read_string(body, "python", &r.python); !s) return s;
+  if (auto s = in.string("python", &r.python); !s) return s;
   if (auto s = check_python(r.python, "python"); !s) return s;
   if (r.mode == ClusterMode::kTorchrun) {
-    if (body.contains("slots") && !body["slots"].is_null()) {
-      return bad("slots", "is for mpi mode; torchrun mode runs nproc_per_node processes per worker");
-    }
-    if (auto s = read_int(body, "nproc_per_node", 1, kMaxSlots, &r.nproc_per_node); !s) return s;
-  } else if (body.contains("nproc_per_node") && !body["nproc_per_node"].is_null()) {
+    if (in.has("slots")) return bad("slots", "is for mpi mode; torchrun mode runs nproc_per_node processes per worker");
+    if (auto s = in.integer("nproc_per_node", 1, kMaxSlots, &r.nproc_per_node); !s) return s;
+  } else if (in.has("nproc_per_node")) {
     return bad("nproc_per_node", "is a torchrun option, for torchrun mode only");
   }
-  if (auto s = read_number(body, "timeout_seconds", true, &r.timeout_seconds); !s) return s;
-  if (auto s = read_bool(body, "launch", &r.launch); !s) return s;
-  if (r.mode != ClusterMode::kMpi && body.contains("launch") && !body["launch"].is_null() && !r.launch) {
+  if (auto s = in.number("timeout_seconds", true, &r.timeout_seconds); !s) return s;
+  if (auto s = in.boolean("launch", &r.launch); !s) return s;
+  if (r.mode != ClusterMode::kMpi && in.has("launch") && !r.launch) {
     return bad("launch", std::string("is for mpi mode only (") + cluster_mode_name(r.mode) +
                              "-mode tasks always start once released)");
   }

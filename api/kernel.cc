@@ -56,9 +56,11 @@ std::string python_with_shell_lines(const std::string& code) {
     const std::string line = code.substr(start, end - start);
     const size_t first = line.find_first_not_of(" \t");
     if (first != std::string::npos && line[first] == '!') {
-      // A JSON string is a valid Python string literal.
-      out += line.substr(0, first) + "__import__('subprocess').call(" +
-             nlohmann::json(line.substr(first + 1)).dump() + ", shell=True, executable='/bin/bash')";
+      // One expression on the line's own line (tracebacks keep their line
+      // numbers): run the command in bash, and end the script with its exit
+      // code unless that is 0. A JSON string is a valid Python literal.
+      out += line.substr(0, first) + "(lambda _c: _c and __import__('sys').exit(_c))(__import__('subprocess').call(" +
+             nlohmann::json(line.substr(first + 1)).dump() + ", shell=True, executable='/bin/bash'))";
     } else {
       out += line;
     }

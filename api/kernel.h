@@ -13,7 +13,8 @@
 // Rules for code (kernel python3 or bash):
 //   bash                                 /bin/bash -c CODE muster-worker
 //   python3, one `!command` line         /bin/bash -c COMMAND muster-worker   (cdsw's shell escape)
-//   python3 with `!` lines among Python  PYTHON -u -c PY  (each `!` line a shell call)
+//   python3 with `!` lines among Python  PYTHON -u -c PY  (each `!` line a bash call; a
+//                                        non-zero exit code ends the script with that code)
 //   python3                              PYTHON -u -c CODE
 //
 // PYTHON is the request's `python` (launch and cluster requests alike): the
@@ -23,6 +24,7 @@
 // with torch and the runtime's extension). Never whichever python3 comes
 // first on a PATH. Workers find muster's own package whatever the
 // interpreter (service/worker_python.h); its other packages are its own.
+// These rules are the only ones: the SDKs send `code` as the user wrote it.
 //
 //   script_command({.kernel = "python3", .script = "/p/train.py", .args = {"--epochs", "2"}})
 //   // -> {"/usr/bin/python3", "-u", "/p/train.py", "--epochs", "2"}

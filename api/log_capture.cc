@@ -1,5 +1,9 @@
 #include "api/log_capture.h"
 
+#include <limits>
+
+#include "api/base/settings.h"
+
 namespace muster::api {
 
 namespace {
@@ -39,25 +43,19 @@ void remove_log_capture_env(std::map<std::string, std::string>& env) {
 }
 
 Result<std::optional<LogCapture>> parse_log_capture_env(const std::map<std::string, std::string>& env) {
-  auto file = env.find(kEnvLogFile);
-  if (file == env.end()) return std::optional<LogCapture>();
+  // The one reader of the agent's environment (api/base/settings.h).
+  const auto settings = base::Settings::of(env, "environment variable");
+  auto file = settings.raw(kEnvLogFile);
+  if (!file) return std::optional<LogCapture>();
   LogCapture c;
-  c.path = file->second;
-  if (auto it = env.find(kEnvLogMaxBytes); it != env.end()) {
-    auto v = whole_number(it->second);
-    if (!v) return invalid_argument(std::string(kEnvLogMaxBytes) + " must be a whole number of bytes, not '" +
-                                        it->second + "'", kEnvLogMaxBytes);
-    c.options.max_bytes = *v;
-  }
-  if (auto it = env.find(kEnvLogKeep); it != env.end()) {
-    auto v = whole_number(it->second);
-    if (!v || *v > base::kMaxLogKeep) {
-      return invalid_argument(std::string(kEnvLogKeep) + " must be a whole number in 0.." +
-                                  std::to_string(base::kMaxLogKeep) + ", not '" + it->second + "'",
-                              kEnvLogKeep);
-    }
-    c.options.keep = static_cast<unsigned>(*v);
-  }
+  c.path = *file;
+  const auto bytes = settings.integer(kEnvLogMaxBytes, static_cast<long long>(c.options.max_bytes), 0,
+                                      std::numeric_limits<long long>::max());
+  if (!bytes.ok()) return invalid_argument(bytes.error, kEnvLogMaxBytes);
+  c.options.max_bytes = static_cast<uint64_t>(bytes.value);
+  const auto keep = settings.integer(kEnvLogKeep, c.options.keep, 0, base::kMaxLogKeep);
+  if (!keep.ok()) return invalid_argument(keep.error, kEnvLogKeep);
+  c.options.keep = static_cast<unsigned>(keep.value);
   if (auto s = check(c, kEnvLogFile, kEnvLogMaxBytes, kEnvLogKeep); !s) return s;
   return std::optional<LogCapture>(c);
 }

@@ -20,7 +20,8 @@ void register_agent_routes(Router& router, WorkerRegistry& registry) {
 
   router.add("POST", "/api/v1/agent/workers/{id}/heartbeat", AuthKind::kAgent,
              [&registry](const Request& req, Reply reply) {
-               auto s = registry.agent_heartbeat(req.params.at("id"));
+               // Stamped at arrival: time waited for a handler does not count.
+               auto s = registry.agent_heartbeat(req.params.at("id"), std::chrono::steady_clock::now() - req.received);
                if (!s) return reply(error_response(s));
                reply(json_response(200, json::object()));
              });

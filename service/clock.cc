@@ -4,7 +4,7 @@
 
 namespace muster::service {
 
-std::string format_time(TimePoint t) {
+std::string format_time(WallTime t) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
   std::time_t secs = static_cast<std::time_t>(ms / 1000);
   std::tm tm{};

@@ -50,25 +50,38 @@ std::string task_reason(const std::string& id, api::ClusterStatus status, const 
 
 api::Status ClusterManager::restore() {
   if (!store_) return api::Status::ok();
-  auto records = store_->load_all();
+  std::vector<std::string> skipped;
+  auto records = store_->load_all(&skipped);
   if (!records) return records.status();
   std::vector<std::string> interrupted;
   std::vector<api::Cluster> resumable;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    const TimePoint now = clock_.now();
+    const WallTime wall = clock_.wall();
     for (const auto& record : records.value()) {
       auto cluster = api::Cluster::from_record(record);
-      if (!cluster) continue;
+      if (!cluster) {
+        const bool named = record.contains("id") && record["id"].is_string();
+        skipped.push_back((named ? record["id"].get<std::string>() : std::string("(no id)")) + ": " +
+                          cluster.status().message());
+        continue;
+      }
       Entry e;
       e.cluster = std::move(cluster).value();
       e.seq = next_seq_++;
       e.launched = true;
       e.wired = e.cluster.status == api::ClusterStatus::kRunning;
       e.dir = options_.state_dir / "clusters" / e.cluster.id;
+      // A finished cluster's age so far by the calendar, then on our clock.
+      auto ended = e.cluster.finished_at ? api::parse_rfc3339(*e.cluster.finished_at) : std::nullopt;
+      e.finished = now - std::chrono::duration_cast<TimePoint::duration>(
+                             ended && *ended < wall ? wall - *ended : WallTime::duration::zero());
       if (!is_terminal(e.cluster.status)) resumable.push_back(e.cluster);
       clusters_[e.cluster.id] = std::move(e);
     }
   }
+  for (const auto& s : skipped) spdlog::error("state database: skipped a cluster row that cannot be read: {}", s);
   // A mode may take its running clusters back (elastic: the agents return);
   // the rest were interrupted.
   for (auto& c : resumable) {
@@ -136,13 +149,18 @@ void ClusterManager::finish(const std::string& id, api::ClusterStatus status, co
     if (w && !api::is_terminal(w->status)) alive.push_back(wid);
   }
   // Each task says why it ended: the cluster's outcome.
-  if (!alive.empty()) (void)registry_.stop(alive, task_reason(id, status, reason));
+  if (!alive.empty()) {
+    if (auto stopped = registry_.stop(alive, task_reason(id, status, reason)); !stopped) {
+      spdlog::error("cluster {}: {}", id, stopped.status().message());
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     Entry& e = clusters_[id];
     e.cluster.status = status;
     e.cluster.reason = reason;
-    e.cluster.finished_at = format_time(clock_.now());
+    e.cluster.finished_at = format_time(clock_.wall());
+    e.finished = clock_.now();
     if (failed_rank) e.cluster.failed_rank = std::move(failed_rank);
     if (!e.cluster.launcher_exit_code) e.cluster.launcher_exit_code = launcher_code;
     e.cluster.launcher_process.reset();  // ended above (or by restore())
@@ -347,7 +365,11 @@ void ClusterManager::rendezvous(const api::Cluster& c, const std::vector<api::Wo
   spdlog::info("cluster {} running: {}", c.id, w.summary);
   // A release that fails (the task ended meanwhile) shows up as that task's
   // end on the next pass.
-  for (auto& [worker_id, release] : w.releases) (void)registry_.release(worker_id, std::move(release));
+  for (auto& [worker_id, release] : w.releases) {
+    if (auto s = registry_.release(worker_id, std::move(release)); !s) {
+      spdlog::info("cluster {}: task {} was not released ({})", c.id, worker_id, s.message());
+    }
+  }
 }
 
 }  // namespace muster::service

@@ -54,6 +54,7 @@ ClusterManager::~ClusterManager() {
 }
 
 void ClusterManager::loop() {
+  auto next_retention = std::chrono::steady_clock::now();
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(wake_mu_);
@@ -62,6 +63,10 @@ void ClusterManager::loop() {
       wake_ = false;
     }
     step();
+    if (std::chrono::steady_clock::now() >= next_retention) {
+      apply_retention();
+      next_retention = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    }
   }
 }
 
@@ -92,7 +97,7 @@ void ClusterManager::unsubscribe(int handle) {
 api::Result<api::Cluster> ClusterManager::create(const api::ClusterRequest& request) {
   Entry e;
   e.cluster.request = request;
-  e.cluster.created_at = format_time(clock_.now());
+  e.cluster.created_at = format_time(clock_.wall());
   {
     std::lock_guard<std::mutex> lock(mu_);
     do {
@@ -128,7 +133,11 @@ api::Result<api::Cluster> ClusterManager::create(const api::ClusterRequest& requ
     // The one launch call of the cluster side: all or nothing across batches.
     auto launched = registry_.launch(b.batch);
     if (!launched) {
-      if (!launched_ids.empty()) (void)registry_.stop(launched_ids);
+      if (!launched_ids.empty()) {
+        if (auto stopped = registry_.stop(launched_ids, "its cluster could not be launched"); !stopped) {
+          spdlog::error("cluster {}: {}", id, stopped.status().message());
+        }
+      }
       std::lock_guard<std::mutex> lock(mu_);
       clusters_.erase(id);
       return launched.status();
@@ -147,8 +156,7 @@ api::Result<api::Cluster> ClusterManager::create(const api::ClusterRequest& requ
     placed.cluster.tasks = std::move(tasks);
     placed.launched = true;
     if (request.timeout_seconds > 0) {
-      placed.deadline = clock_.now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                                           std::chrono::duration<double>(request.timeout_seconds));
+      placed.deadline = clock_.now() + seconds_duration(request.timeout_seconds);
     }
     persist_locked(placed);
     out = placed.cluster;

@@ -1,4 +1,4 @@
-// ClusterManager: clusters of workers for one distributed job (issue 3).
+// ClusterManager: clusters of workers for one distributed job.
 //
 // Data path: cluster_routes.cc validates a request (api/cluster.h) and calls
 // create(); the manager asks the mode's Rendezvous (rendezvous.h:
@@ -43,7 +43,8 @@
 //
 // Files: cluster_manager.cc (construction, create, the queries, stop),
 // cluster_lifecycle.cc (the thread's pass a) to f), the rendezvous, finish,
-// restore), cluster_restarts.cc (e: restarts and replaced tasks).
+// restore), cluster_restarts.cc (e: restarts and replaced tasks),
+// cluster_retention.cc (remove, retention).
 #pragma once
 
 #include <chrono>
@@ -85,6 +86,11 @@ struct ClusterManagerOptions {
   // the next one by then is left out (service/elastic/world.h).
   std::chrono::milliseconds elastic_rejoin_timeout{30'000};
   bool start_thread = true;                // false: tests call step() themselves
+  // Finished clusters (with their workers and files) are forgotten once
+  // older than retain_for, or beyond the newest max_finished
+  // (cluster_retention.cc; musterd --retain-finished, --max-finished-clusters).
+  std::chrono::seconds retain_for{std::chrono::hours(24 * 7)};
+  size_t max_finished = 1000;
 };
 
 class ClusterManager {
@@ -119,6 +125,13 @@ class ClusterManager {
   // launch=false). not_found for an unknown cluster.
   api::Result<std::filesystem::path> log_path(const std::string& id) const;
 
+  // DELETE of a finished cluster: its record, its workers (registry
+  // remove_finished) and its directory. not_found, or conflict while it runs.
+  api::Status remove(const std::string& id);
+  // Retention (see ClusterManagerOptions); the manager thread calls it about
+  // once a second.
+  void apply_retention();
+
   // One pass over the active clusters (the manager thread calls it).
   void step();
 
@@ -150,6 +163,7 @@ class ClusterManager {
     // (new worker -> the worker it replaces). In memory only.
     std::map<std::string, Release> releases;
     std::map<std::string, std::string> pending_release;
+    TimePoint finished{};         // when it ended (retention), monotonic
     std::unique_ptr<LauncherProcess> launcher;
     std::filesystem::path dir;    // <state_dir>/clusters/<id>
   };

@@ -47,6 +47,13 @@ void register_cluster_routes(Router& router, ClusterManager& clusters, int max_w
                });
              });
 
+  router.add("DELETE", "/api/v1/clusters/{id}", AuthKind::kUser, [&clusters](const Request& req, Reply reply) {
+    if (auto s = clusters.remove(req.params.at("id")); !s) return reply(error_response(s));
+    Response r;
+    r.http_status = 204;
+    reply(std::move(r));
+  });
+
   router.add("POST", "/api/v1/clusters/{id}/stop", AuthKind::kUser, [&clusters](const Request& req, Reply reply) {
     auto c = clusters.stop(req.params.at("id"));
     if (!c) return reply(error_response(c.status()));
@@ -64,6 +71,8 @@ std::unique_ptr<ClusterManager> start_clusters(Router& router, WorkerRegistry& r
   options.state_dir = o.state_dir;
   options.validation = {o.max_workers, o.project_dir};
   options.ps_program = o.agent_path.parent_path() / "muster-ps";
+  options.retain_for = o.retain_for;
+  options.max_finished = o.max_finished;
   auto manager = std::make_unique<ClusterManager>(
       options, registry, store, clock, make_process_launcher(LauncherLogRelay{o.agent_path, registry.log_limits()}),
       o.mpi_hosts);

@@ -9,7 +9,8 @@ namespace muster::service {
 
 // Adds POST/GET /api/v1/clusters, GET /api/v1/clusters/{id},
 // GET /api/v1/clusters/{id}/logs?tail=N (text: mpi, the launcher's log; ps,
-// the chief's) and POST /api/v1/clusters/{id}/stop. `clusters` outlives the router.
+// the chief's), POST /api/v1/clusters/{id}/stop and DELETE
+// /api/v1/clusters/{id}. `clusters` outlives the router.
 // `follower` serves ?follow=true on the logs route (null: 503).
 // `host`: the workers' host when it is the daemon's own (asks beyond it get
 // "warnings" in the answer, as for workers).
@@ -30,6 +31,9 @@ struct StartClustersOptions {
   workers::MpiHosts* mpi_hosts = nullptr;
   LogFollower* follower = nullptr;    // serves ?follow=true on the logs route
   std::optional<HostCapacity> host{};  // the workers' host when it is this one (resource warnings)
+  // Finished clusters kept (ClusterManagerOptions::retain_for, max_finished).
+  std::chrono::seconds retain_for{std::chrono::hours(24 * 7)};
+  size_t max_finished = 1000;
 };
 
 // musterd's one call for clusters: builds the manager, registers the routes,

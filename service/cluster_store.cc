@@ -12,12 +12,18 @@ api::Status ClusterStore::put(const std::string& id, uint64_t seq, const nlohman
   return table_->put({StoredRecord{id, seq, record}});
 }
 
-api::Result<std::vector<nlohmann::json>> ClusterStore::load_all() {
-  auto rows = table_->load_all();
+api::Status ClusterStore::remove(const std::string& id) { return table_->remove({id}); }
+
+api::Result<std::vector<nlohmann::json>> ClusterStore::load_all(std::vector<std::string>* skipped) {
+  auto rows = table_->load_all(skipped);
   if (!rows) return rows.status();
   std::vector<nlohmann::json> out;
   for (auto& r : rows.value()) {
-    if (r.record.is_object()) out.push_back(std::move(r.record));
+    if (r.record.is_object()) {
+      out.push_back(std::move(r.record));
+    } else if (skipped) {
+      skipped->push_back(r.id + ": its record is not a JSON object");
+    }
   }
   return out;
 }

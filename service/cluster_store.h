@@ -24,8 +24,12 @@ class ClusterStore {
   static api::Result<std::unique_ptr<ClusterStore>> open(const std::string& path);
 
   api::Status put(const std::string& id, uint64_t seq, const nlohmann::json& record);
-  // Every record, in creation order; corrupt rows are skipped.
-  api::Result<std::vector<nlohmann::json>> load_all();
+  api::Status remove(const std::string& id);
+  // Every record, in creation order; a garbled row is left out and described
+  // in `skipped` ("<id>: why").
+  api::Result<std::vector<nlohmann::json>> load_all(std::vector<std::string>* skipped = nullptr);
+  // Write failures go to `health` (see Store).
+  void set_health(StoreHealth* health) { table_->set_health(health); }
 
  private:
   explicit ClusterStore(std::unique_ptr<Store> table) : table_(std::move(table)) {}

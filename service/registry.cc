@@ -1,59 +1,78 @@
-// WorkerRegistry's records and state machine: transitions (stored before
-// they count), the effects run after the mutex is released, the queries,
-// and stop through the API. The other parts are listed in registry.h.
+// WorkerRegistry's records and state machine: transitions (in memory, then
+// written), the effects run after the mutex is released, the queries, and
+// stop. The other parts are listed in registry.h.
 #include "service/registry.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
-#include <atomic>
-#include <set>
-#include <thread>
 
 namespace muster::service {
 
 using api::WorkerStatus;
+
+namespace {
+
+base::TaskQueueOptions queue_options(size_t threads, const char* name) {
+  base::TaskQueueOptions o;
+  o.threads = threads;
+  o.name = name;
+  o.on_error = [](const std::string& what) { spdlog::error("{}", what); };
+  return o;
+}
+
+}  // namespace
 
 WorkerRegistry::WorkerRegistry(RegistryOptions options, workers::Backend& backend, Store* store, const Clock& clock)
     : options_(std::move(options)),
       backend_(backend),
       store_(store),
       clock_(clock),
-      stops_(options_.async_backend ? 1 : 0),
-      launches_(options_.async_backend ? std::max<size_t>(options_.launch_threads, 1) : 0) {
+      stops_(queue_options(options_.async_backend ? 2 : 0, "registry stops")),
+      launches_(queue_options(options_.async_backend ? std::max<size_t>(options_.launch_threads, 1) : 0,
+                              "registry launches")) {
   if (!options_.gpus) options_.gpus = &no_gpus_;
 }
 
-WorkerRegistry::~WorkerRegistry() = default;
+WorkerRegistry::~WorkerRegistry() {
+  std::lock_guard<std::mutex> lock(mu_);
+  write_dirty_locked();
+}
 
 std::string WorkerRegistry::agent_url() const {
   return api::agent_url(backend_.master_address(), options_.daemon_port);
 }
 
-void WorkerRegistry::wait_for_launches() { launches_.drain(); }
+void WorkerRegistry::wait_for_launches() {
+  launches_.drain();
+  stops_.drain();
+}
 
 void WorkerRegistry::shutdown() {
   launches_.close();
   stops_.close();
+  std::lock_guard<std::mutex> lock(mu_);
+  write_dirty_locked();
 }
 
-api::Status WorkerRegistry::transition(Record& r, WorkerStatus to, std::string reason, Effects& fx) {
-  if (!api::can_transition(r.worker.status, to)) return api::Status::ok();
-  const Record before = r;
+void WorkerRegistry::transition(Record& r, WorkerStatus to, std::string reason, Effects& fx) {
+  if (!api::can_transition(r.worker.status, to)) return;
   r.worker.status = to;
   r.worker.reason = std::move(reason);
-  const std::string now = format_time(clock_.now());
+  const std::string now = format_time(clock_.wall());
   if (to == WorkerStatus::kRunning) {
     r.worker.started_at = r.worker.running_at = now;
     r.running_since = clock_.now();
   }
-  if (api::is_terminal(to)) r.worker.finished_at = now;
-  if (auto s = persist(r); !s) {
-    r = before;  // nothing half-written: memory stays what the store holds
-    return s;
+  if (api::is_terminal(to)) {
+    r.worker.finished_at = now;
+    r.finished = clock_.now();
+    r.stopping = false;
+    // Its devices go back now (the process tree is being stopped or is gone).
+    if (!r.worker.gpu_devices.empty()) options_.gpus->release(r.worker.id);
   }
-  // Its devices go back now (the process tree is being stopped or is gone).
-  if (api::is_terminal(to) && !r.worker.gpu_devices.empty()) options_.gpus->release(r.worker.id);
+  mark_dirty(r);
   fx.changed.push_back(r.worker);
-  return api::Status::ok();
 }
 
 void WorkerRegistry::run(Effects fx) {
@@ -67,8 +86,13 @@ void WorkerRegistry::run(Effects fx) {
   }
   for (auto& cb : fx.callbacks) cb();
   for (auto& id : fx.to_stop) {
-    stops_.post([this, id = std::move(id)] { (void)backend_.stop(id, options_.stop_grace); });
+    stops_.post([this, id = std::move(id)] {
+      if (auto s = backend_.stop(id, options_.stop_grace); !s) {
+        spdlog::error("worker {}: the backend could not stop it: {}", id, s.message());
+      }
+    });
   }
+  if (!fx.removed.empty()) finish_removal(fx.removed);
 }
 
 void WorkerRegistry::forget(const std::vector<std::string>& ids) {
@@ -77,17 +101,47 @@ void WorkerRegistry::forget(const std::vector<std::string>& ids) {
     if (it == records_.end()) continue;
     options_.gpus->release(id);
     token_to_id_.erase(it->second.agent_token);
+    by_seq_.erase(it->second.seq);
+    dirty_.erase(id);
     records_.erase(it);
   }
 }
 
 std::vector<api::Worker> WorkerRegistry::list() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<const Record*> ordered;
-  for (const auto& [id, r] : records_) ordered.push_back(&r);
-  std::sort(ordered.begin(), ordered.end(), [](const Record* a, const Record* b) { return a->seq < b->seq; });
   std::vector<api::Worker> out;
-  for (const Record* r : ordered) out.push_back(r->worker);
+  out.reserve(by_seq_.size());
+  for (const auto& [seq, id] : by_seq_) out.push_back(records_.at(id).worker);
+  return out;
+}
+
+WorkerPage WorkerRegistry::page(uint64_t from, size_t limit) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  WorkerPage out;
+  for (auto it = by_seq_.lower_bound(from); it != by_seq_.end(); ++it) {
+    if (out.workers.size() == limit) {
+      out.next = it->first;
+      break;
+    }
+    out.workers.push_back(records_.at(it->second).worker);
+  }
+  return out;
+}
+
+std::vector<api::Worker> WorkerRegistry::page_by_id(const std::string& after, size_t limit) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<api::Worker> out;
+  for (auto it = after.empty() ? records_.begin() : records_.upper_bound(after);
+       it != records_.end() && out.size() < limit; ++it) {
+    out.push_back(it->second.worker);
+  }
+  return out;
+}
+
+std::map<api::WorkerStatus, size_t> WorkerRegistry::count_by_status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<api::WorkerStatus, size_t> out;
+  for (const auto& [id, r] : records_) ++out[r.worker.status];
   return out;
 }
 
@@ -105,19 +159,22 @@ api::Result<std::filesystem::path> WorkerRegistry::log_path(const std::string& i
   return it->second.log_path;
 }
 
-api::Result<std::vector<api::Worker>> WorkerRegistry::stop(const std::vector<std::string>& ids) {
-  return stop(ids, "stopped through the API");
-}
-
+// Step by step (registry.h, "Stop"): a) under the mutex, pick the workers
+// and mark those that have not finished `stopping` (a report of theirs that
+// comes in meanwhile ends them `stopped`); b) without it, ask the backend to
+// signal each tree, which returns once the signal is sent; c) under the mutex
+// again, move each signalled worker to `stopped` (in memory, then written:
+// a store that refuses the write does not undo the stop) and clear the mark
+// of those the backend could not signal; they keep their status and the call
+// fails naming them.
 api::Result<std::vector<api::Worker>> WorkerRegistry::stop(const std::vector<std::string>& ids,
                                                            const std::string& reason) {
-  std::vector<std::string> targets;
-  Effects fx;
+  std::vector<std::string> targets, signalled;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (ids.empty()) {
-      for (const auto& [id, r] : records_) {
-        if (!api::is_terminal(r.worker.status)) targets.push_back(id);
+      for (const auto& [seq, id] : by_seq_) {
+        if (!api::is_terminal(records_.at(id).worker.status)) targets.push_back(id);
       }
     } else {
       std::set<std::string> seen;  // a list may name a worker many times
@@ -126,45 +183,61 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::stop(const std::vector<std
         if (seen.insert(id).second) targets.push_back(id);
       }
     }
-    // Every transition in one transaction; if it fails, nothing changed.
-    std::map<std::string, Record> before;
-    std::vector<StoredRecord> rows;
-    deferred_ = &rows;
     for (const auto& id : targets) {
-      before.emplace(id, records_.at(id));
-      (void)transition(records_.at(id), WorkerStatus::kStopped, reason, fx);
+      Record& r = records_.at(id);
+      if (api::is_terminal(r.worker.status)) continue;
+      r.stopping = true;
+      r.stop_reason = reason;
+      signalled.push_back(id);
     }
-    if (auto s = flush_deferred(rows); !s) {
-      for (auto& [id, r] : before) records_[id] = std::move(r);
-      return s;
-    }
-    settle_waiters(fx, false);
   }
-  // (A worker whose launch is with the backend right now is stopped again
-  // once the backend returns: see start_batch().)
-  stop_processes(targets);
-  run(std::move(fx));
+  // (A worker whose launch is with the backend right now is unknown to it:
+  // start_batch() stops it again once the backend returns.)
+  std::map<std::string, std::string> refused;
+  for (const auto& id : signalled) {
+    if (auto s = backend_.stop(id, options_.stop_grace); !s) refused[id] = s.message();
+  }
+  Effects fx;
   std::vector<api::Worker> out;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& id : targets) {
-    auto it = records_.find(id);
-    if (it != records_.end()) out.push_back(it->second.worker);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& id : signalled) {
+      auto it = records_.find(id);
+      if (it == records_.end()) continue;
+      Record& r = it->second;
+      if (refused.count(id)) {
+        r.stopping = false;
+        continue;
+      }
+      transition(r, WorkerStatus::kStopped, reason, fx);
+    }
+    write_dirty_locked();
+    settle_waiters(fx, false);
+    for (const auto& id : targets) {
+      auto it = records_.find(id);
+      if (it != records_.end()) out.push_back(it->second.worker);
+    }
+  }
+  run(std::move(fx));
+  if (!refused.empty()) {
+    std::string text;
+    for (const auto& [id, why] : refused) {
+      spdlog::error("worker {}: the backend could not stop it: {}", id, why);
+      text += (text.empty() ? "" : "; ") + id + ": " + why;
+    }
+    return api::internal_error("the backend could not stop " + std::to_string(refused.size()) + " of " +
+                               std::to_string(signalled.size()) + " worker(s), which keep their status (" + text +
+                               "); the others were stopped");
   }
   return out;
 }
 
-// Stops the process trees in parallel (each may take up to the grace
-// period), on at most kStopThreads threads however many workers there are.
 void WorkerRegistry::stop_processes(const std::vector<std::string>& ids) {
-  constexpr size_t kStopThreads = 8;
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < ids.size(); i = next++) (void)backend_.stop(ids[i], options_.stop_grace);
-  };
-  std::vector<std::thread> threads;
-  for (size_t t = 1; t < std::min(kStopThreads, ids.size()); ++t) threads.emplace_back(work);
-  work();
-  for (auto& t : threads) t.join();
+  for (const auto& id : ids) {
+    if (auto s = backend_.stop(id, options_.stop_grace); !s) {
+      spdlog::error("worker {}: the backend could not stop it: {}", id, s.message());
+    }
+  }
 }
 
 int WorkerRegistry::subscribe(Listener listener) {

@@ -17,6 +17,30 @@
 // dies in between leaves `scheduling` records, which restore() fails (their
 // agents, if any started, are refused at registration and exit).
 //
+// Stop: stop() marks the workers `stopping`, asks the backend to signal
+// their process trees (Backend::stop returns once they are signalled; the
+// grace period and SIGKILL run on the backend's own threads), then records
+// them `stopped`. A stop therefore answers in milliseconds whatever the
+// grace, and a worker whose backend could not signal it keeps its status (the
+// call fails naming it). An agent exit reported meanwhile ends the worker
+// `stopped` too. The same path serves a cluster that stops one task to
+// replace it: stop({id}, reason) and the worker is `stopped` with `reason`.
+//
+// Persistence: a launch is stored before it counts (a launch the store
+// refuses leaves nothing behind, directories included). Every later change
+// (registration, exit, stop, timeouts) is applied in memory first and then
+// written; a write that fails leaves the record dirty, the store's health
+// logs the episode once and /healthz says degraded, and tick() writes the
+// dirty records again until the store takes them. So a full disk never
+// keeps a stop from signalling or turns a clean exit into a failure.
+//
+// Bounds: at most `max_live` workers that have not finished (launch: 409
+// beyond); finished workers outside clusters are forgotten (record, row and
+// directory) once older than `retain_for` or beyond the newest
+// `max_finished` (workers of a cluster go with their cluster); remove()
+// deletes one finished worker on request; page() and page_by_id() hand out
+// bounded pieces of the list.
+//
 // Threads: any method may be called from any thread (the HTTP handler pool).
 // Nothing here blocks waiting for a worker: await_workers() and
 // agent_wait_release() take a callback that is called once, later, from
@@ -24,23 +48,25 @@
 // Callbacks, subscriber notifications and backend calls always run outside
 // the registry's mutex. The daemon calls tick() every ~100 ms from one thread:
 // it applies the startup and heartbeat timeouts, notices agents that died,
-// and ends awaits at their deadline. Time comes only from the injected Clock,
-// so unit tests drive every timeout with a FakeClock and a fake Backend (and
-// async_backend=false, so that backend work runs before the call returns).
+// writes dirty records, applies retention and ends awaits at their deadline.
+// Time comes only from the injected Clock (deadlines on its monotonic now(),
+// displayed times from wall()), so unit tests drive every timeout with a
+// FakeClock and a fake Backend (and async_backend=false, so that backend
+// work runs before the call returns).
 //
 // The parts, one file each: registry.cc (records, state machine, queries,
 // stop), registry_launch.cc (launch and its backend step),
-// registry_persistence.cc + worker_record.h (the stored record, restore),
-// registry_waiters.cc (await, release long-polls), registry_agents.cc
-// (agent calls), registry_tick.cc (timeouts), task_queue.h (the threads
-// backend work runs on).
+// registry_persistence.cc + worker_record.h (the stored record, restore,
+// dirty records), registry_waiters.cc (await, release long-polls),
+// registry_agents.cc (agent calls), registry_tick.cc (timeouts),
+// registry_retention.cc (retention, remove).
 //
 // For clusters (service/cluster_*.cc): launch() takes a cluster_id and
 // per-worker extras (env, hold, reserve_port); a held worker's agent
 // registers (status running, ip and reserved port known) and then waits
 // until release() hands it env and files; subscribe() reports every status
 // change (a launch the backend failed shows up as `failed` workers); stop()
-// ends workers.
+// ends workers; remove_finished() forgets the workers of a deleted cluster.
 #pragma once
 
 #include <chrono>
@@ -57,17 +83,30 @@
 #include <vector>
 
 #include "api/agent_protocol.h"
+#include "api/base/task_queue.h"
 #include "api/status.h"
 #include "api/worker.h"
 #include "service/clock.h"
 #include "service/gpu_inventory.h"
 #include "service/store.h"
-#include "service/task_queue.h"
 #include "service/worker_python.h"
 #include "service/worker_record.h"
 #include "workers/backend.h"
 
 namespace muster::service {
+
+// How many records the registry keeps (musterd --retain-finished,
+// --max-finished-workers, --max-live-workers; docs/ARCHITECTURE.md, "Limits").
+struct RetentionOptions {
+  // A finished worker outside a cluster is forgotten this long after it
+  // finished (monotonic time; restored records count from their finished_at).
+  std::chrono::seconds retain_for{std::chrono::hours(24 * 7)};
+  // ... or once more than this many finished workers outside clusters exist
+  // (the oldest go first).
+  size_t max_finished = 10'000;
+  // Workers that have not finished, at most (a launch beyond: 409).
+  size_t max_live = 4096;
+};
 
 struct RegistryOptions {
   std::filesystem::path state_dir;    // worker dirs: <state_dir>/workers/<id>/
@@ -91,6 +130,7 @@ struct RegistryOptions {
   // once (an ImportError) is reported as the failure it is, not as running.
   // Held workers (clusters) count at once: their script has not started.
   std::chrono::milliseconds await_settle{1'000};
+  RetentionOptions retention;
   // Called (under the registry's mutex: it must only record) with the time
   // between two heartbeats of one worker, for /metrics.
   std::function<void(double seconds)> on_heartbeat_gap;
@@ -114,6 +154,13 @@ struct RegistryOptions {
   WorkerPython worker_python{};
 };
 
+// What restore() does with worker directories that have no record.
+struct RestoreOptions {
+  // false: refuse to start (the database was lost, emptied or rolled back
+  // and would hide them); true: list each as a `lost` worker, logging it.
+  bool adopt_orphans = false;
+};
+
 // Per-worker additions of a launch (clusters).
 struct WorkerExtras {
   std::map<std::string, std::string> env;  // added after the request's env
@@ -135,6 +182,13 @@ struct AwaitResult {
   std::vector<api::Worker> failures;  // failed or still pending at the deadline
 };
 
+// One piece of the list, in launch order: up to `limit` workers from the
+// cursor on; `next` is the cursor of the following piece (none: the end).
+struct WorkerPage {
+  std::vector<api::Worker> workers;
+  std::optional<uint64_t> next;
+};
+
 class WorkerRegistry {
  public:
   using AwaitCallback = std::function<void(AwaitResult)>;
@@ -150,31 +204,47 @@ class WorkerRegistry {
   // Loads the workers of an earlier daemon: finished ones stay as they were;
   // starting/running ones wait for their agents (timeouts count from now);
   // scheduling ones of a backend that does not queue failed (the launch
-  // never reached the backend).
-  api::Status restore();
+  // never reached the backend). Rows that cannot be read are logged and
+  // skipped. A directory under <state>/workers with content and no record is
+  // refused (or adopted as `lost`, see RestoreOptions); an empty one (a
+  // launch that died before its commit) is removed.
+  api::Status restore(const RestoreOptions& options = {});
 
   // Returns the batch's workers once their records are stored and the
   // backend work is queued (see "Launch" above). An error (bad per-worker
-  // options, too few GPUs, a store or directory failure) means no worker of
-  // the batch exists.
+  // options, too few GPUs, too many live workers, a store or directory
+  // failure) means no worker of the batch exists, and no directory either.
   api::Result<std::vector<api::Worker>> launch(const LaunchBatch& batch);
   std::vector<api::Worker> list() const;
+  // Up to `limit` workers in launch order from cursor `from` (0: the start).
+  WorkerPage page(uint64_t from, size_t limit) const;
+  // Up to `limit` workers in id order after `after` ("" : from the first),
+  // for the dashboard's snapshot pieces.
+  std::vector<api::Worker> page_by_id(const std::string& after, size_t limit) const;
   api::Result<api::Worker> get(const std::string& id) const;
   api::Result<std::filesystem::path> log_path(const std::string& id) const;
+  // How many workers are in each status (for /metrics).
+  std::map<api::WorkerStatus, size_t> count_by_status() const;
 
   // Calls `done` once every worker settled (see api/openapi.yaml) or at the
   // deadline. Unknown ids: returns not_found and never calls `done`.
   api::Status await_workers(const api::AwaitRequest& request, AwaitCallback done);
   // Empty ids: every worker that has not finished. Returns the named workers
-  // (their final objects) once their processes are gone.
-  api::Result<std::vector<api::Worker>> stop(const std::vector<std::string>& ids);
-  // The same with the stopped workers' reason (a cluster's tasks: "cluster
-  // c-1a2b succeeded"); stop(ids) says "stopped through the API".
-  api::Result<std::vector<api::Worker>> stop(const std::vector<std::string>& ids, const std::string& reason);
+  // once their process trees are signalled (see "Stop" above).
+  api::Result<std::vector<api::Worker>> stop(const std::vector<std::string>& ids,
+                                             const std::string& reason = "stopped through the API");
+  // DELETE of one finished worker outside a cluster: its record, row and
+  // directory. not_found, or conflict when it has not finished or belongs to
+  // a cluster (delete the cluster).
+  api::Status remove(const std::string& id);
+  // Forgets finished workers of a cluster being deleted (ids not known are
+  // skipped; a worker that has not finished is a conflict and nothing goes).
+  api::Status remove_finished(const std::vector<std::string>& ids);
 
-  // Agent calls; each is authorised for `id` already.
+  // Agent calls; each is authorised for `id` already. A heartbeat counts from
+  // when it arrived: `waited` is how long its request waited before this call.
   api::Result<bool> agent_register(const std::string& id, const std::string& ip, std::optional<int> port);
-  api::Status agent_heartbeat(const std::string& id);
+  api::Status agent_heartbeat(const std::string& id, std::chrono::nanoseconds waited = {});
   api::Status agent_exit(const std::string& id, int exit_code);
   api::Status agent_wait_release(const std::string& id, ReleaseCallback done);
   std::optional<std::string> worker_for_agent_token(const std::string& token) const;
@@ -189,6 +259,8 @@ class WorkerRegistry {
   const WorkerPython& worker_python() const { return options_.worker_python; }
   // Seconds since the least recent heartbeat of a running worker (0: none runs).
   double max_heartbeat_age_seconds() const;
+  // Records changed in memory that the store has not taken yet.
+  size_t dirty_records() const;
 
   // Clusters: hands a held worker its env and files.
   api::Status release(const std::string& id, Release release);
@@ -201,12 +273,14 @@ class WorkerRegistry {
 
   // Awaits waiting right now (tests, diagnostics).
   size_t pending_awaits() const;
-  // Waits until every queued launch reached the backend and came back
-  // (tests; clusters need not: they follow the workers' statuses).
+  // Waits until every queued launch reached the backend and came back, and
+  // every queued stop was handed to the backend (tests; clusters need not:
+  // they follow the workers' statuses).
   void wait_for_launches();
   // Before the backend shuts down: drops the launches not yet handed to the
   // backend (their records stay `scheduling`, which the next daemon fails)
-  // and waits for the backend calls under way; later backend work is dropped.
+  // and waits for the backend calls under way; later backend work is
+  // dropped. Writes the dirty records a last time.
   void shutdown();
 
   // The backend the workers run on (clusters ask it to preflight mpi hosts).
@@ -219,6 +293,7 @@ class WorkerRegistry {
     std::optional<TimePoint> deadline;
     AwaitCallback done;
     std::set<std::string> ended_before;  // workers that had ended when the await came: a success there is none
+    size_t settled_prefix = 0;  // request.ids[0..settled_prefix) have settled
   };
   struct ReleaseWaiter {
     std::string id;
@@ -230,24 +305,34 @@ class WorkerRegistry {
     std::vector<api::Worker> changed;
     std::vector<std::function<void()>> callbacks;
     std::vector<std::string> to_stop;
+    std::vector<std::string> removed;  // forgotten: their directories go, then their rows
   };
 
-  // Both write the record to the store (or to deferred_); on a store error
-  // transition() leaves the record as it was and returns the error.
-  [[nodiscard]] api::Status transition(Record& r, api::WorkerStatus to, std::string reason, Effects& fx);
-  [[nodiscard]] api::Status persist(const Record& r);
-  // Writes what persist() collected in deferred_ (one transaction).
-  [[nodiscard]] api::Status flush_deferred(std::vector<StoredRecord>& rows);
+  // The state machine's one step: in memory, then marked dirty (written by
+  // write_dirty_locked()). A transition the machine does not allow is ignored.
+  void transition(Record& r, api::WorkerStatus to, std::string reason, Effects& fx);
+  void mark_dirty(const Record& r) { dirty_.insert(r.worker.id); }
+  // Writes every dirty record in one transaction; on failure they stay
+  // dirty (the store's health logs it) and tick() tries again.
+  void write_dirty_locked();
   // The launch thread's step for one batch (registry_launch.cc).
   void start_batch(const std::vector<std::string>& ids, std::vector<workers::LaunchSpec> specs);
   void fail_batch(const std::vector<std::string>& ids, const std::string& reason);
   // Removes the records of a launch that failed before it was queued.
   void forget(const std::vector<std::string>& ids);
+  // Drops finished records from memory (retention, remove); their rows and
+  // directories go in finish_removal(), outside the mutex.
+  void drop_locked(const std::string& id, Effects& fx);
+  void finish_removal(const std::vector<std::string>& ids);
+  void apply_retention(Effects& fx);
+  // Asks the backend to end each worker's tree; errors are logged.
   void stop_processes(const std::vector<std::string>& ids);
   // tick() for a `scheduling` worker of a queueing backend.
   void tick_queued(Record& r, const workers::ProcessStatus& process, TimePoint now, Effects& fx);
   void expire_release_waiters(TimePoint now, Effects& fx);
   void settle_waiters(Effects& fx, bool at_tick);
+  api::Status adopt_orphans_locked(const std::vector<std::string>& orphans, const RestoreOptions& options,
+                                   Effects& fx);
   void run(Effects fx);
 
   RegistryOptions options_;
@@ -257,20 +342,20 @@ class WorkerRegistry {
   const Clock& clock_;
 
   mutable std::mutex mu_;
-  // While set (under mu_), persist() collects here and the caller writes
-  // the batch in one transaction (a launch of 64 is one commit, not 128).
-  std::vector<StoredRecord>* deferred_ = nullptr;
-  std::map<std::string, Record> records_;
+  std::map<std::string, Record> records_;  // by id
+  std::map<uint64_t, std::string> by_seq_;  // launch order
   std::unordered_map<std::string, std::string> token_to_id_;
+  std::set<std::string> dirty_;  // changed in memory, not yet in the store
   uint64_t next_seq_ = 1;
+  TimePoint last_retention_{};
   std::list<std::shared_ptr<Waiter>> waiters_;
   std::list<ReleaseWaiter> release_waiters_;
   std::map<int, Listener> listeners_;
   int next_listener_ = 1;
 
   // Last, so that their threads end before anything they use goes.
-  TaskQueue stops_;     // stops caused by timeouts, so tick() never waits a grace
-  TaskQueue launches_;  // the backend step of each launch
+  base::TaskQueue stops_;     // stops caused by timeouts and launches, off the caller's thread
+  base::TaskQueue launches_;  // the backend step of each launch
 };
 
 }  // namespace muster::service

@@ -21,6 +21,9 @@ std::string exit_reason(int code) {
 
 }  // namespace
 
+// Every agent call changes memory first and then writes (registry.h,
+// "Persistence"): a store that refuses the write never makes an agent retry
+// or fail its worker.
 api::Result<bool> WorkerRegistry::agent_register(const std::string& id, const std::string& ip,
                                                  std::optional<int> port) {
   Effects fx;
@@ -30,28 +33,26 @@ api::Result<bool> WorkerRegistry::agent_register(const std::string& id, const st
     auto it = records_.find(id);
     if (it == records_.end()) return api::not_found("no worker '" + id + "'");
     Record& r = it->second;
-    if (api::is_terminal(r.worker.status)) {
-      return api::conflict("worker " + id + " is " + api::worker_status_name(r.worker.status) +
+    if (api::is_terminal(r.worker.status) || r.stopping) {
+      return api::conflict("worker " + id + " is " +
+                           (r.stopping ? std::string("being stopped") : api::worker_status_name(r.worker.status)) +
                            "; the agent must exit");
     }
-    const Record before = r;
     r.worker.ip_address = ip;
     r.worker.port = port;
     r.last_heartbeat = clock_.now();
-    api::Status stored = api::Status::ok();
     if (r.worker.status == WorkerStatus::kRunning) {
-      stored = persist(r);  // re-registration (e.g. after a daemon restart)
-      if (stored) fx.changed.push_back(r.worker);
+      mark_dirty(r);  // re-registration (e.g. after a daemon restart)
+      fx.changed.push_back(r.worker);
     } else {
       // An agent can call in before its launch step (or a queueing
       // backend's poll) has moved the worker on: it has started all the same.
-      if (r.worker.status == WorkerStatus::kScheduling) (void)transition(r, WorkerStatus::kStarting, "", fx);
-      stored = transition(r, WorkerStatus::kRunning, r.hold ? "waiting for release" : "", fx);
+      if (r.worker.status == WorkerStatus::kScheduling) transition(r, WorkerStatus::kStarting, "", fx);
+      transition(r, WorkerStatus::kRunning, r.hold ? "waiting for release" : "", fx);
     }
-    if (!stored) {
-      r = before;
-      return stored;
-    }
+    // Written now: a restarted daemon must know the agent registered (it
+    // only heartbeats after that).
+    write_dirty_locked();
     hold = r.hold && !r.release;
     settle_waiters(fx, false);
   }
@@ -59,21 +60,29 @@ api::Result<bool> WorkerRegistry::agent_register(const std::string& id, const st
   return hold;
 }
 
-api::Status WorkerRegistry::agent_heartbeat(const std::string& id) {
+api::Status WorkerRegistry::agent_heartbeat(const std::string& id, std::chrono::nanoseconds waited) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = records_.find(id);
   if (it == records_.end()) return api::not_found("no worker '" + id + "'");
   Record& r = it->second;
-  if (api::is_terminal(r.worker.status)) {
-    return api::conflict("worker " + id + " is " + api::worker_status_name(r.worker.status) +
+  if (api::is_terminal(r.worker.status) || r.stopping) {
+    return api::conflict("worker " + id + " is " +
+                         (r.stopping ? std::string("being stopped") : api::worker_status_name(r.worker.status)) +
                          "; the agent must stop its script and exit");
   }
-  const auto now = clock_.now();
-  if (options_.on_heartbeat_gap) options_.on_heartbeat_gap(std::chrono::duration<double>(now - r.last_heartbeat).count());
-  r.last_heartbeat = now;
+  // Stamped when it arrived, not when a thread got to it.
+  const auto arrived = clock_.now() - std::chrono::duration_cast<TimePoint::duration>(waited);
+  if (arrived <= r.last_heartbeat) return api::Status::ok();
+  if (options_.on_heartbeat_gap) {
+    options_.on_heartbeat_gap(std::chrono::duration<double>(arrived - r.last_heartbeat).count());
+  }
+  r.last_heartbeat = arrived;
   return api::Status::ok();
 }
 
+// An exit reported while stop() signals the worker ends it `stopped` (the
+// script died of the stop's SIGTERM); otherwise 0 from a running worker is
+// success and anything else a failure.
 api::Status WorkerRegistry::agent_exit(const std::string& id, int exit_code) {
   Effects fx;
   {
@@ -84,15 +93,15 @@ api::Status WorkerRegistry::agent_exit(const std::string& id, int exit_code) {
     if (api::is_terminal(r.worker.status)) {
       return api::conflict("worker " + id + " is already " + api::worker_status_name(r.worker.status));
     }
-    const Record before = r;
     r.worker.exit_code = exit_code;
-    const api::Status stored = exit_code == 0 && r.worker.status == WorkerStatus::kRunning
-                                   ? transition(r, WorkerStatus::kSucceeded, "", fx)
-                                   : transition(r, WorkerStatus::kFailed, exit_reason(exit_code), fx);
-    if (!stored) {
-      r = before;
-      return stored;
+    if (r.stopping) {
+      transition(r, WorkerStatus::kStopped, r.stop_reason, fx);
+    } else if (exit_code == 0 && r.worker.status == WorkerStatus::kRunning) {
+      transition(r, WorkerStatus::kSucceeded, "", fx);
+    } else {
+      transition(r, WorkerStatus::kFailed, exit_reason(exit_code), fx);
     }
+    write_dirty_locked();
     settle_waiters(fx, false);
   }
   run(std::move(fx));

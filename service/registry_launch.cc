@@ -15,12 +15,27 @@ namespace muster::service {
 namespace fs = std::filesystem;
 using api::WorkerStatus;
 
-// Step by step, under the mutex: a) a record per worker (status
-// `scheduling`, its directory created, its agent's argv and environment from
-// api/agent_protocol.h); b) the batch's GPUs, all or nothing; c) every record
-// in one store transaction. Any failure removes the batch's records and
-// returns the error. Then, outside the mutex: d) the backend step is queued
-// (start_batch) and the workers are returned as they are at that moment.
+namespace {
+
+// Removes the directories of a launch that did not happen.
+void remove_dirs(const std::vector<fs::path>& dirs) {
+  for (const auto& dir : dirs) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    if (ec) spdlog::warn("cannot remove {} of a launch that failed: {}", dir.string(), ec.message());
+  }
+}
+
+}  // namespace
+
+// Step by step: a) without the mutex, a record per worker (status
+// `scheduling`, a fresh id and agent token, its directory created, its
+// agent's command line); b) under the mutex: the live-worker bound, ids
+// still unique, the batch's GPUs (all or nothing), the records, and every
+// record in one store transaction; c) the agent's environment (it names the
+// GPUs) and the backend step queued (start_batch); the workers are returned
+// as they are at that moment. Any failure removes the batch's records and
+// directories and returns the error.
 api::Result<std::vector<api::Worker>> WorkerRegistry::launch(const LaunchBatch& batch) {
   const api::LaunchRequest& req = batch.request;
   if (!batch.per_worker.empty() && batch.per_worker.size() != static_cast<size_t>(req.n)) {
@@ -32,102 +47,140 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::launch(const LaunchBatch& 
   if (req.code.empty()) command.script = req.script_path.string();
   command.args = req.args;
   command.python = req.python;
+  const std::vector<std::string> agent_argv = api::to_argv(options_.agent_path.string(), command);
+
+  // a)
+  const TimePoint now = clock_.now();
+  const std::string created_at = format_time(clock_.wall());
+  std::vector<Record> fresh;
+  std::vector<fs::path> dirs;
+  fresh.reserve(static_cast<size_t>(req.n));
+  for (int i = 0; i < req.n; ++i) {
+    const WorkerExtras* extras = batch.per_worker.empty() ? nullptr : &batch.per_worker[static_cast<size_t>(i)];
+    Record r;
+    r.worker.id = random_hex(5);
+    r.worker.cpu = req.cpu;
+    r.worker.memory = req.memory;
+    r.worker.nvidia_gpu = req.nvidia_gpu;
+    r.worker.kernel = req.kernel;
+    r.worker.script = req.script;
+    r.worker.cluster_id = batch.cluster_id;
+    r.worker.created_at = created_at;
+    r.agent_token = random_hex(32);
+    r.hold = extras && extras->hold;
+    r.reserve_port = extras && extras->reserve_port;
+    r.launched_at = now;
+    r.last_heartbeat = now;
+    r.launching = true;
+    const fs::path dir = options_.state_dir / "workers" / r.worker.id;
+    std::error_code ec;
+    if (!fs::create_directories(dir, ec) || ec) {
+      remove_dirs(dirs);
+      return api::internal_error("cannot create the worker directory " + dir.string() + ": " +
+                                 (ec ? ec.message() : "it exists already"));
+    }
+    dirs.push_back(dir);
+    r.log_path = dir / "output.log";
+    fresh.push_back(std::move(r));
+  }
+
+  // b)
+  std::vector<std::string> ids;
+  std::vector<std::string> devices_of;  // per worker, "" = none
+  std::vector<std::string> tokens;
+  Effects fx;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t live = 0;
+    for (const auto& [id, r] : records_) live += api::is_terminal(r.worker.status) ? 0 : 1;
+    if (live + fresh.size() > options_.retention.max_live) {
+      remove_dirs(dirs);
+      return api::conflict("musterd runs " + std::to_string(live) + " unfinished worker(s); " +
+                           std::to_string(fresh.size()) + " more would pass its limit of " +
+                           std::to_string(options_.retention.max_live) +
+                           " (musterd --max-live-workers); stop some first");
+    }
+    for (const auto& r : fresh) {
+      if (records_.count(r.worker.id)) {  // 40 random bits met an existing id: rare, so just refuse
+        remove_dirs(dirs);
+        return api::unavailable("worker id " + r.worker.id + " is taken; launch again");
+      }
+    }
+    std::vector<GpuInventory::Request> wants;
+    for (const auto& r : fresh) wants.push_back({r.worker.id, req.nvidia_gpu});
+    auto devices = options_.gpus->reserve(wants);
+    if (!devices) {
+      remove_dirs(dirs);
+      return devices.status();
+    }
+    std::vector<StoredRecord> rows;
+    rows.reserve(fresh.size());
+    for (size_t i = 0; i < fresh.size(); ++i) {
+      Record& r = fresh[i];
+      if (!devices.value()[i].empty()) r.worker.gpu_devices = device_list(devices.value()[i]);
+      r.seq = next_seq_++;
+      rows.push_back(StoredRecord{r.worker.id, r.seq, record_to_json(r)});
+      devices_of.push_back(r.worker.gpu_devices);
+      tokens.push_back(r.agent_token);
+      ids.push_back(r.worker.id);
+      fx.changed.push_back(r.worker);
+      token_to_id_[r.agent_token] = r.worker.id;
+      by_seq_[r.seq] = r.worker.id;
+      records_[r.worker.id] = std::move(r);
+    }
+    if (store_) {
+      if (auto s = store_->put(rows); !s) {
+        forget(ids);
+        remove_dirs(dirs);
+        return s;
+      }
+    }
+  }
+
+  // c)
   const std::string master_ip = backend_.master_address();
   const std::string url = agent_url();
   // Where the script's Python finds muster (after the user's own PYTHONPATH).
   const std::map<std::string, std::string> muster_python = python_env(options_.worker_python, req.env);
-
   std::vector<workers::LaunchSpec> specs;
-  std::vector<std::string> ids;
-  Effects fx;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    const TimePoint now = clock_.now();
-    for (int i = 0; i < req.n; ++i) {
-      const WorkerExtras extras = batch.per_worker.empty() ? WorkerExtras{} : batch.per_worker[i];
-      Record r;
-      do {
-        r.worker.id = random_hex(5);
-      } while (records_.count(r.worker.id));
-      r.seq = next_seq_++;
-      r.worker.cpu = req.cpu;
-      r.worker.memory = req.memory;
-      r.worker.nvidia_gpu = req.nvidia_gpu;
-      r.worker.kernel = req.kernel;
-      r.worker.script = req.script;
-      r.worker.cluster_id = batch.cluster_id;
-      r.worker.created_at = format_time(now);
-      r.agent_token = random_hex(32);
-      r.hold = extras.hold;
-      r.reserve_port = extras.reserve_port;
-      r.launched_at = now;
-      r.last_heartbeat = now;
-      r.launching = true;
-      const fs::path dir = options_.state_dir / "workers" / r.worker.id;
-      std::error_code ec;
-      fs::create_directories(dir, ec);
-      if (ec) {
-        forget(ids);
-        return api::internal_error("cannot create the worker directory " + dir.string() + ": " + ec.message());
-      }
-      r.log_path = dir / "output.log";
-
-      workers::LaunchSpec spec;
-      spec.worker_id = r.worker.id;
-      spec.cpu = req.cpu;
-      spec.memory_gb = req.memory;
-      spec.nvidia_gpu = req.nvidia_gpu;
-      spec.agent_argv = api::to_argv(options_.agent_path.string(), command);
-      spec.working_dir = dir;
-      spec.log_path = r.log_path;
-      spec.log_limits = options_.worker_log;
-      spec.env = req.env;
-      for (const auto& [k, v] : extras.env) spec.env[k] = v;
-      for (const auto& [k, v] : muster_python) spec.env[k] = v;
-      specs.push_back(std::move(spec));
-
-      token_to_id_[r.agent_token] = r.worker.id;
-      ids.push_back(r.worker.id);
-      records_[r.worker.id] = std::move(r);
+  specs.reserve(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const WorkerExtras* extras = batch.per_worker.empty() ? nullptr : &batch.per_worker[i];
+    workers::LaunchSpec spec;
+    spec.worker_id = ids[i];
+    spec.cpu = req.cpu;
+    spec.memory_gb = req.memory;
+    spec.nvidia_gpu = req.nvidia_gpu;
+    spec.agent_argv = agent_argv;
+    spec.working_dir = dirs[i];
+    spec.log_path = dirs[i] / "output.log";
+    spec.log_limits = options_.worker_log;
+    spec.env = req.env;
+    if (extras) {
+      for (const auto& [k, v] : extras->env) spec.env[k] = v;
     }
-    // GPUs, all or nothing for the batch.
-    std::vector<GpuInventory::Request> wants;
-    for (const auto& id : ids) wants.push_back({id, req.nvidia_gpu});
-    auto devices = options_.gpus->reserve(wants);
-    if (!devices) {
-      forget(ids);
-      return devices.status();
-    }
-    std::vector<StoredRecord> rows;
-    deferred_ = &rows;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      Record& placed = records_.at(ids[i]);
-      if (!devices.value()[i].empty()) placed.worker.gpu_devices = device_list(devices.value()[i]);
-      api::AgentEnvironment env;
-      env.url = url;
-      env.worker_id = placed.worker.id;
-      env.token = placed.agent_token;
-      env.master_ip = master_ip;
-      env.heartbeat = options_.heartbeat_interval;
-      env.reserve_port = placed.reserve_port;
-      env.cpu = req.cpu;
-      env.memory_gb = req.memory;
-      if (options_.metrics_token) env.metrics_token = options_.metrics_token(placed.worker.id);
-      env.project_dir = options_.project_dir.string();
-      env.gpu_devices = placed.worker.gpu_devices;
-      for (auto& [k, v] : api::to_env(env)) specs[i].env[k] = std::move(v);
-      api::add_log_capture_env(specs[i].env, {placed.log_path.string(), options_.worker_log});
-      (void)persist(placed);  // deferred: written below in one transaction
-      fx.changed.push_back(placed.worker);
-    }
-    if (auto s = flush_deferred(rows); !s) {
-      forget(ids);
-      return s;
-    }
+    for (const auto& [k, v] : muster_python) spec.env[k] = v;
+    api::AgentEnvironment env;
+    env.url = url;
+    env.worker_id = ids[i];
+    env.master_ip = master_ip;
+    env.heartbeat = options_.heartbeat_interval;
+    env.stop_grace = options_.stop_grace;
+    env.reserve_port = extras && extras->reserve_port;
+    env.cpu = req.cpu;
+    env.memory_gb = req.memory;
+    if (options_.metrics_token) env.metrics_token = options_.metrics_token(ids[i]);
+    env.project_dir = options_.project_dir.string();
+    env.gpu_devices = devices_of[i];
+    env.token = tokens[i];
+    for (auto& [k, v] : api::to_env(env)) spec.env[k] = std::move(v);
+    api::add_log_capture_env(spec.env, {spec.log_path.string(), options_.worker_log});
+    specs.push_back(std::move(spec));
   }
   run(std::move(fx));
   launches_.post([this, ids, specs = std::move(specs)]() mutable { start_batch(ids, std::move(specs)); });
   std::vector<api::Worker> out;
+  out.reserve(ids.size());
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& id : ids) {
     auto it = records_.find(id);
@@ -140,7 +193,7 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::launch(const LaunchBatch& 
 // launch() (nothing to start); b) ask the backend to start the rest (it
 // starts all or none); c) on failure, stop every worker of the batch (in case
 // the backend left one running) and fail them all with its reason; on
-// success, store each agent's process identity and move the workers that are
+// success, keep each agent's process identity and move the workers that are
 // still `scheduling` to `starting` (a queueing backend's stay `scheduling`
 // until the scheduler starts them, see tick_queued()); a worker stopped while
 // the backend worked is stopped again now that the backend knows it.
@@ -162,35 +215,32 @@ void WorkerRegistry::start_batch(const std::vector<std::string>& ids, std::vecto
   }
   // Asked outside the mutex (backend calls never run under it).
   std::vector<std::pair<std::string, std::string>> identities;
+  identities.reserve(wanted.size());
   for (const auto& spec : wanted) identities.emplace_back(spec.worker_id, backend_.process_identity(spec.worker_id));
   Effects fx;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const TimePoint now = clock_.now();
-    std::vector<StoredRecord> rows;
-    deferred_ = &rows;
     for (const auto& [id, identity] : identities) {
       auto it = records_.find(id);
       if (it == records_.end()) continue;
       Record& r = it->second;
       r.launching = false;
       r.process = identity;
+      mark_dirty(r);  // the identity goes to the store with the status
       if (api::is_terminal(r.worker.status)) {
         fx.to_stop.push_back(id);
         continue;
       }
       if (r.worker.status == WorkerStatus::kScheduling && !backend_.queues_workers()) {
         r.launched_at = now;  // the startup timeout counts from the start
-        (void)transition(r, WorkerStatus::kStarting, "", fx);
+        transition(r, WorkerStatus::kStarting, "", fx);
       }
-      (void)persist(r);  // deferred (replaces the transition's row): the identity goes with it
     }
     for (const auto& id : ids) {
       if (auto it = records_.find(id); it != records_.end()) it->second.launching = false;
     }
-    if (auto s = flush_deferred(rows); !s) {
-      spdlog::error("launch: the workers run, but their new state was not stored: {}", s.message());
-    }
+    write_dirty_locked();
     settle_waiters(fx, false);
   }
   run(std::move(fx));
@@ -200,18 +250,13 @@ void WorkerRegistry::fail_batch(const std::vector<std::string>& ids, const std::
   Effects fx;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    std::vector<StoredRecord> rows;
-    deferred_ = &rows;
     for (const auto& id : ids) {
       auto it = records_.find(id);
       if (it == records_.end()) continue;
       it->second.launching = false;
-      (void)transition(it->second, WorkerStatus::kFailed, reason, fx);
+      transition(it->second, WorkerStatus::kFailed, reason, fx);
     }
-    if (auto s = flush_deferred(rows); !s) {
-      // Memory says failed; a restarted daemon fails the `scheduling` records too.
-      spdlog::error("launch: the failed workers' state was not stored: {}", s.message());
-    }
+    write_dirty_locked();
     settle_waiters(fx, false);
   }
   run(std::move(fx));

@@ -11,26 +11,22 @@ void WorkerRegistry::tick_queued(Record& r, const workers::ProcessStatus& proces
   switch (process.state) {
     case workers::ProcessState::kPending:
       if (process.reason != r.worker.reason) {
-        const std::string before = r.worker.reason;
         r.worker.reason = process.reason;
-        if (persist(r)) {
-          fx.changed.push_back(r.worker);
-        } else {
-          r.worker.reason = before;
-        }
+        mark_dirty(r);
+        fx.changed.push_back(r.worker);
       }
       return;
     case workers::ProcessState::kRunning:
       // The startup timeout counts from here, not from the submission.
       r.launched_at = now;
-      (void)transition(r, WorkerStatus::kStarting, "", fx);
+      transition(r, WorkerStatus::kStarting, "", fx);
       return;
     case workers::ProcessState::kExited:
     case workers::ProcessState::kLost:
       r.worker.exit_code = process.exit_code;
       // (A worker that never ran cannot be lost: a node failure before the
       // start fails it.)
-      (void)transition(r,
+      transition(r,
                        process.outcome == WorkerStatus::kLost ? WorkerStatus::kFailed
                                                               : process.outcome.value_or(WorkerStatus::kFailed),
                        process.reason.empty() ? "the scheduler ended the job before it started" : process.reason, fx);
@@ -40,7 +36,7 @@ void WorkerRegistry::tick_queued(Record& r, const workers::ProcessStatus& proces
       // stays unknown past the startup timeout was never submitted (the
       // daemon died in between).
       if (now - r.launched_at > options_.startup_timeout) {
-        (void)transition(r, WorkerStatus::kFailed,
+        transition(r, WorkerStatus::kFailed,
                          "the scheduler has no job for this worker (the daemon restarted while launching it)", fx);
       }
       return;
@@ -61,7 +57,7 @@ void WorkerRegistry::tick() {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [id, r] : records_) {
       const WorkerStatus s = r.worker.status;
-      if (api::is_terminal(s) || r.launching) continue;
+      if (api::is_terminal(s) || r.launching || r.stopping) continue;
       if (s != WorkerStatus::kScheduling || backend_.queues_workers()) watched.emplace_back(id, s);
     }
   }
@@ -76,7 +72,7 @@ void WorkerRegistry::tick() {
     for (size_t i = 0; i < watched.size(); ++i) {
       const auto& [id, was] = watched[i];
       auto it = records_.find(id);
-      if (it == records_.end() || it->second.worker.status != was) continue;  // changed meanwhile
+      if (it == records_.end() || it->second.worker.status != was || it->second.stopping) continue;  // changed meanwhile
       Record& r = it->second;
       const WorkerStatus s = r.worker.status;
       const workers::ProcessStatus& process = seen[i];
@@ -86,34 +82,44 @@ void WorkerRegistry::tick() {
       }
       if (process.state == workers::ProcessState::kExited && process.outcome) {
         r.worker.exit_code = process.exit_code;
-        (void)transition(r, *process.outcome, process.reason, fx);
+        transition(r, *process.outcome, process.reason, fx);
+      } else if (process.state == workers::ProcessState::kExited && process.exit_code == 0 &&
+                 s == WorkerStatus::kRunning) {
+        // The agent exits with the script's code after reporting it; its
+        // report did not arrive (the daemon was busy, restarting or could
+        // not write), but a clean exit is a clean exit.
+        r.worker.exit_code = 0;
+        transition(r, WorkerStatus::kSucceeded, "the script exited with code 0 (the agent's report did not arrive)",
+                   fx);
       } else if (process.state == workers::ProcessState::kExited) {
         // The agent reports the script's exit before it exits itself, so
         // an agent that is gone while the worker is not finished died.
         r.worker.exit_code = process.exit_code;
-        (void)transition(r, WorkerStatus::kFailed,
+        transition(r, WorkerStatus::kFailed,
                          "the agent exited (code " + std::to_string(process.exit_code.value_or(-1)) +
                              ") without reporting the script's exit; see the worker's log",
                          fx);
       } else if (s == WorkerStatus::kStarting && now - r.launched_at > options_.startup_timeout) {
-        (void)transition(r, WorkerStatus::kTimedOut,
+        transition(r, WorkerStatus::kTimedOut,
                          "the agent did not register within the startup timeout (" +
                              std::to_string(options_.startup_timeout.count() / 1000.0) + " s); see the worker's log",
                          fx);
         fx.to_stop.push_back(id);
       } else if (s == WorkerStatus::kRunning && now - r.last_heartbeat > options_.heartbeat_timeout) {
-        (void)transition(r, WorkerStatus::kLost,
+        transition(r, WorkerStatus::kLost,
                          "no heartbeat from the agent for " +
                              std::to_string(options_.heartbeat_timeout.count() / 1000.0) + " s",
                          fx);
         fx.to_stop.push_back(id);
       } else if (process.state == workers::ProcessState::kLost) {
-        (void)transition(r, WorkerStatus::kLost,
+        transition(r, WorkerStatus::kLost,
                          process.reason.empty() ? "the backend lost the worker" : process.reason, fx);
       }
     }
     expire_release_waiters(now, fx);
     settle_waiters(fx, /*at_tick=*/true);
+    apply_retention(fx);
+    write_dirty_locked();  // this pass's changes, and any the store refused before
   }
   run(std::move(fx));
 }

@@ -18,8 +18,7 @@ api::Status WorkerRegistry::await_workers(const api::AwaitRequest& request, Awai
     auto waiter = std::make_shared<Waiter>();
     waiter->request = request;
     if (request.timeout_seconds > 0) {
-      waiter->deadline = clock_.now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                                            std::chrono::duration<double>(request.timeout_seconds));
+      waiter->deadline = clock_.now() + seconds_duration(request.timeout_seconds);
     }
     waiter->done = std::move(done);
     for (const auto& id : request.ids) {
@@ -41,9 +40,33 @@ api::Status WorkerRegistry::await_workers(const api::AwaitRequest& request, Awai
 // lists in request order and the waiter is dropped.
 void WorkerRegistry::settle_waiters(Effects& fx, bool at_tick) {
   const TimePoint now = clock_.now();
+  // Whether a worker is settled for `w` (every registration of a launch of
+  // n calls this: it must not copy n workers each time). A running worker
+  // settles once it has run for await_settle (held ones at once); either way
+  // it can only stay settled or end, which settles it too.
+  auto settled = [&](const Waiter& w, const Record& r) {
+    const api::Worker& worker = r.worker;
+    if (api::is_terminal(worker.status)) return true;
+    if (w.request.wait_for_completion) return false;
+    return worker.status == WorkerStatus::kRunning && worker.ip_address != "unknown" &&
+           (r.hold || now - r.running_since >= options_.await_settle);
+  };
   for (auto it = waiters_.begin(); it != waiters_.end();) {
-    const Waiter& w = **it;
+    Waiter& w = **it;
     const bool expired = at_tick && w.deadline && now >= *w.deadline;
+    if (!expired) {
+      // A settled worker stays settled, so the scan resumes where it stopped.
+      auto& ids = w.request.ids;
+      while (w.settled_prefix < ids.size()) {
+        auto rec = records_.find(ids[w.settled_prefix]);
+        if (rec != records_.end() && !settled(w, rec->second)) break;
+        ++w.settled_prefix;
+      }
+      if (w.settled_prefix < ids.size()) {
+        ++it;
+        continue;
+      }
+    }
     AwaitResult result;
     bool pending = false;
     for (const auto& id : w.request.ids) {
@@ -125,13 +148,10 @@ api::Status WorkerRegistry::release(const std::string& id, Release release) {
     if (api::is_terminal(r.worker.status)) {
       return api::conflict("worker " + id + " is " + api::worker_status_name(r.worker.status));
     }
-    const Record before = r;
     r.release = std::move(release);
     if (r.worker.reason == "waiting for release") r.worker.reason = "";
-    if (auto s = persist(r); !s) {
-      r = before;
-      return s;
-    }
+    mark_dirty(r);
+    write_dirty_locked();
     fx.changed.push_back(r.worker);
     for (auto w = release_waiters_.begin(); w != release_waiters_.end();) {
       if (w->id == id) {

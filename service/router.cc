@@ -48,7 +48,8 @@ Response json_response(int http_status, const nlohmann::json& body) {
 }
 
 void Router::add(std::string method, std::string pattern, AuthKind auth, Handler handler) {
-  routes_.push_back(Route{std::move(method), std::move(pattern), auth, std::move(handler)});
+  const Lane lane = auth == AuthKind::kAgent ? Lane::kAgent : Lane::kUser;
+  routes_.push_back(Route{std::move(method), std::move(pattern), auth, std::move(handler), lane});
 }
 
 api::Result<Router::Match> Router::match(const std::string& method, const std::string& path) const {

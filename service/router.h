@@ -1,10 +1,11 @@
 // Router: the daemon's route table. Each route is (method, path pattern,
 // who may call it, handler); patterns use `{id}` for one path segment.
 //
-// Adding a route group from another file (clusters, engineer B): write
+// A group of routes lives in its own file with one function that adds them,
+// as the cluster routes do:
 //   void register_cluster_routes(Router& router, ClusterManager& clusters);
-// in service/cluster_routes.cc, calling router.add(...) for each route, and
-// call it from service/main.cc next to register_worker_routes(). Routes are
+// in service/cluster_routes.cc, called where the daemon is assembled
+// (service/daemon.cc) next to register_worker_routes(). Routes are
 // matched literal-segments-first, so /api/v1/clusters/await beats
 // /api/v1/clusters/{id}. Every route must also be listed in api/openapi.yaml
 // (tests/http_server_test.cc checks it).
@@ -14,6 +15,7 @@
 // returns at once, so the listener's threads are never pinned.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -36,6 +38,9 @@ struct Request {
   std::map<std::string, std::string> headers;  // names lower-case ("cookie", "x-csrf-token")
   std::string remote_address;                  // the peer's IP, for logs and metrics
   nlohmann::json body;                         // null when the body is empty
+  // When its headers were read (how long it waited for a handler thread is
+  // now - received: heartbeats count from their arrival).
+  std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now();
 };
 
 // A response body produced over time (a followed log, server-sent events).
@@ -52,8 +57,9 @@ class Stream {
   virtual void close() = 0;
   // True once close() was called, the client went away, or it fell behind.
   virtual bool closed() const = 0;
-  // Bytes written but not yet handed to the socket: a producer that can
-  // wait (a log being caught up) writes more only while this is small.
+  // Bytes written and not yet handed to the socket: a producer that can wait
+  // (a log being caught up, the dashboard's snapshot pieces) writes more
+  // only while this is small.
   virtual size_t queued_bytes() const { return 0; }
 };
 using StreamStart = std::function<void(std::shared_ptr<Stream>)>;
@@ -77,11 +83,17 @@ Response json_response(int http_status, const nlohmann::json& body);
 using Reply = std::function<void(Response)>;
 using Handler = std::function<void(const Request&, Reply)>;
 
+// Which handler threads run a route: agent routes have a lane of their own,
+// so agents' registrations, heartbeats and exit reports never wait behind
+// user requests (HttpServerOptions::agent_handler_threads).
+enum class Lane { kUser, kAgent };
+
 struct Route {
   std::string method;
   std::string pattern;
   AuthKind auth = AuthKind::kUser;
   Handler handler;
+  Lane lane = Lane::kUser;  // kAgent exactly for AuthKind::kAgent routes
 };
 
 class Router {

@@ -16,14 +16,35 @@ struct Statement {
 
 api::Result<std::unique_ptr<Store>> Store::open(const std::string& path, const std::string& table) {
   sqlite3* db = nullptr;
-  if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) {
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_URI, nullptr) !=
+      SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
     return api::internal_error("cannot open state database " + path + ": " + msg);
   }
   std::unique_ptr<Store> store(new Store(db, table));
   sqlite3_busy_timeout(db, 5000);
+  if (path != ":memory:" && sqlite3_db_readonly(db, "main") == 1) {
+    return api::internal_error("state database " + path +
+                               " can only be read (its permissions, or a read-only file system); musterd needs to "
+                               "write it: fix that, or give --state-dir another directory");
+  }
   if (auto s = store->exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"); !s) return s;
+  {
+    Statement check;
+    std::string verdict = "no answer";
+    if (sqlite3_prepare_v2(db, "PRAGMA quick_check;", -1, &check.stmt, nullptr) == SQLITE_OK &&
+        sqlite3_step(check.stmt) == SQLITE_ROW) {
+      const char* text = reinterpret_cast<const char*>(sqlite3_column_text(check.stmt, 0));
+      verdict = text ? text : "";
+    } else {
+      verdict = sqlite3_errmsg(db);
+    }
+    if (verdict != "ok") {
+      return api::internal_error("state database " + path + " is damaged (quick_check: " + verdict +
+                                 "); restore it from a backup or move it away");
+    }
+  }
   if (auto s = store->exec("CREATE TABLE IF NOT EXISTS " + table +
                            " (id TEXT PRIMARY KEY, seq INTEGER NOT NULL, record TEXT NOT NULL);");
       !s) {
@@ -57,6 +78,17 @@ api::Status Store::put(const std::vector<StoredRecord>& records) {
   const auto start = std::chrono::steady_clock::now();
   auto s = put_unobserved(records);
   if (write_observer_) write_observer_(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return reported(std::move(s));
+}
+
+api::Status Store::reported(api::Status s) {
+  if (health_) {
+    if (s) {
+      health_->succeeded();
+    } else {
+      health_->failed(s.message());
+    }
+  }
   return s;
 }
 
@@ -85,8 +117,10 @@ api::Status Store::remove(const std::vector<std::string>& ids) {
   std::lock_guard<std::mutex> lock(mu_);
   Statement st;
   const std::string sql = "DELETE FROM " + table_ + " WHERE id = ?;";
-  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st.stmt, nullptr) != SQLITE_OK) return error(sqlite3_errmsg(db_));
-  return in_transaction([&]() -> api::Status {
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st.stmt, nullptr) != SQLITE_OK) {
+    return reported(error(sqlite3_errmsg(db_)));
+  }
+  return reported(in_transaction([&]() -> api::Status {
     for (const auto& id : ids) {
       sqlite3_reset(st.stmt);
       if (sqlite3_bind_text(st.stmt, 1, id.c_str(), -1, SQLITE_TRANSIENT) != SQLITE_OK ||
@@ -95,18 +129,22 @@ api::Status Store::remove(const std::vector<std::string>& ids) {
       }
     }
     return api::Status::ok();
-  });
+  }));
 }
 
 api::Status Store::in_transaction(const std::function<api::Status()>& body) {
   if (auto s = exec("BEGIN IMMEDIATE;"); !s) return s;
   api::Status s = body();
   if (s) s = exec("COMMIT;");
-  if (!s && !sqlite3_get_autocommit(db_)) (void)exec("ROLLBACK;");
+  if (!s && !sqlite3_get_autocommit(db_)) {
+    if (auto rolled = exec("ROLLBACK;"); !rolled) {
+      return error(s.message() + "; the rollback failed too: " + rolled.message());
+    }
+  }
   return s;
 }
 
-api::Result<std::vector<StoredRecord>> Store::load_all() {
+api::Result<std::vector<StoredRecord>> Store::load_all(std::vector<std::string>* skipped) {
   std::lock_guard<std::mutex> lock(mu_);
   Statement st;
   const std::string sql = "SELECT id, seq, record FROM " + table_ + " ORDER BY seq;";
@@ -120,7 +158,10 @@ api::Result<std::vector<StoredRecord>> Store::load_all() {
     r.seq = static_cast<uint64_t>(sqlite3_column_int64(st.stmt, 1));
     const char* text = reinterpret_cast<const char*>(sqlite3_column_text(st.stmt, 2));
     r.record = nlohmann::json::parse(text ? text : "null", nullptr, false);
-    if (r.record.is_discarded()) continue;  // a corrupt row is skipped, not fatal
+    if (r.record.is_discarded()) {  // a garbled row is skipped, not fatal, and said
+      if (skipped) skipped->push_back((r.id.empty() ? "(no id)" : r.id) + ": its record is not JSON");
+      continue;
+    }
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return error(std::string("cannot read: ") + sqlite3_errmsg(db_));

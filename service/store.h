@@ -5,7 +5,10 @@
 // One row per object: its id, the order it was created in, and a JSON record
 // (the API object plus the daemon-only fields), so that adding a field needs
 // no migration. Each table has its own connection; calls are serialised by an
-// internal mutex.
+// internal mutex. open() refuses a database it could only read (permissions,
+// a read-only file system) or whose quick_check fails, so a daemon never
+// starts on state it cannot keep. Every write reports to the StoreHealth
+// given (logged once per failing episode, /healthz).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/status.h"
+#include "service/store_health.h"
 
 struct sqlite3;
 
@@ -45,9 +49,12 @@ class Store {
   api::Status put(const std::vector<StoredRecord>& records);
   // Called with the seconds every put() took (for /metrics); set before use.
   void set_write_observer(std::function<void(double seconds)> observer) { write_observer_ = std::move(observer); }
+  // Where write failures are reported (null: nowhere); set before use.
+  void set_health(StoreHealth* health) { health_ = health; }
   api::Status remove(const std::vector<std::string>& ids);
-  // Every record, in launch order; corrupt rows are skipped.
-  api::Result<std::vector<StoredRecord>> load_all();
+  // Every record, in launch order. A row whose record is not JSON is left
+  // out and described in `skipped` ("<id>: why").
+  api::Result<std::vector<StoredRecord>> load_all(std::vector<std::string>* skipped = nullptr);
 
  private:
   Store(sqlite3* db, std::string table) : db_(db), table_(std::move(table)) {}
@@ -56,6 +63,8 @@ class Store {
   // BEGIN, body, COMMIT; ROLLBACK when the body or the COMMIT fails.
   api::Status in_transaction(const std::function<api::Status()>& body);
   std::function<void(double)> write_observer_;
+  StoreHealth* health_ = nullptr;
+  api::Status reported(api::Status s);
   api::Status error(const std::string& what) const;
   std::mutex mu_;
   sqlite3* db_;

@@ -1,5 +1,6 @@
 // Validation: JSON request bodies -> typed api:: requests, or the Status
-// naming the bad field. Nothing here touches the registry or a backend, so a
+// naming the bad field, read with the one body reader (api/body_reader.h)
+// that the cluster body uses too. Nothing here touches the registry or a backend, so a
 // rejected request has launched nothing.
 //
 // Rules (api/openapi.yaml documents them for callers):
@@ -57,7 +58,5 @@ api::Result<api::StopRequest> parse_stop_request(const nlohmann::json& body);
 
 // The canonical path of `script` inside `project_dir`, or why not.
 api::Result<std::filesystem::path> resolve_script(const std::filesystem::path& project_dir, const std::string& script);
-
-bool is_env_name(const std::string& name);
 
 }  // namespace muster::service

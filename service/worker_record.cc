@@ -14,23 +14,27 @@ json record_to_json(const WorkerRecord& r) {
           {"process", r.process}};
 }
 
-std::optional<WorkerRecord> record_from_json(const json& j, uint64_t seq) {
-  if (!j.is_object() || !j.contains("worker")) return std::nullopt;
+api::Result<WorkerRecord> record_from_json(const json& j, uint64_t seq) {
+  if (!j.is_object() || !j.contains("worker")) return api::invalid_argument("the row has no \"worker\" object");
   auto worker = api::worker_from_json(j["worker"]);
-  if (!worker) return std::nullopt;
+  if (!worker) return worker.status();
   WorkerRecord r;
   r.worker = std::move(worker).value();
   r.seq = seq;
-  r.agent_token = j.value("agent_token", "");
-  r.hold = j.value("hold", false);
-  r.reserve_port = j.value("reserve_port", false);
-  if (j.contains("release") && j["release"].is_object()) {
-    auto release = api::release_from_json(j["release"]);
-    if (!release) return std::nullopt;
-    r.release = std::move(release).value();
+  try {
+    r.agent_token = j.value("agent_token", "");
+    r.hold = j.value("hold", false);
+    r.reserve_port = j.value("reserve_port", false);
+    if (j.contains("release") && j["release"].is_object()) {
+      auto release = api::release_from_json(j["release"]);
+      if (!release) return release.status();
+      r.release = std::move(release).value();
+    }
+    r.log_path = j.value("log_path", "");
+    r.process = j.value("process", "");
+  } catch (const json::exception& e) {
+    return api::invalid_argument(std::string("a field has the wrong type: ") + e.what());
   }
-  r.log_path = j.value("log_path", "");
-  r.process = j.value("process", "");
   return r;
 }
 

@@ -5,9 +5,10 @@
 // agent (so that a restarted daemon can reach it again).
 //
 // Contract: record_from_json(record_to_json(r), r.seq) gives back every
-// stored field of r; the times (launched_at, last_heartbeat) are not stored
-// (a restarted daemon counts its timeouts from its own start) and
-// `launching` is not either (a launch in flight does not survive a restart).
+// stored field of r; the monotonic times (launched_at, last_heartbeat,
+// finished) are not stored (a restarted daemon counts its timeouts from its
+// own start, and a finished worker's age from its finished_at), nor are
+// `launching` and `stopping` (work in flight does not survive a restart).
 #pragma once
 
 #include <cstdint>
@@ -36,11 +37,14 @@ struct WorkerRecord {
   std::filesystem::path log_path;
   std::string process;       // Backend::process_identity(), for a later daemon
   bool launching = false;    // its batch is with the backend right now
+  bool stopping = false;     // stop() is signalling its process tree right now
+  std::string stop_reason;   // ... and the reason it gives
+  TimePoint finished{};      // when it reached a terminal status (retention)
 };
 
 nlohmann::json record_to_json(const WorkerRecord& r);
-// nullopt when `j` is not a stored record (a row of a future or broken
-// version is skipped, never guessed at).
-std::optional<WorkerRecord> record_from_json(const nlohmann::json& j, uint64_t seq);
+// The record, or why `j` is not one (a row of a future or broken version is
+// skipped and logged, never guessed at).
+api::Result<WorkerRecord> record_from_json(const nlohmann::json& j, uint64_t seq);
 
 }  // namespace muster::service

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
+
+#include "api/base/settings.h"
 
 #include "service/log_reader.h"
 
@@ -89,9 +92,13 @@ void serve_log(const Request& req, const Reply& reply, LogFollower* follower,
 }
 
 void register_worker_routes(Router& router, WorkerRegistry& registry, ValidationOptions validation,
-                            LogFollower* follower) {
-  router.add("GET", "/healthz", AuthKind::kNone,
-             [](const Request&, Reply reply) { reply(json_response(200, {{"status", "ok"}})); });
+                            LogFollower* follower, const StoreHealth* health) {
+  // Up (200) either way; "degraded" while the state database refuses writes.
+  router.add("GET", "/healthz", AuthKind::kNone, [health](const Request&, Reply reply) {
+    const auto problem = health ? health->problem() : std::nullopt;
+    if (!problem) return reply(json_response(200, {{"status", "ok"}}));
+    reply(json_response(200, {{"status", "degraded"}, {"problems", json::array({"state database: " + *problem})}}));
+  });
 
   router.add("POST", "/api/v1/workers", AuthKind::kUser, [&registry, validation](const Request& req, Reply reply) {
     auto parsed = parse_launch_request(req.body, validation);
@@ -105,8 +112,39 @@ void register_worker_routes(Router& router, WorkerRegistry& registry, Validation
     reply(json_response(201, body));
   });
 
-  router.add("GET", "/api/v1/workers", AuthKind::kUser, [&registry](const Request&, Reply reply) {
-    reply(json_response(200, {{"workers", workers_json(registry.list())}}));
+  router.add("GET", "/api/v1/workers", AuthKind::kUser, [&registry](const Request& req, Reply reply) {
+    const auto query = base::Settings::of(req.query, "query parameter");
+    const auto limit = query.integer("limit", kMaxPageSize, 1, kMaxPageSize);
+    if (!limit.ok()) return reply(error_response(api::invalid_argument(limit.error, "limit")));
+    const auto token = query.integer("page_token", 0, 0, std::numeric_limits<long long>::max());
+    if (!token.ok()) {
+      return reply(error_response(api::invalid_argument(token.error + " (a next_page_token of an earlier page)",
+                                                        "page_token")));
+    }
+    if (const auto unknown = query.unread(); !unknown.empty()) {
+      return reply(error_response(
+          api::invalid_argument("unknown query parameter '" + unknown.front() + "' (known: limit, page_token)",
+                                unknown.front())));
+    }
+    const auto page = registry.page(static_cast<uint64_t>(token.value), static_cast<size_t>(limit.value));
+    std::string body = "{\"workers\":[";
+    for (size_t i = 0; i < page.workers.size(); ++i) {
+      if (i) body += ',';
+      body += api::to_json(page.workers[i]).dump(-1, ' ', false, json::error_handler_t::replace);
+    }
+    body += ']';
+    if (page.next) body += ",\"next_page_token\":\"" + std::to_string(*page.next) + "\"";
+    body += '}';
+    Response r;
+    r.body = std::move(body);
+    reply(std::move(r));
+  });
+
+  router.add("DELETE", "/api/v1/workers/{id}", AuthKind::kUser, [&registry](const Request& req, Reply reply) {
+    if (auto s = registry.remove(req.params.at("id")); !s) return reply(error_response(s));
+    Response r;
+    r.http_status = 204;
+    reply(std::move(r));
   });
 
   router.add("GET", "/api/v1/workers/{id}", AuthKind::kUser, [&registry](const Request& req, Reply reply) {

@@ -7,3 +7,6 @@ muster_gtest(base_net_test SOURCES base_net_test.cc DEPS muster_base LABEL unit 
 muster_gtest(base_checkpoint_file_test SOURCES base_checkpoint_file_test.cc DEPS muster_base LABEL unit TIMEOUT 60)
 # The capped, rotating log file (worker and cluster logs).
 muster_gtest(base_rotating_log_test SOURCES base_rotating_log_test.cc DEPS muster_base LABEL unit TIMEOUT 60)
+# The one settings reader (environment, --backend-opt, query) and the one thread-pool type.
+muster_gtest(base_settings_test SOURCES base_settings_test.cc DEPS muster_base LABEL unit TIMEOUT 60)
+muster_gtest(base_task_queue_test SOURCES base_task_queue_test.cc DEPS muster_base LABEL unit TIMEOUT 60)

@@ -1,4 +1,4 @@
-"""Chaos (issue 12 part 5): kill -9 musterd (local backend, fixed port and
+"""Chaos: kill -9 musterd (local backend, fixed port and
 state dir) in the middle of a 64-worker launch, during a running mpi cluster
 (mpirun with 2 sleeping ranks) and during a running ps cluster (1 ps + 2
 workers), restart it on the same state dir and port, and check what a user

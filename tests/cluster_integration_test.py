@@ -1,4 +1,4 @@
-"""Clusters against a real musterd on the local backend (issue 3).
+"""Clusters against a real musterd on the local backend.
 
 - ps mode, 1 PS + 2 workers: every task sees a valid TF_CONFIG with a
   distinct type/index and the same cluster; cluster.json matches; the PS is

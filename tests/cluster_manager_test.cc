@@ -708,7 +708,7 @@ TEST_F(ClusterManagerTest, EveryClusterRouteIsInOpenApi) {
   Router router;
   register_cluster_routes(router, *manager_, 16);
   const auto documented = documented_routes();
-  ASSERT_EQ(router.routes().size(), 5u);
+  ASSERT_EQ(router.routes().size(), 6u);
   for (const auto& r : router.routes()) {
     EXPECT_TRUE(documented.count(r.method + " " + r.pattern)) << r.method << " " << r.pattern << " is not documented";
   }

@@ -1,4 +1,4 @@
-# Clusters in the daemon (issue 3): request validation and the cluster
+# Clusters in the daemon: request validation and the cluster
 # manager's state machine (unit), real musterd + mpirun (integration).
 muster_gtest(cluster_unit_test
   SOURCES cluster_request_test.cc cluster_manager_test.cc

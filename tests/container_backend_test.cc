@@ -100,6 +100,7 @@ class ContainerBackendTest : public ::testing::Test {
     options_.bridge = "mtest0";
     options_.instance_id = "ab12";
     options_.reap_interval = std::chrono::milliseconds(0);  // tests drive poll() themselves
+    options_.teardown_threads = 0;  // a stop's teardown runs before stop() returns
   }
   void TearDown() override { fs::remove_all(state_); }
 

@@ -106,7 +106,10 @@ TEST_F(ContainerDaemonTest, OwnAddressesLinkCutIsLostAndNothingIsLeft) {
 
   auto stop = daemon_->post("/api/v1/workers/stop", {{"ids", json::array({id0, id1})}});
   EXPECT_EQ(stop.status, 200) << stop.body;
-  EXPECT_TRUE(namespaces().empty()) << "stop removes the namespaces";
+  // Stop returns once the trees are signalled; the grace and the teardown
+  // follow on the backend's teardown thread.
+  for (int i = 0; i < 300 && !namespaces().empty(); ++i) std::this_thread::sleep_for(100ms);
+  EXPECT_TRUE(namespaces().empty()) << "stop removes the namespaces (within the grace and teardown)";
   daemon_->kill(SIGTERM);
   EXPECT_FALSE(fs::exists("/sys/class/net/" + names_.bridge)) << "shutdown removes the bridge";
   EXPECT_TRUE(Ledger(daemon_->state() / "container" / "ledger").entries().empty());
@@ -126,7 +129,7 @@ TEST_F(ContainerDaemonTest, NextDaemonRemovesLeftoversOfAKilledOne) {
 }
 
 TEST_F(ContainerDaemonTest, MpiPreflightFailsBeforeLaunchWhenSshdIsDown) {
-  ASSERT_TRUE(start_daemon({"--backend-opt", "sshd=off"})) << daemon_->stderr_text();
+  ASSERT_TRUE(start_daemon({"--backend-opt", "sshd=false"})) << daemon_->stderr_text();
   auto r = daemon_->post("/api/v1/clusters", {{"mode", "mpi"}, {"n_workers", 2}, {"cpu", 0.25}, {"memory", 0.25},
                                               {"worker_script", "sleep.py"}, {"launch", true},
                                               {"timeout_seconds", 60}});

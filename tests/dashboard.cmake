@@ -1,4 +1,4 @@
-# The dashboard and /metrics (issue 14): the Prometheus text writer, cookie
+# The dashboard and /metrics: the Prometheus text writer, cookie
 # sessions and CSRF, training series (unit); the page and its API against a
 # real musterd, the real Chromium driving it, and the real Prometheus
 # scraping it (integration).

@@ -4,6 +4,11 @@
 // the /metrics rendering and the event hub's stream limit.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <functional>
+#include <mutex>
+#include <sstream>
+
 #include <regex>
 #include <thread>
 
@@ -307,7 +312,7 @@ TEST(DaemonMetrics, RendersEveryFamilyWithRoutePatterns) {
   ASSERT_TRUE(series.add("w1", std::string("c1"), {point}));
   DaemonMetrics::Sources src;
   src.backend = "local";
-  src.workers = [w] { return std::vector<api::Worker>{w}; };
+  src.worker_counts = [w] { return std::map<api::WorkerStatus, size_t>{{w.status, 1}}; };
   src.clusters = [] {
     api::Cluster c;
     c.id = "c1";
@@ -341,29 +346,78 @@ namespace {
 class FakeStream : public Stream {
  public:
   bool write(std::string chunk) override {
+    std::lock_guard<std::mutex> lock(mu);
     if (closed_) return false;
     text += chunk;
+    queued += chunk.size();
     return true;
   }
-  void close() override { closed_ = true; }
-  bool closed() const override { return closed_; }
+  void close() override {
+    std::lock_guard<std::mutex> lock(mu);
+    closed_ = true;
+  }
+  bool closed() const override {
+    std::lock_guard<std::mutex> lock(mu);
+    return closed_;
+  }
+  size_t queued_bytes() const override {
+    std::lock_guard<std::mutex> lock(mu);
+    return queued;
+  }
+  // The client reads what was queued.
+  void drain() {
+    std::lock_guard<std::mutex> lock(mu);
+    queued = 0;
+  }
+  std::string snapshot_text() const {
+    std::lock_guard<std::mutex> lock(mu);
+    return text;
+  }
+  mutable std::mutex mu;
   std::string text;
+  size_t queued = 0;
   bool closed_ = false;
 };
+
+// Objects with ids "<prefix>00000".."<prefix><n-1>", served in id order.
+SnapshotSource::Page objects(std::string prefix, size_t n, std::atomic<int>* reads = nullptr) {
+  return [prefix, n, reads](const std::string& after, size_t limit) {
+    if (reads) ++*reads;
+    std::vector<json> out;
+    for (size_t i = 0; i < n && out.size() < limit; ++i) {
+      char id[32];
+      std::snprintf(id, sizeof id, "%s%05zu", prefix.c_str(), i);
+      if (!after.empty() && id <= after) continue;
+      out.push_back({{"id", id}});
+    }
+    return out;
+  };
+}
+
+bool wait_until(const std::function<bool()>& ok) {
+  for (int i = 0; i < 1000; ++i) {
+    if (ok()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return ok();
+}
 }  // namespace
 
 TEST(EventHub, SnapshotThenEventsAndAStreamLimit) {
   EventHubOptions o;
   o.max_streams = 1;
-  EventHub hub(o, [] { return json{{"workers", json::array()}, {"clusters", json::array()}}; });
+  EventHub hub(o, SnapshotSource{objects("c", 0), objects("w", 0)});
   Response r = hub.open();
   ASSERT_TRUE(r.stream);
   EXPECT_EQ(r.content_type, "text/event-stream");
   auto s = std::make_shared<FakeStream>();
   r.stream(s);
+  ASSERT_TRUE(wait_until([&] { return s->snapshot_text().find("\"complete\":true") != std::string::npos; }));
   hub.publish("worker", {{"id", "w1"}, {"reason", "line\nbreak"}});
-  EXPECT_EQ(s->text,
-            "retry: 2000\n\nevent: snapshot\ndata: {\"clusters\":[],\"workers\":[]}\n\n"
+  EXPECT_EQ(s->snapshot_text(),
+            "retry: 2000\n\n"
+            "event: snapshot\ndata: {\"clusters\":[],\"complete\":false,\"part\":0,\"workers\":[]}\n\n"
+            "event: snapshot\ndata: {\"clusters\":[],\"complete\":true,\"part\":1,\"workers\":[]}\n\n"
             "event: worker\ndata: {\"id\":\"w1\",\"reason\":\"line\\nbreak\"}\n\n");
   EXPECT_EQ(hub.open().http_status, 503);
   s->close();
@@ -374,31 +428,93 @@ TEST(EventHub, HeartbeatsKeepStreamsAliveAndForgetClosedOnes) {
   EventHubOptions o;
   o.max_streams = 2;
   o.heartbeat = std::chrono::milliseconds(20);
-  EventHub hub(o, [] { return json::object(); });
+  EventHub hub(o, SnapshotSource{});
   auto a = std::make_shared<FakeStream>(), b = std::make_shared<FakeStream>();
   hub.open().stream(a);
   hub.open().stream(b);
   b->close();
-  for (int i = 0; i < 200 && a->text.find(": heartbeat\n\n") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  EXPECT_NE(a->text.find(": heartbeat\n\n"), std::string::npos);
+  EXPECT_TRUE(wait_until([&] { return a->snapshot_text().find(": heartbeat\n\n") != std::string::npos; }));
   EXPECT_EQ(hub.stream_count(), 1u);
 }
 
-TEST(EventHub, EventsPublishedWhileTheSnapshotIsTakenFollowIt) {
-  EventHub* self = nullptr;
-  EventHub hub({}, [&self] {
-    // A change lands while the snapshot is being built.
-    self->publish("worker", {{"id", "during"}});
-    return json{{"workers", json::array()}};
-  });
-  self = &hub;
+// 20,000 workers arrive in pieces of at most `piece`, each read only when
+// the stream's queue has room: a reader that stops reading stops the
+// snapshot (it is not buffered whole), and one that reads gets all of it.
+TEST(EventHub, TheSnapshotComesInBoundedPiecesAsTheClientReads) {
+  EventHubOptions o;
+  o.piece = 200;
+  o.max_queued_bytes = 4 << 10;  // about one piece of 200 small workers
+  o.pace = std::chrono::milliseconds(1);
+  std::atomic<int> reads{0};
+  EventHub hub(o, SnapshotSource{objects("c", 3), objects("w", 20'000, &reads)});
   auto s = std::make_shared<FakeStream>();
   hub.open().stream(s);
-  const auto snapshot = s->text.find("event: snapshot");
-  const auto during = s->text.find("\"during\"");
-  ASSERT_NE(snapshot, std::string::npos);
-  ASSERT_NE(during, std::string::npos) << s->text;
-  EXPECT_LT(snapshot, during);
+  ASSERT_TRUE(wait_until([&] { return reads.load() > 0; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_LE(reads.load(), 3) << "pieces were read while the client read nothing";
+  while (s->snapshot_text().find("\"complete\":true") == std::string::npos) {
+    s->drain();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  size_t workers = 0, pieces = 0, largest = 0;
+  std::istringstream in(s->snapshot_text());
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("data: ", 0) != 0) continue;
+    const auto piece = json::parse(line.substr(6));
+    EXPECT_EQ(piece.at("part").get<size_t>(), pieces++);
+    workers += piece.at("workers").size();
+    largest = std::max(largest, piece.at("workers").size());
+  }
+  EXPECT_EQ(workers, 20'000u);
+  EXPECT_LE(largest, 200u);
+}
+
+// A change published while the snapshot is under way follows at once for an
+// object already sent, and is left out for one not sent yet (its piece,
+// read later, carries it as it is then); a change published while a piece
+// is being read waits until that piece is written, then follows the same
+// rule by the new cursor.
+TEST(EventHub, ChangesDuringTheSnapshotFollowWhatWasSent) {
+  EventHubOptions o;
+  o.piece = 2;
+  o.max_queued_bytes = 1;  // one piece per pass: the test reads in between
+  o.pace = std::chrono::milliseconds(1);
+  EventHub* hub_ptr = nullptr;
+  std::atomic<bool> during{false};
+  auto workers = objects("w", 6);
+  SnapshotSource source{objects("c", 0), [&](const std::string& after, size_t limit) {
+                          if (after == "w00001" && !during.exchange(true)) {
+                            hub_ptr->publish("worker", {{"id", "w00000"}, {"v", "late"}});
+                            hub_ptr->publish("worker", {{"id", "w00002"}, {"v", "held"}});
+                          }
+                          return workers(after, limit);
+                        }};
+  EventHub hub(o, source);
+  hub_ptr = &hub;
+  auto s = std::make_shared<FakeStream>();
+  hub.open().stream(s);
+  auto has = [&](const char* what) { return s->snapshot_text().find(what) != std::string::npos; };
+  s->drain();  // the client reads "retry: 2000"
+  ASSERT_TRUE(wait_until([&] { return has("\"part\":0"); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the hub waits for the client to read
+  hub.publish("worker", {{"id", "w00000"}, {"v", "early"}});    // no worker sent yet: left out
+  s->drain();
+  ASSERT_TRUE(wait_until([&] { return has("w00001"); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  hub.publish("worker", {{"id", "w00000"}, {"v", "sent"}});     // sent already: follows at once
+  hub.publish("worker", {{"id", "w00004"}, {"v", "dropped"}});  // not yet: its piece carries it
+  hub.publish("cluster", {{"id", "c-1"}, {"v", "cluster"}});    // the clusters are all sent
+  while (!has("\"complete\":true")) {
+    s->drain();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const std::string text = s->snapshot_text();
+  EXPECT_FALSE(has("\"early\"")) << text;
+  EXPECT_FALSE(has("\"dropped\"")) << text;
+  EXPECT_TRUE(has("\"sent\"")) << text;
+  EXPECT_TRUE(has("\"cluster\"")) << text;
+  for (const char* held : {"\"late\"", "\"held\""}) {
+    ASSERT_TRUE(has(held)) << held << text;
+    EXPECT_GT(text.find(held), text.find("w00003")) << held << " went out before the piece being read";
+  }
 }

@@ -6,10 +6,14 @@
 // leaves the started ones running (worse than the Backend contract allows:
 // the registry must clean up anyway); `gate` (when set) makes launch() wait
 // until the test opens it, and `launching` tells the test it is waiting.
-// `running` holds the workers started and not stopped since.
+// `running` holds the workers started and not stopped since. stop() fails
+// for the ids in `refuse_stop` (naming them), and calls `on_stop` first (a
+// test can have an agent report its exit right then); `forgotten` lists the
+// ids forget() was told about.
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -47,7 +51,9 @@ class FakeBackend final : public workers::Backend {
     return api::Status::ok();
   }
   api::Status stop(const std::string& id, std::chrono::milliseconds) override {
+    if (on_stop) on_stop(id);
     std::lock_guard<std::mutex> lock(mu);
+    if (refuse_stop.count(id)) return api::internal_error("scancel of worker " + id + " failed: connection refused");
     stopped.push_back(id);
     running.erase(id);
     if (states.count(id)) states[id] = {workers::ProcessState::kExited, 143};
@@ -57,6 +63,10 @@ class FakeBackend final : public workers::Backend {
     std::lock_guard<std::mutex> lock(mu);
     auto it = states.find(id);
     return it == states.end() ? workers::ProcessStatus{} : it->second;
+  }
+  void forget(const std::string& id) override {
+    std::lock_guard<std::mutex> lock(mu);
+    forgotten.push_back(id);
   }
   void shutdown() override {}
 
@@ -85,6 +95,9 @@ class FakeBackend final : public workers::Backend {
   std::vector<workers::LaunchSpec> launched;
   std::set<std::string> running;
   std::vector<std::string> stopped;
+  std::set<std::string> refuse_stop;
+  std::function<void(const std::string&)> on_stop;
+  std::vector<std::string> forgotten;
   std::map<std::string, workers::ProcessStatus> states;
 };
 

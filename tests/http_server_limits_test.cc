@@ -145,6 +145,36 @@ TEST(HttpServerLimits, OversizedChunkedBodyIs413WhileReading) {
   EXPECT_EQ(s.echoed.load(), 1);
 }
 
+// A client that sends a refused body whole before it reads (Python's
+// http.client does) gets the 413, not a reset: the server reads and discards
+// up to max_drain_bytes before it closes (nginx's lingering close). Past
+// that bound it stops reading.
+TEST(HttpServerLimits, ARefusedBodySentWholeStillGetsItsAnswer) {
+  auto o = TestServer::defaults();  // 64 KiB bodies
+  o.max_drain_bytes = 16 << 20;
+  o.read_timeout = 20s;
+  TestServer s(o);
+  RawHttpClient c(s.port());
+  const std::string body(8 << 20, 'x');
+  const bool sent = c.send("POST /api/v1/echo HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer T0KEN\r\nContent-Length: " +
+                           std::to_string(body.size()) + "\r\n\r\n" + body);
+  EXPECT_TRUE(sent) << "the server closed before the client had sent its 8 MiB";
+  const auto r = c.read_response(20s);
+  EXPECT_EQ(r.status, 413);
+  EXPECT_NE(r.body.find("payload_too_large"), std::string::npos) << r.body;
+  EXPECT_EQ(s.echoed.load(), 0);
+
+  auto tight = TestServer::defaults();  // drains 1 MiB
+  tight.read_timeout = 20s;
+  TestServer t(tight);
+  RawHttpClient d(t.port());
+  d.send("POST /api/v1/echo HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer T0KEN\r\nContent-Length: 100000000\r\n\r\n");
+  const std::string piece(1 << 16, 'x');
+  size_t pushed = 0;
+  while (pushed < (100u << 20) && d.send(piece)) pushed += piece.size();
+  EXPECT_LT(pushed, 16u << 20) << "the server kept reading past its drain bound";
+}
+
 TEST(HttpServerLimits, UnauthenticatedBodyIsNeverRead) {
   TestServer s;
   RawHttpClient c(s.port());

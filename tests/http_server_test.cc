@@ -217,7 +217,7 @@ TEST_F(HttpTest, ConcurrentAwaitsDoNotPinTheListener) {
   }
 }
 
-// Launch does not wait for the backend (issue 16): with a backend that does
+// Launch does not wait for the backend: with a backend that does
 // not return, POST /api/v1/workers answers at once with `scheduling`
 // workers, and a GET of them is served meanwhile; once the backend returns
 // they are `starting`.

@@ -58,6 +58,7 @@ class TestServer {
     o.read_timeout = std::chrono::milliseconds(600);
     o.idle_timeout = std::chrono::seconds(5);
     o.max_stream_queue_bytes = 1 << 20;
+    o.max_drain_bytes = 1 << 20;
     return o;
   }
 

@@ -4,8 +4,11 @@
 #include "api/kernel.h"
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -109,6 +112,34 @@ TEST(KernelCodeTest, CodeRules) {
   o.code = "echo $1";
   o.args = {"x"};
   EXPECT_EQ(api::script_command(o), (Cmd{"/bin/bash", "-c", "echo $1", "muster-worker", "x"}));
+}
+
+// `!` lines among Python run in bash, each on its own line, and a failing one
+// ends the script with its exit code (the SDKs send code unchanged: this is
+// the one place the rule lives).
+TEST(KernelCodeTest, ShellLinesAmongPythonRunInBashAndEndTheScriptOnFailure) {
+  api::KernelCommandOptions o;
+  o.code = "print('py')\n!echo sh $((2+3)) ${BASH_VERSION:+bash}\n!exit 7\nprint('not reached')";
+  const auto cmd = api::script_command(o);
+  ASSERT_EQ(cmd.size(), 4u);
+  EXPECT_EQ(cmd[0], "/usr/bin/python3");
+  const std::string code = cmd[3];
+  EXPECT_EQ(std::count(code.begin(), code.end(), '\n'), 3) << "line numbers move: " << code;
+  char tmpl[] = "/tmp/muster-kernel-XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, code.data(), code.size()), static_cast<ssize_t>(code.size()));
+  ::close(fd);
+  FILE* p = ::popen(("/usr/bin/python3 -u " + std::string(tmpl)).c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[256];
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int status = ::pclose(p);
+  ::unlink(tmpl);
+  EXPECT_EQ(out, "py\nsh 5 bash\n");
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 7);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // A real musterd under the load that wedged the old cpprest server for
-// good (issue 12): 256 idle keep-alive clients, a parked await, and 64
+// good: 256 idle keep-alive clients, a parked await, and 64
 // connections hammering POST and GET routes at once; a fresh request must
 // still answer quickly, and SIGTERM must stop the daemon within seconds
 // while all of that is still connected.

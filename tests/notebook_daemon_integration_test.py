@@ -1,4 +1,4 @@
-"""The daemon side of issue 13 against a real musterd on the local backend.
+"""The daemon side of a notebook session (GPU reservation, followed logs, cdsw's worker fields) against a real musterd on the local backend.
 
 - cdsw parity: workers see CDSW_ENGINE_ID, CDSW_MASTER_IP, CML_MASTER_IP,
   CDSW_IP_ADDRESS, CDSW_PROJECT, CDSW_CPU_MILLICORES, CDSW_MEMORY_MB; worker

@@ -1,4 +1,4 @@
-# The REST contract (issue 17): api/openapi.yaml through standard OpenAPI
+# The REST contract: api/openapi.yaml through standard OpenAPI
 # validators (npm, tests/openapi/), and the Python loader the integration
 # tests validate every response with (tests/openapi_contract.py).
 add_test(NAME openapi_document COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/openapi/check.sh ${CMAKE_SOURCE_DIR}/api/openapi.yaml)

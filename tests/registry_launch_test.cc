@@ -1,4 +1,4 @@
-// WorkerRegistry::launch() off the caller's thread (issue 16): launch answers
+// WorkerRegistry::launch() off the caller's thread: launch answers
 // once the records are stored and the backend work is queued; the backend
 // step keeps the launch all-or-nothing; a daemon that dies mid-launch leaves
 // no record in `scheduling` and no agent that may run. The backend is

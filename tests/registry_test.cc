@@ -515,7 +515,7 @@ TEST_F(RegistryTest, WorkersGetCdswVariablesRunningAtAndDuration) {
   EXPECT_EQ(env.count("CDSW_IP_ADDRESS"), 0u);  // only the agent knows it
 
   auto starting = *registry_->get(ids[0]);
-  auto j = muster::api::to_json(starting, clock_.now());
+  auto j = muster::api::to_json(starting, clock_.wall());
   EXPECT_TRUE(j.at("running_at").is_null());
   EXPECT_TRUE(j.at("duration").is_null());
 
@@ -525,13 +525,13 @@ TEST_F(RegistryTest, WorkersGetCdswVariablesRunningAtAndDuration) {
   ASSERT_TRUE(running.running_at.has_value());
   EXPECT_EQ(running.running_at, running.started_at);
   clock_.advance(2250ms);
-  j = muster::api::to_json(running, clock_.now());
+  j = muster::api::to_json(running, clock_.wall());
   EXPECT_DOUBLE_EQ(j.at("duration").get<double>(), 2.25);
   EXPECT_EQ(j.at("running_at"), *running.running_at);
 
   ASSERT_TRUE(registry_->agent_exit(ids[0], 0).is_ok());
   clock_.advance(60s);  // a finished worker's duration no longer grows
-  j = muster::api::to_json(*registry_->get(ids[0]), clock_.now());
+  j = muster::api::to_json(*registry_->get(ids[0]), clock_.wall());
   EXPECT_DOUBLE_EQ(j.at("duration").get<double>(), 2.25);
   // running_at survives the store (and records of older daemons fall back to started_at).
   auto back = muster::api::worker_from_json(j);

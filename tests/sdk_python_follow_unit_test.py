@@ -1,8 +1,7 @@
 """Python SDK pieces without a daemon (unit): follow_log's wire protocol against an
-in-process HTTP server, Progress's three modes, the `!` shell lines, the CLI's parser."""
+in-process HTTP server, Progress's three modes, code sent as written, the CLI's parser."""
 import http.server
 import io
-import subprocess
 import sys
 import threading
 import types
@@ -12,7 +11,8 @@ import pytest
 from muster import progress as progress_mod
 from muster._http import Transport
 from muster.cli import parser
-from muster.client import shell_lines_to_python
+from muster.client import Client
+from muster.errors import MusterError
 from muster.follow import _tail_start, follow_log
 
 LOG = b"".join(b"line %d\n" % i for i in range(20)) + b"partial"
@@ -152,11 +152,18 @@ def test_tail_start():
     assert _tail_start(b"a\nb\n", 0) == 4
 
 
-def test_shell_lines_run_in_sh_and_end_the_worker_with_their_exit_code():
-    code = shell_lines_to_python("print('py')\n!echo sh $((2+3))\n!exit 7\nprint('not reached')")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert (r.returncode, r.stdout) == (7, "py\nsh 5\n")
-    assert shell_lines_to_python("print('!')") == "print('!')"
+def test_code_is_sent_as_written_and_oversize_code_is_refused_before_sending():
+    # The `!` rule is the daemon's (api/kernel.h): the SDK sends code unchanged.
+    sent = []
+    c = Client("http://127.0.0.1:9", token="t")
+    c._http.request = lambda method, path, body=None, **kw: sent.append(body) or {"workers": []}
+    c.launch_workers(n=1, cpu=1, memory=1, code="print('py')\n!echo hi")
+    assert sent[0]["code"] == "print('py')\n!echo hi"
+    # Nothing listens on port 9: a request that was sent would fail "unavailable".
+    with pytest.raises(MusterError) as err:
+        Client("http://127.0.0.1:9", token="t").launch_workers(n=1, cpu=1, memory=1, code="x" * (1 << 20))
+    assert err.value.code == "payload_too_large" and err.value.field == "code"
+    assert "script=" in str(err.value)
 
 
 class FakeTty(io.StringIO):

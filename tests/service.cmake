@@ -1,4 +1,4 @@
-# musterd (issue 2): unit tests of validation, registry, auth and the HTTP
+# musterd: unit tests of validation, registry, auth and the HTTP
 # layer (no process is started), and integration tests of a real musterd
 # with the local backend.
 muster_gtest(validation_test SOURCES validation_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
@@ -11,7 +11,7 @@ muster_gtest(musterd_integration_test SOURCES musterd_integration_test.cc
   DEPS cpprestsdk::cpprest OpenSSL::SSL OpenSSL::Crypto nlohmann_json::nlohmann_json
   LABEL integration TIMEOUT 180)
 add_dependencies(musterd_integration_test musterd muster_agent)
-# Issue 13: GPU reservation (fake inventory) and followed logs (fake stream).
+# GPU reservation (fake inventory) and followed logs (fake stream).
 muster_gtest(gpu_inventory_test SOURCES gpu_inventory_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
 muster_gtest(log_follower_test SOURCES log_follower_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
 muster_python_test(notebook_daemon_integration_test
@@ -25,11 +25,30 @@ muster_gtest(musterd_load_test SOURCES musterd_load_test.cc
   DEPS cpprestsdk::cpprest OpenSSL::SSL OpenSSL::Crypto nlohmann_json::nlohmann_json
   LABEL integration TIMEOUT 120)
 add_dependencies(musterd_load_test musterd muster_agent)
-# issue 12: the registry with a slow backend, 50k duplicate stop ids and a
+# The registry with a slow backend, 50k duplicate stop ids and a
 # state database that cannot be written.
 muster_gtest(registry_hardening_test SOURCES registry_hardening_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
-# issue 16: launch answers before the backend works, and stays all-or-nothing.
+# Launch answers before the backend works, and stays all-or-nothing.
 muster_gtest(registry_launch_test SOURCES registry_launch_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
-# issue 12 part 5: kill -9 musterd during a 64-worker launch, an mpi cluster
+# Chaos: kill -9 musterd during a 64-worker launch, an mpi cluster
 # and a ps cluster; restart on the same port and state dir.
 muster_python_test(chaos_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/chaos_test.py LABEL integration TIMEOUT 240)
+# The registry's stop path and clocks (a report racing a stop, a backend that
+# cannot stop, heartbeats stamped on arrival, a wall clock that jumps), and
+# its bounds and state integrity (retention, DELETE, the live cap, pages, a
+# database that lost or garbled rows, a read-only one).
+muster_gtest(registry_stop_test SOURCES registry_stop_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
+muster_gtest(registry_bounds_test SOURCES registry_bounds_test.cc DEPS muster_service SQLite::SQLite3 LABEL unit TIMEOUT 60)
+# Agent routes on handler threads of their own (no queueing behind users).
+muster_gtest(http_server_lanes_test SOURCES http_server_lanes_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
+# A real musterd: 32 concurrent stops beside healthy workers and escapees
+# (setsid, double fork, background children) with and without cgroups; a
+# second daemon on one state dir, a lost or emptied database, garbled rows;
+# a full disk (state dir on an 8 MiB tmpfs in a mount namespace); 20,000
+# finished records (snapshot pieces, lists in pages, RSS, DELETE, retention);
+# an 8 MiB body.
+muster_python_test(musterd_stop_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/musterd_stop_test.py LABEL integration TIMEOUT 300)
+muster_python_test(musterd_state_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/musterd_state_test.py LABEL integration TIMEOUT 240)
+muster_python_test(musterd_full_disk_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/musterd_full_disk_test.py LABEL integration TIMEOUT 180)
+muster_python_test(musterd_records_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/musterd_records_test.py LABEL integration TIMEOUT 300)
+muster_python_test(musterd_large_body_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/musterd_large_body_test.py LABEL integration TIMEOUT 120)

@@ -1,4 +1,4 @@
-# workers/slurm (issue 15): the backend over a fake Slurm (unit), and musterd
+# workers/slurm: the backend over a fake Slurm (unit), and musterd
 # --backend slurm against a real Slurm (munge, slurmctld, two slurmd nodes in
 # network namespaces; root) started by tests/slurm_testbed.py (integration).
 muster_gtest(slurm_backend_test SOURCES slurm_backend_test.cc DEPS muster_workers_slurm muster_service

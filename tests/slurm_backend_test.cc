@@ -349,7 +349,8 @@ TEST_F(SlurmBackendTest, ACorruptJobListIsRefusedNamingTheFile) {
 class FixedClock final : public muster::service::Clock {
  public:
   muster::service::TimePoint now() const override { return t; }
-  muster::service::TimePoint t = std::chrono::system_clock::now();
+  muster::service::WallTime wall() const override { return std::chrono::system_clock::now(); }
+  muster::service::TimePoint t = std::chrono::steady_clock::now();
 };
 
 TEST_F(SlurmBackendTest, RegistryShowsQueuedWorkersAsSchedulingWithTheReason) {

@@ -64,6 +64,7 @@ class SshBackendIntegrationTest : public ::testing::Test {
 
   SshOptions options() {
     SshOptions o;
+    o.teardown_threads = 0;  // a stop's teardown runs before stop() returns
     o.hosts = {host("host1"), host("host2")};
     o.known_hosts = containers_->ssh_keys().known_hosts;  // strict checking against the generated host key
     o.connect_timeout = 10s;

@@ -177,7 +177,7 @@ TEST(InventoryTest, ErrorsNameFileAndLine) {
 }
 
 TEST(SshOptionsTest, FromMap) {
-  auto ok = SshOptions::from_map({{"inventory", "/i"}, {"accept_new", "on"}, {"dead_after_ms", "500"}});
+  auto ok = SshOptions::from_map({{"inventory", "/i"}, {"accept_new", "true"}, {"dead_after_ms", "500"}});
   ASSERT_TRUE(ok.is_ok()) << ok.status().message();
   EXPECT_TRUE(ok->accept_new);
   EXPECT_EQ(ok->dead_after, 500ms);
@@ -255,6 +255,7 @@ class SshBackendTest : public ::testing::Test {
     o.hosts = std::move(hosts);
     o.master_address = "10.9.0.1";
     o.known_hosts = dir_ / "kh";
+    o.teardown_threads = 0;  // a stop's teardown runs before stop() returns
     auto b = SshBackend::create(o, std::make_unique<FakeConnector>(&world_));
     ASSERT_TRUE(b.is_ok()) << b.status().message();
     backend_ = std::move(b.value());

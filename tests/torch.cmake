@@ -1,4 +1,4 @@
-# muster.torch (issue 11): Horovod's PyTorch API over the runtime extension,
+# muster.torch: Horovod's PyTorch API over the runtime extension,
 # run as real `mpirun -np N /usr/bin/python3` jobs (label mpi). Needs the
 # extension built and Debian's python3-torch; torch's import costs seconds
 # per rank, so each job checks many calls.

@@ -1,4 +1,4 @@
-"""The Done-when check of issue 11: a Horovod-documentation-style PyTorch
+"""muster.torch against Horovod's own documentation: a Horovod-documentation-style PyTorch
 script (torch_horovod_script.py, only its import line changed from
 horovod.torch) trains under `mpirun -np 2` to the same parameters as under
 `-np 1` on the same global batch."""

@@ -1,12 +1,12 @@
-# workers/ (issue 2): the agent's pure parts (unit), the local backend with
+# workers/: the agent's pure parts (unit), the local backend with
 # real processes and a real agent's hold/release round trip (integration).
 muster_gtest(agent_test SOURCES agent_test.cc DEPS muster_agent_lib LABEL unit TIMEOUT 60)
-# issue 16: the agent protocol (api/agent_protocol.h) both sides use.
+# The agent protocol (api/agent_protocol.h) both sides use.
 muster_gtest(agent_protocol_test SOURCES agent_protocol_test.cc DEPS muster_api LABEL unit TIMEOUT 60)
 muster_gtest(local_backend_test SOURCES local_backend_test.cc DEPS muster_workers_local LABEL integration TIMEOUT 120)
 muster_gtest(agent_release_test SOURCES agent_release_test.cc DEPS muster_service cpprestsdk::cpprest LABEL integration TIMEOUT 120)
 add_dependencies(agent_release_test muster_agent)
-# issue 12: an agent whose daemon refuses its token (401/403) stops its
+# An agent whose daemon refuses its token (401/403) stops its
 # script and exits.
 muster_python_test(agent_unauthorized_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/agent_unauthorized_test.py
   LABEL integration TIMEOUT 60)

@@ -8,8 +8,24 @@
 // - launch() is all-or-nothing: if any worker of the batch cannot be started,
 //   those already started are stopped before it returns the error, which names
 //   the worker and the reason.
-// - stop() ends the worker's whole process tree (SIGTERM to its process group,
-//   SIGKILL after `grace`) and is idempotent.
+// - stop() ends the worker's whole process tree, also the processes that
+//   left its process group or session (setsid, a double fork): it returns
+//   once SIGTERM (or the backend's equivalent) has been delivered, and the
+//   waiting (the grace period, then SIGKILL, then cleanup) happens on the
+//   backend's own threads, so a stop never holds its caller for the grace.
+//   It is idempotent. How each backend reaches every process:
+//     local      a cgroup v2 per worker where one can be made (cgroup.kill
+//                ends everything in it; the cgroup is removed once empty),
+//                else the agent's process group and its descendants (the
+//                agent is a child subreaper: orphans of the script re-parent
+//                to it instead of init);
+//     container  the agent's group, then every process in the worker's
+//                network namespace (`ip netns pids`);
+//     ssh        the agent's group on the host, and the agent's subreaper;
+//     slurm      scancel: Slurm's own process tracking ends the job's
+//                processes (proctrack/cgroup), and the agent's subreaper.
+//   The agent itself ends what the script left running when the script
+//   exits, stopped or not (workers/agent/agent.h).
 // - The agent's combined stdout/stderr goes to LaunchSpec::log_path on this
 //   machine (a remote backend streams it back there), never past
 //   LaunchSpec::log_limits (base::RotatingLog).
@@ -103,7 +119,10 @@ class Backend {
   // Starts all of `specs` or none (see the contract above).
   virtual api::Status launch(const std::vector<LaunchSpec>& specs) = 0;
 
-  // Ends the worker's process tree. Idempotent; unknown ids are not an error.
+  // Signals the worker's process tree and returns; SIGKILL follows after
+  // `grace` on the backend's threads (see the contract above). Idempotent;
+  // unknown ids are not an error. An error means the tree could not be
+  // signalled (it may still run) and names why.
   virtual api::Status stop(const std::string& worker_id, std::chrono::milliseconds grace) = 0;
 
   // The process state as the backend sees it.
@@ -116,6 +135,10 @@ class Backend {
   // A restarted daemon hands back what process_identity() said for a worker
   // that had not finished, so that poll() and stop() reach it again.
   virtual void adopt(const std::string& /*worker_id*/, const std::string& /*identity*/) {}
+
+  // The registry no longer knows the worker (it finished and was deleted or
+  // retired): drop what is kept about it.
+  virtual void forget(const std::string& /*worker_id*/) {}
 
   // Releases everything the backend created (processes, namespaces, links,
   // sessions). Called once when the daemon shuts down.

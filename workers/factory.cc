@@ -1,5 +1,7 @@
 #include "workers/factory.h"
 
+#include "api/base/settings.h"
+
 #include "workers/local/local_backend.h"
 #include "workers/container/container_backend.h"
 #include "workers/ssh/ssh_backend.h"
@@ -10,13 +12,19 @@ namespace muster::workers {
 api::Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options) {
   if (options.name == "local") {
     local::LocalBackendOptions local;
-    for (const auto& [key, value] : options.options) {
-      if (key == "stop_on_shutdown") {
-        local.stop_on_shutdown = value == "1" || value == "true";
-      } else {
-        return api::invalid_argument("unknown --backend-opt '" + key + "' for the local backend", "backend-opt");
-      }
+    const auto settings = base::Settings::of(options.options, "--backend-opt");
+    const auto stop = settings.boolean("stop_on_shutdown", local.stop_on_shutdown);
+    const auto cgroups = settings.boolean("cgroups", local.cgroups);
+    for (const auto* b : {&stop, &cgroups}) {
+      if (!b->ok()) return api::invalid_argument(b->error, "backend-opt");
     }
+    if (const auto unknown = settings.unread(); !unknown.empty()) {
+      return api::invalid_argument("unknown --backend-opt '" + unknown.front() +
+                                       "' for the local backend (known: stop_on_shutdown, cgroups)",
+                                   "backend-opt");
+    }
+    local.stop_on_shutdown = stop.value;
+    local.cgroups = cgroups.value;
     return std::unique_ptr<Backend>(std::make_unique<local::LocalBackend>(local));
   }
   if (options.name == "container") {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/api/run.sh <build-dir>: the REST API benchmark (issue 12).
+# bench/api/run.sh <build-dir>: the REST API benchmark.
 # Starts musterd (local backend) in a temp state dir with bench/api as its
 # project dir, runs api_bench.py (wrk at 8..1024 connections, a slowloris),
 # and always stops the daemon and its workers. Writes bench/out/api.json and

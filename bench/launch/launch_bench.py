@@ -11,6 +11,12 @@ measured in the same run on the same machine, is the fork/exec floor:
 starting 64 bare `sh` processes directly (subprocess) until each has printed
 that it is up.
 
+Then a scaling table (--sizes, default 64, 256 and 1,024 workers of the
+lighter bench/launch/sleep.sh): for each n the launch + await time, the
+bare-process floor for the same n, milliseconds per worker, and the time the
+stop of all n takes to answer. `ratio_to_reference` stays the 64-worker
+launch (sleep.py) against its floor.
+
 Writes bench/out/launch.json and bench/out/launch.md.
 """
 import argparse
@@ -26,12 +32,15 @@ import muster
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGET_S = 1.0
 WORKER_SCRIPT = "bench/launch/sleep.py"  # relative to musterd's --project-dir (the repo root)
+SCALING_SCRIPT = "bench/launch/sleep.sh"
+MS_PER_WORKER_TARGET = 3.0
+FLOOR_RATIO_TARGET = 3.0
 
 
-def one_launch(n):
+def one_launch(n, script=WORKER_SCRIPT, kernel="python3", timings=None):
     t0 = time.perf_counter()
-    workers = muster.launch_workers(n, cpu=0.25, memory=1, script=WORKER_SCRIPT)
-    res = muster.await_workers(workers, wait_for_completion=False, timeout_seconds=120)
+    workers = muster.launch_workers(n, cpu=0.25, memory=1, script=script, kernel=kernel)
+    res = muster.await_workers(workers, wait_for_completion=False, timeout_seconds=300)
     elapsed = time.perf_counter() - t0
     try:
         if res["failures"]:
@@ -43,7 +52,10 @@ def one_launch(n):
         for w in res["workers"]:
             ipaddress.ip_address(w["ip_address"])
     finally:
+        t1 = time.perf_counter()
         muster.stop_workers(*workers)
+        if timings is not None:
+            timings.append(time.perf_counter() - t1)
     return elapsed
 
 
@@ -70,6 +82,8 @@ def main():
     ap.add_argument("--n", type=int, default=64)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--out", default=os.path.join(HERE, "..", "out"))
+    ap.add_argument("--sizes", default="64,256,1024", help="the scaling table's worker counts")
+    ap.add_argument("--scaling-runs", type=int, default=3)
     opts = ap.parse_args()
 
     runs, refs = [], []
@@ -82,11 +96,32 @@ def main():
 
     median = statistics.median(runs)
     ref = statistics.median(refs)
+    load_before_scaling = os.getloadavg()[0]
+    scaling = []
+    for n in [int(x) for x in opts.sizes.split(",") if x]:
+        launches, floors, stops = [], [], []
+        # Fewer runs for the largest sizes: each starts n processes.
+        for _ in range(opts.scaling_runs if n <= 256 else max(1, opts.scaling_runs - 1)):
+            launches.append(one_launch(n, SCALING_SCRIPT, "bash", stops))
+            time.sleep(1.0)
+            floors.append(one_reference(n))
+            time.sleep(1.0)
+        row = {"n": n, "launch_s": round(statistics.median(launches), 4),
+               "floor_s": round(statistics.median(floors), 4),
+               "ms_per_worker": round(statistics.median(launches) * 1000 / n, 3),
+               "ratio_to_floor": round(statistics.median(launches) / statistics.median(floors), 2),
+               "stop_s": round(statistics.median(stops), 4), "runs_s": [round(r, 4) for r in launches],
+               "floor_runs_s": [round(r, 4) for r in floors]}
+        scaling.append(row)
+        print("scaling n=%d: %s" % (n, row), flush=True)
     load = os.getloadavg()[0]
     figures = {"n": opts.n, "runs_s": [round(r, 4) for r in runs], "median_s": round(median, 4),
                "target_s": TARGET_S, "reference_runs_s": [round(r, 4) for r in refs],
                "reference_median_s": round(ref, 4), "ratio_to_reference": round(median / ref, 2),
-               "cpus": os.cpu_count(), "loadavg_1m": round(load, 2), "backend": "local"}
+               "scaling": scaling,
+               "targets": {"ratio_to_floor_64": FLOOR_RATIO_TARGET, "ms_per_worker": MS_PER_WORKER_TARGET},
+               "cpus": os.cpu_count(), "loadavg_1m_before_scaling": round(load_before_scaling, 2),
+               "loadavg_1m": round(load, 2), "backend": "local"}
     os.makedirs(opts.out, exist_ok=True)
     with open(os.path.join(opts.out, "launch.json"), "w") as f:
         json.dump(figures, f, indent=2)
@@ -112,7 +147,22 @@ def main():
         " 1-minute load average %.1f when the run ended." % (TARGET_S, verdict, median / ref,
                                                                os.cpu_count(), load),
         "",
+        "### Scaling",
+        "",
+        "`launch_workers(n)` + `await_workers` of n workers running `bench/launch/sleep.sh` (bash, kernel"
+        " `bash`), against n bare `sh` processes (the floor) measured right after each launch; `stop` is"
+        " how long `stop_workers` of all n takes to answer (the processes are signalled; the grace runs"
+        " on the daemon's thread). Median of the runs listed. Targets: within %.0fx the floor at 64"
+        " workers, at most %.0f ms per worker up to 1,024." % (FLOOR_RATIO_TARGET, MS_PER_WORKER_TARGET),
+        "",
+        "| workers | launch + await | floor | ratio to floor | ms per worker | stop | runs |",
+        "|---|---|---|---|---|---|---|",
     ]
+    for row in scaling:
+        md.append("| %d | %.3f s | %.3f s | %.2fx | %.2f | %.3f s | %s |" % (
+            row["n"], row["launch_s"], row["floor_s"], row["ratio_to_floor"], row["ms_per_worker"], row["stop_s"],
+            ", ".join("%.3f" % r for r in row["runs_s"])))
+    md.append("")
     with open(os.path.join(opts.out, "launch.md"), "w") as f:
         f.write("\n".join(md))
     print("launch: median %.3f s (target %.1f s), reference %.3f s" % (median, TARGET_S, ref))

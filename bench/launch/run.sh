@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/launch/run.sh <build-dir>: the launch benchmark (issue 2).
+# bench/launch/run.sh <build-dir>: the launch benchmark.
 # Starts musterd (local backend) in a temp state dir with the repo as its
 # project dir, runs launch_bench.py through the Python SDK, and always stops
 # the daemon and its workers. Writes bench/out/launch.json and launch.md.
@@ -25,7 +25,7 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 setsid "$BUILD/bin/musterd" --listen 127.0.0.1:0 --project-dir "$REPO" --state-dir "$STATE" \
-  --backend local --max-workers 256 >"$STATE/musterd.log" 2>&1 &
+  --backend local --max-workers 1024 >"$STATE/musterd.log" 2>&1 &
 DAEMON_PID=$!
 for _ in $(seq 300); do
   grep -q "musterd listening on" "$STATE/musterd.log" 2>/dev/null && [[ -s "$STATE/musterd.json" ]] && break

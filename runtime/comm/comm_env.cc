@@ -2,32 +2,28 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
 #include <string>
 
+#include "api/base/settings.h"
 #include "runtime/error.h"
 
 namespace muster::runtime::comm {
+// Every variable through the one settings reader (api/base/settings.h).
 int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  if (*end != '\0' || x < 0 || x > INT_MAX) {
-    throw InvalidArgument(std::string(name) + "=" + v + " is not a non-negative integer");
-  }
-  return static_cast<int>(x);
+  const auto v = base::Settings::environment().integer(name, fallback, 0, INT_MAX);
+  if (!v.ok()) throw InvalidArgument(v.error);
+  return static_cast<int>(v.value);
 }
 
 CommOptions apply_env(CommOptions o) {
-  if (const char* v = std::getenv("MUSTER_COMM_TIMEOUT_MS"); v && *v) {
+  if (const auto v = base::Settings::environment().raw("MUSTER_COMM_TIMEOUT_MS")) {
     o.timeout = std::chrono::milliseconds(env_int("MUSTER_COMM_TIMEOUT_MS", 0));
   }
-  if (const char* v = std::getenv("MUSTER_COMM_FORMATION_TIMEOUT_MS"); v && *v) {
+  if (const auto v = base::Settings::environment().raw("MUSTER_COMM_FORMATION_TIMEOUT_MS")) {
     o.formation_timeout = std::chrono::milliseconds(env_int("MUSTER_COMM_FORMATION_TIMEOUT_MS", 0));
   }
-  if (const char* v = std::getenv("MUSTER_COMM_RING_TRANSPORT"); v && *v) {
-    const std::string t = v;
+  if (const auto v = base::Settings::environment().raw("MUSTER_COMM_RING_TRANSPORT")) {
+    const std::string t = *v;
     if (t == "shm") {
       o.ring_transport = RingTransport::kShm;
     } else if (t == "mpi") {
@@ -40,11 +36,11 @@ CommOptions apply_env(CommOptions o) {
       throw InvalidArgument("MUSTER_COMM_RING_TRANSPORT=" + t + ": expected auto, shm, tcp or mpi");
     }
   }
-  if (const char* v = std::getenv("MUSTER_COMM_TCP_STREAMS"); v && *v) {
+  if (const auto v = base::Settings::environment().raw("MUSTER_COMM_TCP_STREAMS")) {
     o.tcp_streams = env_int("MUSTER_COMM_TCP_STREAMS", 0);
   }
-  if (const char* v = std::getenv("MUSTER_COMM_TCP_THREADS"); v && *v) {
-    const std::string t = v;
+  if (const auto v = base::Settings::environment().raw("MUSTER_COMM_TCP_THREADS")) {
+    const std::string t = *v;
     if (t == "auto") {
       o.tcp_threads = CommOptions::TcpThreads::kAuto;
     } else if (t == "1") {
@@ -55,32 +51,32 @@ CommOptions apply_env(CommOptions o) {
       throw InvalidArgument("MUSTER_COMM_TCP_THREADS=" + t + ": expected auto, 0 or 1");
     }
   }
-  if (const char* v = std::getenv("MUSTER_COMM_TCP_BUFFER_BYTES"); v && *v) {
+  if (const auto v = base::Settings::environment().raw("MUSTER_COMM_TCP_BUFFER_BYTES")) {
     o.tcp_socket_buffer_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_TCP_BUFFER_BYTES", 0));
   }
   if (o.tcp_streams < 1 || o.tcp_streams > 64) {
     throw InvalidArgument("CommOptions.tcp_streams (MUSTER_COMM_TCP_STREAMS) must be 1..64, got " +
                           std::to_string(o.tcp_streams));
   }
-  if (const char* v = std::getenv("MUSTER_COMM_SEGMENT_BYTES"); v && *v) {
+  if (const auto v = base::Settings::environment().raw("MUSTER_COMM_SEGMENT_BYTES")) {
     o.segment_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_SEGMENT_BYTES", 0));
   }
-  if (const char* v = std::getenv("MUSTER_COMM_SEGMENTS_IN_FLIGHT"); v && *v) {
+  if (const auto v = base::Settings::environment().raw("MUSTER_COMM_SEGMENTS_IN_FLIGHT")) {
     o.segments_in_flight = static_cast<std::size_t>(env_int("MUSTER_COMM_SEGMENTS_IN_FLIGHT", 0));
   }
-  if (const char* v = std::getenv("MUSTER_COMM_BLOCK_BYTES"); v && *v) {
+  if (const auto v = base::Settings::environment().raw("MUSTER_COMM_BLOCK_BYTES")) {
     o.block_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_BLOCK_BYTES", 0));
   }
-  if (const char* v = std::getenv("MUSTER_COMM_SPIN_US"); v && *v) {
+  if (const auto v = base::Settings::environment().raw("MUSTER_COMM_SPIN_US")) {
     o.spin = std::chrono::microseconds(env_int("MUSTER_COMM_SPIN_US", 0));
   }
-  if (const char* v = std::getenv("MUSTER_COMM_INLINE_BYTES"); v && *v) {
+  if (const auto v = base::Settings::environment().raw("MUSTER_COMM_INLINE_BYTES")) {
     o.inline_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_INLINE_BYTES", 0));
   }
-  if (const char* v = std::getenv("MUSTER_COMM_CHECK_OPS"); v && *v) {
-    const std::string t = v;
-    if (t != "0" && t != "1") throw InvalidArgument("MUSTER_COMM_CHECK_OPS=" + t + ": expected 0 or 1");
-    o.check_ops = t == "1";
+  if (const auto v = base::Settings::environment().boolean("MUSTER_COMM_CHECK_OPS", o.check_ops); !v.ok()) {
+    throw InvalidArgument(v.error);
+  } else {
+    o.check_ops = v.value;
   }
   if (o.timeout.count() <= 0) throw InvalidArgument("CommOptions.timeout must be positive");
   if (o.formation_timeout.count() < 0) throw InvalidArgument("CommOptions.formation_timeout must not be negative");

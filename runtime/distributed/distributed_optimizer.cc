@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "api/base/settings.h"
 #include "runtime/distributed/broadcast.h"
 #include "runtime/distributed/comm_thread.h"
 #include "runtime/distributed/reduction_pipeline.h"
@@ -16,37 +17,29 @@
 namespace muster::runtime::distributed {
 namespace {
 
+// Both variables through the one settings reader (api/base/settings.h).
 std::size_t resolve_threshold(std::size_t configured) {
   if (configured != 0) return configured;
-  const char* env = std::getenv("MUSTER_FUSION_THRESHOLD_MB");
-  if (env == nullptr || *env == '\0') {
+  const auto env = base::Settings::environment();
+  const auto mb = env.number("MUSTER_FUSION_THRESHOLD_MB", 0, 1e-9, 1e9);
+  if (!mb.ok()) throw InvalidArgument(mb.error + " (megabytes)");
+  if (!mb.given) {
     // Horovod's variable (bytes; 0 turns fusion off), as horovodrun
     // --fusion-threshold-mb and musterd's mpi clusters export it.
-    const char* hvd = std::getenv("HOROVOD_FUSION_THRESHOLD");
-    if (hvd == nullptr || *hvd == '\0') return kDefaultFusionThresholdBytes;
-    char* end = nullptr;
-    const double bytes = std::strtod(hvd, &end);
-    if (end == hvd || *end != '\0' || !(bytes >= 0)) {
-      throw InvalidArgument(std::string("HOROVOD_FUSION_THRESHOLD must be a number of bytes >= 0, got '") + hvd + "'");
-    }
-    return bytes < 1.0 ? 1 : static_cast<std::size_t>(bytes);
+    const auto hvd = env.number("HOROVOD_FUSION_THRESHOLD", 0, 0, 1e18);
+    if (!hvd.ok()) throw InvalidArgument(hvd.error + " (bytes)");
+    if (!hvd.given) return kDefaultFusionThresholdBytes;
+    return hvd.value < 1.0 ? 1 : static_cast<std::size_t>(hvd.value);
   }
-  char* end = nullptr;
-  const double mb = std::strtod(env, &end);
-  if (end == env || *end != '\0' || !(mb > 0)) {
-    throw InvalidArgument(std::string("MUSTER_FUSION_THRESHOLD_MB must be a positive number of megabytes, got '") +
-                          env + "'");
-  }
-  const double bytes = mb * 1024.0 * 1024.0;
+  const double bytes = mb.value * 1024.0 * 1024.0;
   return bytes < 1.0 ? 1 : static_cast<std::size_t>(bytes);
 }
 
 DistributedOptions resolve(DistributedOptions o) {
   o.fusion_threshold_bytes = resolve_threshold(o.fusion_threshold_bytes);
   if (o.timeline_path.empty()) {
-    const char* env = std::getenv("MUSTER_TIMELINE");
-    if (env == nullptr || *env == '\0') env = std::getenv("HOROVOD_TIMELINE");  // horovodrun --timeline-filename
-    if (env != nullptr) o.timeline_path = env;
+    const auto env = base::Settings::environment();
+    o.timeline_path = env.text("MUSTER_TIMELINE", env.text("HOROVOD_TIMELINE").value).value;  // horovodrun --timeline-filename
   }
   return o;
 }

@@ -1,5 +1,7 @@
 #include "runtime/report/metrics_reporter.h"
 
+#include "api/base/settings.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -16,10 +18,7 @@ void add_scalar(std::string& out, const char* name, const std::optional<double>&
   out += buf;
 }
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
+std::string env(const char* name) { return base::Settings::environment().text(name).value; }
 
 bool valid_name(const std::string& name) {
   if (name.empty() || name.size() > 64 || name.front() == ' ' || name.back() == ' ') return false;

@@ -147,8 +147,17 @@ std::vector<Worker> Client::stop_all_workers() {
   return workers_of(send_json("POST", "/api/v1/workers/stop", &body, request_timeout_seconds_));
 }
 
+// The daemon answers in pages (next_page_token); this follows them to the end.
 std::vector<Worker> Client::list_workers() {
-  return workers_of(send_json("GET", "/api/v1/workers", nullptr, request_timeout_seconds_));
+  std::vector<Worker> out;
+  std::string path = "/api/v1/workers";
+  for (;;) {
+    const json answer = send_json("GET", path, nullptr, request_timeout_seconds_);
+    for (auto& w : workers_of(answer)) out.push_back(std::move(w));
+    const auto next = answer.find("next_page_token");
+    if (next == answer.end() || !next->is_string()) return out;
+    path = "/api/v1/workers?page_token=" + next->get<std::string>();
+  }
 }
 
 Worker Client::get_worker(const std::string& id) {

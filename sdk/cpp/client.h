@@ -92,7 +92,8 @@ class Client {
   std::vector<Worker> stop_workers(const std::vector<std::string>& ids);
   // Stops every worker of this daemon. Example: client.stop_all_workers();
   std::vector<Worker> stop_all_workers();
-  // Every worker the daemon knows. Example: for (auto& w : client.list_workers()) ...
+  // Every worker the daemon knows, in launch order (every page of the list).
+  // Example: for (auto& w : client.list_workers()) ...
   std::vector<Worker> list_workers();
   // One worker. Example: client.get_worker(ws[0].id).status
   Worker get_worker(const std::string& id);

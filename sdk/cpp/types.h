@@ -118,7 +118,7 @@ struct AwaitOptions {
   double timeout_seconds = 60;      // 0: no timeout
 };
 
-// POST /api/v1/clusters (issue 3). Unset optionals use the daemon's defaults.
+// POST /api/v1/clusters. Unset optionals use the daemon's defaults.
 struct ClusterOptions {
   std::string mode = "ps";  // "ps", "mpi", "elastic" or "torchrun"
   int n_workers = 1;

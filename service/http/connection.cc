@@ -66,7 +66,6 @@ std::string lower(std::string_view s) {
 }
 
 constexpr const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
-constexpr size_t kLingerBytes = 64 << 10;
 
 }  // namespace
 
@@ -142,6 +141,7 @@ void Connection::on_header(beast::error_code ec) {
   if (ec) return shutdown();  // timeout, the client left, or the server stops
   const auto& msg = header_parser_->get();
   request_start_ = std::chrono::steady_clock::now();
+  request_.received = request_start_;
   request_.method = std::string(msg.method_string());
   request_method_ = request_.method;
   auto target = split_target(std::string_view(msg.target().data(), msg.target().size()));
@@ -217,7 +217,7 @@ void Connection::dispatch(const Route* route, Request request) {
   stream_.expires_never();
   auto slot = std::make_shared<ReplySlot>(weak_from_this());
   Reply reply = [slot](Response r) { slot->send(std::move(r)); };
-  const bool queued = ctx_->pool.submit([route, request = std::move(request), reply]() {
+  const bool queued = ctx_->lane_of(*route).post([route, request = std::move(request), reply]() {
     try {
       route->handler(request, reply);
     } catch (const std::exception& e) {
@@ -260,17 +260,17 @@ void Connection::on_written(beast::error_code ec) {
   if (ec || closed_) return shutdown();
   if (keep_alive_) return wait_for_request();
   // Close gracefully: FIN first, then discard what the client still sends
-  // (a body we refused) for a moment, so that it reads our answer instead
-  // of a reset.
+  // (a body we refused), up to max_drain_bytes within read_timeout, so that
+  // it reads our answer instead of a reset (nginx's lingering close).
   boost::system::error_code ignored;
   stream_.socket().shutdown(net::ip::tcp::socket::shutdown_send, ignored);
-  stream_.expires_after(std::chrono::seconds(1));
+  stream_.expires_after(ctx_->options.read_timeout);
   linger(0);
 }
 
 void Connection::linger(size_t discarded) {
   stream_.async_read_some(net::buffer(discard_), [self = shared_from_this(), discarded](beast::error_code ec, size_t n) {
-    if (ec || discarded + n > kLingerBytes) return self->shutdown();
+    if (ec || discarded + n > self->ctx_->options.max_drain_bytes) return self->shutdown();
     self->linger(discarded + n);
   });
 }

@@ -12,7 +12,8 @@
 //  c) read the body (Content-Length or chunked) within the same deadline,
 //     at most max_body_bytes (413 as soon as it is exceeded), and parse it
 //     as JSON (400); a GET's body is read and ignored;
-//  d) hand the Request to the handler pool (503 when it is full) and wait,
+//  d) hand the Request to its route's lane (agent routes have their own
+//     handler threads; 503 when the lane's queue is full) and wait,
 //     without a deadline, for the handler's Reply, which may come from any
 //     thread at any later time;
 //  e) write the response (within idle_timeout); then the next request on a
@@ -90,7 +91,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Streaming.
   std::shared_ptr<ChunkedStream> chunked_;
   bool writing_ = false;
-  char discard_[512];
+  char discard_[16384];
   bool closed_ = false;
 };
 

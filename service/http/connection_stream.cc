@@ -47,7 +47,7 @@ void Connection::start_stream(Response response) {
   // The producer starts on a handler thread: it may read a file or take a
   // lock before its first write.
   auto start = std::move(response.stream);
-  if (!ctx_->pool.submit([start, stream = chunked_] { start(stream); })) shutdown();
+  if (!ctx_->user_lane.post([start, stream = chunked_] { start(stream); })) shutdown();
 }
 
 // Reads while streaming only to notice the client leaving (EOF, reset).

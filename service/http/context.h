@@ -1,5 +1,5 @@
 // ServerContext: what every connection of an HttpServer shares: the
-// options, the route table and authenticator, the handler pool, the
+// options, the route table and authenticator, the handler lanes, the
 // io_context, the set of open connections, and the gate through which
 // other threads (handlers replying, producers writing to streams) reach a
 // connection.
@@ -18,7 +18,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "service/auth.h"
-#include "service/http/handler_pool.h"
+#include "api/base/task_queue.h"
 #include "service/http/options.h"
 #include "service/router.h"
 
@@ -57,13 +57,18 @@ struct ServerContext {
       : options(std::move(o)),
         router(r),
         auth(a),
-        pool(options.handler_threads, options.max_queued_requests) {}
+        user_lane(lane_options(options.handler_threads, options.max_queued_requests, "user request handlers")),
+        agent_lane(lane_options(options.agent_handler_threads, options.max_queued_requests, "agent request handlers")) {}
+
+  static base::TaskQueueOptions lane_options(int threads, size_t max_queued, const char* name);
 
   const HttpServerOptions options;
   const Router& router;
   const Authenticator& auth;
   boost::asio::io_context io{options.io_threads};
-  HandlerPool pool;
+  base::TaskQueue user_lane;
+  base::TaskQueue agent_lane;
+  base::TaskQueue& lane_of(const Route& route) { return route.lane == Lane::kAgent ? agent_lane : user_lane; }
   Gate gate;
 
   // The open connections (strong references: a connection waiting for its

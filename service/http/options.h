@@ -26,11 +26,18 @@ struct HttpServerOptions {
   // How long a keep-alive connection may wait for its next request; also
   // the limit on writing one response to a client that does not read.
   std::chrono::milliseconds idle_timeout{60'000};
-  // Threads running the sockets (asio) and threads running handlers.
+  // Threads running the sockets (asio) and threads running handlers: the
+  // user lane (every route but the agents') and the agent lane (register,
+  // heartbeat, exit, wait-release), so agents never queue behind users.
   int io_threads = 2;
   int handler_threads = 8;
-  // Requests waiting for a handler thread; beyond it 503.
+  int agent_handler_threads = 2;
+  // Requests waiting for a handler thread, per lane; beyond it 503.
   size_t max_queued_requests = 4096;
+  // A refused body (413) is read and discarded up to this many bytes (within
+  // read_timeout) before the connection closes, so that a client still
+  // sending it reads the answer instead of a reset.
+  size_t max_drain_bytes = 16 << 20;
   // Bytes a streamed response may queue for a client that reads slower
   // than it is written; beyond it the stream is closed and the client
   // dropped.

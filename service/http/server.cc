@@ -46,6 +46,15 @@ api::Result<sockaddr_in> ipv4(const std::string& host, int port) {
 
 }  // namespace
 
+base::TaskQueueOptions http::ServerContext::lane_options(int threads, size_t max_queued, const char* name) {
+  base::TaskQueueOptions o;
+  o.threads = static_cast<size_t>(std::max(threads, 1));
+  o.max_queued = max_queued;
+  o.name = name;
+  o.on_error = [](const std::string& what) { spdlog::error("{}", what); };
+  return o;
+}
+
 api::Result<int> pick_free_port(const std::string& host) {
   auto addr = ipv4(host, 0);
   if (!addr) return addr.status();
@@ -193,7 +202,8 @@ void HttpServer::stop() {
   ctx_->io.restart();
   for (int i = 0; i < 100 && ctx_->io.poll() > 0; ++i) {
   }
-  ctx_->pool.stop();
+  ctx_->user_lane.close();
+  ctx_->agent_lane.close();
   {
     std::lock_guard<std::mutex> lock(ctx_->connections_mu);
     ctx_->connections.clear();

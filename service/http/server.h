@@ -1,9 +1,12 @@
 // HttpServer: serves the Router over HTTP/1.1 (Boost.Beast on asio).
 //
 // Threads: `io_threads` threads run every socket (accept, read, write) and
-// never run handler code; `handler_threads` threads run the handlers (see
-// HandlerPool). A connection's life is written out in connection.h; the
-// limits are in HttpServerOptions (options.h).
+// never run handler code; the handlers run on two lanes of threads
+// (base::TaskQueue): `agent_handler_threads` for the agent routes, so that
+// registrations, heartbeats and exit reports never queue behind user
+// requests, and `handler_threads` for everything else. A connection's life
+// is written out in connection.h; the limits are in HttpServerOptions
+// (options.h).
 //
 // Contract: listen() binds and listens (SOCK_CLOEXEC: launched programs do
 // not inherit the port) without serving: connections wait in the kernel's

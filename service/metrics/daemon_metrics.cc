@@ -24,9 +24,21 @@ void DaemonMetrics::observe_heartbeat_gap(double seconds) { heartbeat_gaps_.obse
 
 void DaemonMetrics::on_worker_change(const api::Worker& w) {
   std::lock_guard<std::mutex> lock(mu_);
-  // A worker is counted once when first seen, once when it ends.
-  if (seen_.insert(w.id + "/launch").second) launches_ += 1;
-  if (!api::is_terminal(w.status) || !seen_.insert(w.id + "/end").second) return;
+  // A worker is counted once when first seen, once when it ends. Unfinished
+  // workers are remembered, and the last kRecentlyEnded that ended (a
+  // repeated report of an end is not a second end): bounded however long
+  // the daemon runs.
+  constexpr size_t kRecentlyEnded = 65536;
+  if (ended_.count(w.id)) return;
+  if (live_.insert(w.id).second) launches_ += 1;
+  if (!api::is_terminal(w.status)) return;
+  live_.erase(w.id);
+  ended_.insert(w.id);
+  ended_order_.push_back(w.id);
+  if (ended_order_.size() > kRecentlyEnded) {
+    ended_.erase(ended_order_.front());
+    ended_order_.pop_front();
+  }
   if (w.status == api::WorkerStatus::kStopped) stops_ += 1;
   if (w.status == api::WorkerStatus::kFailed || w.status == api::WorkerStatus::kTimedOut ||
       w.status == api::WorkerStatus::kLost) {
@@ -42,8 +54,8 @@ std::string DaemonMetrics::render(const Sources& src) const {
       api::WorkerStatus::kStopped,    api::WorkerStatus::kLost};
   std::map<std::string, double> by_status;
   for (auto s : kStatuses) by_status[api::worker_status_name(s)] = 0;
-  if (src.workers) {
-    for (const auto& w : src.workers()) by_status[api::worker_status_name(w.status)] += 1;
+  if (src.worker_counts) {
+    for (const auto& [status, n] : src.worker_counts()) by_status[api::worker_status_name(status)] += static_cast<double>(n);
   }
   out.family("muster_workers", "gauge", "Workers this daemon knows, by status and backend.");
   for (const auto& [status, n] : by_status) out.sample("muster_workers", {{"status", status}, {"backend", src.backend}}, n);

@@ -12,6 +12,7 @@
 // Thread-safe; the observe_* calls take one short mutex.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -40,7 +41,7 @@ class DaemonMetrics {
 
   struct Sources {
     std::string backend;
-    std::function<std::vector<api::Worker>()> workers;
+    std::function<std::map<api::WorkerStatus, size_t>()> worker_counts;  // workers by status
     std::function<std::vector<api::Cluster>()> clusters;
     std::function<double()> max_heartbeat_age;  // seconds, 0 when nothing runs
     const TrainingSeries* training = nullptr;
@@ -54,7 +55,9 @@ class DaemonMetrics {
   std::map<RequestKey, std::unique_ptr<metrics::Histogram>> requests_;
   metrics::Histogram store_writes_;
   metrics::Histogram heartbeat_gaps_;
-  std::set<std::string> seen_;  // workers counted as launched
+  std::set<std::string> live_;   // workers counted as launched that have not ended
+  std::set<std::string> ended_;  // the most recently ended, oldest first in ended_order_
+  std::deque<std::string> ended_order_;
   double launches_ = 0, stops_ = 0, failures_ = 0;
 };
 

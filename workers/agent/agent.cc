@@ -20,6 +20,7 @@
 #include "api/base/net.h"
 #include "api/base/process.h"
 #include "api/kernel.h"
+#include "workers/agent/leftovers.h"
 #include "workers/agent/limits.h"
 #include "workers/agent/network.h"
 
@@ -204,6 +205,10 @@ int run_agent(const AgentOptions& o) {
     log_line("MUSTER_URL (http://host:port), MUSTER_WORKER_ID and MUSTER_AGENT_TOKEN are required");
     return 2;
   }
+  // 0. Before anything forks: a child subreaper, in the worker's cgroup.
+  Leftovers leftovers;
+  leftovers.spare(o.log_relay);
+  log_line(leftovers.adopt_process(o.env.cgroup, o.env.worker_id));
   // 1. The IP that routes to the daemon, and maybe a reserved port.
   const std::string master = o.env.master_ip.empty() ? endpoint->host : o.env.master_ip;
   const auto local = base::local_address_towards(master, endpoint->port);
@@ -223,11 +228,13 @@ int run_agent(const AgentOptions& o) {
   if (!reply || reply->status != 200) {
     log_line("register failed (" + (reply ? std::to_string(reply->status) + " " + reply->body : "daemon unreachable") +
              "); not running the script");
+    leftovers.release();
     return 3;
   }
   const auto registered = api::registered_from_json(json::parse(reply->body, nullptr, false));
   if (!registered) {
     log_line("the daemon's register reply is malformed (" + registered.status().message() + "): " + reply->body);
+    leftovers.release();
     return 3;
   }
   const bool hold = registered->hold;
@@ -282,6 +289,7 @@ int run_agent(const AgentOptions& o) {
     }
     cv.notify_all();
     heartbeat.join();
+    leftovers.release();
     return code;
   };
 
@@ -328,7 +336,7 @@ int run_agent(const AgentOptions& o) {
   if (g_signal || stopped_by_daemon) return finish(128 + (g_signal ? g_signal : SIGTERM));
 
   // 4. Limits, then the script.
-  log_line(apply_limits(o.env.worker_id, o.env.cpu, o.env.memory_gb, ::getpid()));
+  log_line(apply_limits(leftovers.cgroup(), o.env.cpu, o.env.memory_gb));
   if (port) port->release();
   const auto command = script_command(o);
   const pid_t child = processes.empty() ? spawn_script(command, env) : 0;
@@ -336,16 +344,28 @@ int run_agent(const AgentOptions& o) {
   if (child > 0) {
     g_child_pid = child;
     if (g_signal) ::kill(child, g_signal);
+    // Any child may end here: as a subreaper the agent also collects the
+    // orphans the script left, until the script itself ends.
     int status = 0;
-    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    for (;;) {
+      const pid_t ended = ::waitpid(-1, &status, 0);
+      if (ended == child || (ended < 0 && errno == ECHILD)) break;
     }
     exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     g_child_pid = 0;
   }
-  // 6. Report the exit.
+  // 5b. What the script left running ends with it (background children,
+  // setsid or double-forked escapees).
+  if (const size_t ended = leftovers.end(o.env.stop_grace)) {
+    log_line("ended " + std::to_string(ended) + " process(es) the script left running");
+  }
+  // 6. Report the exit. Told to stop (SIGTERM from the daemon): once and
+  // briefly, as the daemon has already recorded the stop and a busy daemon
+  // must not keep a stopped agent alive.
   if (!stopped_by_daemon) {
-    auto r = client.post_retrying("exit", api::to_json(api::AgentExit{exit_code}), 60s);
-    if (!r) log_line("could not report the exit code to the daemon");
+    const auto body = api::to_json(api::AgentExit{exit_code});
+    auto r = g_signal ? client.post("exit", body, 2s) : client.post_retrying("exit", body, 60s);
+    if (!r && !g_signal) log_line("could not report the exit code to the daemon");
   }
   finish(exit_code);
   if (stopped_by_daemon) ::kill(-::getpgrp(), SIGKILL);  // leftovers of the script's tree, and us

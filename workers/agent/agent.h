@@ -1,5 +1,8 @@
 // Agent: what muster-agent does inside a worker. The daemon-side half of
 // the protocol is service/agent_routes.h; the steps, as run() performs them:
+//  0. become a child subreaper and join the worker's cgroup (MUSTER_CGROUP,
+//     else one of its own where cgroup v2 allows; leftovers.h), before
+//     anything forks;
 //  1. find the local IP that routes to MUSTER_MASTER_IP; reserve a port on
 //     it when MUSTER_RESERVE_PORT=1;
 //  2. register {ip_address, port} (retrying while the daemon is unreachable);
@@ -20,9 +23,15 @@
 //     longer knows the token: restarted with another state dir), or no
 //     answer for MUSTER_ORPHAN_TIMEOUT_S, ends the script's whole process
 //     group and the agent, with a log line saying which;
-//  6. when the script ends, report exit {exit_code} (128+signal when killed)
-//     and exit with the same code. SIGTERM/SIGINT are forwarded to the script.
+//  6. when the script ends, end what it left running (SIGTERM, up to
+//     MUSTER_STOP_GRACE_S, SIGKILL: background children, setsid or
+//     double-forked escapees), report exit {exit_code} (128+signal when
+//     killed; after a stop only once, briefly: the daemon has recorded the
+//     stop already) and exit with the same code. SIGTERM/SIGINT are
+//     forwarded to the script.
 #pragma once
+
+#include <sys/types.h>
 
 #include <chrono>
 #include <map>
@@ -39,6 +48,10 @@ namespace muster::workers::agent {
 struct AgentOptions {
   api::AgentEnvironment env;  // MUSTER_* (MUSTER_MASTER_IP default: the URL's host)
   api::AgentCommand command;  // --kernel / --script / --code, and the script's arguments
+  // The log relay (log_relay.h) the agent forked, -1 without one: a child of
+  // the agent, yet no leftover of the script (ending it would lose the log's
+  // tail).
+  pid_t log_relay = -1;
 };
 
 // With no daemon answering for this long (MUSTER_ORPHAN_TIMEOUT_S unset), the

@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
     }
     relay_pid = started.relay;
   }
-  const int code = muster::workers::agent::run_agent(AgentOptions{*env, *command});
+  const int code = muster::workers::agent::run_agent(AgentOptions{*env, *command, relay_pid});
   // The relay writes what is left once the last writer is gone; a process
   // the script left running may hold the pipe, so the wait is bounded.
   muster::workers::agent::finish_log_capture(relay_pid, std::chrono::seconds(2));

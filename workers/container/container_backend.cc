@@ -70,6 +70,10 @@ api::Result<std::unique_ptr<ContainerBackend>> ContainerBackend::create(const Co
 ContainerBackend::ContainerBackend(ContainerOptions options, std::unique_ptr<Executor> exec, Subnet subnet)
     : options_(std::move(options)), exec_(std::move(exec)), subnet_(subnet), dir_(options_.state_dir / "container") {
   if (options_.instance_id.empty()) options_.instance_id = random_instance_id();
+  base::TaskQueueOptions q;
+  q.threads = options_.teardown_threads;
+  q.name = "container teardowns";
+  teardowns_ = std::make_unique<base::TaskQueue>(q);
 }
 
 ContainerBackend::~ContainerBackend() { shutdown(); }
@@ -168,12 +172,18 @@ api::Status ContainerBackend::stop(const std::string& worker_id, std::chrono::mi
     if (it == containers_.end()) return api::Status::ok();
     c = std::move(it->second);
     containers_.erase(it);
+    finished_[worker_id] = 128 + SIGTERM;
   }
-  teardown(*c, grace);
-  std::lock_guard<std::mutex> lock(mu_);
-  finished_[worker_id] = 128 + SIGTERM;
-  used_indices_.erase(c->index);
-  refresh_known_hosts();
+  // Signalled now; the grace, SIGKILL and the teardown run on a teardown
+  // thread, and the container's address is free once that is done.
+  if (c->agent_pid != 0) exec_->kill_group(c->agent_pid, SIGTERM);
+  std::shared_ptr<Container> ending(std::move(c));
+  teardowns_->post([this, ending, grace] {
+    teardown(*ending, grace);
+    std::lock_guard<std::mutex> lock(mu_);
+    used_indices_.erase(ending->index);
+    refresh_known_hosts();
+  });
   return api::Status::ok();
 }
 
@@ -230,6 +240,8 @@ void ContainerBackend::shutdown() {
     all.swap(containers_);
     used_indices_.clear();
   }
+  teardowns_->drain();  // the stops under way end first
+  teardowns_->close();
   reap_cv_.notify_all();
   if (reaper_.joinable()) reaper_.join();
   for (auto& [id, c] : all) teardown(*c, std::chrono::milliseconds(500));

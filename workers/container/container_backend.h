@@ -47,6 +47,7 @@
 #include "workers/container/ledger.h"
 #include "workers/container/net_resources.h"
 #include "workers/container/sshd.h"
+#include "api/base/task_queue.h"
 #include "workers/container/subnet.h"
 
 namespace muster::workers::container {
@@ -62,8 +63,11 @@ struct ContainerOptions {
   std::chrono::milliseconds sshd_ready_timeout{5000};
   std::chrono::milliseconds reap_interval{500};
   bool mpi_ssh = true;  // preflight_mpi() answers the ssh rsh agent
+  // Threads that wait out a stop's grace and tear the container down, so
+  // stop() returns once the agent is signalled (0: inline, for tests).
+  size_t teardown_threads = 2;
 
-  // From --backend-opt key=value: bridge, subnet, prefix, ssh_port, sshd (on/off).
+  // From --backend-opt key=value: bridge, subnet, prefix, ssh_port, sshd (true/false).
   static api::Result<ContainerOptions> from_map(const std::filesystem::path& state_dir,
                                                 const std::map<std::string, std::string>& opts);
 };
@@ -127,6 +131,7 @@ class ContainerBackend final : public Backend, public MpiHosts {
   bool shut_down_ = false;
   std::condition_variable reap_cv_;
   std::thread reaper_;
+  std::unique_ptr<base::TaskQueue> teardowns_;  // stop()'s grace and teardown
 };
 
 // True when /proc/<pid>/net/tcp text shows a socket listening on `port`.

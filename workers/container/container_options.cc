@@ -3,6 +3,8 @@
 
 #include "workers/container/container_backend.h"
 
+#include "api/base/settings.h"
+
 namespace muster::workers::container {
 namespace fs = std::filesystem;
 namespace {
@@ -41,9 +43,9 @@ api::Result<ContainerOptions> ContainerOptions::from_map(const fs::path& state_d
       if (o.ssh_port < 1 || o.ssh_port > 65535)
         return api::invalid_argument("--backend-opt ssh_port='" + value + "': not a port number", "ssh_port");
     } else if (key == "sshd") {
-      if (value != "on" && value != "off")
-        return api::invalid_argument("--backend-opt sshd='" + value + "': use on or off", "sshd");
-      o.start_sshd = value == "on";
+      const auto on = base::parse_bool(value);  // the one boolean dialect
+      if (!on) return api::invalid_argument("--backend-opt sshd='" + value + "': expected true, false, 1 or 0", "sshd");
+      o.start_sshd = *on;
     } else if (key == "instance") {
       if (!valid_link_word(value) || value.size() > 4)
         return api::invalid_argument("--backend-opt instance='" + value + "': use 1-4 letters or digits",

@@ -2,7 +2,9 @@
 
 #include <signal.h>
 
-#include <thread>
+#include <cstdio>
+
+#include "api/agent_protocol.h"
 
 namespace muster::workers::local {
 
@@ -11,16 +13,25 @@ namespace {
 // Whether the group that `leader` started still has a live member: the
 // leader itself, or (once it is gone) any process of its group, unless
 // another process holds the leader's pid (then that group is long gone).
-bool tree_alive(const base::ProcessId& leader) {
+bool group_tree_alive(const base::ProcessId& leader) {
   if (base::alive(leader)) return true;
   auto now = base::read_proc_stat(leader.pid);
   if (now && now->start_time != leader.start_time) return false;
   return base::group_alive(leader.pid);
 }
 
+constexpr auto kReaperPeriod = std::chrono::milliseconds(100);
+
 }  // namespace
 
 LocalBackend::LocalBackend(LocalBackendOptions options) : options_(options) {
+  if (options_.cgroups) {
+    auto found = base::CgroupParent::find("muster");
+    cgroups_ = found.parent;
+    why_no_cgroups_ = found.why_not;
+  } else {
+    why_no_cgroups_ = "turned off";
+  }
   reaper_ = std::thread([this] { reaper_loop(); });
 }
 
@@ -33,35 +44,100 @@ LocalBackend::~LocalBackend() {
   reaper_.join();
 }
 
+std::string LocalBackend::cgroup_parent() const { return cgroups_ ? cgroups_->path().string() : std::string(); }
+
 void LocalBackend::reaper_loop() {
   std::unique_lock<std::mutex> lock(mu_);
-  while (!reaper_cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return closing_; })) {
-    for (auto& [id, child] : children_) reap_locked(child);
+  while (!closing_) {
+    // Wake for the next SIGKILL deadline, else every kReaperPeriod.
+    auto wake = Clock::now() + kReaperPeriod;
+    for (const auto& [id, child] : children_) {
+      if (child.kill_at && *child.kill_at < wake) wake = *child.kill_at;
+    }
+    reaper_cv_.wait_until(lock, wake, [&] { return closing_; });
+    if (closing_) break;
+    lock.unlock();
+    reaper_pass();
+    lock.lock();
+  }
+}
+
+// One pass: reap the agents; SIGKILL the trees whose grace is over; kill
+// what is left of a tree whose agent has exited; remove empty cgroups; drop
+// workers the registry forgot once nothing of theirs is left.
+void LocalBackend::reaper_pass() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = Clock::now();
+  for (auto it = children_.begin(); it != children_.end();) {
+    Child& child = it->second;
+    if (!child.cleaned) {
+      reap_locked(child);
+      if (child.kill_at && *child.kill_at <= now) {
+        child.kill_at.reset();
+        signal_tree_locked(child, SIGKILL);
+      }
+      if (child.exit_code) {
+        if (child.cgroup.exists()) {
+          if (child.cgroup.populated()) {
+            if (auto failed = child.cgroup.kill()) std::fprintf(stderr, "muster local backend: %s\n", failed->c_str());
+          } else {
+            child.cgroup.remove();
+            child.cleaned = !child.cgroup.exists();
+          }
+        } else {
+          // The agent ends its script's leftovers itself; what stays in the
+          // group now has nobody else to end it.
+          if (group_tree_alive(child.id)) {
+            base::signal_group(child.id, SIGKILL);
+          } else {
+            child.cleaned = true;
+          }
+        }
+      }
+    }
+    if (child.cleaned && child.forgotten) {
+      it = children_.erase(it);
+    } else {
+      ++it;
+    }
   }
 }
 
 api::Status LocalBackend::launch(const std::vector<LaunchSpec>& specs) {
   std::vector<std::string> started;
+  auto undo = [&] {
+    for (const auto& id : started) {
+      if (auto s = stop(id, std::chrono::milliseconds(0)); !s) std::fprintf(stderr, "%s\n", s.message().c_str());
+    }
+  };
   for (const auto& spec : specs) {
     if (spec.agent_argv.empty()) {
-      for (const auto& id : started) (void)stop(id, std::chrono::milliseconds(0));
+      undo();
       return api::invalid_argument("worker " + spec.worker_id + ": empty agent command");
     }
+    // The agent makes this cgroup and joins it before anything forks (off
+    // this thread, so a launch of n workers does not pay n mkdirs in turn).
+    base::Cgroup cgroup;
+    if (cgroups_) cgroup = base::Cgroup(cgroups_->path() / spec.worker_id);
     // Own session and group; the daemon's listener and blocked signals stay
     // behind (an agent outliving a killed daemon must not hold its port).
     base::SpawnOptions o;
     o.argv = spec.agent_argv;
     o.env = spec.env;
+    o.env[api::kEnvCgroup] = cgroup.valid() ? cgroup.path().string() : std::string(api::kCgroupNone);
     o.cwd = spec.working_dir;
     o.output = spec.log_path;
     o.new_session = true;
     auto spawned = base::spawn(o);
     if (spawned.failure) {
-      for (const auto& id : started) (void)stop(id, std::chrono::milliseconds(0));
+      undo();
       return api::internal_error("worker " + spec.worker_id + ": " + *spawned.failure);
     }
     std::lock_guard<std::mutex> lock(mu_);
-    children_[spec.worker_id] = Child{spawned.id, true, std::nullopt};
+    Child child;
+    child.id = spawned.id;
+    child.cgroup = cgroup;
+    children_[spec.worker_id] = child;
     started.push_back(spec.worker_id);
   }
   return api::Status::ok();
@@ -76,40 +152,50 @@ void LocalBackend::reap_locked(Child& child) {
   }
 }
 
-bool LocalBackend::group_alive(const std::string& worker_id) {
+void LocalBackend::signal_tree_locked(const Child& child, int sig) {
+  if (child.cgroup.exists()) {
+    base::signal_group(child.id, sig);  // the agent too, in case it has not joined its cgroup yet
+    if (sig == SIGKILL) {
+      const base::Failure killed = child.cgroup.kill();
+      if (!killed) return;
+    }
+    child.cgroup.signal(sig);
+    return;
+  }
+  // Without a cgroup: the group, and every descendant of the agent (those
+  // that left the group with setsid, and orphans re-parented to the agent).
+  const auto below = base::descendants(child.id);
+  base::signal_group(child.id, sig);
+  for (const auto& p : below) base::signal_process(p, sig);
+}
+
+bool LocalBackend::tree_alive_locked(const Child& child) {
+  if (child.cgroup.exists()) return child.cgroup.populated() || base::alive(child.id);
+  return group_tree_alive(child.id);
+}
+
+bool LocalBackend::tree_alive(const std::string& worker_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = children_.find(worker_id);
   if (it == children_.end()) return false;
   reap_locked(it->second);
-  if (!it->second.exit_code) return true;
-  // The group outlives its leader while any descendant still runs.
-  return tree_alive(it->second.id);
+  return tree_alive_locked(it->second);
 }
 
 api::Status LocalBackend::stop(const std::string& worker_id, std::chrono::milliseconds grace) {
-  base::ProcessId leader;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = children_.find(worker_id);
     if (it == children_.end()) return api::Status::ok();
-    leader = it->second.id;
+    Child& child = it->second;
+    reap_locked(child);
+    if (child.cleaned || !tree_alive_locked(child)) return api::Status::ok();  // nothing left: signal nobody
+    signal_tree_locked(child, grace.count() > 0 ? SIGTERM : SIGKILL);
+    const auto kill_at = Clock::now() + grace;
+    if (!child.kill_at || kill_at < *child.kill_at) child.kill_at = kill_at;
   }
-  using clock = std::chrono::steady_clock;
-  auto wait_gone = [&](clock::duration limit) {
-    const auto deadline = clock::now() + limit;
-    while (group_alive(worker_id)) {
-      if (clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return true;
-  };
-  if (!group_alive(worker_id)) return api::Status::ok();  // nothing left: signal nobody
-  (void)base::signal_group(leader, SIGTERM);
-  if (wait_gone(grace)) return api::Status::ok();
-  (void)base::signal_group(leader, SIGKILL);
-  if (wait_gone(std::chrono::seconds(2))) return api::Status::ok();
-  return api::internal_error("worker " + worker_id + ": process group " + std::to_string(leader.pid) +
-                             " still exists after SIGKILL");
+  reaper_cv_.notify_all();
+  return api::Status::ok();
 }
 
 ProcessStatus LocalBackend::poll(const std::string& worker_id) {
@@ -125,14 +211,32 @@ std::string LocalBackend::process_identity(const std::string& worker_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = children_.find(worker_id);
   if (it == children_.end() || !it->second.id.valid()) return "";
-  return it->second.id.to_string();
+  std::string out = it->second.id.to_string();
+  if (it->second.cgroup.valid()) out += "@" + it->second.cgroup.path().string();
+  return out;
 }
 
 void LocalBackend::adopt(const std::string& worker_id, const std::string& identity) {
-  auto id = base::ProcessId::parse(identity);
+  const auto at = identity.find('@');
+  auto id = base::ProcessId::parse(identity.substr(0, at));
   if (!id) return;
+  Child child;
+  child.id = *id;
+  child.ours = false;
+  if (at != std::string::npos) child.cgroup = base::Cgroup(identity.substr(at + 1));
   std::lock_guard<std::mutex> lock(mu_);
-  if (!children_.count(worker_id)) children_[worker_id] = Child{*id, false, std::nullopt};
+  if (!children_.count(worker_id)) children_[worker_id] = child;
+}
+
+void LocalBackend::forget(const std::string& worker_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = children_.find(worker_id);
+  if (it == children_.end()) return;
+  if (it->second.cleaned) {
+    children_.erase(it);
+  } else {
+    it->second.forgotten = true;
+  }
 }
 
 void LocalBackend::shutdown() {
@@ -142,7 +246,14 @@ void LocalBackend::shutdown() {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [id, child] : children_) ids.push_back(id);
   }
-  for (const auto& id : ids) (void)stop(id, std::chrono::seconds(2));
+  for (const auto& id : ids) {
+    if (auto s = stop(id, std::chrono::seconds(2)); !s) std::fprintf(stderr, "%s\n", s.message().c_str());
+  }
+  // At shutdown the daemon waits for what it ends.
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  for (const auto& id : ids) {
+    while (tree_alive(id) && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 }  // namespace muster::workers::local

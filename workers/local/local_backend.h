@@ -3,29 +3,45 @@
 // - launch(): base::spawn of the agent in a new session (so its own process
 //   group, pgid == pid), cwd = LaunchSpec::working_dir, stdin /dev/null,
 //   stdout+stderr appended to LaunchSpec::log_path, environment = the
-//   daemon's environment plus LaunchSpec::env. All-or-nothing.
-// - stop(): SIGTERM to the group, SIGKILL after the grace period; returns
-//   once the group is gone (or, at worst, 2 s after SIGKILL).
-// - poll(): reaps with waitpid(WNOHANG); 128+signal when killed. A reaper
-//   thread also reaps every 200 ms, so finished agents never stay zombies.
+//   daemon's environment plus LaunchSpec::env. All-or-nothing. Where a
+//   cgroup v2 directory can be made (base::CgroupParent, under the daemon's
+//   own cgroup in `muster/`), each worker gets one, <parent>/<worker id>,
+//   named to the agent (MUSTER_CGROUP), which makes it and joins it first
+//   thing, before anything forks: every process the worker ever starts is
+//   inside. (The agent does it, in parallel, rather than this thread in
+//   turn: a mkdir and a migration cost about a millisecond each.)
+// - stop(): SIGTERM to the agent's group and to every process of the tree
+//   (the cgroup's members, else the agent's descendants: the agent is a
+//   child subreaper, so double-forked orphans stay below it), then returns.
+//   The reaper thread sends SIGKILL to the same set once `grace` has passed
+//   (cgroup.kill where there is a cgroup), so no caller waits for the grace.
+// - When an agent has exited, whatever is left of its tree (a script's
+//   background children, setsid or double-forked escapees) is killed, and
+//   the worker's cgroup is removed once it is empty.
+// - poll(): reaps with waitpid(WNOHANG); 128+signal when killed. The reaper
+//   thread also reaps every 100 ms, so finished agents never stay zombies.
 // - Every agent is known by its base::ProcessId {pid, start time}; stop()
 //   signals its group only while that identity holds (or the group outlives
 //   its leader), never a process group that reused the number.
 // - Agents outlive the daemon by default so that a restarted daemon adopts
-//   them (they keep heartbeating); --backend-opt stop_on_shutdown=1 ends them
-//   at shutdown instead. process_identity() is what the registry persists;
-//   adopt() hands it back after a restart, so poll() and stop() reach the
-//   earlier daemon's agents too (poll(): running while the identity holds,
-//   else exited with code -1, as the exit code is not ours to read).
+//   them (they keep heartbeating); --backend-opt stop_on_shutdown=true ends
+//   them at shutdown instead. process_identity() ("<pid>:<start time>", then
+//   "@<cgroup>" when there is one) is what the registry persists; adopt()
+//   hands it back after a restart, so poll() and stop() reach the earlier
+//   daemon's agents and their cgroups too (poll(): running while the
+//   identity holds, else exited with code -1, as the exit code is not ours
+//   to read).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <mutex>
-#include <thread>
 #include <optional>
 #include <string>
+#include <thread>
 
+#include "api/base/cgroup.h"
 #include "api/base/process.h"
 #include "workers/backend.h"
 
@@ -33,6 +49,9 @@ namespace muster::workers::local {
 
 struct LocalBackendOptions {
   bool stop_on_shutdown = false;
+  // A cgroup per worker where one can be made (false: process groups and
+  // the agent's subreaper only; tests of that fallback).
+  bool cgroups = true;
 };
 
 class LocalBackend final : public Backend {
@@ -47,21 +66,37 @@ class LocalBackend final : public Backend {
   ProcessStatus poll(const std::string& worker_id) override;
   std::string process_identity(const std::string& worker_id) override;
   void adopt(const std::string& worker_id, const std::string& identity) override;
+  void forget(const std::string& worker_id) override;
   void shutdown() override;
 
+  // Where worker cgroups are made ("" when none can be, with why_not()).
+  std::string cgroup_parent() const;
+  const std::string& why_no_cgroups() const { return why_no_cgroups_; }
+  // Whether anything of the worker's tree is still alive (tests).
+  bool tree_alive(const std::string& worker_id);
+
  private:
+  using Clock = std::chrono::steady_clock;
   struct Child {
     base::ProcessId id;            // the agent; its pid is also the group id
     bool ours = true;              // our child (reaped here), or adopted
-    std::optional<int> exit_code;  // set once it ended
+    std::optional<int> exit_code;  // set once the agent ended
+    base::Cgroup cgroup;           // valid when the worker has one
+    std::optional<Clock::time_point> kill_at;  // stop(): SIGKILL the tree then
+    bool cleaned = false;          // the agent ended and nothing of its tree is left
+    bool forgotten = false;        // the registry is done with it: drop once cleaned
   };
   // waitpid(WNOHANG) on the leader; call with mu_ held.
   void reap_locked(Child& child);
-  bool group_alive(const std::string& worker_id);
-
+  // Sends `sig` to every process of the tree; call with mu_ held.
+  void signal_tree_locked(const Child& child, int sig);
+  bool tree_alive_locked(const Child& child);
   void reaper_loop();
+  void reaper_pass();
 
   LocalBackendOptions options_;
+  std::optional<base::CgroupParent> cgroups_;
+  std::string why_no_cgroups_;
   std::mutex mu_;
   std::map<std::string, Child> children_;
   std::condition_variable reaper_cv_;

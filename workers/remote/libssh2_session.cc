@@ -374,7 +374,7 @@ class Libssh2Connector final : public Connector {
         status = api::unavailable("host " + host.label() + ": its host key is not in known_hosts " +
                                   (file.empty() ? std::string("(none configured)") : file) +
                                   "; add it (ssh-keyscan -p " + std::to_string(host.port) + " " + host.address +
-                                  " >> FILE) or set --backend-opt accept_new=on");
+                                  " >> FILE) or set --backend-opt accept_new=true");
       }
     }
     libssh2_knownhost_free(kh);

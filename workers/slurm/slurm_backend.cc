@@ -10,6 +10,8 @@
 #include <spdlog/spdlog.h>
 
 #include "api/base/atomic_file.h"
+#include "api/body_reader.h"
+#include "api/base/settings.h"
 #include "api/base/shell_quote.h"
 #include "workers/slurm/job_state.h"
 
@@ -18,14 +20,6 @@ namespace muster::workers::slurm {
 namespace fs = std::filesystem;
 
 namespace {
-
-bool valid_env_name(const std::string& name) {
-  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
-  for (char c : name) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
-  }
-  return true;
-}
 
 // Writes `text` to `path` durably (api/base/atomic_file.h).
 api::Status write_durably(const fs::path& path, const std::string& text, mode_t mode) {
@@ -73,7 +67,12 @@ api::Result<SlurmOptions> SlurmOptions::from_map(const fs::path& state_dir,
       }
       o.poll_interval = std::chrono::milliseconds(ms);
     } else if (key == "cancel_on_shutdown") {
-      o.cancel_on_shutdown = value == "1" || value == "true";
+      const auto on = base::parse_bool(value);  // the one boolean dialect
+      if (!on) {
+        return api::invalid_argument("--backend-opt cancel_on_shutdown='" + value + "': expected true, false, 1 or 0",
+                                     "backend-opt");
+      }
+      o.cancel_on_shutdown = *on;
     } else {
       return api::invalid_argument("unknown --backend-opt '" + key +
                                        "' for the slurm backend (known: master_address, partition, account, qos, "
@@ -133,12 +132,17 @@ api::Status SlurmBackend::save_locked() const {
 api::Status SlurmBackend::launch(const std::vector<LaunchSpec>& specs) {
   std::vector<std::pair<std::string, std::string>> submitted;  // worker, job
   auto undo = [&](api::Status why) {
-    for (const auto& [worker, job] : submitted) (void)client_->cancel(job);
+    for (const auto& [worker, job] : submitted) {
+      if (auto s = client_->cancel(job); !s) {
+        spdlog::error("slurm: job {} of worker {} (a launch being undone) could not be cancelled: {}", job, worker,
+                      s.message());
+      }
+    }
     return why;
   };
   for (const auto& spec : specs) {
     for (const auto& [k, v] : spec.env) {
-      if (!valid_env_name(k)) {
+      if (!api::is_env_name(k)) {
         return undo(api::invalid_argument("worker " + spec.worker_id + ": '" + k + "' is not an environment name"));
       }
     }
@@ -271,7 +275,9 @@ void SlurmBackend::shutdown() {
   }
   cv_.notify_all();
   if (poller_.joinable()) poller_.join();
-  for (const auto& job : to_cancel) (void)client_->cancel(job);
+  for (const auto& job : to_cancel) {
+    if (auto s = client_->cancel(job); !s) spdlog::error("slurm: job {} could not be cancelled at shutdown: {}", job, s.message());
+  }
 }
 
 api::Result<MpiLaunchSettings> SlurmBackend::preflight_mpi(const MpiHostsRequest& request) {

@@ -1,5 +1,9 @@
 #include "workers/ssh/ssh_backend.h"
 
+#include "api/base/settings.h"
+
+#include <signal.h>
+
 #include "workers/remote/ssh_mpi.h"
 
 #include "api/base/net.h"
@@ -33,10 +37,13 @@ struct SshBackend::RemoteWorker {
 
 namespace {
 
+// The one boolean dialect (api/base/settings.h): true, false, 1 or 0.
 bool on_off(const std::string& key, const std::string& value, bool& out, api::Status& error) {
-  if (value == "on" || value == "true" || value == "1") out = true;
-  else if (value == "off" || value == "false" || value == "0") out = false;
-  else error = api::invalid_argument("--backend-opt " + key + "='" + value + "': use on or off", key);
+  if (auto b = base::parse_bool(value)) {
+    out = *b;
+  } else {
+    error = api::invalid_argument("--backend-opt " + key + "='" + value + "': expected true, false, 1 or 0", key);
+  }
   return error.is_ok();
 }
 
@@ -152,7 +159,12 @@ std::string SshBackend::mpi_rsh_agent() const {
 }
 
 SshBackend::SshBackend(SshOptions options, std::unique_ptr<Connector> connector)
-    : options_(std::move(options)), connector_(std::move(connector)), load_(options_.hosts.size(), 0) {}
+    : options_(std::move(options)), connector_(std::move(connector)), load_(options_.hosts.size(), 0) {
+  base::TaskQueueOptions q;
+  q.threads = options_.teardown_threads;
+  q.name = "ssh teardowns";
+  teardowns_ = std::make_unique<base::TaskQueue>(q);
+}
 
 SshBackend::~SshBackend() { shutdown(); }
 
@@ -328,20 +340,24 @@ api::Status SshBackend::launch(const std::vector<LaunchSpec>& specs) {
   return api::Status::ok();
 }
 
-// Signals the process group over a second session, waits for the reader to see
-// the end, then releases the session.
-void SshBackend::end_worker(RemoteWorker& w, std::chrono::milliseconds grace) {
+// Signals the worker's process group over a second session; false when it
+// could not.
+bool SshBackend::signal_group(RemoteWorker& w, const char* sig) {
+  auto s = connector_->connect(w.host);
+  if (!s) return false;
+  auto r = s.value()->run(std::string("kill -") + sig + " -- -" + std::to_string(w.pgid) + " 2>/dev/null");
+  return r.is_ok();
+}
+
+// Signals the process group (unless stop() did: `termed`), waits for the
+// reader to see the end (SIGKILL after the grace), then releases the session.
+void SshBackend::end_worker(RemoteWorker& w, std::chrono::milliseconds grace, bool termed) {
   auto running = [&] {
     std::lock_guard<std::mutex> lock(w.mu);
     return w.status.state == ProcessState::kRunning;
   };
-  auto signal = [&](const char* sig) {
-    auto s = connector_->connect(w.host);
-    if (!s) return false;
-    auto r = s.value()->run(std::string("kill -") + sig + " -- -" + std::to_string(w.pgid) + " 2>/dev/null");
-    return r.is_ok();
-  };
-  if (w.pgid > 1 && running() && signal("TERM")) {
+  auto signal = [&](const char* sig) { return signal_group(w, sig); };
+  if (w.pgid > 1 && running() && (termed || signal("TERM"))) {
     bool reader_running = w.reader.joinable();
     auto wait_end = [&](std::chrono::milliseconds limit) {
       if (reader_running) {
@@ -371,25 +387,40 @@ void SshBackend::end_worker(RemoteWorker& w, std::chrono::milliseconds grace) {
   w.session.reset();
 }
 
+// SIGTERM now (a round trip to the host); the grace, SIGKILL and the
+// session's end on a teardown thread.
 api::Status SshBackend::stop(const std::string& worker_id, std::chrono::milliseconds grace) {
-  std::unique_ptr<RemoteWorker> w;
+  std::shared_ptr<RemoteWorker> w;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = workers_.find(worker_id);
     if (it == workers_.end()) return api::Status::ok();
     w = std::move(it->second);
     workers_.erase(it);
+    finished_[worker_id] = {ProcessState::kExited, 128 + SIGTERM};  // the final status once its end is seen
   }
-  end_worker(*w, grace);
-  ProcessStatus final_status;
+  bool running = false;
   {
     std::lock_guard<std::mutex> lock(w->mu);
-    final_status = w->status;
+    running = w->status.state == ProcessState::kRunning;
   }
-  if (final_status.state == ProcessState::kRunning) final_status = {ProcessState::kLost, std::nullopt};
-  std::lock_guard<std::mutex> lock(mu_);
-  --load_[w->host_index];
-  finished_[worker_id] = final_status;
+  const bool termed = w->pgid > 1 && running && signal_group(*w, "TERM");
+  teardowns_->post([this, w, worker_id, grace, termed] {
+    end_worker(*w, grace, termed);
+    ProcessStatus final_status;
+    {
+      std::lock_guard<std::mutex> lock(w->mu);
+      final_status = w->status;
+    }
+    if (final_status.state == ProcessState::kRunning) final_status = {ProcessState::kLost, std::nullopt};
+    std::lock_guard<std::mutex> lock(mu_);
+    --load_[w->host_index];
+    finished_[worker_id] = final_status;
+  });
+  if (w->pgid > 1 && running && !termed) {
+    return api::unavailable("worker " + worker_id + ": cannot reach " + w->host.label() +
+                            " to signal its process group; it is signalled again after the grace");
+  }
   return api::Status::ok();
 }
 
@@ -418,6 +449,8 @@ void SshBackend::shutdown() {
     shut_down_ = true;
     all.swap(workers_);
   }
+  teardowns_->drain();  // the stops under way end first
+  teardowns_->close();
   for (auto& [id, w] : all) end_worker(*w, 1000ms);
 }
 

@@ -29,6 +29,7 @@
 #include "workers/backend.h"
 #include "workers/mpi_hosts.h"
 #include "workers/ssh/inventory.h"
+#include "api/base/task_queue.h"
 
 namespace muster::workers::ssh {
 
@@ -46,8 +47,11 @@ struct SshOptions {
   // user and strict checking against known_hosts, so that it reaches the
   // hosts as this backend does; only when all hosts share user and key.
   bool mpi_ssh = false;
+  // Threads that wait out a stop's grace and end the session, so stop()
+  // returns once the process group is signalled (0: inline, for tests).
+  size_t teardown_threads = 2;
 
-  // From --backend-opt key=value: inventory, known_hosts, accept_new (on/off),
+  // From --backend-opt key=value: inventory, known_hosts, accept_new (true/false),
   // agent_path, copy_agent (on/off), master, connect_timeout_ms, dead_after_ms,
   // mpi_ssh (on/off, default on here).
   static api::Result<SshOptions> from_map(const std::map<std::string, std::string>& opts);
@@ -88,7 +92,8 @@ class SshBackend final : public Backend, public MpiHosts {
   api::Status ensure_agent(RemoteSession& session, const Host& host, const std::string& local_agent,
                            const std::string& remote_agent);
   void reader_loop(RemoteWorker* w);
-  void end_worker(RemoteWorker& w, std::chrono::milliseconds grace);
+  bool signal_group(RemoteWorker& w, const char* sig);
+  void end_worker(RemoteWorker& w, std::chrono::milliseconds grace, bool termed = false);
 
   SshOptions options_;
   std::unique_ptr<Connector> connector_;
@@ -99,6 +104,7 @@ class SshBackend final : public Backend, public MpiHosts {
   std::set<size_t> agent_checked_;        // hosts where the agent is known present
   std::map<std::string, ProcessStatus> finished_;
   bool shut_down_ = false;
+  std::unique_ptr<base::TaskQueue> teardowns_;  // stop()'s grace and the session's end
 };
 
 }  // namespace muster::workers::ssh

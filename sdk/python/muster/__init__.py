@@ -31,6 +31,8 @@ __all__ = [
     "cluster_logs", "describe_generations",
 ]
 
+__all__ += ["delete_worker"]
+
 __version__ = "0.1.0"
 
 # The commands a notebook runs (os.system("horovodrun ... python train.py"))
@@ -119,6 +121,16 @@ def list_workers() -> List[Worker]:
             print(w["id"], w["status"], w["ip_address"])
     """
     return _client().list_workers()
+
+
+def delete_worker(worker_id: WorkerRef) -> None:
+    """Forgets a finished worker (its record and log); running ones must be stopped first.
+
+    Example::
+
+        muster.delete_worker(w)
+    """
+    _client().delete_worker(worker_id)
 
 
 def get_worker(worker_id: WorkerRef) -> Worker:

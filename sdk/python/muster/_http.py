@@ -24,6 +24,16 @@ _CODES = {
 
 DEFAULT_TIMEOUT_S = 30.0
 
+# musterd's default --max-body-bytes: a larger body is refused here, before
+# it is sent, naming the field that makes it large.
+MAX_BODY_BYTES = 1 << 20
+
+
+def _largest_field(body) -> str:
+    if not isinstance(body, dict) or not body:
+        return "body"
+    return max(body, key=lambda k: len(json.dumps(body[k])))
+
 
 def error_from_response(status, body):
     """Turns an HTTP error answer into a MusterError.
@@ -96,6 +106,13 @@ class Transport:
         if body is not None:
             data = json.dumps(body).encode("utf-8")
             headers["Content-Type"] = "application/json"
+            if len(data) > MAX_BODY_BYTES:
+                field = _largest_field(body)
+                hint = " (put the code in a file in the project and pass script=)" if field == "code" else ""
+                raise MusterError("%s %s: the request would be %d bytes, more than musterd accepts (%d, musterd "
+                                  "--max-body-bytes), mostly %r%s" % (method, path, len(data), MAX_BODY_BYTES,
+                                                                       field, hint),
+                                  code="payload_too_large", field=field)
         req = urllib.request.Request(url, data=data, headers=headers, method=method)
         try:
             with self._opener.open(req, timeout=timeout) as resp:

@@ -60,40 +60,6 @@ def _path_id(value, what="worker"):
     return urllib.parse.quote(one_id(value, what), safe="")
 
 
-_SHELL_HELPER = (
-    "def _muster_shell(command):\n"
-    "    import subprocess, sys\n"
-    "    sys.stdout.flush(); sys.stderr.flush()\n"
-    "    code = subprocess.call(command, shell=True)\n"
-    "    if code:\n"
-    "        sys.exit(code)\n")
-
-
-def shell_lines_to_python(code: str) -> str:
-    """cdsw's `code` convention in the python3 kernel: a line starting with "!" is a shell command.
-
-    "!nvidia-smi" becomes a call that runs it with /bin/sh and ends the
-    worker with the command's exit code if that is not 0; other lines stay
-    Python. Code without such lines is returned unchanged.
-
-    Example::
-
-        shell_lines_to_python("!echo hi")   # -> Python that runs `echo hi`
-    """
-    lines = code.split("\n")
-    if not any(line.lstrip().startswith("!") for line in lines):
-        return code
-    out = []
-    for line in lines:
-        stripped = line.lstrip()
-        if stripped.startswith("!"):
-            indent = line[:len(line) - len(stripped)]
-            out.append("%s_muster_shell(%r)" % (indent, stripped[1:].strip()))
-        else:
-            out.append(line)
-    return _SHELL_HELPER + "\n".join(out)
-
-
 def surface_warnings(answer: Any, stacklevel: int = 4) -> None:
     """warnings.warn (category MusterWarning) each string of the daemon's "warnings" array."""
     if isinstance(answer, dict):
@@ -147,7 +113,11 @@ class Client:
         given, as in cdsw) come as MusterWarning warnings. CML cloud's
         accelerator_label_id / resource_profile_id / resource_group_id are
         accepted and ignored, with a MusterWarning saying so. As in cdsw's
-        examples, a `code` line starting with "!" runs as a shell command.
+        examples, a `code` line starting with "!" runs as a shell command
+        (bash; one that fails ends the worker with its exit code): the
+        daemon applies that rule, the code is sent as written. Code over
+        musterd's body limit (1 MiB) is refused here, before sending: put it
+        in a file in the project and pass script=.
         python: the interpreter the workers run (an absolute path); None
         sends this notebook's own when it can run muster's runtime, else the
         daemon's default, /usr/bin/python3 (see muster.interpreter).
@@ -158,8 +128,6 @@ class Client:
                                             env={"EPOCHS": "3"}, args=["--lr", "0.1"])
             ids = [w["id"] for w in workers]
         """
-        if code and kernel == "python3":
-            code = shell_lines_to_python(code)
         body = {"n": n, "cpu": cpu, "memory": memory, "nvidia_gpu": nvidia_gpu, "kernel": kernel,
                 "script": script or "", "code": code or "", "env": _env_dict(env),
                 "args": _args_list(args)}
@@ -250,13 +218,37 @@ class Client:
         return answer or []
 
     def list_workers(self) -> List[Worker]:
-        """Every worker this daemon knows, finished ones included.
+        """Every worker this daemon knows, finished ones included (in launch order).
+
+        The daemon answers in pages (at most 1000 workers each); this follows
+        them to the end. Finished workers are kept a week, 10,000 at most, by
+        default (musterd --retain-finished, --max-finished-workers).
 
         Example::
 
             running = [w for w in client.list_workers() if w["status"] == "running"]
         """
-        return self._http.request("GET", "/api/v1/workers", timeout=self.timeout_seconds)["workers"]
+        out: List[Worker] = []
+        query: Dict[str, str] = {}
+        while True:
+            answer = self._http.request("GET", "/api/v1/workers", query=query or None, timeout=self.timeout_seconds)
+            out.extend(answer["workers"])
+            token = answer.get("next_page_token")
+            if not token:
+                return out
+            query = {"page_token": token}
+
+    def delete_worker(self, worker_id: WorkerRef) -> None:
+        """Forgets a finished worker: its record and its directory (log included).
+
+        A worker that has not finished is refused (stop it first), and so is
+        a worker of a cluster (delete the cluster).
+
+        Example::
+
+            client.delete_worker(w)
+        """
+        self._http.request("DELETE", "/api/v1/workers/" + _path_id(worker_id), timeout=self.timeout_seconds)
 
     def get_worker(self, worker_id: WorkerRef) -> Worker:
         """One worker's dict (id string or dict).
@@ -301,7 +293,7 @@ class Client:
     # ---- clusters (REST) ---------------------------------------------------
 
     def create_cluster(self, **body: Any) -> Cluster:
-        """POST /api/v1/clusters with the fields of issue 3; returns the cluster dict.
+        """POST /api/v1/clusters with the cluster request's fields; returns the cluster dict.
 
         Most notebooks want run_cluster or horovodrun instead. Fields left as
         None are not sent (the daemon's defaults apply).

@@ -1,6 +1,6 @@
 """Cluster helpers: run_cluster (TensorFlow ps mode), horovodrun (mpi or elastic mode), torchrun, await_cluster.
 
-The daemon does the hard part (issue 3): it launches the tasks, collects
+The daemon does the hard part: it launches the tasks, collects
 every task's ip:port, builds the ClusterSpec / TF_CONFIG or the horovodrun and
 mpirun lines, and fails the whole cluster, naming the task, when one task
 fails. These helpers only create the cluster, wait on it and turn a failed

@@ -122,10 +122,13 @@ function connectEvents() {
     $("conn").textContent = "reconnecting"; $("conn").className = "conn";
     try { await api("api/v1/session"); } catch (e) { if (e.status === 401) showLogin("The session ended; log in again."); }
   });
+  // The snapshot comes in pieces: part 0 replaces what the page had, the
+  // others add to it ("complete" marks the last).
   es.addEventListener("snapshot", (ev) => {
     const d = JSON.parse(ev.data);
-    state.workers = new Map(d.workers.map((w) => [w.id, w]));
-    state.clusters = new Map(d.clusters.map((c) => [c.id, c]));
+    if (!d.part) { state.workers = new Map(); state.clusters = new Map(); }
+    for (const w of d.workers || []) state.workers.set(w.id, w);
+    for (const c of d.clusters || []) state.clusters.set(c.id, c);
     scheduleRender();
   });
   es.addEventListener("worker", (ev) => { const w = JSON.parse(ev.data); state.workers.set(w.id, w); scheduleRender(); });

@@ -1,0 +1,298 @@
+#include "service/daemon.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "api/base/atomic_file.h"
+#include "service/agent_routes.h"
+#include "service/validation.h"
+#include "service/worker_python.h"
+#include "service/worker_routes.h"
+#include "workers/factory.h"
+
+namespace muster::service {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+api::Status failed(const std::string& step, const api::Status& s) {
+  return api::Status(s.code(), step + ": " + s.message(), s.field());
+}
+
+// Up to `limit` objects with ids after `after`, in id order, from a list.
+template <class T, class ToJson>
+std::vector<nlohmann::json> after_id(std::vector<T> all, const std::string& after, size_t limit, ToJson to_json) {
+  std::sort(all.begin(), all.end(), [](const T& a, const T& b) { return a.id < b.id; });
+  std::vector<nlohmann::json> out;
+  for (const auto& x : all) {
+    if (!after.empty() && x.id <= after) continue;
+    if (out.size() == limit) break;
+    out.push_back(to_json(x));
+  }
+  return out;
+}
+
+// What a notebook or shell on this host sets to use this daemon: the lines
+// musterd prints once it serves (the SDK's package, the muster and
+// horovodrun commands beside musterd, a state dir other than ~/.muster).
+std::string notebook_exports(const WorkerPython& python, const fs::path& state, const fs::path& default_state) {
+  std::error_code ec;
+  const fs::path bin = fs::read_symlink("/proc/self/exe", ec).parent_path();
+  std::string out;
+  if (!ec && fs::exists(bin / "muster", ec)) out += "  export PATH=\"" + bin.string() + ":$PATH\"\n";
+  if (python.found()) out += "  export PYTHONPATH=\"" + python.sdk_dir.string() + "${PYTHONPATH:+:$PYTHONPATH}\"\n";
+  if (!default_state.empty() && fs::weakly_canonical(default_state, ec) != state) {
+    out += "  export MUSTER_STATE_DIR=\"" + state.string() + "\"\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+api::Result<std::unique_ptr<Daemon>> Daemon::start(DaemonOptions options) {
+  std::unique_ptr<Daemon> d(new Daemon(std::move(options)));
+  if (auto s = d->build(); !s) return s;
+  return d;
+}
+
+api::Status Daemon::build() {
+  // 1. State dir, its lock, the token.
+  std::error_code ec;
+  fs::create_directories(options_.state_dir, ec);
+  fs::permissions(options_.state_dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  state_ = fs::canonical(options_.state_dir, ec);
+  if (ec) return failed("state dir", api::internal_error("cannot create " + options_.state_dir.string()));
+  auto locked = StateDirLock::acquire(state_);
+  if (!locked) return failed("state dir", locked.status());
+  lock_.emplace(std::move(locked).value());
+  const fs::path project = fs::canonical(options_.project_dir, ec);
+  if (ec || !fs::is_directory(project)) {
+    return failed("project dir", api::invalid_argument(options_.project_dir.string() + " is not a directory"));
+  }
+  auto token = load_or_create_token(state_);
+  if (!token) return failed("token", token.status());
+  token_ = token.value();
+  if (options_.agent_path.empty()) {
+    options_.agent_path = fs::read_symlink("/proc/self/exe").parent_path() / "muster-agent";
+  }
+
+  // 2. The backend, and the GPU inventory: --gpus, else nvidia-smi, else none.
+  workers::BackendOptions bopts;
+  bopts.name = options_.backend;
+  bopts.state_dir = state_;
+  bopts.options = options_.backend_options;
+  auto backend = workers::create_backend(bopts);
+  if (!backend) return failed("backend", backend.status());
+  backend_ = std::move(backend).value();
+  std::vector<int> gpu_devices;
+  if (options_.gpus) {
+    auto parsed = parse_gpu_list(*options_.gpus);
+    if (!parsed) return failed("--gpus", parsed.status());
+    gpu_devices = parsed.value();
+  } else {
+    gpu_devices = discover_gpus();
+  }
+  gpus_ = std::make_unique<GpuInventory>(gpu_devices);
+
+  // 3. The listening socket (its port is final from here on).
+  HttpServerOptions http = options_.http;
+  const auto colon = options_.listen.rfind(':');
+  if (colon == std::string::npos) {
+    return failed("--listen", api::invalid_argument("expected HOST:PORT: " + options_.listen));
+  }
+  http.host = options_.listen.substr(0, colon);
+  http.port = std::atoi(options_.listen.c_str() + colon + 1);
+  http.on_response = [this](const std::string& method, const std::string& route, int status, double s) {
+    metrics_.observe_request(method, route.empty() ? "(unmatched)" : route, status, s);
+  };
+  auth_ = std::make_unique<Authenticator>(token_, [this](const std::string& t) -> std::optional<std::string> {
+    return registry_ ? registry_->worker_for_agent_token(t) : std::nullopt;
+  });
+  server_ = std::make_unique<HttpServer>(http, router_, *auth_);
+  if (auto s = server_->listen(); !s) {
+    if (s.message().find("in use") == std::string::npos) return failed("listen", s);
+    return failed("listen", api::Status(s.code(), s.message() + " (another musterd may be serving " + options_.listen +
+                                                      "; stop it, or pick another address with --listen " +
+                                                      http.host + ":PORT, 0: any free port)"));
+  }
+  const int port = server_->port();
+
+  // 4. Stores, registry, clusters, dashboard, routes.
+  const std::string db = (state_ / "musterd.db").string();
+  auto store = Store::open(db);
+  if (!store) return failed("state database", store.status());
+  store_ = std::move(store).value();
+  store_->set_health(&health_);
+  store_->set_write_observer([this](double s) { metrics_.observe_store_write(s); });
+  auto cluster_store = ClusterStore::open(db);
+  if (!cluster_store) return failed("state database", cluster_store.status());
+  cluster_store_ = std::move(cluster_store).value();
+  cluster_store_->set_health(&health_);
+
+  RegistryOptions ropts;
+  ropts.state_dir = state_;
+  ropts.project_dir = project;
+  ropts.agent_path = options_.agent_path;
+  ropts.daemon_port = port;
+  ropts.worker_log = options_.worker_log;
+  ropts.startup_timeout = options_.startup_timeout;
+  ropts.heartbeat_timeout = options_.heartbeat_timeout;
+  ropts.heartbeat_interval = options_.heartbeat_interval;
+  ropts.stop_grace = options_.stop_grace;
+  ropts.await_settle = options_.await_settle;
+  ropts.worker_python = find_worker_python();
+  ropts.retention = options_.retention;
+  ropts.gpus = gpus_.get();
+  ropts.on_heartbeat_gap = [this](double s) { metrics_.observe_heartbeat_gap(s); };
+  ropts.metrics_token = [t = token_](const std::string& id) { return metrics_token(t, id); };
+
+  // The training curves live in <state>/training.db (service/metrics/series_store.h).
+  auto series_store = SeriesStore::open((state_ / "training.db").string());
+  if (!series_store) return failed("training curves", series_store.status());
+  series_store_ = std::move(series_store).value();
+  training_ = std::make_unique<TrainingSeries>(TrainingSeriesOptions{}, series_store_.get());
+  if (auto s = training_->restore(); !s) {
+    spdlog::warn("training curves of an earlier daemon not restored: {}", s.message());
+  }
+
+  SessionOptions session_options;
+  session_options.cookie_name = "muster_session_" + std::to_string(port);
+  sessions_ = std::make_unique<SessionStore>(session_options);
+  EventHubOptions hub_options;
+  hub_options.max_streams = options_.max_event_streams;
+  SnapshotSource source;
+  source.workers = [this](const std::string& after, size_t limit) {
+    std::vector<nlohmann::json> out;
+    for (const auto& w : registry_->page_by_id(after, limit)) out.push_back(api::to_json(w));
+    return out;
+  };
+  source.clusters = [this](const std::string& after, size_t limit) {
+    return after_id(clusters_->list(), after, limit, [](const api::Cluster& c) { return c.to_json(); });
+  };
+  events_ = std::make_unique<EventHub>(hub_options, source);
+  const fs::path dashboard_files = find_dashboard_dir(options_.dashboard_dir);
+  if (!fs::exists(dashboard_files / "index.html", ec)) {
+    spdlog::warn("no dashboard files in {} (--dashboard-dir): GET / will answer 404", dashboard_files.string());
+  }
+  LogFollowerOptions follow_options;
+  follow_options.max_followers = options_.max_log_followers;
+  follower_ = std::make_unique<LogFollower>(follow_options);
+
+  registry_ = std::make_unique<WorkerRegistry>(ropts, *backend_, store_.get(), clock_);
+  if (auto s = registry_->restore(options_.restore); !s) return failed("restoring state", s);
+  // Workers of these backends run on this host: asks beyond it get a warning.
+  std::optional<HostCapacity> host;
+  if (options_.backend == "local" || options_.backend == "container") host = host_capacity();
+  register_worker_routes(router_, *registry_, {options_.max_workers, project, host}, follower_.get(), &health_);
+  register_agent_routes(router_, *registry_);
+  StartClustersOptions copts;
+  copts.state_dir = state_;
+  copts.project_dir = project;
+  copts.max_workers = options_.max_workers;
+  copts.agent_path = options_.agent_path;
+  copts.mpi_hosts = workers::mpi_hosts_of(*backend_);
+  copts.follower = follower_.get();
+  copts.host = host;
+  copts.retain_for = options_.retention.retain_for;
+  copts.max_finished = options_.max_finished_clusters;
+  clusters_ = start_clusters(router_, *registry_, cluster_store_.get(), clock_, copts);
+  if (auto s = clusters_->restore(); !s) return failed("restoring clusters", s);
+  registry_->subscribe([this](const api::Worker& w) {
+    metrics_.on_worker_change(w);
+    events_->publish("worker", api::to_json(w));
+  });
+  clusters_->subscribe([this](const api::Cluster& c) { events_->publish("cluster", c.to_json()); });
+  register_training_routes(router_, *registry_, *clusters_, *training_,
+                           [this](const std::string& worker, const std::optional<std::string>& cluster,
+                                  const std::vector<TrainingPoint>& points) {
+                             nlohmann::json arr = nlohmann::json::array();
+                             for (const auto& p : points) arr.push_back(to_json(p));
+                             events_->publish("metrics", {{"worker", worker},
+                                                          {"cluster", cluster ? nlohmann::json(*cluster) : nullptr},
+                                                          {"points", arr}});
+                           });
+  DaemonMetrics::Sources sources;
+  sources.backend = backend_->name();
+  sources.worker_counts = [this] { return registry_->count_by_status(); };
+  sources.clusters = [this] { return clusters_->list(); };
+  sources.max_heartbeat_age = [this] { return registry_->max_heartbeat_age_seconds(); };
+  sources.training = training_.get();
+  register_dashboard_routes(router_, {dashboard_files, token_}, *sessions_, *events_, metrics_, sources);
+  auth_->set_sessions([this](const std::string& cookie) -> std::optional<std::string> {
+    auto session = sessions_->from_cookie_header(cookie);
+    if (!session) return std::nullopt;
+    return session->csrf_token;
+  });
+
+  // 5. Serve.
+  if (auto s = server_->start(); !s) return failed("listen", s);
+  url_ = "http://" + (http.host == "0.0.0.0" ? std::string("127.0.0.1") : http.host) + ":" + std::to_string(port);
+  const std::string daemon_file = nlohmann::json{{"url", url_}, {"pid", ::getpid()}}.dump() + "\n";
+  if (auto err = base::write_file_atomically(state_ / "musterd.json", daemon_file)) {
+    spdlog::warn("cannot write {}/musterd.json: {}", state_.string(), *err);
+  }
+  std::cout << "musterd listening on " << url_ << std::endl;
+  // Like Jupyter: the URL that logs the browser in (the token leaves the
+  // address bar at once, see service/dashboard/dashboard_routes.h), in a
+  // 0600 file since it holds the token.
+  const std::string dashboard_url = url_ + "/?token=" + token_;
+  if (auto err = base::write_file_atomically(state_ / "dashboard.url", dashboard_url + "\n", {0600})) {
+    spdlog::warn("cannot write {}/dashboard.url: {}", state_.string(), *err);
+  }
+  std::cout << "musterd dashboard: " << dashboard_url << std::endl;
+  const WorkerPython& python = ropts.worker_python;
+  if (const std::string exports = notebook_exports(python, state_, options_.default_state_dir); !exports.empty()) {
+    std::cout << "musterd: for a notebook or shell on this host:\n" << exports << std::flush;
+  }
+  if (python.found()) {
+    spdlog::info("workers import muster from {} (found in {}{}{})", python.sdk_dir.string(), python.found_in,
+                 python.runtime_dir.empty() ? "" : "; runtime extension in ", python.runtime_dir.string());
+  } else {
+    spdlog::warn("no muster Python package beside musterd (a build tree or an install prefix): workers import "
+                 "muster only where their Python has it installed (pip install ./sdk/python)");
+  }
+  spdlog::info("backend {} (workers reach the daemon at {}), project {}, state {}, GPUs [{}]", backend_->name(),
+               registry_->agent_url(), project.string(), state_.string(), device_list(gpu_devices));
+  return api::Status::ok();
+}
+
+int Daemon::run() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  const timespec tick = {0, 100'000'000};
+  for (;;) {
+    const int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig == SIGTERM || sig == SIGINT) {
+      spdlog::info("signal {}: shutting down", sig);
+      return sig;
+    }
+    registry_->tick();
+  }
+}
+
+Daemon::~Daemon() {
+  if (follower_) follower_->shutdown();  // ends the followed streams, so none holds up the server's stop
+  if (server_) server_->stop();           // no handler runs after this
+  follower_.reset();                      // asks nothing of the registry after this
+  clusters_.reset();                      // ends cluster launchers (mpirun) before the backend goes
+  if (registry_) registry_->shutdown();   // no launch reaches the backend after this
+  if (backend_) backend_->shutdown();
+  events_.reset();    // its thread reads the registry for snapshots; no listener publishes any more
+  registry_.reset();
+  if (!url_.empty()) {
+    std::error_code ec;
+    fs::remove(state_ / "musterd.json", ec);
+    fs::remove(state_ / "dashboard.url", ec);
+  }
+}
+
+}  // namespace muster::service

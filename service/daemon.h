@@ -1,0 +1,124 @@
+// Daemon: musterd assembled, and the one owner of every part's lifetime.
+//
+// start() builds the parts in this order, each from what the ones before it
+// made, and fails (naming the step) without serving anything:
+//  1. the state directory, its lock (one daemon per directory,
+//     state_dir_lock.h), the token;
+//  2. the backend (before listening: a container bridge must exist before
+//     agents call in) and the GPU inventory;
+//  3. the listening socket (port 0: the kernel picks one), bound but not
+//     served yet, so that the port is final before anything needs it;
+//  4. the state store (refused when it can only be read or is damaged), the
+//     registry (restoring the workers of an earlier daemon; refusing a
+//     database that lost workers unless told to adopt them), the clusters,
+//     the dashboard and the routes, built once;
+//  5. serving; then <state-dir>/musterd.json and the line
+//     "musterd listening on http://HOST:PORT" on stdout (SDKs and tests
+//     wait for it), the dashboard's login URL, and what a notebook or
+//     shell on this host exports to use this daemon.
+// run() ticks the registry every 100 ms on the calling thread until SIGTERM
+// or SIGINT (which the caller has blocked in every thread, see main.cc).
+// The destructor ends it all in the one safe order: followed logs, the HTTP
+// server (no handler runs after it), the clusters (their launchers), the
+// registry's queued backend work, the backend, the registry; the state
+// directory's lock goes last.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "api/status.h"
+#include "service/auth.h"
+#include "service/clock.h"
+#include "service/cluster_routes.h"
+#include "service/dashboard/dashboard_routes.h"
+#include "service/gpu_inventory.h"
+#include "service/http_server.h"
+#include "service/log_follower.h"
+#include "service/metrics/training_routes.h"
+#include "service/registry.h"
+#include "service/router.h"
+#include "service/state_dir_lock.h"
+#include "service/store.h"
+#include "service/store_health.h"
+#include "workers/backend.h"
+
+namespace muster::service {
+
+// musterd's flags (service/main.cc), defaults included.
+struct DaemonOptions {
+  std::string listen = "127.0.0.1:7878";
+  std::filesystem::path project_dir;
+  std::filesystem::path state_dir;
+  // ~/.muster: a state dir other than it is named in the lines printed for
+  // a notebook (export MUSTER_STATE_DIR=...).
+  std::filesystem::path default_state_dir;
+  std::string backend = "local";
+  std::map<std::string, std::string> backend_options;
+  int max_workers = 64;
+  std::chrono::milliseconds startup_timeout{60'000};
+  std::chrono::milliseconds heartbeat_timeout{10'000};
+  std::chrono::milliseconds heartbeat_interval{2'000};
+  std::chrono::milliseconds stop_grace{3'000};
+  std::chrono::milliseconds await_settle{1'000};  // RegistryOptions::await_settle
+  // Each worker's output.log and each cluster's launcher.log (cap, rotation).
+  base::RotatingLogOptions worker_log;
+  HttpServerOptions http;
+  std::filesystem::path agent_path;   // "": muster-agent beside musterd
+  std::string dashboard_dir;          // "": find_dashboard_dir's default
+  size_t max_event_streams = 32;
+  std::optional<std::string> gpus;    // --gpus, else nvidia-smi
+  size_t max_log_followers = 256;
+  RetentionOptions retention;         // workers
+  size_t max_finished_clusters = 1000;
+  RestoreOptions restore;
+};
+
+class Daemon {
+ public:
+  // Steps 1-5 above; the error names the step that failed.
+  static api::Result<std::unique_ptr<Daemon>> start(DaemonOptions options);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Ticks until SIGTERM or SIGINT (blocked by the caller); returns the signal.
+  int run();
+  const std::string& url() const { return url_; }
+
+ private:
+  explicit Daemon(DaemonOptions options) : options_(std::move(options)) {}
+  api::Status build();  // steps 1-5
+
+  DaemonOptions options_;
+  std::filesystem::path state_;
+  std::string url_;
+  // Declared in the order they are built; the destructor ends them in the
+  // order written out above, then they are destroyed in reverse.
+  std::optional<StateDirLock> lock_;
+  std::string token_;
+  std::unique_ptr<workers::Backend> backend_;
+  std::unique_ptr<GpuInventory> gpus_;
+  StoreHealth health_;
+  DaemonMetrics metrics_;
+  Router router_;
+  std::unique_ptr<Authenticator> auth_;
+  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<ClusterStore> cluster_store_;
+  SystemClock clock_;
+  std::unique_ptr<SeriesStore> series_store_;  // <state>/training.db: the curves
+  std::unique_ptr<TrainingSeries> training_;
+  std::unique_ptr<SessionStore> sessions_;
+  std::unique_ptr<EventHub> events_;
+  std::unique_ptr<LogFollower> follower_;
+  std::unique_ptr<WorkerRegistry> registry_;
+  std::unique_ptr<ClusterManager> clusters_;
+};
+
+}  // namespace muster::service
