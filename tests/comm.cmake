@@ -49,6 +49,8 @@ muster_gtest(comm_reduce_test SOURCES comm_reduce_test.cc DEPS muster_comm LABEL
 muster_gtest(comm_ring_test SOURCES comm_ring_test.cc DEPS muster_comm LABEL unit)
 muster_gtest(comm_single_process_test SOURCES comm_single_process_test.cc DEPS muster_comm LABEL unit)
 muster_gtest(comm_tcp_link_test SOURCES comm_tcp_link_test.cc DEPS muster_comm LABEL unit TIMEOUT 60)
+# Ops run in order, on a waiting caller's thread when nothing runs before them.
+muster_gtest(comm_progress_thread_test SOURCES comm_progress_thread_test.cc DEPS muster_comm LABEL unit TIMEOUT 120)
 # The small-message engine (shm/small_ops.h) with ranks on threads.
 muster_gtest(comm_small_ops_test SOURCES comm_small_ops_test.cc DEPS muster_comm LABEL unit TIMEOUT 120)
 
