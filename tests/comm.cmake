@@ -80,6 +80,9 @@ muster_gtest(comm_world_test SOURCES comm_world_test.cc DEPS muster_comm LABEL u
 # Checked ops (mismatches on every rank, the world usable after), process
 # sets, broken worlds torn down and formed again: ranks on threads.
 muster_gtest(comm_checks_test SOURCES comm_checks_test.cc DEPS muster_comm LABEL unit TIMEOUT 600)
+# The small-message path of a one-host world (results at every limit,
+# mismatches across paths, departed and stalled peers, teardown): ranks on threads.
+muster_gtest(comm_small_world_test SOURCES comm_small_world_test.cc DEPS muster_comm LABEL unit TIMEOUT 300)
 
 # The mpirun suites again without mpirun: N processes started by
 # comm_store_launch.sh form their world over a file store (KvBootstrap).

@@ -77,6 +77,9 @@ CommOptions apply_env(CommOptions o) {
   if (const char* v = std::getenv("MUSTER_COMM_INLINE_BYTES"); v && *v) {
     o.inline_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_INLINE_BYTES", 0));
   }
+  if (const char* v = std::getenv("MUSTER_COMM_SMALL_BYTES"); v && *v) {
+    o.small_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_SMALL_BYTES", 0));
+  }
   if (const char* v = std::getenv("MUSTER_COMM_CHECK_OPS"); v && *v) {
     const std::string t = v;
     if (t != "0" && t != "1") throw InvalidArgument("MUSTER_COMM_CHECK_OPS=" + t + ": expected 0 or 1");
