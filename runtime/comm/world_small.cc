@@ -34,10 +34,18 @@ void WorldCommunicator::form_small(int host_size) {
   shm::SmallOpsOptions o;
   o.capacity = small_capacity(host_size);
   o.timeout = options_.timeout;
-  // Ranks with a CPU each spin (the peer is about to publish); ranks that
-  // share CPUs sleep at once, or the spinner holds the CPU its peer needs
-  // (4 ranks on 2 cores: 50 us of spin made a round 10x slower).
-  o.spin = local_size_ <= sysconf(_SC_NPROCESSORS_ONLN) ? options_.spin : std::chrono::microseconds(0);
+  // Ranks with a CPU each spin (the peer is about to publish). Ranks that
+  // share CPUs do not spin, or the spinner holds the CPU its peer needs
+  // (4 ranks on 2 cores: 50 us of spin made a round 10x slower); they poll
+  // with sched_yield for up to 100 us, which hands the CPU to the peer that
+  // shares it, then sleep on the doorbell. On 4 ranks and 2 cores that
+  // halved an 8 B allreduce (load 7: 85-125 us sleeping at once, 42-50 us
+  // yielding first; 1 ms of yielding was no better). The ring never yields
+  // (watchdog.cc: another busy process may take the CPU for a whole slice);
+  // a small op yields at most 100 us per wait.
+  const bool oversubscribed = local_size_ > sysconf(_SC_NPROCESSORS_ONLN);
+  o.spin = oversubscribed ? std::chrono::microseconds(0) : options_.spin;
+  o.yield = oversubscribed ? std::chrono::microseconds(100) : std::chrono::microseconds(0);
   o.abort = &closing_;
   std::vector<int> world(static_cast<std::size_t>(size_));
   for (int r = 0; r < size_; ++r) world[static_cast<std::size_t>(r)] = r;
