@@ -67,7 +67,7 @@ CHECK="$BUILD/bin/allreduce_check_cost_bench"
 rm -f "$OUT/allreduce_check_cost.json"
 if [ -x "$CHECK" ]; then
   echo "bench/allreduce: the op-descriptor check, 4 KB / 64 KB / 64 MB"
-  "${MPIRUN[@]}" "$CHECK" "$OUT/allreduce_check_cost.json"
+  "${MPIRUN[@]}" -np 2 "$CHECK" "$OUT/allreduce_check_cost.json"
 fi
 
 cut -d' ' -f1 /proc/loadavg >> "$OUT/allreduce_load.txt"
