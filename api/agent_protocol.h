@@ -126,8 +126,8 @@ inline constexpr std::size_t kMaxInterfaceEnv = 16;
 struct Release {
   std::map<std::string, std::string> env;
   std::map<std::string, std::string> files;  // plain file name (no '/', not . or ..) -> content
-  std::vector<std::map<std::string, std::string>> processes;  // per process: env over `env`
-  std::vector<std::string> interface_env;  // set to the registered address's interface
+  std::vector<std::map<std::string, std::string>> processes{};  // per process: env over `env`
+  std::vector<std::string> interface_env{};  // set to the registered address's interface
 };
 
 nlohmann::json to_json(const AgentRegistration& r);

@@ -206,24 +206,9 @@ void ClusterManager::evaluate(const std::string& id) {
     workers.push_back(w.value());
   }
 
-  // d) + e) Any task that ended badly ends the cluster, unless restarts are left.
-  for (size_t i = 0; i < c.tasks.size(); ++i) {
-    if (api::is_terminal(workers[i].status) && !mode.may_end(c.tasks[i], workers[i])) {
-      std::string reason = describe_end(c.task_name(c.tasks[i]), workers[i]);
-      if (c.restarts < c.request.max_restarts) {
-        if (wired && mode.replaceable(c, c.tasks[i])) return replace_task(id, i, reason);
-        return restart(id, reason, i);
-      }
-      if (has_launcher) reason += "; mpirun was aborted";
-      if (c.request.max_restarts > 0) {
-        reason += " (after " + std::to_string(c.restarts) + " restarts: max_restarts " +
-                  std::to_string(c.request.max_restarts) + " reached)";
-      }
-      return finish(id, api::ClusterStatus::kFailed, reason);
-    }
-  // d) Any task that ended badly ends the cluster. When several have (a
-  // rank died and its peers then failed on the broken link), the one that
-  // ended first is the cause.
+  // d) + e) Any task that ended badly ends the cluster, unless restarts are
+  // left. When several have (a rank died and its peers then failed on the
+  // broken link), the one that ended first is the cause.
   std::optional<size_t> cause;
   for (size_t i = 0; i < c.tasks.size(); ++i) {
     if (!api::is_terminal(workers[i].status) || mode.may_end(c.tasks[i], workers[i])) continue;
@@ -231,8 +216,17 @@ void ClusterManager::evaluate(const std::string& id) {
     if (!cause || ended < workers[*cause].finished_at.value_or("")) cause = i;
   }
   if (cause) {
-    std::string reason = describe_end(c.task_name(c.tasks[*cause]), workers[*cause]);
+    const size_t i = *cause;
+    std::string reason = describe_end(c.task_name(c.tasks[i]), workers[i]);
+    if (c.restarts < c.request.max_restarts) {
+      if (wired && mode.replaceable(c, c.tasks[i])) return replace_task(id, i, reason);
+      return restart(id, reason, i);
+    }
     if (has_launcher) reason += "; mpirun was aborted";
+    if (c.request.max_restarts > 0) {
+      reason += " (after " + std::to_string(c.restarts) + " restarts: max_restarts " +
+                std::to_string(c.request.max_restarts) + " reached)";
+    }
     return finish(id, api::ClusterStatus::kFailed, reason);
   }
 

@@ -40,6 +40,8 @@ class HttpTest : public ::testing::Test {
     ro.agent_path = "/bin/true";
     ro.daemon_port = 1;
     ro.async_backend = async_backend_;
+    // No ticker runs here: a registered worker counts as running at once.
+    ro.await_settle = std::chrono::milliseconds(0);
     registry_ = std::make_unique<service::WorkerRegistry>(ro, backend_, nullptr, clock_);
     service::register_worker_routes(router_, *registry_, {8, fs::canonical(dir_)});
     service::register_agent_routes(router_, *registry_);
