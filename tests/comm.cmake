@@ -49,6 +49,10 @@ muster_gtest(comm_reduce_test SOURCES comm_reduce_test.cc DEPS muster_comm LABEL
 muster_gtest(comm_ring_test SOURCES comm_ring_test.cc DEPS muster_comm LABEL unit)
 muster_gtest(comm_single_process_test SOURCES comm_single_process_test.cc DEPS muster_comm LABEL unit)
 muster_gtest(comm_tcp_link_test SOURCES comm_tcp_link_test.cc DEPS muster_comm LABEL unit TIMEOUT 60)
+# Ops run in order, on a waiting caller's thread when nothing runs before them.
+muster_gtest(comm_progress_thread_test SOURCES comm_progress_thread_test.cc DEPS muster_comm LABEL unit TIMEOUT 120)
+# The small-message engine (shm/small_ops.h) with ranks on threads.
+muster_gtest(comm_small_ops_test SOURCES comm_small_ops_test.cc DEPS muster_comm LABEL unit TIMEOUT 120)
 
 add_executable(comm_fault_worker comm_fault_worker.cc)
 muster_target_defaults(comm_fault_worker)
@@ -76,6 +80,9 @@ muster_gtest(comm_world_test SOURCES comm_world_test.cc DEPS muster_comm LABEL u
 # Checked ops (mismatches on every rank, the world usable after), process
 # sets, broken worlds torn down and formed again: ranks on threads.
 muster_gtest(comm_checks_test SOURCES comm_checks_test.cc DEPS muster_comm LABEL unit TIMEOUT 600)
+# The small-message path of a one-host world (results at every limit,
+# mismatches across paths, departed and stalled peers, teardown): ranks on threads.
+muster_gtest(comm_small_world_test SOURCES comm_small_world_test.cc DEPS muster_comm LABEL unit TIMEOUT 300)
 
 # The mpirun suites again without mpirun: N processes started by
 # comm_store_launch.sh form their world over a file store (KvBootstrap).

@@ -1,10 +1,13 @@
 // Broadcast, allgather, allgatherv and barrier under real mpirun (and
 // without it, over a file store), checked
-// against values every rank computes locally from (rank, index).
+// against values every rank computes locally from (rank, index); small ops
+// the ranks disagree on fail alike on every rank.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -139,6 +142,48 @@ TEST(OrderingTest, SyncCallsFromTwoThreads) {
   const double n = comm.size();
   EXPECT_EQ(a[999], n * (n + 1) / 2);
   EXPECT_EQ(b[0], n * (n + 1));
+}
+
+// Ops the ranks disagree on, at small sizes (on one host: the small path's
+// one round): every process throws a MismatchError worded alike but for its
+// own rank number, naming the rank at fault, and the world goes on.
+void expect_same_everywhere(Communicator& comm, const std::string& message) {
+  const std::string common = message.substr(0, message.rfind(" (this is rank "));
+  const int64_t mine = static_cast<int64_t>(std::hash<std::string>{}(common));
+  std::vector<int64_t> all(static_cast<std::size_t>(comm.size()));
+  comm.allgather(&mine, 1, DataType::kInt64, all.data());
+  for (int r = 0; r < comm.size(); ++r) EXPECT_EQ(all[static_cast<std::size_t>(r)], mine) << "rank " << r << " words it differently";
+}
+
+TEST(MismatchTest, SmallOpsTheRanksDisagreeOnFailEveryRankAlike) {
+  Communicator& comm = *world();
+  const int last = comm.size() - 1;
+  for (std::size_t base : {std::size_t{1}, std::size_t{300}}) {
+    std::vector<float> buf(base + 1, 1.0f);
+    std::string message;
+    try {
+      comm.allreduce(buf.data(), base + (comm.rank() == last ? 1 : 0), DataType::kFloat32);
+      ADD_FAILURE() << "no error";
+    } catch (const MismatchError& e) {
+      message = e.what();
+    }
+    EXPECT_NE(message.find("rank " + std::to_string(last) + " has count " + std::to_string(base + 1)), std::string::npos)
+        << message;
+    expect_same_everywhere(comm, message);
+  }
+  std::string message;
+  try {
+    comm.barrier({comm.rank() == 0 ? "epoch-end" : "eval"});
+    ADD_FAILURE() << "no error";
+  } catch (const MismatchError& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("'epoch-end'"), std::string::npos) << message;
+  EXPECT_NE(message.find("'eval'"), std::string::npos) << message;
+  expect_same_everywhere(comm, message);
+  std::vector<double> x(5, comm.rank() + 1.0);
+  comm.allreduce(x.data(), x.size(), DataType::kFloat64);
+  EXPECT_EQ(x[4], comm.size() * (comm.size() + 1) / 2.0) << "the world works after the mismatches";
 }
 
 TEST(ContextTest, RanksAndLocalRanksAreConsistent) {

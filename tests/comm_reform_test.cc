@@ -4,6 +4,9 @@
 // within seconds, the new world's allreduce is right, and each process is
 // left with no extra threads, descriptors or /dev/shm objects.
 //
+// Cases: shm and tcp links with 1 MB allreduces, and "small" (64 floats: the
+// one-host small-message path) on shared memory.
+//
 // Runs comm_reform_worker (see there) `np` times under one shell in a
 // process group of its own (MpirunJob, which kills the group at the end).
 #include <gtest/gtest.h>
@@ -67,7 +70,8 @@ TEST_P(ReformTest, SurvivorsNameTheDeadRankAndFormASmallerWorld) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kills, ReformTest,
-                         ::testing::Values(Case{"shm", 3}, Case{"shm", 4}, Case{"tcp", 3}, Case{"tcp", 4}),
+                         ::testing::Values(Case{"shm", 3}, Case{"shm", 4}, Case{"tcp", 3}, Case{"tcp", 4},
+                                           Case{"small", 3}, Case{"small", 4}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return std::get<0>(info.param) + "_np" + std::to_string(std::get<1>(info.param));
                          });

@@ -1,14 +1,15 @@
 // Worker for comm_reform_test: one process of a world formed over a file
 // store, without mpirun.
 //
-//   comm_reform_worker <store dir> <rank> <size> <shm|tcp>
+//   comm_reform_worker <store dir> <rank> <size> <shm|tcp|small>
 //
-// Generation 0: `size` ranks allreduce 1 MB (float32, average) in a loop; at
+// Generation 0: `size` ranks allreduce 1 MB (float32, average) in a loop
+// (small: 64 floats, shared memory's small-message path); at
 // iteration 3 the last rank raises SIGKILL on itself. Each survivor prints
 //   FAULT rank <r> blamed <b> after <ms> ms: <message>
 // destroys its Communicator, and forms generation 1 over the same store (a
-// new prefix) with the survivors, renumbered in order; it allreduces again,
-// checks the result, destroys that world too and prints
+// new prefix) with the survivors, renumbered in order; it allreduces again
+// (a large and a small buffer), checks the results, destroys that world too and prints
 //   REFORMED rank <r> of <n> ok
 //   CLEAN rank <r> threads <t> fds <f> shm <s>
 // (threads, open descriptors and /dev/shm objects of this process that were
@@ -49,7 +50,7 @@ long entries(const std::string& dir, const std::string& prefix = "") {
 
 int main(int argc, char** argv) {
   if (argc != 5) {
-    std::fprintf(stderr, "usage: %s <store dir> <rank> <size> shm|tcp\n", argv[0]);
+    std::fprintf(stderr, "usage: %s <store dir> <rank> <size> shm|tcp|small\n", argv[0]);
     return 2;
   }
   const int rank = std::atoi(argv[2]), size = std::atoi(argv[3]);
@@ -64,7 +65,7 @@ int main(int argc, char** argv) {
   bool faulted = false;
   {
     auto comm = Communicator::create(std::make_unique<KvBootstrap>(store, rank, size, "gen0"), options);
-    std::vector<float> buf(1 << 18, 1.0f);
+    std::vector<float> buf(std::strcmp(argv[4], "small") == 0 ? 64 : 1 << 18, 1.0f);
     auto fault_start = std::chrono::steady_clock::now();
     try {
       for (int it = 0; it < 10; ++it) {
@@ -94,6 +95,9 @@ int main(int argc, char** argv) {
     comm->allreduce(buf.data(), buf.size(), DataType::kFloat32, {ReduceOp::kSum});
     const float want = static_cast<float>(size - 1) * static_cast<float>(size) / 2.0f;
     for (float v : buf) right = right && v == want;
+    std::vector<float> small(64, static_cast<float>(rank + 1));
+    comm->allreduce(small.data(), small.size(), DataType::kFloat32, {ReduceOp::kSum});
+    for (float v : small) right = right && v == want;
     comm->barrier();
   }
   std::printf("REFORMED rank %d of %d %s\n", rank, size - 1, right ? "ok" : "WRONG");

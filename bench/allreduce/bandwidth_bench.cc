@@ -1,16 +1,19 @@
-// Allreduce bandwidth: muster's ring vs MPI_Allreduce, side by side in one
-// mpirun, plus muster's direct allreduce on a shared buffer and a memcpy
-// reference (the physical ceiling on one host).
+// Allreduce bandwidth: muster's allreduce as it runs by default on the
+// caller's own memory (Algorithm::kAuto: the small path or the ring) vs
+// MPI_Allreduce, side by side in one mpirun, plus the ring forced (kRing),
+// muster's direct allreduce on a shared buffer and a memcpy reference (the
+// physical ceiling on one host).
 //
 //   mpirun -np 2 allreduce_bandwidth_bench OUT.json [max_bytes [min_bytes]]
 //
-// For each size from 4 KB to 256 MB (float32, sum) the two are interleaved
-// rep by rep, so machine noise hits both alike; a rep times a batch of ops
+// For each size from 4 KB to 256 MB (float32, sum) they are interleaved
+// rep by rep, so machine noise hits all alike; a rep times a batch of ops
 // (more for small sizes) between barriers, and the rep's time is the slowest
-// rank's. algbw = bytes / time; figures are medians over reps. The ring is
+// rank's. algbw = bytes / time; figures are medians over reps. Each is
 // checked for the right answer once per size. Rank 0 writes OUT.json:
-//   {"ranks", "sizes":[{"size_bytes","ring_algbw_gbs","mpi_algbw_gbs","ratio_vs_mpi",
-//                        "direct_algbw_gbs","ring_s","mpi_s","direct_s","reps"}], "memcpy_gbs"}
+//   {"ranks", "sizes":[{"size_bytes","muster_algbw_gbs","ring_algbw_gbs","mpi_algbw_gbs",
+//                        "ratio_vs_mpi" (muster / MPI),"direct_algbw_gbs","muster_s","ring_s",
+//                        "mpi_s","direct_s","reps"}], "memcpy_gbs"}
 #include <mpi.h>
 
 #include <algorithm>
@@ -84,14 +87,18 @@ int main(int argc, char** argv) {
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
     const std::size_t count = bytes / sizeof(float);
-    std::vector<float> ring(count), mpi(count);
+    std::vector<float> mus(count), ring(count), mpi(count);
     const int batch = bytes <= (64u << 10) ? 50 : bytes <= (1u << 20) ? 10 : bytes <= (16u << 20) ? 2 : 1;
     const int reps = bytes >= (64u << 20) ? 7 : 11;
-    std::vector<double> ring_t, mpi_t, direct_t;
+    std::vector<double> mus_t, ring_t, mpi_t, direct_t;
     bool ok = true;
     for (int rep = 0; rep < reps; ++rep) {
+      std::fill(mus.begin(), mus.end(), 1.0f + static_cast<float>(rank));
       std::fill(ring.begin(), ring.end(), 1.0f + static_cast<float>(rank));
       std::fill(mpi.begin(), mpi.end(), 1.0f + static_cast<float>(rank));
+      mus_t.push_back(time_batch(*comm, batch, [&] {
+        comm->allreduce(mus.data(), count, DataType::kFloat32, {ReduceOp::kSum, Algorithm::kAuto});
+      }));
       ring_t.push_back(time_batch(*comm, batch, [&] {
         comm->allreduce(ring.data(), count, DataType::kFloat32, {ReduceOp::kSum, Algorithm::kRing});
       }));
@@ -104,17 +111,19 @@ int main(int argc, char** argv) {
       }));
       if (rep == 0 && batch == 1) {
         const float want = static_cast<float>(size * (size + 1) / 2);
-        ok = ring[0] == want && ring[count - 1] == want && direct[count / 3] == want && direct[count - 1] == want &&
+        ok = mus[count / 2] == want && ring[0] == want && ring[count - 1] == want && direct[count / 3] == want && direct[count - 1] == want &&
              (ring_only || mpi[count / 2] == want);
       }
     }
-    const double ring_s = median(ring_t), mpi_s = ring_only ? 0.0 : median(mpi_t), direct_s = median(direct_t);
+    const double mus_s = median(mus_t), ring_s = median(ring_t), mpi_s = ring_only ? 0.0 : median(mpi_t),
+                 direct_s = median(direct_t);
+    const double mus_gbs = static_cast<double>(bytes) / mus_s / 1e9;
     const double direct_gbs = static_cast<double>(bytes) / direct_s / 1e9;
     const double ring_gbs = static_cast<double>(bytes) / ring_s / 1e9;
     const double mpi_gbs = ring_only ? 0.0 : static_cast<double>(bytes) / mpi_s / 1e9;
     if (rank == 0) {
-      std::printf("%10zu B  ring %7.3f GB/s  direct %7.3f GB/s  mpi %7.3f GB/s  ring/mpi %5.2f%s\n", bytes, ring_gbs,
-                  direct_gbs, mpi_gbs, ring_gbs / mpi_gbs, ok ? "" : "  WRONG RESULT");
+      std::printf("%10zu B  muster %7.3f GB/s  ring %7.3f GB/s  direct %7.3f GB/s  mpi %7.3f GB/s  muster/mpi %5.2f%s\n",
+                  bytes, mus_gbs, ring_gbs, direct_gbs, mpi_gbs, mus_gbs / mpi_gbs, ok ? "" : "  WRONG RESULT");
       std::fflush(stdout);
     }
     if (!ok) {
@@ -122,11 +131,14 @@ int main(int argc, char** argv) {
       return 1;
     }
     rows.push_back({{"size_bytes", bytes},
+                    {"muster_algbw_gbs", mus_gbs},
                     {"ring_algbw_gbs", ring_gbs},
                     {"mpi_algbw_gbs", mpi_gbs},
-                    {"ratio_vs_mpi", ring_gbs / mpi_gbs},
+                    {"ratio_vs_mpi", mus_gbs / mpi_gbs},
+                    {"ring_ratio_vs_mpi", ring_gbs / mpi_gbs},
                     {"direct_algbw_gbs", direct_gbs},
                     {"direct_is_shared", shared->direct()},
+                    {"muster_s", mus_s},
                     {"ring_s", ring_s},
                     {"direct_s", direct_s},
                     {"mpi_s", mpi_s},

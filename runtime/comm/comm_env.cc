@@ -73,6 +73,9 @@ CommOptions apply_env(CommOptions o) {
   if (const auto v = base::Settings::environment().raw("MUSTER_COMM_INLINE_BYTES")) {
     o.inline_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_INLINE_BYTES", 0));
   }
+  if (const auto v = base::Settings::environment().raw("MUSTER_COMM_SMALL_BYTES")) {
+    o.small_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_SMALL_BYTES", 0));
+  }
   if (const auto v = base::Settings::environment().boolean("MUSTER_COMM_CHECK_OPS", o.check_ops); !v.ok()) {
     throw InvalidArgument(v.error);
   } else {

@@ -139,6 +139,15 @@ struct CommOptions {
   // descriptor exchange (the small path); 0 turns it off.
   // MUSTER_COMM_INLINE_BYTES overrides it.
   std::size_t inline_bytes = 4096;
+  // On a world whose ranks all share one host, allreduce, broadcast,
+  // allgather and barrier with at most this many bytes per rank run through
+  // the small-message engine (shm/small_ops.h: one shared block, one round
+  // per op, the descriptors compared in the same round); larger ones take
+  // the ring. Every rank must use the same; 0 turns the engine off (ops then
+  // exchange descriptors through the control table). The engine's area is
+  // 2 slots of this size per rank, capped at 32 MB per host (so the limit
+  // shrinks above 64 ranks on a host). MUSTER_COMM_SMALL_BYTES overrides it.
+  std::size_t small_bytes = 256 * 1024;
   // Whether ranks compare OpDescriptors before an op's data moves. Only for
   // measuring what the check costs (bench/allreduce): without it, ops that
   // differ between ranks give undefined results. MUSTER_COMM_CHECK_OPS=0|1.

@@ -45,9 +45,10 @@ class MeshSleeper final : public Sleeper {
 }  // namespace
 
 ControlPlane::ControlPlane(int rank, int size, shm::ShmSegment* segment, std::vector<int> table_local,
-                           std::vector<tcp::MeshStream*> mesh, std::chrono::microseconds spin)
+                           std::vector<tcp::MeshStream*> mesh, std::chrono::microseconds spin, shm::SmallOps* small)
     : rank_(rank), size_(size), segment_(segment), table_local_(std::move(table_local)), mesh_(std::move(mesh)),
-      records_(static_cast<std::size_t>(size)), received_(static_cast<std::size_t>(size)), spin_(spin) {
+      records_(static_cast<std::size_t>(size)), received_(static_cast<std::size_t>(size)), spin_(spin),
+      small_(small) {
   my_local_ = table_local_[static_cast<std::size_t>(rank_)];
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
@@ -78,6 +79,7 @@ bool ControlPlane::all_mesh() const {
 }
 
 std::size_t ControlPlane::payload_capacity() const {
+  if (small_) return small_->capacity();
   bool any_table = false;
   for (int r = 0; r < size_; ++r) any_table |= r != rank_ && table_local_[static_cast<std::size_t>(r)] >= 0;
   return any_table ? segment_->layout().control_bytes : static_cast<std::size_t>(kMaxMeshPayload);
@@ -87,6 +89,21 @@ const std::vector<ControlPlane::Record>& ControlPlane::exchange(const OpDescript
                                                                std::size_t bytes, Watchdog& watchdog) {
   const uint64_t x = ++xseq_;
   const int parity = static_cast<int>(x % 2);
+  if (small_ && size_ > 1) {
+    // Local rank == rank: the world is this host's ranks, in order.
+    const auto& rounds = small_->exchange(desc, payload, bytes, &watchdog);
+    for (int r = 0; r < size_; ++r) {
+      Record& rec = records_[static_cast<std::size_t>(r)];
+      const auto& got = rounds[static_cast<std::size_t>(r)];
+      rec.header.desc = got.desc;
+      rec.header.payload_bytes = got.bytes;
+      rec.header.xseq = x;
+      rec.payload = r == rank_ ? static_cast<const char*>(payload) : got.payload;
+    }
+    // The op's data path waits as it would after a table exchange.
+    if (sleeper_) watchdog.set_sleeper(sleeper_.get(), spin_, 64);
+    return records_;
+  }
   if (bytes > payload_capacity()) {
     throw InvalidArgument("control exchange: a payload of " + std::to_string(bytes) + " bytes exceeds the " +
                           std::to_string(payload_capacity()) + " the control table holds");

@@ -15,6 +15,11 @@
 // Peers on other hosts get the record over the mesh's TCP stream to each:
 // a 64-byte header frame, then the payload as one frame.
 //
+// On a world whose ranks all share one host the exchange is a SmallOps
+// round instead (shm/small_ops.h: the same two-slot protocol in its own
+// area, whose waits spin before they sleep), so the small ops that run
+// straight on SmallOps and every other op's exchange count the same rounds.
+//
 // Every wait runs under the op's Watchdog: a peer that does not publish is
 // named after the timeout (the lowest rank still missing), one whose
 // process exits or whose stream closes at once.
@@ -30,6 +35,7 @@
 
 #include "runtime/comm/op_descriptor.h"
 #include "runtime/comm/shm/shm_segment.h"
+#include "runtime/comm/shm/small_ops.h"
 #include "runtime/comm/tcp/mesh_stream.h"
 #include "runtime/comm/watchdog.h"
 
@@ -50,8 +56,10 @@ class ControlPlane {
   // otherwise. Exactly one of the two for every rank but this one. Not owned.
   // `spin`: how long a rank waiting on the control table spins before it
   // sleeps on its doorbell.
+  // `small` (not owned; may be null): every rank is on this host and the
+  // exchanges run as its rounds.
   ControlPlane(int rank, int size, shm::ShmSegment* segment, std::vector<int> table_local,
-               std::vector<tcp::MeshStream*> mesh, std::chrono::microseconds spin);
+               std::vector<tcp::MeshStream*> mesh, std::chrono::microseconds spin, shm::SmallOps* small = nullptr);
   ControlPlane(const ControlPlane&) = delete;
   ControlPlane& operator=(const ControlPlane&) = delete;
 
@@ -86,6 +94,7 @@ class ControlPlane {
   std::vector<std::vector<char>> received_;  // mesh peers' payloads, by rank
   std::unique_ptr<Sleeper> sleeper_;         // how a waiting rank sleeps (null: back off)
   std::chrono::microseconds spin_;
+  shm::SmallOps* small_ = nullptr;
 };
 
 }  // namespace muster::runtime::comm

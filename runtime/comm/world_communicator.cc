@@ -45,6 +45,7 @@ WorldCommunicator::~WorldCommunicator() {
   if (monitor_) monitor_->mark_closed();  // and a local peer waiting on this rank learns it left
   progress_.reset();     // then the queue drains (each op fails at once) and the thread is joined
   control_.reset();
+  small_.reset();
   peer_links_.clear();
   mesh_send_.clear();
   mesh_recv_.clear();
@@ -94,25 +95,24 @@ Handle WorldCommunicator::submit(Call call, std::function<void(Call&, Watchdog&)
       throw;  // likewise (arguments are judged before the exchange's data moves)
     } catch (const CommError& e) {
       broken_ = std::current_exception();
-      mpi::mark_failed();
-      if (monitor_) monitor_->record_failure(e.rank());
-      if (tcp_.ring) tcp_.ring->abort(e.rank());  // the right neighbour learns whom to blame
-      for (auto& m : tcp_.mesh) {
-        if (m) m->abort(e.rank());
-      }
+      break_links(e.rank());
       throw;
     } catch (const std::exception& e) {
       // Anything else mid-op leaves the links in an unknown state.
       broken_ = std::make_exception_ptr(CommError(call.what + " #" + std::to_string(seq) + " failed: " + e.what()));
-      mpi::mark_failed();
-      if (monitor_) monitor_->record_failure(-1);
-      if (tcp_.ring) tcp_.ring->abort(-1);
-      for (auto& m : tcp_.mesh) {
-        if (m) m->abort(-1);
-      }
+      break_links(-1);
       throw;
     }
   });
+}
+
+void WorldCommunicator::break_links(int blamed) {
+  mpi::mark_failed();
+  if (monitor_) monitor_->record_failure(blamed);
+  if (tcp_.ring) tcp_.ring->abort(blamed);  // the right neighbour learns whom to blame
+  for (auto& m : tcp_.mesh) {
+    if (m) m->abort(blamed);
+  }
 }
 
 const std::vector<ControlPlane::Record>& WorldCommunicator::checked_exchange(Call& call, const void* payload,
@@ -143,6 +143,10 @@ const std::vector<ControlPlane::Record>& WorldCommunicator::checked_exchange(Cal
 
 Handle WorldCommunicator::allreduce_async(void* data, std::size_t count, DataType dtype,
                                           const AllreduceOptions& options) {
+  if (options.algorithm == Algorithm::kAuto && small_fits(count * dtype_size(dtype)) && (data || count == 0) &&
+      dtype_valid(static_cast<uint8_t>(dtype))) {
+    return allreduce_small(data, count, dtype, options);
+  }
   Call call;
   call.desc.kind = static_cast<uint8_t>(OpKind::kAllreduce);
   call.desc.dtype = static_cast<uint8_t>(dtype);
@@ -191,6 +195,10 @@ Handle WorldCommunicator::allreduce_async(void* data, std::size_t count, DataTyp
 
 Handle WorldCommunicator::broadcast_async(void* data, std::size_t count, DataType dtype, int root,
                                           const OpOptions& options) {
+  if (small_fits(count * dtype_size(dtype)) && root >= 0 && root < size_ && (data || count == 0) &&
+      dtype_valid(static_cast<uint8_t>(dtype))) {
+    return broadcast_small(data, count, dtype, root, options);
+  }
   Call call;
   call.desc.kind = static_cast<uint8_t>(OpKind::kBroadcast);
   call.desc.dtype = static_cast<uint8_t>(dtype);
@@ -222,6 +230,10 @@ Handle WorldCommunicator::broadcast_async(void* data, std::size_t count, DataTyp
 
 Handle WorldCommunicator::allgather_async(const void* send, std::size_t count, DataType dtype, void* recv,
                                           const OpOptions& options) {
+  if (small_fits(count * dtype_size(dtype)) && ((send && recv) || count == 0) &&
+      dtype_valid(static_cast<uint8_t>(dtype))) {
+    return allgather_small(send, count, dtype, recv, options);
+  }
   Call call;
   call.desc.kind = static_cast<uint8_t>(OpKind::kAllgather);
   call.desc.dtype = static_cast<uint8_t>(dtype);
@@ -360,6 +372,7 @@ Handle WorldCommunicator::reducescatter_async(const void* send, void* recv, cons
 }
 
 Handle WorldCommunicator::barrier_async(const OpOptions& options) {
+  if (small_) return barrier_small(options);
   Call call;
   call.desc.kind = static_cast<uint8_t>(OpKind::kBarrier);
   call.desc.name_hash = op_name_hash(options.name);

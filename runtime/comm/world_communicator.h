@@ -3,7 +3,8 @@
 // Files: world_formation.cc forms the world (host map, shared-memory
 // segment, TCP ring and mesh, control plane); world_communicator.cc queues
 // ops, checks their descriptors and picks the path each runs; world_ops.cc
-// holds the ops' bodies.
+// holds the ops' bodies; world_small.cc the small path of a world whose
+// ranks all share one host (shm/small_ops.h), which skips the Call.
 //
 // Ownership: it owns the Bootstrap (kept for split()), this host's
 // ShmSegment and peer monitor, the ring's two links and the TCP streams
@@ -38,6 +39,7 @@
 #include "runtime/comm/shm/shm_link.h"
 #include "runtime/comm/shm/shm_peer_monitor.h"
 #include "runtime/comm/shm/shm_segment.h"
+#include "runtime/comm/shm/small_ops.h"
 #include "runtime/comm/tcp/tcp_formation.h"
 #include "runtime/comm/watchdog.h"
 
@@ -108,6 +110,26 @@ class WorldCommunicator : public Communicator {
   void run_small(const Call& call, const std::vector<ControlPlane::Record>& records, void* data, void* recv);
   bool inline_fits(std::size_t bytes) const;
 
+  // world_small.cc. On a world whose ranks all share this host, SmallOps is
+  // the control plane, and allreduce, broadcast, allgather and barrier whose
+  // data fits the small path (small_fits), with valid arguments, run as one
+  // SmallOps op each: queued as a bare closure (no Call, no strings), run
+  // by the caller when it waits at once (progress_thread.h), with no
+  // Watchdog unless a wait outlasts the spin.
+  void form_small(int host_size);
+  std::size_t small_capacity(int host_size) const;
+  bool small_fits(std::size_t bytes) const { return small_ && bytes <= small_limit_; }
+  Handle allreduce_small(void* data, std::size_t count, DataType dtype, const AllreduceOptions& options);
+  Handle broadcast_small(void* data, std::size_t count, DataType dtype, int root, const OpOptions& options);
+  Handle allgather_small(const void* send, std::size_t count, DataType dtype, void* recv, const OpOptions& options);
+  Handle barrier_small(const OpOptions& options);
+  // Runs one small op under the sequence number and broken-state rules.
+  template <typename F>
+  void run_lean(OpDescriptor& desc, const char* what, F&& body);
+  // After a CommError (or any failure mid-op): the Communicator is broken
+  // and the peers learn whom to blame.
+  void break_links(int blamed);
+
   // world_ops.cc: the data paths.
   void allreduce_ring(void* data, std::size_t count, DataType dtype, ReduceOp op, Watchdog& watchdog);
   void allreduce_mpi(void* data, std::size_t count, DataType dtype, ReduceOp op, Watchdog& watchdog);
@@ -137,6 +159,8 @@ class WorldCommunicator : public Communicator {
   std::vector<std::unique_ptr<SendLink>> mesh_send_;  // shm mesh channels, by rank
   std::vector<std::unique_ptr<RecvLink>> mesh_recv_;
   std::vector<PeerLink> peer_links_;           // alltoall's link to every rank
+  std::unique_ptr<shm::SmallOps> small_;  // in segment_; before control_, which may use it
+  std::size_t small_limit_ = 0;           // bytes per rank an op may have to run on small_
   std::unique_ptr<ControlPlane> control_;
   bool ring_all_shm_ = false;  // both ring links in shm: sleep on the doorbell
   bool ring_all_tcp_ = false;  // both ring links TCP: sleep in ppoll on the streams

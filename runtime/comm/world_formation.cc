@@ -89,6 +89,7 @@ const SharedOption kSharedOptions[] = {
     {"MUSTER_COMM_BLOCK_BYTES", [](const CommOptions& o) { return static_cast<uint64_t>(o.block_bytes); }},
     {"MUSTER_COMM_INLINE_BYTES", [](const CommOptions& o) { return static_cast<uint64_t>(o.inline_bytes); }},
     {"MUSTER_COMM_CHECK_OPS", [](const CommOptions& o) { return static_cast<uint64_t>(o.check_ops); }},
+    {"MUSTER_COMM_SMALL_BYTES", [](const CommOptions& o) { return static_cast<uint64_t>(o.small_bytes); }},
 };
 
 const char* transport_text(uint64_t t) {
@@ -195,6 +196,11 @@ void WorldCommunicator::form_segment(const std::string& key_of_host, int host_si
     layout.mesh_slots = 4;
     layout.mesh_slot_bytes = mesh_slot_bytes(host_size);
   }
+  // The whole world on this host: the SmallOps area (world_small.cc).
+  if (hosts_.hosts() == 1 && host_size > 1 && options_.small_bytes > 0 &&
+      options_.ring_transport != RingTransport::kTcp && options_.ring_transport != RingTransport::kMpi) {
+    layout.small_bytes = shm::SmallOps::area_bytes(host_size, small_capacity(host_size));
+  }
   const bool leader = host_size > 1 && hosts_.local_of[static_cast<std::size_t>(rank_)] == 0;
   std::string name;
   if (leader) segment_ = shm::ShmSegment::create(layout, &name);
@@ -222,6 +228,7 @@ void WorldCommunicator::form_segment(const std::string& key_of_host, int host_si
     shm_local_ = hosts_.local_of[static_cast<std::size_t>(rank_)];
     monitor_ = std::make_unique<shm::ShmPeerMonitor>(segment_.get(), shm_local_, rank_);
     sleeper_ = std::make_unique<shm::DoorbellSleeper>(segment_->peer(shm_local_));
+    form_small(host_size);
   }
 }
 
@@ -319,7 +326,7 @@ void WorldCommunicator::form_links(bool io_threads) {
   }
   if (any_table) table_local[urank] = shm_local_;
   control_ = std::make_unique<ControlPlane>(rank_, size_, segment_.get(), std::move(table_local), std::move(mesh),
-                                            options_.spin);
+                                            options_.spin, small_.get());
 }
 
 }  // namespace muster::runtime::comm

@@ -23,6 +23,7 @@ struct Header {
   uint64_t control_bytes;
   uint64_t mesh_slots;
   uint64_t mesh_slot_bytes;
+  uint64_t small_bytes;
 };
 static_assert(sizeof(Header) <= kHeaderBytes, "the header fits its line");
 
@@ -35,6 +36,7 @@ SegmentLayout SegmentLayout::rounded() const {
   l.ring_slot_bytes = round_up(ring_slot_bytes, 64);
   l.control_bytes = round_up(control_bytes, 64);
   l.mesh_slot_bytes = round_up(mesh_slot_bytes, 64);
+  l.small_bytes = round_up(small_bytes, 64);
   return l;
 }
 
@@ -58,10 +60,11 @@ std::size_t SegmentLayout::mesh_offset() const {
 std::size_t SegmentLayout::mesh_channel_bytes() const {
   return mesh_slots == 0 ? 0 : sizeof(ChannelHeader) + mesh_slots * mesh_slot_bytes;
 }
-std::size_t SegmentLayout::total_bytes() const {
+std::size_t SegmentLayout::small_offset() const {
   const auto n = static_cast<std::size_t>(local_size);
   return mesh_offset() + mesh_channel_bytes() * n * n;
 }
+std::size_t SegmentLayout::total_bytes() const { return small_offset() + small_bytes; }
 
 char* map_shared_object(const char* name, std::size_t bytes, bool create) {
   const int fd = create ? shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600) : shm_open(name, O_RDWR, 0600);
@@ -92,6 +95,7 @@ std::unique_ptr<ShmSegment> ShmSegment::create(const SegmentLayout& requested, s
   h->control_bytes = layout.control_bytes;
   h->mesh_slots = layout.mesh_slots;
   h->mesh_slot_bytes = layout.mesh_slot_bytes;
+  h->small_bytes = layout.small_bytes;
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kMagic;
   *name = buf;
@@ -107,7 +111,7 @@ std::unique_ptr<ShmSegment> ShmSegment::open(const std::string& name, const Segm
   if (h->magic != kMagic || h->local_size != static_cast<uint64_t>(layout.local_size) ||
       h->ring_slots != layout.ring_slots || h->ring_slot_bytes != layout.ring_slot_bytes ||
       h->control_bytes != layout.control_bytes || h->mesh_slots != layout.mesh_slots ||
-      h->mesh_slot_bytes != layout.mesh_slot_bytes) {
+      h->mesh_slot_bytes != layout.mesh_slot_bytes || h->small_bytes != layout.small_bytes) {
     munmap(base, layout.total_bytes());
     return nullptr;
   }
@@ -149,5 +153,7 @@ ChannelView ShmSegment::mesh_channel(int producer, int consumer) const {
   return ChannelView{reinterpret_cast<ChannelHeader*>(at), at + sizeof(ChannelHeader), layout_.mesh_slots,
                      layout_.mesh_slot_bytes};
 }
+
+void* ShmSegment::small_area() const { return layout_.small_bytes ? base_ + layout_.small_offset() : nullptr; }
 
 }  // namespace muster::runtime::comm::shm

@@ -11,6 +11,8 @@
 //                                writes channel i, its ring right neighbour reads it)
 //   mesh channel  x local_size^2 head, tail + mesh_slots slots (channel
 //                                (i, j): local rank i to local rank j, alltoall)
+//   small ops     small_bytes    the SmallOps area (small_ops.h), when the
+//                                whole world shares this host
 //
 // Every channel has a single producer and a single consumer.
 //
@@ -81,6 +83,7 @@ struct SegmentLayout {
   std::size_t control_bytes = 4096;          // payload per control slot, rounded up to 64
   std::size_t mesh_slots = 0;                // 0: no mesh channels
   std::size_t mesh_slot_bytes = 0;
+  std::size_t small_bytes = 0;               // 0: no SmallOps area
   // Offsets of each area from the segment's start.
   std::size_t peers_offset() const;
   std::size_t direct_offset() const;
@@ -90,6 +93,7 @@ struct SegmentLayout {
   std::size_t ring_channel_bytes() const;
   std::size_t mesh_offset() const;
   std::size_t mesh_channel_bytes() const;
+  std::size_t small_offset() const;
   std::size_t total_bytes() const;
   SegmentLayout rounded() const;  // slot sizes rounded up to 64 bytes
 };
@@ -120,6 +124,8 @@ class ShmSegment {
   ControlSlot* control(int local_rank, int parity) const;
   ChannelView ring_channel(int producer) const;
   ChannelView mesh_channel(int producer, int consumer) const;
+  // The SmallOps area (layout().small_bytes of them), or null.
+  void* small_area() const;
 
  private:
   ShmSegment(char* base, const SegmentLayout& layout);

@@ -20,7 +20,7 @@ import random
 
 import torch.utils.data
 
-from ..mpi_ops import rank, size
+from ..world import rank, size
 
 
 class ElasticSampler(torch.utils.data.Sampler):

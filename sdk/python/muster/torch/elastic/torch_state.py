@@ -14,7 +14,7 @@ history).
 import torch
 
 from ..functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
-from ..mpi_ops import rank
+from ..world import rank
 from .sampler import ElasticSampler
 from .state import ObjectState
 

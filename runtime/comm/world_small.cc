@@ -1,0 +1,135 @@
+// WorldCommunicator's small path on a world whose ranks all share this host
+// (world_communicator.h names the other files; shm/small_ops.h the engine).
+//
+// Where a latency-bound op's microseconds went before this path, and what
+// each step below saves, is in runtime/comm/README.md ("Small messages").
+#include <unistd.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "runtime/comm/world_communicator.h"
+
+namespace muster::runtime::comm {
+namespace {
+
+uint8_t reduce_code(ReduceOp op) { return static_cast<uint8_t>(static_cast<int>(op) + 1); }
+
+// The SmallOps area of a host stays within this many bytes.
+constexpr std::size_t kSmallAreaBudget = std::size_t{32} << 20;
+
+}  // namespace
+
+std::size_t WorldCommunicator::small_capacity(int host_size) const {
+  // Small ops' data, and any exchange's payload (the names a mismatch
+  // quotes, alltoall's counts, reduce-scatter's and allgatherv's inline data).
+  const std::size_t floor = std::max<std::size_t>({options_.inline_bytes, 16 * static_cast<std::size_t>(size_), 512});
+  const std::size_t budget = kSmallAreaBudget / (2 * static_cast<std::size_t>(std::max(host_size, 1)));
+  return std::max(floor, std::min(options_.small_bytes, budget) / 64 * 64);
+}
+
+void WorldCommunicator::form_small(int host_size) {
+  if (!segment_ || !segment_->small_area() || host_size != size_ || size_ < 2) return;
+  shm::SmallOpsOptions o;
+  o.capacity = small_capacity(host_size);
+  o.timeout = options_.timeout;
+  // Ranks with a CPU each spin (the peer is about to publish). Ranks that
+  // share CPUs do not spin, or the spinner holds the CPU its peer needs
+  // (4 ranks on 2 cores: 50 us of spin made a round 10x slower); they poll
+  // with sched_yield for up to 100 us, which hands the CPU to the peer that
+  // shares it, then sleep on the doorbell. On 4 ranks and 2 cores that
+  // halved an 8 B allreduce (load 7: 85-125 us sleeping at once, 42-50 us
+  // yielding first; 1 ms of yielding was no better). The ring never yields
+  // (watchdog.cc: another busy process may take the CPU for a whole slice);
+  // a small op yields at most 100 us per wait.
+  const bool oversubscribed = local_size_ > sysconf(_SC_NPROCESSORS_ONLN);
+  o.spin = oversubscribed ? std::chrono::microseconds(0) : options_.spin;
+  o.yield = oversubscribed ? std::chrono::microseconds(100) : std::chrono::microseconds(0);
+  o.abort = &closing_;
+  std::vector<int> world(static_cast<std::size_t>(size_));
+  for (int r = 0; r < size_; ++r) world[static_cast<std::size_t>(r)] = r;
+  small_ = std::make_unique<shm::SmallOps>(shm::SmallOpsArea{segment_->small_area(), size_}, shm_local_,
+                                           std::move(world), o, monitor_.get());
+  small_limit_ = std::min(options_.small_bytes, small_->capacity());
+}
+
+template <typename F>
+void WorldCommunicator::run_lean(OpDescriptor& desc, const char* what, F&& body) {
+  const uint64_t seq = ++seq_;
+  desc.seq = seq;
+  if (broken_) std::rethrow_exception(broken_);
+  if (closing_.load()) {
+    throw CommError(std::string(what) + " #" + std::to_string(seq) + ": the communicator was closed before this op ran");
+  }
+  if (monitor_) monitor_->begin_op(seq);
+  try {
+    body();
+    if (monitor_) monitor_->end_op(seq);
+  } catch (const MismatchError&) {
+    throw;  // thrown before any data moved
+  } catch (const InvalidArgument&) {
+    throw;  // likewise
+  } catch (const CommError& e) {
+    broken_ = std::current_exception();
+    break_links(e.rank());
+    throw;
+  } catch (const std::exception& e) {
+    broken_ = std::make_exception_ptr(CommError(std::string(what) + " #" + std::to_string(seq) + " failed: " + e.what()));
+    break_links(-1);
+    throw;
+  }
+}
+
+Handle WorldCommunicator::allreduce_small(void* data, std::size_t count, DataType dtype,
+                                          const AllreduceOptions& options) {
+  OpDescriptor d;
+  d.kind = static_cast<uint8_t>(OpKind::kAllreduce);
+  d.dtype = static_cast<uint8_t>(dtype);
+  d.reduce_op = reduce_code(options.op);
+  d.count = count;
+  d.name_hash = op_name_hash(options.name);
+  d.shape_hash = shape_hash(options.shape);
+  const ReduceOp op = options.op;
+  return progress_->submit([this, d, data, count, dtype, op, name = options.name]() mutable {
+    run_lean(d, "allreduce", [&] { small_->allreduce(data, count, dtype, op, d, &name); });
+  });
+}
+
+Handle WorldCommunicator::broadcast_small(void* data, std::size_t count, DataType dtype, int root,
+                                          const OpOptions& options) {
+  OpDescriptor d;
+  d.kind = static_cast<uint8_t>(OpKind::kBroadcast);
+  d.dtype = static_cast<uint8_t>(dtype);
+  d.root = root;
+  d.count = count;
+  d.name_hash = op_name_hash(options.name);
+  d.shape_hash = shape_hash(options.shape);
+  return progress_->submit([this, d, data, count, dtype, root, name = options.name]() mutable {
+    run_lean(d, "broadcast", [&] { small_->broadcast(data, count, dtype, root, d, &name); });
+  });
+}
+
+Handle WorldCommunicator::allgather_small(const void* send, std::size_t count, DataType dtype, void* recv,
+                                          const OpOptions& options) {
+  OpDescriptor d;
+  d.kind = static_cast<uint8_t>(OpKind::kAllgather);
+  d.dtype = static_cast<uint8_t>(dtype);
+  d.count = count;
+  d.name_hash = op_name_hash(options.name);
+  d.shape_hash = shape_hash(options.shape);
+  return progress_->submit([this, d, send, count, dtype, recv, name = options.name]() mutable {
+    run_lean(d, "allgather", [&] { small_->allgather(send, count, dtype, recv, d, &name); });
+  });
+}
+
+Handle WorldCommunicator::barrier_small(const OpOptions& options) {
+  OpDescriptor d;
+  d.kind = static_cast<uint8_t>(OpKind::kBarrier);
+  d.name_hash = op_name_hash(options.name);
+  return progress_->submit([this, d, name = options.name]() mutable {
+    run_lean(d, "barrier", [&] { small_->barrier(d, &name); });
+  });
+}
+
+}  // namespace muster::runtime::comm

@@ -1,0 +1,132 @@
+// ProgressThread: ops run one at a time in submission order; an op whose
+// caller waits on it while nothing runs before it runs on the caller's
+// thread; every other op runs on the progress thread, also one that nobody
+// waits on (dropped Handle, polled Handle, held Handle: the idle tick).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "runtime/comm/progress_thread.h"
+
+namespace muster::runtime::comm {
+namespace {
+
+// Polls `cond` for up to 20 s (never a fixed sleep standing in for an event).
+template <typename Cond>
+bool eventually(Cond cond) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+TEST(ProgressThreadTest, WaitedOpRunsOnTheWaitingThread) {
+  ProgressThread progress;
+  std::thread::id ran_on;
+  Handle h = progress.submit([&] { ran_on = std::this_thread::get_id(); });
+  h.wait();
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+}
+
+TEST(ProgressThreadTest, OpsBehindOthersRunInOrderOnTheProgressThread) {
+  ProgressThread progress;
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<std::thread::id> threads(3);
+  std::vector<Handle> handles;
+  for (int i = 0; i < 3; ++i) {
+    handles.push_back(progress.submit([&, i] {
+      std::lock_guard<std::mutex> lock(mu);
+      order.push_back(i);
+      threads[static_cast<std::size_t>(i)] = std::this_thread::get_id();
+    }));
+  }
+  handles[2].wait();  // the last: the others must run first, in order
+  EXPECT_TRUE(handles[0].done());
+  EXPECT_TRUE(handles[1].done());
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
+  // The second submit woke the progress thread, which ran the ops nobody
+  // waited on. The last one may run on either thread: if the progress
+  // thread has finished the first two when wait() looks, the op is next with
+  // nothing running, and the waiter takes it (progress_thread.h).
+  EXPECT_NE(threads[0], std::this_thread::get_id());
+  EXPECT_NE(threads[1], std::this_thread::get_id());
+}
+
+TEST(ProgressThreadTest, NothingRunsBesideAnOpOnAWaiter) {
+  ProgressThread progress;
+  std::atomic<int> inside{0}, overlaps{0};
+  auto task = [&] {
+    if (inside.fetch_add(1) != 0) overlaps.fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    inside.fetch_sub(1);
+  };
+  for (int round = 0; round < 50; ++round) {
+    Handle a = progress.submit(task);
+    std::thread other([&] {
+      Handle b = progress.submit(task);
+      b.wait();
+    });
+    a.wait();
+    other.join();
+  }
+  EXPECT_EQ(overlaps.load(), 0);
+}
+
+TEST(ProgressThreadTest, DroppedHandleStillRuns) {
+  ProgressThread progress;
+  std::atomic<bool> ran{false};
+  progress.submit([&] { ran = true; });  // Handle dropped at once
+  EXPECT_TRUE(eventually([&] { return ran.load(); }));
+}
+
+TEST(ProgressThreadTest, HeldHandleNobodyWaitsOnStartsByItself) {
+  ProgressThread progress;
+  std::atomic<bool> ran{false};
+  Handle h = progress.submit([&] { ran = true; });
+  // Neither waited on nor polled: the idle tick starts it.
+  EXPECT_TRUE(eventually([&] { return ran.load(); }));
+  h.wait();
+}
+
+TEST(ProgressThreadTest, PollingDoneMakesProgress) {
+  ProgressThread progress;
+  std::thread::id ran_on;
+  Handle h = progress.submit([&] { ran_on = std::this_thread::get_id(); });
+  EXPECT_TRUE(eventually([&] { return h.done(); }));
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+}
+
+TEST(ProgressThreadTest, ErrorsReachTheWaiterEitherWay) {
+  ProgressThread progress;
+  Handle inline_op = progress.submit([] { throw CommError("peer gone", 3); });
+  try {
+    inline_op.wait();
+    FAIL() << "no error";
+  } catch (const CommError& e) {
+    EXPECT_EQ(e.rank(), 3);
+  }
+  Handle first = progress.submit([] {});
+  Handle queued = progress.submit([] { throw TimeoutError("slow", 1); });
+  EXPECT_THROW(queued.wait(), TimeoutError);
+  first.wait();
+}
+
+TEST(ProgressThreadTest, DestructorRunsWhatWasQueued) {
+  std::atomic<int> ran{0};
+  {
+    ProgressThread progress;
+    for (int i = 0; i < 10; ++i) progress.submit([&] { ran.fetch_add(1); });
+  }
+  EXPECT_EQ(ran.load(), 10);
+}
+
+}  // namespace
+}  // namespace muster::runtime::comm
