@@ -65,6 +65,15 @@ class FakeClock final : public Clock {
 // RFC 3339 UTC with milliseconds: "2026-11-22T02:03:04.123Z".
 std::string format_time(WallTime t);
 
+// A monotonic instant as the calendar shows it (for records and display),
+// and a recorded calendar time back on the monotonic clock (restored records).
+inline WallTime to_wall(const Clock& clock, TimePoint t) {
+  return clock.wall() + std::chrono::duration_cast<WallTime::duration>(t - clock.now());
+}
+inline TimePoint from_wall(const Clock& clock, WallTime w) {
+  return clock.now() - std::chrono::duration_cast<TimePoint::duration>(clock.wall() - w);
+}
+
 // A duration in seconds (a request's timeout_seconds) on the monotonic clock.
 inline TimePoint::duration seconds_duration(double seconds) {
   return std::chrono::duration_cast<TimePoint::duration>(std::chrono::duration<double>(seconds));

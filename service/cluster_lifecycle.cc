@@ -351,7 +351,7 @@ void ClusterManager::rendezvous(const api::Cluster& c, const std::vector<api::Wo
       api::ClusterGeneration g;
       g.generation = 1;
       g.cause = "start";
-      g.started_at = format_time(e.wired_at);
+      g.started_at = format_time(to_wall(clock_, e.wired_at));
       for (const auto& t : e.cluster.tasks) g.members.push_back(t.worker_id);
       e.cluster.generations.push_back(std::move(g));
     } else if (e.restart_began && !e.cluster.generations.empty()) {

@@ -13,7 +13,7 @@ namespace {
 
 // The generation the cluster is in, created as generation 1 (its start) when
 // this is its first failure.
-api::ClusterGeneration& current_generation(api::Cluster& c, TimePoint started) {
+api::ClusterGeneration& current_generation(api::Cluster& c, WallTime started) {
   if (c.generations.empty()) {
     api::ClusterGeneration g;
     g.generation = 1;
@@ -111,17 +111,17 @@ void ClusterManager::restart(const std::string& id, const std::string& reason, s
         for (const auto& t : *tasks) orphans.push_back(t.worker_id);
       }
     } else if (tasks) {
-      api::ClusterGeneration& g = current_generation(e.cluster, e.wired_at);
-      g.ended_at = format_time(failed_at);
+      api::ClusterGeneration& g = current_generation(e.cluster, to_wall(clock_, e.wired_at));
+      g.ended_at = format_time(to_wall(clock_, failed_at));
       g.end_reason = reason;
       if (failed_task) {
         const auto& t = e.cluster.tasks[*failed_task];
-        g.deaths.push_back({t.worker_id, task_label(t), reason, format_time(failed_at)});
+        g.deaths.push_back({t.worker_id, task_label(t), reason, format_time(to_wall(clock_, failed_at))});
       }
       api::ClusterGeneration next;
       next.generation = g.generation + 1;
       next.cause = "restart";
-      next.started_at = format_time(clock_.now());
+      next.started_at = format_time(clock_.wall());
       for (const auto& t : *tasks) next.members.push_back(t.worker_id);
       e.cluster.generations.push_back(std::move(next));
       e.cluster.tasks = std::move(tasks).value();
@@ -175,9 +175,9 @@ void ClusterManager::replace_task(const std::string& id, size_t index, const std
     } else if (tasks && tasks->size() == 1) {
       const std::string replaced = e.cluster.tasks[index].worker_id;
       const std::string by = tasks->front().worker_id;
-      api::ClusterGeneration& g = current_generation(e.cluster, e.wired_at);
-      g.deaths.push_back({replaced, task_label(e.cluster.tasks[index]), reason, format_time(failed_at)});
-      g.replacements.push_back({replaced, by, format_time(clock_.now())});
+      api::ClusterGeneration& g = current_generation(e.cluster, to_wall(clock_, e.wired_at));
+      g.deaths.push_back({replaced, task_label(e.cluster.tasks[index]), reason, format_time(to_wall(clock_, failed_at))});
+      g.replacements.push_back({replaced, by, format_time(clock_.wall())});
       e.cluster.tasks[index].worker_id = by;
       e.cluster.restarts += 1;
       e.cluster.reason = "replaced " + task_label(e.cluster.tasks[index]) + " (" + std::to_string(e.cluster.restarts) +

@@ -222,7 +222,7 @@ void ElasticRendezvous::replace(api::Cluster& c, State& st, size_t index, const 
   const std::string by = launched->front().id;
   c.tasks[index].worker_id = by;
   st.pending[by] = index;
-  if (g) g->replacements.push_back({replaced, by, format_time(clock_.now())});
+  if (g) g->replacements.push_back({replaced, by, format_time(clock_.wall())});
   sup.changed = true;
   spdlog::info("cluster {}: worker {} replaces {} (task {})", c.id, by, replaced, index);
 }
@@ -242,7 +242,7 @@ void ElasticRendezvous::release(api::Cluster& c, State& st, const std::string& w
 void ElasticRendezvous::apply_events(api::Cluster& c, State& st, Supervision& sup) {
   for (const auto& e : st.world->drain_events()) {
     sup.changed = true;
-    const std::string at = format_time(e.at);
+    const std::string at = format_time(to_wall(clock_, e.at));
     switch (e.kind) {
       case elastic::WorldEvent::Kind::kFormed: {
         if (e.generation == 1 && !c.generations.empty() && c.generations.back().generation == 1) {
@@ -315,7 +315,7 @@ Supervision ElasticRendezvous::supervise(api::Cluster& c, const std::vector<api:
     api::ClusterGeneration g;
     g.generation = 1;
     g.cause = "start";
-    g.started_at = format_time(now);
+    g.started_at = format_time(to_wall(clock_, now));
     for (const auto& t : c.tasks) g.members.push_back(t.worker_id);
     c.generations.push_back(std::move(g));
     sup.changed = true;
@@ -354,7 +354,7 @@ Supervision ElasticRendezvous::supervise(api::Cluster& c, const std::vector<api:
     if (auto it = st.left_out.find(w.id); it != st.left_out.end()) reason = it->second;
     st.world->remove(w.id, reason);
     api::ClusterGeneration* g = generation_of(c, w.id);
-    if (g) g->deaths.push_back({w.id, rank_name(g, w.id, i), reason, format_time(now)});
+    if (g) g->deaths.push_back({w.id, rank_name(g, w.id, i), reason, format_time(to_wall(clock_, now))});
     spdlog::warn("cluster {}: {} (worker {}) {}", c.id, rank_name(g, w.id, i), w.id, reason);
     const std::string host = w.ip_address.empty() || w.ip_address == "unknown" ? "(unregistered)" : w.ip_address;
     if (++st.host_failures[host] >= options_.failures_to_blacklist) blacklist(c, st, host, now);
@@ -456,7 +456,7 @@ void ElasticRendezvous::save(api::Cluster& c, const State& st) const {
   for (const auto& [host, until] : st.blacklisted_until) {
     if (now >= until) continue;
     blacklist.push_back({{"host", host},
-                         {"until", until == TimePoint::max() ? json(nullptr) : json(format_time(until))},
+                         {"until", until == TimePoint::max() ? json(nullptr) : json(format_time(to_wall(clock_, until)))},
                          {"times", st.host_blacklistings.count(host) ? st.host_blacklistings.at(host) : 0}});
   }
   json pending = json::object();
@@ -480,7 +480,7 @@ bool ElasticRendezvous::resume(api::Cluster& c) {
   }
   for (const auto& g : c.generations) {
     if (g.ended_at) {
-      if (auto t = api::parse_rfc3339(*g.ended_at)) st->broke_at[g.generation] = *t;
+      if (auto t = api::parse_rfc3339(*g.ended_at)) st->broke_at[g.generation] = from_wall(clock_, *t);
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
