@@ -169,7 +169,7 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
   }
   if (auto s = in.number("timeout_seconds", true, &r.timeout_seconds); !s) return s;
   if (auto s = in.boolean("launch", &r.launch); !s) return s;
-  if (r.mode != ClusterMode::kMpi && in.has("launch") && !r.launch) {
+  if (r.mode != ClusterMode::kMpi && r.mode != ClusterMode::kElastic && in.has("launch") && !r.launch) {
     return bad("launch", std::string("is for mpi mode only (") + cluster_mode_name(r.mode) +
                              "-mode tasks always start once released)");
   }

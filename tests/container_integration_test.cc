@@ -129,6 +129,14 @@ TEST_F(ContainerIntegrationTest, TwoContainersOwnAddressHostnameAndKeyOnlySshd) 
   std::string sshd_pid = slurp(state_ / "container" / ns / "sshd.pid");
   ASSERT_FALSE(sshd_pid.empty());
   ASSERT_TRUE(backend_->stop("w-a", 500ms).is_ok());
+  // stop() returns once the tree is signalled; the teardown follows on the
+  // backend's own thread (the grace, then the namespace, link and sshd).
+  const auto gone_by = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < gone_by &&
+         (fs::exists("/run/netns/" + ns) || fs::exists("/sys/class/net/" + link) ||
+          fs::exists("/proc/" + std::to_string(std::stoi(sshd_pid))))) {
+    std::this_thread::sleep_for(50ms);
+  }
   EXPECT_FALSE(fs::exists("/run/netns/" + ns));
   EXPECT_FALSE(fs::exists("/sys/class/net/" + link));
   EXPECT_FALSE(fs::exists("/proc/" + std::to_string(std::stoi(sshd_pid))))

@@ -26,6 +26,10 @@ from testutil import wait_for
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = "elastic_torch_train.py"
 PER_COMMIT = 4
+# Each batch takes at least this long, so the job outlasts a replacement's
+# start (a fresh Python importing torch: seconds on a loaded 2-core host) and
+# the replacement can join before the survivors finish.
+BATCH_WAIT = "0.5"
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +58,8 @@ def start(env, name, n, extra=(), **fields):
     logdir.mkdir()
     sdk = os.path.join(os.path.dirname(HERE), "sdk", "python")
     body = {"mode": "elastic", "n_workers": n, "cpu": 0.5, "memory": 0.5, "worker_script": SCRIPT,
-            "args": ["--logdir", str(logdir), "--batches-per-commit", str(PER_COMMIT)] + list(extra),
+            "args": ["--logdir", str(logdir), "--batches-per-commit", str(PER_COMMIT)]
+                    + ([] if "--batch-wait" in extra else ["--batch-wait", BATCH_WAIT]) + list(extra),
             "env": {"PYTHONPATH": sdk, "MUSTER_BINARY_DIR": os.environ.get("MUSTER_BINARY_DIR", ""),
                     "OMP_NUM_THREADS": "1"},
             "timeout_seconds": 120}
