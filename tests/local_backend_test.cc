@@ -78,7 +78,8 @@ TEST_F(LocalBackendTest, LaunchIsAllOrNothing) {
   auto s = backend_.launch({good, bad});
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("bad"), std::string::npos) << s.message();
-  EXPECT_EQ(backend_.poll("good").state, ProcessState::kExited);
+  // The rollback's stop returns once the tree is signalled; it ends soon after.
+  EXPECT_EQ(wait_exit("good").state, ProcessState::kExited);
 }
 
 TEST_F(LocalBackendTest, StopKillsTheTreeEvenWhenTermIsIgnored) {
@@ -92,7 +93,15 @@ TEST_F(LocalBackendTest, StopKillsTheTreeEvenWhenTermIsIgnored) {
   const auto start = std::chrono::steady_clock::now();
   ASSERT_TRUE(backend_.stop("t", 300ms).is_ok());
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
-  EXPECT_EQ(backend_.poll("t").state, ProcessState::kExited);
+  // stop() returns once signalled; SIGKILL follows the grace on the reaper thread.
+  EXPECT_EQ(wait_exit("t").state, ProcessState::kExited);
+  const auto gone = std::chrono::steady_clock::now() + 10s;
+  while (::kill(grandchild, 0) == 0 && std::chrono::steady_clock::now() < gone) {
+    std::ifstream st("/proc/" + std::to_string(grandchild) + "/stat");
+    std::string l;
+    if (std::getline(st, l) && l[l.rfind(')') + 2] == 'Z') break;
+    std::this_thread::sleep_for(20ms);
+  }
   // Gone (or a zombie waiting for PID 1).
   std::ifstream stat("/proc/" + std::to_string(grandchild) + "/stat");
   std::string line;
@@ -134,7 +143,9 @@ TEST_F(LocalBackendTest, AnAdoptedWorkerIsReachedByItsIdentityAndAReusedPidNever
 
 TEST_F(LocalBackendTest, ALaunchedWorkersIdentityIsItsAgent) {
   ASSERT_TRUE(backend_.launch({spec("i", "exec sleep 60")}).is_ok());
-  auto id = muster::base::ProcessId::parse(backend_.process_identity("i"));
+  // "<pid>:<start time>", then "@<cgroup>" where the worker has one.
+  const std::string identity = backend_.process_identity("i");
+  auto id = muster::base::ProcessId::parse(identity.substr(0, identity.find('@')));
   ASSERT_TRUE(id);
   EXPECT_EQ(muster::base::identify(id->pid), id);
   auto st = muster::base::read_proc_stat(id->pid);

@@ -127,7 +127,7 @@ def test_allreduce_training(daemon):
 
 def test_pytorch_training(daemon):
     need_training()
-    text = execute("pytorch_training.ipynb", [("TRAIN_ARGS", '["--epochs", "1", "--limit", "1000"]'),
+    text = execute("pytorch_training.ipynb", [("TRAIN_ARGS", '["--epochs", "2", "--limit", "2000"]'),
                                               ("MIN_ACCURACY", "0.3")])
     for mode in ("single process:", "allreduce, 2 ranks:", "1 PS + 2 workers:"):
         assert mode in text, text
