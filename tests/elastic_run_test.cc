@@ -27,7 +27,10 @@ class Worlds {
   explicit Worlds(int n) : n_(n) {}
   std::shared_ptr<FakeWorld> get(size_t k) {
     std::lock_guard<std::mutex> lock(mu_);
-    while (worlds_.size() <= k) worlds_.push_back(std::make_shared<FakeWorld>(n_, 500ms));
+    // The first world's peers learn of a failed rank by timing out; the rank
+    // that failed is in the next world at once and must wait there for them
+    // longer than that (as a real world's formation timeout outlasts an op's).
+    while (worlds_.size() <= k) worlds_.push_back(std::make_shared<FakeWorld>(n_, worlds_.empty() ? 1000ms : 10000ms));
     return worlds_[k];
   }
 
