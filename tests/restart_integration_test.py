@@ -112,12 +112,17 @@ def test_ps_worker_is_replaced_alone_under_its_task_index(env):
     ckpt = str(env["tmp"] / "ps")
     status, c = env["api"].call("POST", "/api/v1/clusters", {
         "mode": "ps", "n_ps": 1, "n_workers": 2, "cpu": 0.5, "memory": 0.5, "worker_script": "fashion_mnist",
-        "args": ["--epochs", "4", "--checkpoint-dir", ckpt] + COMMON, "max_restarts": 2, "timeout_seconds": 60})
+        # 30 epochs of 2400 images: about 10 s here, so worker 1 is killed mid-training.
+        "args": ["--epochs", "30", "--checkpoint-dir", ckpt] + COMMON, "max_restarts": 2, "timeout_seconds": 60})
     assert status == 201, c
     cid = c["id"]
     ps, first = c["workers"]["ps"][0], c["workers"]["worker"]
     wait_for(lambda: cluster(env, cid)["status"] == "running", timeout=60, what="the cluster to run")
     time.sleep(3)  # training is under way
+    c_now = cluster(env, cid)
+    if c_now["status"] != "running":
+        status, log = env["api"].call("GET", "/api/v1/clusters/%s/logs?tail=40" % cid)
+        raise AssertionError("cluster %s is %s: %s\n%s" % (cid, c_now["status"], c_now["reason"], log))
     kill_rank(cid, MUSTER_TASK_TYPE="worker", MUSTER_TASK_INDEX="1")
     done = finished(env, cid)
     assert done["status"] == "succeeded", done["reason"]
