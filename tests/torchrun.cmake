@@ -7,16 +7,9 @@ muster_gtest(torchrun_line_test SOURCES torchrun_line_test.cc DEPS muster_cluste
 muster_python_test(torchrun_cluster_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/torchrun_cluster_test.py
   LABEL integration TIMEOUT 900 ENV "OMP_NUM_THREADS=1")
 # The same on the container backend (root: network namespaces; exit 77 = skipped).
-# Open work, so not in make test until fixed: since the daemon's stop and
-# agent changes merged, a torchrun worker in a container is marked lost (no
-# heartbeat for 10 s) after its processes ran; cmake -DMUSTER_OPEN_WORK_TESTS=ON
-# registers it (and `pytest tests/torchrun_container_test.py` runs it).
-option(MUSTER_OPEN_WORK_TESTS "register the tests of known open defects (they fail)" OFF)
-if(MUSTER_OPEN_WORK_TESTS)
-  muster_python_test(torchrun_container_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/torchrun_container_test.py
-    LABEL integration TIMEOUT 900 ENV "OMP_NUM_THREADS=1")
-  set_tests_properties(torchrun_container_test PROPERTIES SKIP_RETURN_CODE 77)
-endif()
+muster_python_test(torchrun_container_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/torchrun_container_test.py
+  LABEL integration TIMEOUT 900 ENV "OMP_NUM_THREADS=1")
+set_tests_properties(torchrun_container_test PROPERTIES SKIP_RETURN_CODE 77)
 # The "muster" torch.distributed backend (muster.torch.distributed): every
 # collective against gloo, DDP against gloo and one process, a killed rank.
 # Rank processes with torchrun's environment; needs _muster_runtime with
