@@ -145,7 +145,11 @@ TEST(MusterdIntegration, StopKillsTheProcessTree) {
   r = d.post("/api/v1/workers/stop", {{"ids", {id}}});
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.json()["workers"][0]["status"], "stopped");
-  // stop returns once the tree is gone.
+  // stop returns once the tree is signalled; the grace and SIGKILL follow.
+  const auto gone_by = std::chrono::steady_clock::now() + 15s;
+  while (!process_gone(grandchild) && std::chrono::steady_clock::now() < gone_by) {
+    std::this_thread::sleep_for(50ms);
+  }
   EXPECT_TRUE(process_gone(grandchild));
   EXPECT_EQ(d.get("/api/v1/workers/" + id).json()["status"], "stopped");
 }

@@ -21,6 +21,7 @@
 #include "api/base/process.h"
 #include "api/kernel.h"
 #include "workers/agent/leftovers.h"
+#include "workers/agent/log_relay.h"
 #include "workers/agent/limits.h"
 #include "workers/agent/network.h"
 
@@ -359,6 +360,9 @@ int run_agent(const AgentOptions& o) {
   if (const size_t ended = leftovers.end(o.env.stop_grace)) {
     log_line("ended " + std::to_string(ended) + " process(es) the script left running");
   }
+  // 5c. The log relay writes the script's last lines before the exit is
+  // reported, so whoever awaited the worker reads its whole log.
+  (void)finish_log_capture(o.log_relay, std::chrono::seconds(2));
   // 6. Report the exit. Told to stop (SIGTERM from the daemon): once and
   // briefly, as the daemon has already recorded the stop and a busy daemon
   // must not keep a stopped agent alive.
