@@ -10,6 +10,7 @@
 #include <set>
 
 #include "workers/container/container_backend.h"
+#include "workers/container/net_resources.h"
 
 namespace muster::workers::container {
 namespace {
@@ -142,6 +143,14 @@ TEST_F(ContainerBackendTest, CreatesBridgeAndKeys) {
   EXPECT_EQ(b->master_address(), "10.213.0.1");
   EXPECT_TRUE(issued("/usr/sbin/ip link add mtest0 type bridge"));
   EXPECT_TRUE(issued("/usr/sbin/ip addr add 10.213.0.1/24 dev mtest0"));
+  // A fixed MAC: otherwise the bridge takes its lowest port's, which changes
+  // as containers come and go.
+  const std::string mac = bridge_mac("mtest0");
+  EXPECT_TRUE(issued("/usr/sbin/ip link set mtest0 address " + mac));
+  EXPECT_EQ(mac.size(), 17u);
+  EXPECT_EQ(mac.substr(0, 3), "02:") << "locally administered, unicast";
+  EXPECT_EQ(bridge_mac("mtest0"), mac);
+  EXPECT_NE(bridge_mac("mtest1"), mac);
   EXPECT_TRUE(fs::exists(state_ / "container" / "ssh" / "authorized_keys"));
   EXPECT_NE(b->mpi_rsh_agent().find("UserKnownHostsFile=" + (state_ / "container" / "ssh" / "known_hosts").string()),
             std::string::npos);
@@ -213,6 +222,32 @@ TEST_F(ContainerBackendTest, FailedLaunchRemovesWhatItBuilt) {
   shared_->fail_on.clear();
   ASSERT_TRUE(b->launch({spec("w3")}).is_ok());
   EXPECT_EQ(b->address_of("w3"), "10.213.0.2");
+}
+
+// An address just freed is handed out again only after the rest of the
+// subnet: the host still holds TIME_WAIT sockets and a neighbour entry for
+// the container that had it.
+TEST_F(ContainerBackendTest, AddressesGoRoundTheSubnetBeforeReuse) {
+  auto b = make();
+  ASSERT_TRUE(b);
+  ASSERT_TRUE(b->launch({spec("w1"), spec("w2")}).is_ok());
+  ASSERT_TRUE(b->stop("w1", std::chrono::milliseconds(0)).is_ok());
+  ASSERT_TRUE(b->launch({spec("w3")}).is_ok());
+  EXPECT_EQ(b->address_of("w3"), "10.213.0.4") << "not w1's freed 10.213.0.2";
+  EXPECT_EQ(b->launch({spec("w3")}).code(), api::ErrorCode::kConflict);
+  ASSERT_TRUE(b->launch({spec("w4")}).is_ok()) << "a refused launch keeps no address";
+  EXPECT_EQ(b->address_of("w4"), "10.213.0.5");
+}
+
+TEST_F(ContainerBackendTest, AddressesWrapAroundAFullSubnet) {
+  options_.subnet = "10.213.0.0/29";  // .2 to .6: five containers
+  auto b = make();
+  ASSERT_TRUE(b);
+  ASSERT_TRUE(b->launch({spec("a"), spec("b"), spec("c"), spec("d"), spec("e")}).is_ok());
+  EXPECT_EQ(b->launch({spec("f")}).code(), api::ErrorCode::kUnavailable) << "the subnet is full";
+  ASSERT_TRUE(b->stop("c", std::chrono::milliseconds(0)).is_ok());
+  ASSERT_TRUE(b->launch({spec("f")}).is_ok());
+  EXPECT_EQ(b->address_of("f"), "10.213.0.4") << "the only free address, found by wrapping round";
 }
 
 TEST_F(ContainerBackendTest, StopRemovesNamespaceLinkAndSshd) {

@@ -95,16 +95,33 @@ api::Status ContainerBackend::launch(const std::vector<LaunchSpec>& specs) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (shut_down_) return api::unavailable("the container backend is shut down");
-    uint32_t next = 2;
+    // Addresses go round the subnet rather than lowest-free first: a
+    // container that reused an address just freed would meet the host's
+    // TIME_WAIT sockets and neighbour entry of the one before it (its fresh
+    // namespace picks the same source ports), and its first connections to
+    // the daemon stall for seconds.
+    const uint32_t first = 2, last = subnet_.container_capacity() + 1;
+    std::vector<uint32_t> taken;
     for (const auto& spec : specs) {
-      if (containers_.count(spec.worker_id))
+      if (containers_.count(spec.worker_id)) {
+        for (uint32_t idx : taken) used_indices_.erase(idx);
         return api::conflict("worker " + spec.worker_id + " already has a container");
-      while (used_indices_.count(next)) ++next;
-      if (next - 1 > subnet_.container_capacity())
+      }
+      uint32_t next = next_index_ < first || next_index_ > last ? first : next_index_;
+      uint32_t tried = 0;
+      while (used_indices_.count(next) && tried <= last - first) {
+        next = next == last ? first : next + 1;
+        ++tried;
+      }
+      if (used_indices_.count(next)) {
+        for (uint32_t idx : taken) used_indices_.erase(idx);
         return api::unavailable("subnet " + subnet_.cidr() + " has no free address for worker " + spec.worker_id +
                                 "; stop workers or use a larger --backend-opt subnet=");
+      }
       indices.push_back(next);
-      used_indices_.insert(next++);
+      taken.push_back(next);
+      used_indices_.insert(next);
+      next_index_ = next == last ? first : next + 1;
     }
   }
   std::vector<std::unique_ptr<Container>> built;
@@ -123,6 +140,7 @@ api::Status ContainerBackend::launch(const std::vector<LaunchSpec>& specs) {
     for (auto& c : built) teardown(*c, std::chrono::milliseconds(0));
     built.clear();  // containers not built were cleaned by their RAII members already
     for (uint32_t idx : indices) used_indices_.erase(idx);
+    next_index_ = indices.front();  // no container ever held them
     return failure;
   }
   for (auto& c : built) {

@@ -127,6 +127,7 @@ class ContainerBackend final : public Backend, public MpiHosts {
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<Container>> containers_;
   std::set<uint32_t> used_indices_;
+  uint32_t next_index_ = 2;  // where the next address search starts (round robin)
   std::map<std::string, int> finished_;  // worker id -> exit code, after teardown
   bool shut_down_ = false;
   std::condition_variable reap_cv_;

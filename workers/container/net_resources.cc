@@ -1,6 +1,19 @@
 #include "workers/container/net_resources.h"
 
+#include <cstdint>
+#include <cstdio>
+
 namespace muster::workers::container {
+
+std::string bridge_mac(const std::string& bridge_name) {
+  // FNV-1a of the name: stable across restarts, distinct per bridge.
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : bridge_name) h = (h ^ c) * 1099511628211ull;
+  char mac[18];
+  std::snprintf(mac, sizeof mac, "02:%02x:%02x:%02x:%02x:%02x", unsigned(h >> 32) & 0xff, unsigned(h >> 24) & 0xff,
+                unsigned(h >> 16) & 0xff, unsigned(h >> 8) & 0xff, unsigned(h) & 0xff);
+  return mac;
+}
 
 api::Status run_ip(Executor& exec, const std::vector<std::string>& args) {
   std::vector<std::string> argv{kIpTool};
@@ -48,6 +61,11 @@ api::Result<Bridge> Bridge::create(Executor& exec, Ledger* ledger, const std::st
     bridge.disown();  // it is not ours: never delete what we did not create
     return s;
   }
+  // A bridge without an address of its own takes the lowest MAC among its
+  // ports and changes it as containers come and go; containers that cached
+  // the old one then send the daemon frames no port accepts, and their
+  // connections to it stall. A fixed address keeps the gateway where it was.
+  if (auto s = run_ip(exec, {"link", "set", name, "address", bridge_mac(name)}); !s) return s;
   if (auto s = run_ip(exec, {"addr", "add", address_cidr, "dev", name}); !s) return s;
   if (auto s = run_ip(exec, {"link", "set", name, "up"}); !s) return s;
   return bridge;

@@ -82,6 +82,10 @@ class VethPair : public NetResource {
   using NetResource::NetResource;
 };
 
+// The fixed, locally administered MAC address given to the bridge NAME
+// ("02:..."), derived from the name.
+std::string bridge_mac(const std::string& bridge_name);
+
 // Runs `ip args...`; a non-zero exit becomes a Status quoting the output.
 api::Status run_ip(Executor& exec, const std::vector<std::string>& args);
 
