@@ -266,6 +266,17 @@ void ElasticRendezvous::apply_events(api::Cluster& c, State& st, Supervision& su
       }
       case elastic::WorldEvent::Kind::kBroken: {
         st.broke_at[e.generation] = e.at;
+        if (c.generations.empty() || c.generations.back().generation < e.generation) {
+          // It formed under the earlier daemon, which died before saving it
+          // (World::join, a lagged record): its members are not known.
+          api::ClusterGeneration g;
+          g.generation = e.generation;
+          g.cause = "reset";
+          g.started_at = !c.generations.empty() && c.generations.back().ended_at ? *c.generations.back().ended_at : at;
+          if (!c.generations.empty() && !c.generations.back().ended_at) c.generations.back().ended_at = at;
+          c.generations.push_back(std::move(g));
+          if (e.generation > 1) ++c.resets;
+        }
         for (auto& g : c.generations) {
           if (g.generation != e.generation) continue;
           g.ended_at = at;

@@ -352,6 +352,76 @@ TEST_F(WorldTest, ARestoredWorldKeepsItsGenerationButNotItsKeys) {
   EXPECT_EQ(a.value().generation, 2);
 }
 
+// musterd answered generation 2's joiners and died before it saved the
+// world: the restored record says 1. The ranks hold 2; they must not be told
+// that 2 "has not formed" (and die of it).
+TEST_F(WorldTest, ARestoredRecordThatLagsCatchesUpWithTheRanks) {
+  make(1, 3);
+  form_first({"a", "b", "c"});
+  auto record = world_->to_record();  // generation 1: a, b, c
+  // c died; a and b formed generation 2 (unsaved). The next daemon:
+  make(1, 3);
+  world_->restore(record);
+  admit({"a", "b"});
+  auto& a = join("a", 2);
+  EXPECT_FALSE(a.came()) << "b, admitted, may still come: " << a.error();
+  EXPECT_EQ(world_->generation(), 2);
+  auto& b = join("b", 2);
+  ASSERT_TRUE(a.came() && b.came()) << a.error() << b.error();
+  ASSERT_TRUE(a.got->is_ok() && b.got->is_ok()) << a.error() << b.error();
+  EXPECT_EQ(a.value().generation, 3);
+  EXPECT_EQ(a.value().size, 2);
+  EXPECT_EQ(a.value().rank, 0);
+  EXPECT_EQ(b.value().rank, 1);
+  bool broke = false;
+  for (const auto& e : world_->drain_events()) {
+    if (e.kind == WorldEvent::Kind::kBroken && e.generation == 2) {
+      broke = true;
+      EXPECT_NE(e.reason.find("before it was saved"), std::string::npos) << e.reason;
+    }
+  }
+  EXPECT_TRUE(broke);
+}
+
+TEST_F(WorldTest, AfterALaggedRecordARankFromAnOlderGenerationJoinsAsANewcomer) {
+  make(1, 3);
+  form_first({"a", "b"});
+  auto record = world_->to_record();
+  make(1, 3);
+  world_->restore(record);
+  admit({"a", "b"});
+  auto& b = join("b", 1);  // its answer for 2 was lost with the daemon, or it was left out of 2
+  auto& a = join("a", 2);
+  ASSERT_TRUE(a.came() && b.came()) << a.error() << b.error();
+  EXPECT_EQ(a.value().rank, 0) << "the member of 2 holds the state: it broadcasts";
+  EXPECT_EQ(b.value().rank, 1);
+  EXPECT_EQ(b.value().generation, 3);
+}
+
+TEST_F(WorldTest, ALaggedRecordStillWaitsNoLongerThanTheRejoinTimeout) {
+  make(1, 3);
+  form_first({"a", "b"});
+  auto record = world_->to_record();
+  make(1, 3);
+  world_->restore(record);
+  admit({"a", "b"});  // b hangs and never joins
+  auto& a = join("a", 2);
+  EXPECT_FALSE(a.came());
+  clock_.advance(11s);
+  world_->tick();
+  ASSERT_TRUE(a.came() && a.got->is_ok()) << a.error();
+  EXPECT_EQ(a.value().size, 1);
+  EXPECT_FALSE(world_->admitted("b")) << "left out, as a hung member is";
+}
+
+TEST_F(WorldTest, WithoutARestartAJoinerFromTheFutureIsRefused) {
+  make(1, 2);
+  form_first({"a", "b"});
+  auto& a = join("a", 5);
+  ASSERT_TRUE(a.came());
+  EXPECT_NE(a.error().find("generation 5 has not formed"), std::string::npos) << a.error();
+}
+
 TEST_F(WorldTest, ARankThatFinishedLeavesWithoutBreakingItsGeneration) {
   make(2, 2);
   form_first({"a", "b"});

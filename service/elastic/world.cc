@@ -184,7 +184,7 @@ void World::form_locked(Effects& fx) {
   // a) Who must be there: the live members of the current generation (every
   // admitted worker before the first one).
   std::vector<std::string> missing;
-  if (generation_ == 0) {
+  if (generation_ == 0 || lagged_) {
     for (const auto& [id, order] : admitted_) {
       if (!round_.count(id)) missing.push_back(id);
     }
@@ -232,6 +232,7 @@ void World::form_locked(Effects& fx) {
   broken_.reset();
   broken_at_.reset();
   restored_ = false;
+  lagged_ = false;
   kv_.clear();
   kv_bytes_ = 0;
   const api::Status stale = api::conflict("generation " + std::to_string(previous) + " is over: the world is at generation " +
@@ -319,11 +320,32 @@ void World::join(const std::string& worker_id, const proto::JoinRequest& request
                                               "'s world" +
                                               (why == removed_.end() ? std::string(": it was never released into it")
                                                                      : ": " + why->second))] { done(out); });
-    } else if (seen > generation_) {
+    } else if (seen > generation_ && !restored_) {
       fx.push_back([done, out = api::invalid_argument("generation " + std::to_string(seen) +
                                                           " has not formed: the world is at generation " +
                                                           std::to_string(generation_),
                                                       "generation")] { done(out); });
+    } else if (lagged_ || (restored_ && seen > generation_)) {
+      if (seen > generation_) {
+        events_.push_back({WorldEvent::Kind::kBroken, clock_.now(), seen, {}, worker_id,
+                           "musterd restarted after generation " + std::to_string(seen) +
+                               " formed and before it was saved (the daemon had recorded generation " +
+                               std::to_string(generation_) + ")",
+                           0});
+        generation_ = seen;
+        members_.clear();
+        lagged_ = true;
+        broken_ = "musterd restarted during generation " + std::to_string(seen);
+        broken_at_ = clock_.now();
+      }
+      if (seen == generation_ && !contains(members_, worker_id)) members_.push_back(worker_id);
+      Joiner& j = round_[worker_id];
+      if (j.parked) fx.push_back([old = std::move(*j.parked)] { old(proto::Assignment{}); });
+      j.order = admitted_.at(worker_id);
+      j.parked = std::move(done);
+      j.deadline = clock_.now() + options_.poll_bound;
+      form_locked(fx);
+      wake_watchers_locked(fx);
     } else if (contains(members_, worker_id) && seen < generation_) {
       fx.push_back([done, a = assignment_locked(worker_id)] { done(a); });  // its answer was lost: again
     } else if (seen > 0 && !contains(members_, worker_id)) {
@@ -495,7 +517,7 @@ void World::restore(const nlohmann::json& record) {
   std::lock_guard<std::mutex> lock(mu_);
   generation_ = record.value("generation", 0);
   members_ = record.value("members", std::vector<std::string>{});
-  restored_ = generation_ > 0;
+  restored_ = true;  // whatever the record says, its KV is gone and it may lag
 }
 
 }  // namespace muster::service::elastic

@@ -29,6 +29,12 @@
 // A joiner from a stale generation (it names g' < g and is not a member of
 // g: the world went on without it) is refused; a member of g that names an
 // earlier generation gets g's assignment again (its answer was lost).
+// After a daemon restart (restore()) the saved generation may lag the one
+// the ranks hold, as a formation is answered before the next save: a joiner
+// naming g' > g then moves the world to g' (broken, as its KV is lost), the
+// joiners naming g' are its members, any other is a newcomer (it takes the
+// state from them), and g'+1 waits for every admitted worker, as the first
+// generation does, or for rejoin_timeout.
 //
 // Threads: every method may be called from any thread; one mutex guards the
 // state. Callbacks (a parked join, get or world answer) run after it is
@@ -172,6 +178,10 @@ class World {
   std::optional<std::string> broken_;            // why generation_ is over
   std::optional<TimePoint> broken_at_;
   bool restored_ = false;                        // KV of generation_ lost with the earlier daemon
+  // The restored record lagged: a rank named a generation it never saw form
+  // (the earlier daemon answered the joiners before it saved the world).
+  // members_ then holds only the ranks that proved membership by naming it.
+  bool lagged_ = false;
   std::map<std::string, Joiner> round_;          // waiting for generation_ + 1
   std::map<std::string, std::string> kv_;        // of generation_
   size_t kv_bytes_ = 0;
