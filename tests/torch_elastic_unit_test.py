@@ -76,6 +76,58 @@ def test_torch_state_commit_and_restore_are_exact():
     assert state._steps_since_commit == 0
 
 
+def test_optimizer_restore_copies_into_the_live_state():
+    # Adam: a tensor "step" and two moment buffers per parameter; a learning
+    # rate changed after the commit comes back too.
+    torch.manual_seed(3)
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    state = hvd.elastic.TorchState(model, opt)
+    step(model, opt)
+    state.commit()
+    committed = {k: {n: (t.clone() if torch.is_tensor(t) else t) for n, t in v.items()}
+                 for k, v in opt.state_dict()["state"].items()}
+    live = [t.data_ptr() for v in opt.state.values() for t in v.values() if torch.is_tensor(t)]
+    for _ in range(2):
+        step(model, opt)
+    opt.param_groups[0]["lr"] = 0.5
+    state.restore()
+    after = opt.state_dict()["state"]
+    for k, v in committed.items():
+        for n, t in v.items():
+            assert torch.equal(after[k][n], t) if torch.is_tensor(t) else after[k][n] == t, (k, n)
+    assert opt.param_groups[0]["lr"] == 0.01
+    # In place: no new tensors (a recovery allocates nothing of the model's size).
+    assert [t.data_ptr() for v in opt.state.values() for t in v.values() if torch.is_tensor(t)] == live
+    step(model, opt)  # and the optimizer still steps
+
+
+def test_optimizer_restore_to_a_commit_before_the_first_step():
+    model, opt = make()
+    state = hvd.elastic.TorchState(model, opt)  # saved at construction: no optimizer state yet
+    step(model, opt)
+    assert opt.state
+    state.restore()
+    assert not opt.state, "the momentum that did not exist at the commit is gone"
+    step(model, opt)
+
+
+def test_optimizer_restore_falls_back_when_the_layout_changed():
+    model, opt = make()
+    state = hvd.elastic.TorchState(model, opt)
+    step(model, opt)
+    state.commit()
+    committed = snapshot(model, opt)
+    opt.add_param_group({"params": [torch.nn.Parameter(torch.ones(2))]})  # another group since the commit
+    try:
+        state.restore()
+    except ValueError as e:  # load_state_dict's own complaint: the layouts differ
+        assert "parameter group" in str(e)
+    else:
+        raise AssertionError("restore() accepted a commit of another layout")
+    assert_same(snapshot(model, opt), committed)
+
+
 def test_object_state_syncs_through_its_broadcast():
     seen = []
 

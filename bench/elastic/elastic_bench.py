@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 from sdk_daemon import Daemon, RestApi  # noqa: E402
 from testutil import wait_for  # noqa: E402
 
-STEPS, COMMIT_EVERY, KILL_STEP = 40, 10, 25
+STEPS, COMMIT_EVERY, KILL_STEP = 60, 10, 45
 ARGS = ["--steps", str(STEPS), "--commit-every", str(COMMIT_EVERY), "--kill-rank", "1", "--kill-step",
         str(KILL_STEP)]
 
@@ -86,11 +86,26 @@ def run_muster(work):
     steps = records(logdir, "muster-")
     first = min(s["generation"] for s in steps)
     out = measure(steps, killed, "generation", first)
+    reformed = [g for g in c["generations"] if g["generation"] == first + 1]
+    out["reformed_seconds"] = parse_time(reformed[0]["started_at"]) - killed if reformed else None
     joined = [g for g in c["generations"] if len(g["members"]) == 2 and g["generation"] > first]
     out["replacement_joined_seconds"] = parse_time(joined[0]["started_at"]) - killed if joined else None
-    commits = [s["seconds"] for s in steps if s["event"] == "commit" and s["generation"] == first]
+    # Each rank's first commit also allocates the copy of the optimizer's
+    # state (none exists before the first step): the later ones are the cost
+    # of committing as training goes on.
+    def steady(event):
+        out = []
+        for rank in (0, 1):
+            mine = sorted((s for s in steps if s["event"] == event and s["generation"] == first and s["rank"] == rank
+                           and s["step"] > 0), key=lambda s: s["step"])
+            out += [s["seconds"] for s in mine[1:]]
+        return out
+    commits, saves = steady("commit"), steady("save")
     out["commit_seconds"] = statistics.median(commits)
-    out["commit_cost_per_step"] = out["commit_seconds"] / (COMMIT_EVERY * out["step_seconds"])
+    out["save_seconds"] = statistics.median(saves)
+    # What commit() adds to training: the copy. Its broadcast's wait for the
+    # slower rank would otherwise be spent in the next allreduce.
+    out["commit_cost_per_step"] = out["save_seconds"] / (COMMIT_EVERY * out["step_seconds"])
     out["generations"] = [{k: g[k] for k in ("generation", "cause", "recovery_seconds", "resume_seconds",
                                               "batches_redone")} | {"size": len(g["members"])}
                           for g in c["generations"]]
@@ -101,7 +116,7 @@ def run_torchrun(work):
     logdir = os.path.join(work, "torchrun")
     os.makedirs(logdir)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "--max-restarts", "1", "--redirects", "2", "--tee", "2", "--log_dir", os.path.join(work, "torchrun-logs"),
+           "--max_restarts", "1", "--redirects", "2", "--tee", "2", "--log_dir", os.path.join(work, "torchrun-logs"),
            os.path.join(HERE, "torchrun_train.py"), "--logdir", logdir] + ARGS
     env = dict(os.environ, OMP_NUM_THREADS="1")
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
@@ -126,7 +141,10 @@ def main():
             json.dump(result, f, indent=1)
         print(json.dumps(result, indent=1))
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if os.environ.get("MUSTER_BENCH_KEEP"):
+            print("bench/elastic: kept", work)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -72,4 +72,17 @@ def on_reset():
 
 state = hvd.elastic.TorchState(model, optimizer, step=0)
 state.register_reset_callbacks([on_reset])
+# commit() = save() (the copy into host memory: its own cost) + a broadcast
+# of rank 0's membership flag (a sync point: a rank waits there for a slower
+# peer instead of in the next allreduce). Both are logged.
+_save = state.save
+
+
+def timed_save():
+    t = time.time()
+    _save()
+    record(event="save", step=state.step, seconds=time.time() - t)
+
+
+state.save = timed_save
 train(state)
