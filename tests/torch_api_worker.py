@@ -344,6 +344,33 @@ def shutdown_and_again():
     check(hvd.size() == n and hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == n, "init again")
 
 
+@test
+def gradients_survive_a_shutdown():
+    # The averaged gradients live in the runtime's memory; a shutdown keeps
+    # them (no copy: the closed optimizer's memory stays with the views), and
+    # the next world's optimizer takes them over.
+    model = make_model(5)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    x = torch.full((4, 8), float(r + 1))
+    model(x).sum().backward()
+    opt.synchronize()
+    averaged = [p.grad.clone() for p in model.parameters()]
+    where = [p.grad.data_ptr() for p in model.parameters()]
+    hvd.shutdown()
+    for p, g in zip(model.parameters(), averaged):
+        check(p.grad is not None and torch.equal(p.grad, g), "a gradient kept its value across the shutdown")
+    check([p.grad.data_ptr() for p in model.parameters()] == where, "kept in place, not copied")
+    hvd.init()
+    with opt.skip_synchronize():
+        opt.step()
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+    for p, g in zip(model.parameters(), averaged):
+        check(p.grad is not None and p.grad.shape == g.shape, "the next world's step")
+
+
 only = sys.argv[1:]
 ran = 0
 for t in tests:

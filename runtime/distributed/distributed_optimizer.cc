@@ -381,6 +381,10 @@ std::size_t DistributedOptimizer::bucket_count() const {
   return impl_->pipeline ? impl_->pipeline->bucket_count() : 0;
 }
 
+std::unique_ptr<comm::SharedBuffer> DistributedOptimizer::release_gradient_memory() {
+  return std::move(impl_->arena);
+}
+
 bool DistributedOptimizer::gradients_direct() const { return impl_->arena && impl_->arena->direct(); }
 
 void broadcast_parameters(comm::Communicator& comm, const std::vector<optim::ParamRef>& params, int root) {

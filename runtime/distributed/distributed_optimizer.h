@@ -150,6 +150,12 @@ class DistributedOptimizer {
   // optimizer allocated). The first call closes registration.
   float* gradient(int index);
 
+  // Hands over the memory of the gradients the optimizer owns (null if
+  // none), so that views of it outlive the optimizer: a framework's .grad
+  // tensors across a world that closes and forms again keep their values
+  // with no copy. Afterwards the optimizer may only be destroyed.
+  std::unique_ptr<comm::SharedBuffer> release_gradient_memory();
+
   // Gradient `index` holds this rank's local gradient for the current step.
   // Its bucket is reduced in the background once all its gradients are ready.
   void grad_ready(int index);

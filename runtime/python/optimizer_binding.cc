@@ -6,7 +6,8 @@
 // job is on one host, so buckets run the direct allreduce); gradient(i)
 // hands out a numpy view of gradient i, which muster.torch installs as the
 // parameter's .grad so that autograd accumulates straight into it (PyTorch
-// DDP's gradient_as_bucket_view). The view keeps this object alive.
+// DDP's gradient_as_bucket_view). The view keeps this object alive, and
+// this object the memory, also after close().
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -49,12 +50,16 @@ class PyDistributedOptimizer {
     return get().add_parameter(name, reinterpret_cast<float*>(value), nullptr, size);
   }
   std::size_t size_of(int index) const { return sizes_.at(static_cast<std::size_t>(index)); }
+  // The gradients' memory stays with this object (the numpy views of it
+  // keep it alive), so .grad tensors keep their values after close().
   void close() {
+    if (opt_) kept_ = opt_->release_gradient_memory();
     opt_.reset();
     comm_.reset();
   }
 
  private:
+  std::unique_ptr<comm::SharedBuffer> kept_;  // after close(): the gradients' memory
   std::vector<std::size_t> sizes_;
   std::shared_ptr<comm::Communicator> comm_;  // outlives opt_ (declared first)
   std::unique_ptr<distributed::DistributedOptimizer> opt_;

@@ -149,16 +149,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._views[p] = view
 
     def _unbind(self):
-        """The world closes: gradients leave the runtime's memory (plain tensors again) before it goes."""
+        """The world closes: gradients keep their values in the closed optimizer's memory (the views hold it)
+        until the next world's optimizer adopts them."""
         native, self._native = self._native, None
         # A step whose reduction was under way (the world broke in it) leaves
-        # partial sums: they are dropped, not copied (an elastic run restores
-        # the last commit and computes them again; the copy would be a fresh
-        # allocation of the model's size in the middle of a recovery).
-        in_flight = bool(self._ready) and not self._synchronized
-        for _, p in self._params:
-            if p in self._views and p.grad is not None and p.grad.data_ptr() == self._views[p].data_ptr():
-                p.grad = None if in_flight else p.grad.detach().clone()
+        # partial sums: they are dropped (an elastic run restores the last
+        # commit and computes them again), and their memory goes with them.
+        if bool(self._ready) and not self._synchronized:
+            for _, p in self._params:
+                if p in self._views and p.grad is not None and p.grad.data_ptr() == self._views[p].data_ptr():
+                    p.grad = None
         self._views = {}
         self._ready.clear()
         self._sparse.clear()
