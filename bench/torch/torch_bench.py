@@ -12,7 +12,10 @@ hits all alike; figures are medians.
   models.<name>   one training step (forward, backward, gradient averaging,
                   SGD update) of the same model on the same per-rank batch:
                   muster.torch.DistributedOptimizer vs DistributedDataParallel
-                  on gloo vs DistributedDataParallel on the muster backend
+                  on gloo vs DistributedDataParallel on the muster backend,
+                  with DDP's default buckets and with
+                  gradient_as_bucket_view=True (the gradients are views of
+                  the buckets: DDP copies no gradient into a bucket and back)
   allreduce.<b>   in-place float32 sum of b bytes: hvd.allreduce_ vs
                   torch.distributed.all_reduce on gloo and on muster
                   (algbw = bytes / time)
@@ -122,6 +125,15 @@ def bench_model(name):
     ddp_m = nn.parallel.DistributedDataParallel(dm_model, process_group=MUSTER_PG)
     dm_opt = torch.optim.SGD(ddp_m.parameters(), lr=0.01, momentum=0.9)
 
+    # The same on the muster backend with gradient_as_bucket_view=True: DDP's
+    # default copies every gradient into its bucket and back each step (two
+    # passes over all gradient bytes that muster.torch, whose gradients live in
+    # the runtime's buffers, does not make); this shows what they cost.
+    dv_model = make()
+    dv_model.load_state_dict(ref.state_dict())
+    ddp_v = nn.parallel.DistributedDataParallel(dv_model, process_group=MUSTER_PG, gradient_as_bucket_view=True)
+    dv_opt = torch.optim.SGD(ddp_v.parameters(), lr=0.01, momentum=0.9)
+
     # The floor: the same step with no gradient averaging at all, both ranks
     # computing at once as in the others. No library's step can be faster, so
     # ddp_step / local_step is the most any allreduce could gain over DDP here.
@@ -144,6 +156,11 @@ def bench_model(name):
         F.cross_entropy(ddp_m(x), y).backward()
         dm_opt.step()
 
+    def ddp_view_step():
+        dv_opt.zero_grad()
+        F.cross_entropy(ddp_v(x), y).backward()
+        dv_opt.step()
+
     def local_step():
         l_opt.zero_grad()
         F.cross_entropy(l_model(x), y).backward()
@@ -153,18 +170,26 @@ def bench_model(name):
         muster_step()
         ddp_step()
         ddp_muster_step()
+        ddp_view_step()
         local_step()
-    mt, dt, dmt, lt = [], [], [], []
+    mt, dt, dmt, dvt, lt = [], [], [], [], []
     for _ in range(steps):
         mt.append(slowest(timed(muster_step)))
         dt.append(slowest(timed(ddp_step)))
         dmt.append(slowest(timed(ddp_muster_step)))
+        dvt.append(slowest(timed(ddp_view_step)))
         lt.append(slowest(timed(local_step)))
     # Same updates on the same data: every stack must have trained alike.
     drift = max((a - b).abs().max().item() for a, b in zip(m_model.parameters(), d_model.parameters()))
     drift_dm = max((a - b).abs().max().item() for a, b in zip(dm_model.parameters(), d_model.parameters()))
+    drift_dv = max((a - b).abs().max().item() for a, b in zip(dv_model.parameters(), d_model.parameters()))
     m_s, d_s, l_s = statistics.median(mt), statistics.median(dt), statistics.median(lt)
-    dm_s = statistics.median(dmt)
+    dm_s, dv_s = statistics.median(dmt), statistics.median(dvt)
+    # The same comparisons rep by rep (the stacks of one rep ran back to back,
+    # so a slow stretch of the shared machine hits them alike), then the median.
+    per_rep = {"ddp_muster_vs_gloo": statistics.median(d / dm for d, dm in zip(dt, dmt)),
+               "ddp_muster_over_muster": statistics.median(dm / m - 1.0 for dm, m in zip(dmt, mt)),
+               "ddp_muster_view_over_muster": statistics.median(dv / m - 1.0 for dv, m in zip(dvt, mt))}
     images = shape[0] * hvd.size()
     return {"muster_step_s": m_s, "ddp_step_s": d_s, "speedup_vs_ddp": d_s / m_s,
             "local_step_s": l_s, "speedup_bound": d_s / l_s, "muster_over_local": m_s / l_s - 1.0,
@@ -172,6 +197,8 @@ def bench_model(name):
             "parameters": sum(p.numel() for p in ref.parameters()), "batch_per_rank": shape[0],
             "ddp_muster_step_s": dm_s, "ddp_muster_vs_gloo": d_s / dm_s, "ddp_muster_over_muster": dm_s / m_s - 1.0,
             "ddp_muster_images_per_s": images / dm_s, "ddp_muster_max_param_difference": drift_dm,
+            "ddp_muster_view_step_s": dv_s, "ddp_muster_view_over_muster": dv_s / m_s - 1.0,
+            "ddp_muster_view_max_param_difference": drift_dv, "per_rep_median": per_rep,
             "steps": steps, "max_param_difference": drift, "fusion_buckets": m_opt._native.bucket_count,
             "gradients_direct": bool(m_opt._native.gradients_direct)}
 
