@@ -45,9 +45,9 @@ class PyDistributedOptimizer {
     if (!opt_) throw InvalidArgument("the DistributedOptimizer was closed");
     return *opt_;
   }
-  int add_parameter(const std::string& name, std::uintptr_t value, std::size_t size) {
+  int add_parameter(const std::string& name, std::uintptr_t value, std::size_t size, std::uintptr_t grad) {
     sizes_.push_back(size);
-    return get().add_parameter(name, reinterpret_cast<float*>(value), nullptr, size);
+    return get().add_parameter(name, reinterpret_cast<float*>(value), reinterpret_cast<float*>(grad), size);
   }
   std::size_t size_of(int index) const { return sizes_.at(static_cast<std::size_t>(index)); }
   // The gradients' memory stays with this object (the numpy views of it
@@ -83,7 +83,9 @@ void bind_optimizer(py::module_& m) {
            py::arg("comm"), py::arg("fusion_threshold_bytes") = 0, py::arg("fp16") = false,
            py::arg("timeline") = "", py::arg("segment_bytes") = 0)
       .def("add_parameter", &PyDistributedOptimizer::add_parameter, py::arg("name"), py::arg("value"),
-           py::arg("size"), "Registers a float32 parameter of `size` elements; returns its index.")
+           py::arg("size"), py::arg("grad") = 0,
+           "Registers a float32 parameter of `size` elements and its gradient (0: the optimizer owns it, in "
+           "shared memory; else the caller's buffer, which must outlive the optimizer); returns its index.")
       .def(
           "gradient",
           [](py::object self, int index) {

@@ -170,6 +170,52 @@ def _init_state(optimizer):
             p.grad = g
 
 
+def load_state_in_place(optimizer, saved):
+    """optimizer.load_state_dict(saved), copying into the optimizer's own tensors.
+
+    Optimizer.load_state_dict deep-copies the whole state first: a fresh
+    allocation of the model's size (or twice it) on every recovery. Returns
+    False, touching nothing, when the layout differs (load_state_dict then).
+    """
+    groups, saved_groups = optimizer.param_groups, saved.get("param_groups", [])
+    if len(groups) != len(saved_groups) or any(len(g["params"]) != len(s["params"])
+                                                for g, s in zip(groups, saved_groups)):
+        return False
+    pairs = [(p, i) for g, s in zip(groups, saved_groups) for p, i in zip(g["params"], s["params"])]
+    saved_state = saved.get("state", {})
+    for p, i in pairs:
+        live, kept = optimizer.state.get(p), saved_state.get(i)
+        if kept is None or live is None:
+            continue
+        if set(live) != set(kept):
+            return False
+        for k, v in kept.items():
+            if torch.is_tensor(v) and not (torch.is_tensor(live[k]) and live[k].shape == v.shape
+                                           and live[k].dtype == v.dtype and live[k].device == v.device):
+                return False
+    with torch.no_grad():
+        for p, i in pairs:
+            kept = saved_state.get(i)
+            if kept is None:
+                optimizer.state.pop(p, None)  # no state yet at that commit (before the first step)
+                continue
+            live = optimizer.state.get(p)
+            if live is None:
+                optimizer.state[p] = {k: v.clone() if torch.is_tensor(v) else v for k, v in kept.items()}
+                continue
+            for k, v in kept.items():
+                if torch.is_tensor(v):
+                    if live[k].data_ptr() != v.data_ptr():  # a state just broadcast in place is there already
+                        live[k].copy_(v)
+                else:
+                    live[k] = v
+    for g, s in zip(groups, saved_groups):
+        for k, v in s.items():
+            if k != "params":
+                g[k] = v
+    return True
+
+
 def broadcast_optimizer_state(optimizer, root_rank, model=None):
     """Copies root's optimizer state (hyper-parameters, momentum buffers, step counts) to every rank.
 
@@ -208,4 +254,6 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
         g = dict(theirs)
         g["params"] = mine["params"]
         groups.append(g)
-    optimizer.load_state_dict({"state": new_state, "param_groups": groups})
+    merged = {"state": new_state, "param_groups": groups}
+    if not load_state_in_place(optimizer, merged):
+        optimizer.load_state_dict(merged)

@@ -134,12 +134,25 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         _rt.on_shutdown(weakref.WeakMethod(self._unbind))
         _rt.before_collective(weakref.WeakMethod(self._finish_step_in_flight))
         self._early = False
+        # A world of one rank reduces nothing, so it needs no shared memory:
+        # gradients that exist stay where they are (after a re-formation down
+        # to one rank, no allocation of the model's size before its first step).
+        solo = comm.size == 1
         self._index = {}
+        kept = {}
         for n, p in self._params:
-            self._index[p] = self._native.add_parameter(n, p.data_ptr(), p.numel())
+            g = p.grad
+            if (solo and g is not None and not g.is_sparse and g.dtype == torch.float32 and g.device.type == "cpu"
+                    and g.is_contiguous() and g.numel() == p.numel()):
+                kept[p] = g
+            self._index[p] = self._native.add_parameter(n, p.data_ptr(), p.numel(),
+                                                        grad=kept[p].data_ptr() if p in kept else 0)
         self._views = {}
         for n, p in self._params:
             view = torch.from_numpy(self._native.gradient(self._index[p])).view_as(p)
+            if p in kept:
+                self._views[p] = kept[p]  # the tensor itself: it owns the memory the optimizer reads
+                continue
             view.zero_()
             if p.grad is not None and not p.grad.is_sparse:
                 view.copy_(p.grad)
@@ -152,13 +165,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """The world closes: gradients keep their values in the closed optimizer's memory (the views hold it)
         until the next world's optimizer adopts them."""
         native, self._native = self._native, None
-        # A step whose reduction was under way (the world broke in it) leaves
-        # partial sums: they are dropped (an elastic run restores the last
-        # commit and computes them again), and their memory goes with them.
-        if bool(self._ready) and not self._synchronized:
-            for _, p in self._params:
-                if p in self._views and p.grad is not None and p.grad.data_ptr() == self._views[p].data_ptr():
-                    p.grad = None
         self._views = {}
         self._ready.clear()
         self._sparse.clear()

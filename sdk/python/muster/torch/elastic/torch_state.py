@@ -13,7 +13,7 @@ history).
 """
 import torch
 
-from ..functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
+from ..functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters, load_state_in_place
 from ..world import rank
 from .sampler import ElasticSampler
 from .state import ObjectState
@@ -63,51 +63,6 @@ class ModelStateHandler(StateHandler):
         broadcast_parameters(self.value.state_dict(), root_rank=0)
 
 
-def _restore_in_place(optimizer, saved):
-    """Puts `saved` (a state_dict from commit) back into `optimizer` by copying into its own tensors.
-
-    Optimizer.load_state_dict deep-copies the whole state first: a fresh
-    allocation of the model's size (or twice it) on every recovery. Returns
-    False, touching nothing, when the layout differs (load_state_dict then).
-    """
-    groups, saved_groups = optimizer.param_groups, saved.get("param_groups", [])
-    if len(groups) != len(saved_groups) or any(len(g["params"]) != len(s["params"])
-                                                for g, s in zip(groups, saved_groups)):
-        return False
-    pairs = [(p, i) for g, s in zip(groups, saved_groups) for p, i in zip(g["params"], s["params"])]
-    saved_state = saved.get("state", {})
-    for p, i in pairs:
-        live, kept = optimizer.state.get(p), saved_state.get(i)
-        if kept is None or live is None:
-            continue
-        if set(live) != set(kept):
-            return False
-        for k, v in kept.items():
-            if torch.is_tensor(v) and not (torch.is_tensor(live[k]) and live[k].shape == v.shape
-                                           and live[k].dtype == v.dtype and live[k].device == v.device):
-                return False
-    with torch.no_grad():
-        for p, i in pairs:
-            kept = saved_state.get(i)
-            if kept is None:
-                optimizer.state.pop(p, None)  # no state yet at that commit (before the first step)
-                continue
-            live = optimizer.state.get(p)
-            if live is None:
-                optimizer.state[p] = {k: v.clone() if torch.is_tensor(v) else v for k, v in kept.items()}
-                continue
-            for k, v in kept.items():
-                if torch.is_tensor(v):
-                    live[k].copy_(v)
-                else:
-                    live[k] = v
-    for g, s in zip(groups, saved_groups):
-        for k, v in s.items():
-            if k != "params":
-                g[k] = v
-    return True
-
-
 class OptimizerStateHandler(StateHandler):
     def __init__(self, value):
         super().__init__(value)
@@ -122,7 +77,7 @@ class OptimizerStateHandler(StateHandler):
         value.step = step  # the instance's own step: counts, then the class's runs as before
 
     def restore(self):
-        if not _restore_in_place(self.value, self._saved):
+        if not load_state_in_place(self.value, self._saved):
             self.value.load_state_dict(self._saved)
 
     def sync(self):
