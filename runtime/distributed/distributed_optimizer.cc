@@ -268,6 +268,19 @@ void DistributedOptimizer::grad_ready(int index) {
   start(*impl_, options_);
   if (index < 0) throw InvalidArgument("grad_ready(" + std::to_string(index) + "): negative index");
   if (!impl_->step_in_flight) begin_step(*impl_);
+  // A bucket of this step already failed (a peer died): say so now rather
+  // than at synchronize(), so the caller stops its backward pass at once (an
+  // elastic run re-forms its world that much sooner).
+  if (impl_->step_done.valid() &&
+      impl_->step_done.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+    try {
+      impl_->step_done.get();
+    } catch (...) {
+      impl_->broken = std::current_exception();
+      if (impl_->pipeline) impl_->pipeline->stop();
+      throw;
+    }
+  }
   impl_->pipeline->mark_ready(static_cast<std::size_t>(index));
 }
 

@@ -158,6 +158,8 @@ class DistributedOptimizer {
 
   // Gradient `index` holds this rank's local gradient for the current step.
   // Its bucket is reduced in the background once all its gradients are ready.
+  // Throws the error of a bucket of this step that already failed (CommError:
+  // a peer died), as synchronize() would, without waiting for the step's end.
   void grad_ready(int index);
 
   // Waits until every gradient holds the average over all ranks (marking any
