@@ -29,6 +29,7 @@ from sdk_daemon import Daemon, RestApi  # noqa: E402
 from testutil import wait_for  # noqa: E402
 
 STEPS, COMMIT_EVERY, KILL_STEP = 60, 10, 45
+MUSTER_RUNS = 3
 ARGS = ["--steps", str(STEPS), "--commit-every", str(COMMIT_EVERY), "--kill-rank", "1", "--kill-step",
         str(KILL_STEP)]
 
@@ -132,7 +133,14 @@ def main():
         load = [float(open("/proc/loadavg").read().split()[0])]
         result = {"model": "mlp25m (25.2 M parameters), batch 32, 2 ranks on one host, 1 thread each",
                   "commit_every": COMMIT_EVERY, "kill_step": KILL_STEP, "steps": STEPS}
-        result["muster"] = run_muster(work)
+        # Recovery moves by ~10% from run to run here: the median of three.
+        runs = []
+        for i in range(MUSTER_RUNS):
+            os.makedirs(os.path.join(work, "m%d" % i))
+            runs.append(run_muster(os.path.join(work, "m%d" % i)))
+        runs.sort(key=lambda m: m["recovery_seconds"])
+        result["muster"] = runs[len(runs) // 2]
+        result["muster"]["recovery_runs"] = [m["recovery_seconds"] for m in runs]
         result["torchrun"] = run_torchrun(work)
         load.append(float(open("/proc/loadavg").read().split()[0]))
         result["load"] = load
