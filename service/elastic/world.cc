@@ -305,6 +305,16 @@ void World::wake_getters_locked(Effects& fx) {
 
 // ---- The ranks' side.
 
+void World::enter_round_locked(const std::string& worker_id, JoinDone done, Effects& fx) {
+  Joiner& j = round_[worker_id];
+  if (j.parked) fx.push_back([old = std::move(*j.parked)] { old(proto::Assignment{}); });  // a retried join
+  j.order = admitted_.at(worker_id);
+  j.parked = std::move(done);
+  j.deadline = clock_.now() + options_.poll_bound;
+  form_locked(fx);
+  wake_watchers_locked(fx);
+}
+
 void World::join(const std::string& worker_id, const proto::JoinRequest& request, JoinDone done) {
   Effects fx;
   {
@@ -339,13 +349,7 @@ void World::join(const std::string& worker_id, const proto::JoinRequest& request
         broken_at_ = clock_.now();
       }
       if (seen == generation_ && !contains(members_, worker_id)) members_.push_back(worker_id);
-      Joiner& j = round_[worker_id];
-      if (j.parked) fx.push_back([old = std::move(*j.parked)] { old(proto::Assignment{}); });
-      j.order = admitted_.at(worker_id);
-      j.parked = std::move(done);
-      j.deadline = clock_.now() + options_.poll_bound;
-      form_locked(fx);
-      wake_watchers_locked(fx);
+      enter_round_locked(worker_id, std::move(done), fx);
     } else if (contains(members_, worker_id) && seen < generation_) {
       fx.push_back([done, a = assignment_locked(worker_id)] { done(a); });  // its answer was lost: again
     } else if (seen > 0 && !contains(members_, worker_id)) {
@@ -359,13 +363,7 @@ void World::join(const std::string& worker_id, const proto::JoinRequest& request
       if (contains(members_, worker_id)) {
         break_locked(worker_id, member_name_locked(worker_id) + " asked to form a new generation", fx);
       }
-      Joiner& j = round_[worker_id];
-      if (j.parked) fx.push_back([old = std::move(*j.parked)] { old(proto::Assignment{}); });
-      j.order = admitted_.at(worker_id);
-      j.parked = std::move(done);
-      j.deadline = clock_.now() + options_.poll_bound;
-      form_locked(fx);
-      wake_watchers_locked(fx);
+      enter_round_locked(worker_id, std::move(done), fx);
     }
   }
   run(fx);

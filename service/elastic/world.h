@@ -159,6 +159,8 @@ class World {
   api::Status check_kv_locked(const std::string& worker_id, int generation) const;
   void break_locked(const std::string& worker_id, const std::string& reason, Effects& fx);
   void form_locked(Effects& fx);
+  // Parks `done` as worker_id's join of the next round, then tries to form.
+  void enter_round_locked(const std::string& worker_id, JoinDone done, Effects& fx);
   void wake_getters_locked(Effects& fx);
   void wake_watchers_locked(Effects& fx);
   proto::WorldView view_locked(int generation) const;
