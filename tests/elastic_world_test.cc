@@ -58,6 +58,14 @@ class WorldTest : public ::testing::Test {
     EXPECT_TRUE(got && got->is_ok());
     return got && got->is_ok() ? got->value() : proto::WorldView{};
   }
+  // The daemon restarts: a new World restored from the current one's record,
+  // with `alive` admitted again.
+  void restart(int min_np, int max_np, std::initializer_list<const char*> alive) {
+    auto record = world_->to_record();
+    make(min_np, max_np);
+    world_->restore(record);
+    admit(alive);
+  }
   // Forms the first generation of `ids` (in this order).
   void form_first(std::initializer_list<const char*> ids) {
     for (auto id : ids) world_->admit(id);
@@ -358,11 +366,8 @@ TEST_F(WorldTest, ARestoredWorldKeepsItsGenerationButNotItsKeys) {
 TEST_F(WorldTest, ARestoredRecordThatLagsCatchesUpWithTheRanks) {
   make(1, 3);
   form_first({"a", "b", "c"});
-  auto record = world_->to_record();  // generation 1: a, b, c
-  // c died; a and b formed generation 2 (unsaved). The next daemon:
-  make(1, 3);
-  world_->restore(record);
-  admit({"a", "b"});
+  // Generation 1 is a, b, c. c died; a and b formed generation 2, unsaved. The next daemon:
+  restart(1, 3, {"a", "b"});
   auto& a = join("a", 2);
   EXPECT_FALSE(a.came()) << "b, admitted, may still come: " << a.error();
   EXPECT_EQ(world_->generation(), 2);
@@ -386,10 +391,7 @@ TEST_F(WorldTest, ARestoredRecordThatLagsCatchesUpWithTheRanks) {
 TEST_F(WorldTest, AfterALaggedRecordARankFromAnOlderGenerationJoinsAsANewcomer) {
   make(1, 3);
   form_first({"a", "b"});
-  auto record = world_->to_record();
-  make(1, 3);
-  world_->restore(record);
-  admit({"a", "b"});
+  restart(1, 3, {"a", "b"});
   auto& b = join("b", 1);  // its answer for 2 was lost with the daemon, or it was left out of 2
   auto& a = join("a", 2);
   ASSERT_TRUE(a.came() && b.came()) << a.error() << b.error();
@@ -401,10 +403,7 @@ TEST_F(WorldTest, AfterALaggedRecordARankFromAnOlderGenerationJoinsAsANewcomer) 
 TEST_F(WorldTest, ALaggedRecordStillWaitsNoLongerThanTheRejoinTimeout) {
   make(1, 3);
   form_first({"a", "b"});
-  auto record = world_->to_record();
-  make(1, 3);
-  world_->restore(record);
-  admit({"a", "b"});  // b hangs and never joins
+  restart(1, 3, {"a", "b"});  // b hangs and never joins
   auto& a = join("a", 2);
   EXPECT_FALSE(a.came());
   clock_.advance(11s);

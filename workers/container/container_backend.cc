@@ -101,10 +101,9 @@ api::Status ContainerBackend::launch(const std::vector<LaunchSpec>& specs) {
     // namespace picks the same source ports), and its first connections to
     // the daemon stall for seconds.
     const uint32_t first = 2, last = subnet_.container_capacity() + 1;
-    std::vector<uint32_t> taken;
     for (const auto& spec : specs) {
       if (containers_.count(spec.worker_id)) {
-        for (uint32_t idx : taken) used_indices_.erase(idx);
+        for (uint32_t idx : indices) used_indices_.erase(idx);
         return api::conflict("worker " + spec.worker_id + " already has a container");
       }
       uint32_t next = next_index_ < first || next_index_ > last ? first : next_index_;
@@ -114,12 +113,11 @@ api::Status ContainerBackend::launch(const std::vector<LaunchSpec>& specs) {
         ++tried;
       }
       if (used_indices_.count(next)) {
-        for (uint32_t idx : taken) used_indices_.erase(idx);
+        for (uint32_t idx : indices) used_indices_.erase(idx);
         return api::unavailable("subnet " + subnet_.cidr() + " has no free address for worker " + spec.worker_id +
                                 "; stop workers or use a larger --backend-opt subnet=");
       }
       indices.push_back(next);
-      taken.push_back(next);
       used_indices_.insert(next);
       next_index_ = next == last ? first : next + 1;
     }

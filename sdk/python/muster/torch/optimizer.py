@@ -149,10 +149,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                                         grad=kept[p].data_ptr() if p in kept else 0)
         self._views = {}
         for n, p in self._params:
-            view = torch.from_numpy(self._native.gradient(self._index[p])).view_as(p)
+            array = self._native.gradient(self._index[p])  # the first call is collective: every rank makes it
             if p in kept:
                 self._views[p] = kept[p]  # the tensor itself: it owns the memory the optimizer reads
                 continue
+            view = torch.from_numpy(array).view_as(p)
             view.zero_()
             if p.grad is not None and not p.grad.is_sparse:
                 view.copy_(p.grad)
