@@ -119,14 +119,22 @@ TEST(AllgathervTest, VaryingCountsIncludingEmpty) {
 }
 
 // Rank 0 arrives 300 ms late: nobody may leave the barrier before it arrives.
+// Judged by when each rank left against when rank 0 arrived (steady_clock is
+// CLOCK_MONOTONIC, one clock for every process on the host), since ranks of a
+// loaded machine leave the first barrier at different times.
 TEST(BarrierTest, NobodyLeavesBeforeTheLastArrives) {
   Communicator& comm = *world();
   comm.barrier();
-  const auto start = std::chrono::steady_clock::now();
-  if (comm.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto ns = [] { return std::chrono::steady_clock::now().time_since_epoch().count(); };
+  int64_t arrived = 0;
+  if (comm.rank() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    arrived = ns();
+  }
   comm.barrier_async().wait();
-  const auto waited = std::chrono::steady_clock::now() - start;
-  EXPECT_GE(waited, std::chrono::milliseconds(250));
+  const int64_t left = ns();
+  comm.broadcast(&arrived, 1, DataType::kInt64, 0);
+  EXPECT_GE(left, arrived) << "left " << (arrived - left) / 1000 << " us before rank 0 arrived";
 }
 
 // Ops submitted from two threads run in one order on the progress thread;
