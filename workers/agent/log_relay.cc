@@ -1,16 +1,17 @@
 #include "workers/agent/log_relay.h"
 
-#include "api/base/process.h"
-
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,16 +44,19 @@ int run_log_relay(int in_fd, const api::LogCapture& capture) {
     const std::string line = "[muster-agent] log relay: " + error + "; writing output uncapped\n";
     write_fd(1, line.data(), line.size());
   }
-  std::vector<char> buf(256 << 10);
+  // Not zero-filled: its pages are touched only as output arrives (a worker
+  // that prints little never faults in 256 KiB).
+  constexpr size_t kBuffer = 256 << 10;
+  std::unique_ptr<char[]> buf(new char[kBuffer]);
   for (;;) {
-    const ssize_t n = ::read(in_fd, buf.data(), buf.size());
+    const ssize_t n = ::read(in_fd, buf.get(), kBuffer);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     if (!log) {
-      write_fd(1, buf.data(), static_cast<size_t>(n));
+      write_fd(1, buf.get(), static_cast<size_t>(n));
       continue;
     }
-    if (auto failure = log->write(std::string_view(buf.data(), static_cast<size_t>(n)))) {
+    if (auto failure = log->write(std::string_view(buf.get(), static_cast<size_t>(n)))) {
       // A full disk: say so once on the relay's own stderr (the backend's
       // file, or the daemon's log), keep draining so writers never block.
       const std::string line = "[muster-agent] log relay: " + *failure + "\n";
@@ -64,39 +68,41 @@ int run_log_relay(int in_fd, const api::LogCapture& capture) {
 
 CaptureStarted start_log_capture(const api::LogCapture& capture) {
   CaptureStarted out;
-  std::error_code ec;
-  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) {
-    out.failure = "cannot find the agent's own program: " + ec.message();
-    return out;
-  }
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     out.failure = std::string("pipe: ") + std::strerror(errno);
     return out;
   }
-  // The relay is this program again (--log-relay), with an empty
-  // environment: nothing about it looks like the worker's agent, and it
-  // holds none of the worker's credentials.
-  base::SpawnOptions o;
-  o.argv = api::to_log_relay_argv(self.string(), capture);
-  o.inherit_env = false;
-  o.input_fd = fds[0];
-  o.new_session = false;
-  o.new_process_group = true;  // signals to the worker's group do not reach it: it drains, then exits
+  // The relay is a fork of this process, not a new program: an exec of a
+  // C++ program (the loader relocating libstdc++, its pages faulted in) cost
+  // more than the rest of a worker's start on a VM where page-table work is
+  // dear. The agent has no thread yet, so the child may run ordinary code.
+  // It drops the environment (nothing in it is the relay's business), takes
+  // a name of its own in ps, and leaves the worker's process group.
   std::fflush(stdout);
   std::fflush(stderr);
-  auto spawned = base::spawn(o);
-  ::close(fds[0]);
-  if (spawned.failure) {
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    out.failure = std::string("fork: ") + std::strerror(errno);
+    ::close(fds[0]);
     ::close(fds[1]);
-    out.failure = *spawned.failure;
     return out;
   }
+  if (pid == 0) {
+    ::setpgid(0, 0);  // signals to the worker's group do not reach it: it drains, then exits
+    ::prctl(PR_SET_NAME, "muster-logrelay", 0, 0, 0);
+    ::clearenv();
+    ::close(fds[1]);  // only the writers' ends keep the pipe open
+    const int in = ::dup2(fds[0], STDIN_FILENO);
+    ::syscall(SYS_close_range, 3U, ~0U, 0U);
+    ::_exit(in < 0 ? 1 : run_log_relay(STDIN_FILENO, capture));
+  }
+  ::setpgid(pid, pid);  // also from this side, so the group exists before anyone signals
+  ::close(fds[0]);
   ::dup2(fds[1], STDOUT_FILENO);
   ::dup2(fds[1], STDERR_FILENO);
   ::close(fds[1]);
-  out.relay = spawned.id.pid;
+  out.relay = pid;
   return out;
 }
 

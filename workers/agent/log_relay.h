@@ -1,9 +1,9 @@
 // The agent's log relay: the one process that writes a worker's log file.
 //
-// start_log_capture() runs first thing in muster-agent: it starts the relay
-// (this program with --log-relay and an empty environment, in a process
-// group of its own, SIGTERM, SIGINT and SIGHUP ignored) and makes a pipe to
-// it the agent's stdout and stderr,
+// start_log_capture() runs first thing in muster-agent: it forks the relay
+// (a child with an empty environment, named muster-logrelay in ps, in a
+// process group of its own, SIGTERM, SIGINT and SIGHUP ignored) and makes a
+// pipe to it the agent's stdout and stderr,
 // so the agent's lines and the script's output (which inherits them) reach
 // the file only through the relay, capped and rotated by base::RotatingLog.
 // The relay exits once every writer has closed the pipe (the agent, the
