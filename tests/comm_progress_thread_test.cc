@@ -119,6 +119,54 @@ TEST(ProgressThreadTest, ErrorsReachTheWaiterEitherWay) {
   first.wait();
 }
 
+// The synchronous calls' path: with nothing queued or running, the body runs
+// on the caller's thread at once; otherwise it does not run (the caller
+// submits instead); ops queued meanwhile run after it; its exception
+// propagates and leaves the queue usable.
+TEST(ProgressThreadTest, RunIfIdleRunsHereOnlyWhenNothingComesFirst) {
+  ProgressThread progress;
+  std::thread::id ran_on;
+  EXPECT_TRUE(progress.run_if_idle([&] { ran_on = std::this_thread::get_id(); }));
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+
+  // Something queued (a held Handle nobody waits on yet): not idle. The
+  // progress thread may start it within its tick; until it has, run_if_idle
+  // must refuse.
+  std::atomic<bool> release{false};
+  std::atomic<int> ran{0};
+  Handle blocker = progress.submit([&] {
+    while (!release.load()) std::this_thread::yield();
+  });
+  bool refused = false;
+  EXPECT_TRUE(eventually([&] {
+    refused = !progress.run_if_idle([&] { ran.fetch_add(1); });
+    return refused;  // queued or running: either way refused
+  }));
+  EXPECT_EQ(ran.load(), 0);
+  release = true;
+  blocker.wait();
+
+  // Ops submitted from another thread while the body runs start after it.
+  std::atomic<bool> inside{false}, later_ran{false};
+  std::thread other;
+  EXPECT_TRUE(progress.run_if_idle([&] {
+    inside = true;
+    other = std::thread([&] {
+      Handle h = progress.submit([&] { later_ran = true; });
+      h.wait();
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_FALSE(later_ran.load()) << "an op ran beside the inline one";
+  }));
+  other.join();
+  EXPECT_TRUE(later_ran.load());
+
+  EXPECT_THROW(progress.run_if_idle([] { throw std::runtime_error("inline failure"); }), std::runtime_error);
+  std::thread::id after;
+  EXPECT_TRUE(progress.run_if_idle([&] { after = std::this_thread::get_id(); }));
+  EXPECT_EQ(after, std::this_thread::get_id());
+}
+
 TEST(ProgressThreadTest, DestructorRunsWhatWasQueued) {
   std::atomic<int> ran{0};
   {

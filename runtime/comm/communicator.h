@@ -263,18 +263,22 @@ class Communicator {
 
   // In place: `data` holds `count` elements on entry and the reduction of
   // all ranks' buffers on return.
-  void allreduce(void* data, std::size_t count, DataType dtype, const AllreduceOptions& options = {});
+  // The synchronous calls are allreduce_async(...).wait() and the like; an
+  // implementation may run them without a Handle (WorldCommunicator does,
+  // for its small path when nothing else is queued).
+  virtual void allreduce(void* data, std::size_t count, DataType dtype, const AllreduceOptions& options = {});
   virtual Handle allreduce_async(void* data, std::size_t count, DataType dtype,
                                  const AllreduceOptions& options = {}) = 0;
 
   // Root's `count` elements are copied into every rank's `data`.
-  void broadcast(void* data, std::size_t count, DataType dtype, int root, const OpOptions& options = {});
+  virtual void broadcast(void* data, std::size_t count, DataType dtype, int root, const OpOptions& options = {});
   virtual Handle broadcast_async(void* data, std::size_t count, DataType dtype, int root,
                                  const OpOptions& options = {}) = 0;
 
   // Every rank contributes `count` elements; `recv` receives size()*count,
   // rank i's block at i*count.
-  void allgather(const void* send, std::size_t count, DataType dtype, void* recv, const OpOptions& options = {});
+  virtual void allgather(const void* send, std::size_t count, DataType dtype, void* recv,
+                         const OpOptions& options = {});
   virtual Handle allgather_async(const void* send, std::size_t count, DataType dtype, void* recv,
                                  const OpOptions& options = {}) = 0;
 
@@ -313,7 +317,7 @@ class Communicator {
                                  const std::vector<std::size_t>& recv_counts, DataType dtype,
                                  const OpOptions& options = {}) = 0;
 
-  void barrier(const OpOptions& options = {});
+  virtual void barrier(const OpOptions& options = {});
   virtual Handle barrier_async(const OpOptions& options = {}) = 0;
 
   // A process set: collective over this Communicator (every rank calls it,

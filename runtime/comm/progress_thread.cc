@@ -24,6 +24,21 @@ void detail::OpQueue::run(Item& item) {
   item.state->finish(error);
 }
 
+bool detail::OpQueue::enter_idle() {
+  std::lock_guard<std::mutex> lock(mu);
+  if (running || !items.empty()) return false;
+  running = true;
+  return true;
+}
+
+void detail::OpQueue::leave() {
+  std::unique_lock<std::mutex> lock(mu);
+  running = false;
+  const bool more = !items.empty() || stopping;
+  lock.unlock();
+  if (more) cv.notify_one();
+}
+
 void detail::OpQueue::run_here_or_wake(const OpState* state) {
   std::unique_lock<std::mutex> lock(mu);
   if (!running && !items.empty() && items.front().state.get() == state) {
@@ -32,11 +47,7 @@ void detail::OpQueue::run_here_or_wake(const OpState* state) {
     running = true;
     lock.unlock();
     run(item);
-    lock.lock();
-    running = false;
-    const bool more = !items.empty() || stopping;
-    lock.unlock();
-    if (more) cv.notify_one();
+    leave();
     return;
   }
   // Not next, or something runs: whoever runs goes on with the queue; if

@@ -65,6 +65,10 @@ struct OpQueue {
   void run_here_or_wake(const OpState* state);
   // Wakes the progress thread if `state` is still queued.
   void wake_for(const OpState* state);
+  // run_if_idle's two halves: takes the queue when it is empty and idle;
+  // gives it back, waking the progress thread for what queued meanwhile.
+  bool enter_idle();
+  void leave();
 };
 
 }  // namespace detail
@@ -83,6 +87,23 @@ class ProgressThread {
 
   // Queues `task`; the Handle completes when it returns or throws.
   Handle submit(Task task);
+
+  // Runs `body` on the calling thread, now, when nothing is queued or
+  // running (true), as if it had been submitted and waited on at once but
+  // with no Handle: no shared state, no closure on the heap, no condition
+  // variable. False, without running it, when other ops come first: the
+  // caller then submits. Ops others queue meanwhile run after it. `body`'s
+  // exception propagates.
+  template <typename F>
+  bool run_if_idle(F&& body) {
+    if (!queue_->enter_idle()) return false;
+    struct Leave {
+      detail::OpQueue& q;
+      ~Leave() { q.leave(); }
+    } leave{*queue_};
+    body();
+    return true;
+  }
 
  private:
   void run();

@@ -143,8 +143,7 @@ const std::vector<ControlPlane::Record>& WorldCommunicator::checked_exchange(Cal
 
 Handle WorldCommunicator::allreduce_async(void* data, std::size_t count, DataType dtype,
                                           const AllreduceOptions& options) {
-  if (options.algorithm == Algorithm::kAuto && small_fits(count * dtype_size(dtype)) && (data || count == 0) &&
-      dtype_valid(static_cast<uint8_t>(dtype))) {
+  if (allreduce_small_fits(data, count, dtype, options)) {
     return allreduce_small(data, count, dtype, options);
   }
   Call call;
@@ -195,8 +194,7 @@ Handle WorldCommunicator::allreduce_async(void* data, std::size_t count, DataTyp
 
 Handle WorldCommunicator::broadcast_async(void* data, std::size_t count, DataType dtype, int root,
                                           const OpOptions& options) {
-  if (small_fits(count * dtype_size(dtype)) && root >= 0 && root < size_ && (data || count == 0) &&
-      dtype_valid(static_cast<uint8_t>(dtype))) {
+  if (broadcast_small_fits(data, count, dtype, root)) {
     return broadcast_small(data, count, dtype, root, options);
   }
   Call call;
@@ -230,8 +228,7 @@ Handle WorldCommunicator::broadcast_async(void* data, std::size_t count, DataTyp
 
 Handle WorldCommunicator::allgather_async(const void* send, std::size_t count, DataType dtype, void* recv,
                                           const OpOptions& options) {
-  if (small_fits(count * dtype_size(dtype)) && ((send && recv) || count == 0) &&
-      dtype_valid(static_cast<uint8_t>(dtype))) {
+  if (allgather_small_fits(send, count, dtype, recv)) {
     return allgather_small(send, count, dtype, recv, options);
   }
   Call call;

@@ -73,6 +73,11 @@ class WorldCommunicator : public Communicator {
                          const std::vector<std::size_t>& recv_counts, DataType dtype,
                          const OpOptions& options) override;
   Handle barrier_async(const OpOptions& options) override;
+  // world_small.cc: without a Handle where the small path takes the op.
+  void allreduce(void* data, std::size_t count, DataType dtype, const AllreduceOptions& options) override;
+  void broadcast(void* data, std::size_t count, DataType dtype, int root, const OpOptions& options) override;
+  void allgather(const void* send, std::size_t count, DataType dtype, void* recv, const OpOptions& options) override;
+  void barrier(const OpOptions& options) override;
   std::unique_ptr<Communicator> split(const std::vector<int>& ranks, const std::string& name) override;
   std::unique_ptr<SharedBuffer> allocate_shared(std::size_t bytes) override;
 
@@ -123,6 +128,12 @@ class WorldCommunicator : public Communicator {
   Handle broadcast_small(void* data, std::size_t count, DataType dtype, int root, const OpOptions& options);
   Handle allgather_small(const void* send, std::size_t count, DataType dtype, void* recv, const OpOptions& options);
   Handle barrier_small(const OpOptions& options);
+  // Whether an op goes this way; its descriptor, built from the arguments.
+  bool allreduce_small_fits(void* data, std::size_t count, DataType dtype, const AllreduceOptions& options) const;
+  bool broadcast_small_fits(void* data, std::size_t count, DataType dtype, int root) const;
+  bool allgather_small_fits(const void* send, std::size_t count, DataType dtype, void* recv) const;
+  static OpDescriptor small_descriptor(OpKind kind, DataType dtype, std::size_t count, const std::string& name,
+                                       const std::vector<int64_t>& shape);
   // Runs one small op under the sequence number and broken-state rules.
   template <typename F>
   void run_lean(OpDescriptor& desc, const char* what, F&& body);

@@ -81,15 +81,37 @@ void WorldCommunicator::run_lean(OpDescriptor& desc, const char* what, F&& body)
   }
 }
 
+OpDescriptor WorldCommunicator::small_descriptor(OpKind kind, DataType dtype, std::size_t count,
+                                                const std::string& name, const std::vector<int64_t>& shape) {
+  OpDescriptor d;
+  d.kind = static_cast<uint8_t>(kind);
+  d.dtype = static_cast<uint8_t>(dtype);
+  d.count = count;
+  d.name_hash = op_name_hash(name);
+  d.shape_hash = shape_hash(shape);
+  return d;
+}
+
+bool WorldCommunicator::allreduce_small_fits(void* data, std::size_t count, DataType dtype,
+                                             const AllreduceOptions& options) const {
+  return options.algorithm == Algorithm::kAuto && small_fits(count * dtype_size(dtype)) && (data || count == 0) &&
+         dtype_valid(static_cast<uint8_t>(dtype));
+}
+
+bool WorldCommunicator::broadcast_small_fits(void* data, std::size_t count, DataType dtype, int root) const {
+  return small_fits(count * dtype_size(dtype)) && root >= 0 && root < size_ && (data || count == 0) &&
+         dtype_valid(static_cast<uint8_t>(dtype));
+}
+
+bool WorldCommunicator::allgather_small_fits(const void* send, std::size_t count, DataType dtype, void* recv) const {
+  return small_fits(count * dtype_size(dtype)) && ((send && recv) || count == 0) &&
+         dtype_valid(static_cast<uint8_t>(dtype));
+}
+
 Handle WorldCommunicator::allreduce_small(void* data, std::size_t count, DataType dtype,
                                           const AllreduceOptions& options) {
-  OpDescriptor d;
-  d.kind = static_cast<uint8_t>(OpKind::kAllreduce);
-  d.dtype = static_cast<uint8_t>(dtype);
+  OpDescriptor d = small_descriptor(OpKind::kAllreduce, dtype, count, options.name, options.shape);
   d.reduce_op = reduce_code(options.op);
-  d.count = count;
-  d.name_hash = op_name_hash(options.name);
-  d.shape_hash = shape_hash(options.shape);
   const ReduceOp op = options.op;
   return progress_->submit([this, d, data, count, dtype, op, name = options.name]() mutable {
     run_lean(d, "allreduce", [&] { small_->allreduce(data, count, dtype, op, d, &name); });
@@ -98,13 +120,8 @@ Handle WorldCommunicator::allreduce_small(void* data, std::size_t count, DataTyp
 
 Handle WorldCommunicator::broadcast_small(void* data, std::size_t count, DataType dtype, int root,
                                           const OpOptions& options) {
-  OpDescriptor d;
-  d.kind = static_cast<uint8_t>(OpKind::kBroadcast);
-  d.dtype = static_cast<uint8_t>(dtype);
+  OpDescriptor d = small_descriptor(OpKind::kBroadcast, dtype, count, options.name, options.shape);
   d.root = root;
-  d.count = count;
-  d.name_hash = op_name_hash(options.name);
-  d.shape_hash = shape_hash(options.shape);
   return progress_->submit([this, d, data, count, dtype, root, name = options.name]() mutable {
     run_lean(d, "broadcast", [&] { small_->broadcast(data, count, dtype, root, d, &name); });
   });
@@ -112,12 +129,7 @@ Handle WorldCommunicator::broadcast_small(void* data, std::size_t count, DataTyp
 
 Handle WorldCommunicator::allgather_small(const void* send, std::size_t count, DataType dtype, void* recv,
                                           const OpOptions& options) {
-  OpDescriptor d;
-  d.kind = static_cast<uint8_t>(OpKind::kAllgather);
-  d.dtype = static_cast<uint8_t>(dtype);
-  d.count = count;
-  d.name_hash = op_name_hash(options.name);
-  d.shape_hash = shape_hash(options.shape);
+  OpDescriptor d = small_descriptor(OpKind::kAllgather, dtype, count, options.name, options.shape);
   return progress_->submit([this, d, send, count, dtype, recv, name = options.name]() mutable {
     run_lean(d, "allgather", [&] { small_->allgather(send, count, dtype, recv, d, &name); });
   });
@@ -130,6 +142,59 @@ Handle WorldCommunicator::barrier_small(const OpOptions& options) {
   return progress_->submit([this, d, name = options.name]() mutable {
     run_lean(d, "barrier", [&] { small_->barrier(d, &name); });
   });
+}
+
+// The synchronous calls: a small op with nothing queued before it runs here
+// and now (ProgressThread::run_if_idle), with no Handle; anything else is
+// the asynchronous call, waited on.
+
+void WorldCommunicator::allreduce(void* data, std::size_t count, DataType dtype, const AllreduceOptions& options) {
+  if (allreduce_small_fits(data, count, dtype, options)) {
+    OpDescriptor d = small_descriptor(OpKind::kAllreduce, dtype, count, options.name, options.shape);
+    d.reduce_op = reduce_code(options.op);
+    if (progress_->run_if_idle([&] {
+          run_lean(d, "allreduce", [&] { small_->allreduce(data, count, dtype, options.op, d, &options.name); });
+        })) {
+      return;
+    }
+  }
+  allreduce_async(data, count, dtype, options).wait();
+}
+
+void WorldCommunicator::broadcast(void* data, std::size_t count, DataType dtype, int root, const OpOptions& options) {
+  if (broadcast_small_fits(data, count, dtype, root)) {
+    OpDescriptor d = small_descriptor(OpKind::kBroadcast, dtype, count, options.name, options.shape);
+    d.root = root;
+    if (progress_->run_if_idle([&] {
+          run_lean(d, "broadcast", [&] { small_->broadcast(data, count, dtype, root, d, &options.name); });
+        })) {
+      return;
+    }
+  }
+  broadcast_async(data, count, dtype, root, options).wait();
+}
+
+void WorldCommunicator::allgather(const void* send, std::size_t count, DataType dtype, void* recv,
+                                  const OpOptions& options) {
+  if (allgather_small_fits(send, count, dtype, recv)) {
+    OpDescriptor d = small_descriptor(OpKind::kAllgather, dtype, count, options.name, options.shape);
+    if (progress_->run_if_idle([&] {
+          run_lean(d, "allgather", [&] { small_->allgather(send, count, dtype, recv, d, &options.name); });
+        })) {
+      return;
+    }
+  }
+  allgather_async(send, count, dtype, recv, options).wait();
+}
+
+void WorldCommunicator::barrier(const OpOptions& options) {
+  if (small_) {
+    OpDescriptor d;
+    d.kind = static_cast<uint8_t>(OpKind::kBarrier);
+    d.name_hash = op_name_hash(options.name);
+    if (progress_->run_if_idle([&] { run_lean(d, "barrier", [&] { small_->barrier(d, &options.name); }); })) return;
+  }
+  barrier_async(options).wait();
 }
 
 }  // namespace muster::runtime::comm
