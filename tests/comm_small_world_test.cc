@@ -34,15 +34,53 @@ using testing::run_world;
 using testing::run_world_collect;
 using testing::what;
 
-// Elements of float32 at the default limit (256 KB per rank).
-const std::size_t kLimitFloats = CommOptions{}.small_bytes / 4;
+// Elements of float32 at the limit these tests set (256 KB per rank: the
+// default with a CPU per rank; see AutoLimitFollowsRanksAndCpus).
+constexpr std::size_t kLimitBytes = 256 * 1024;
+const std::size_t kLimitFloats = kLimitBytes / 4;
 
 std::function<CommOptions(int)> shm_options(std::chrono::milliseconds timeout = std::chrono::milliseconds(30000)) {
   return [timeout](int) {
     CommOptions o;
     o.timeout = timeout;
+    o.small_bytes = kLimitBytes;
     return o;
   };
+}
+
+TEST(SmallWorld, AutoLimitFollowsRanksAndCpus) {
+  EXPECT_EQ(CommOptions{}.small_bytes, CommOptions::kAutoSmallBytes);
+  EXPECT_EQ(auto_small_bytes(2, 2), kLimitBytes);
+  EXPECT_EQ(auto_small_bytes(8, 16), kLimitBytes);
+  EXPECT_EQ(auto_small_bytes(3, 2), std::size_t{4} << 20);  // more ranks than CPUs
+  EXPECT_EQ(auto_small_bytes(4, 0), kLimitBytes);           // CPUs unknown
+}
+
+// The default on this machine: an op just over 256 KB takes the small path
+// exactly when the world has more ranks than the host has CPUs (its timeout
+// message names the path).
+TEST(SmallWorld, DefaultLimitTakesMidSizesWhenOversubscribed) {
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  const int n = static_cast<int>(cpus) + 1;
+  if (n > 8) GTEST_SKIP() << "this host has " << cpus << " CPUs; oversubscribing it takes more than 8 ranks";
+  const std::size_t count = kLimitFloats + 1;
+  const auto errors = run_world_collect(n, "shm", [&](int rank, Communicator& comm) {
+    std::vector<char> buf = make_input(count, DataType::kFloat32, rank);
+    comm.allreduce(buf.data(), count, DataType::kFloat32);
+    EXPECT_EQ(check_result(buf, count, DataType::kFloat32, ReduceOp::kSum, n), 0u);
+    if (rank == n - 1) return;  // gone: the others' next op names the path it waited on
+    try {
+      comm.allreduce(buf.data(), count, DataType::kFloat32);
+      ADD_FAILURE() << "finished without rank " << n - 1;
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("small path"), std::string::npos) << e.what();
+    }
+  }, [](int) {
+    CommOptions o;
+    o.timeout = std::chrono::milliseconds(30000);
+    return o;
+  });
+  for (const auto& e : errors) EXPECT_FALSE(e) << what(e);
 }
 
 void run_shm(int n, const testing::RankBody& body, const std::function<CommOptions(int)>& options = shm_options()) {

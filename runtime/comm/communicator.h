@@ -147,7 +147,10 @@ struct CommOptions {
   // exchange descriptors through the control table). The engine's area is
   // 2 slots of this size per rank, capped at 32 MB per host (so the limit
   // shrinks above 64 ranks on a host). MUSTER_COMM_SMALL_BYTES overrides it.
-  std::size_t small_bytes = 256 * 1024;
+  // kAutoSmallBytes (the default): auto_small_bytes() below, from the host's
+  // ranks and CPUs.
+  static constexpr std::size_t kAutoSmallBytes = ~std::size_t{0};
+  std::size_t small_bytes = kAutoSmallBytes;
   // Whether ranks compare OpDescriptors before an op's data moves. Only for
   // measuring what the check costs (bench/allreduce): without it, ops that
   // differ between ranks give undefined results. MUSTER_COMM_CHECK_OPS=0|1.
@@ -195,6 +198,15 @@ struct CommOptions {
   // their own to stand in for hosts.
   std::string host_key;
 };
+
+// The small path's limit when CommOptions::small_bytes is kAutoSmallBytes:
+// 256 KB; 4 MB where a host's ranks outnumber its CPUs. Then the ring's
+// pipeline waits for a descheduled neighbour at every step, while the small
+// path's two waits per op do not care (4 ranks on 2 cores, 1 MB: ring 1.44-1.51
+// GB/s, small path 2.34; 4 MB: 1.40-1.51 against 2.67). With a CPU per rank
+// the ring stays ahead above 256 KB (2 ranks, 1 MB: ring 8.4-11.4 GB/s,
+// small path 3.9-4.0: its slots leave the cache).
+std::size_t auto_small_bytes(int ranks_on_host, long host_cpus);
 
 namespace detail {
 struct OpState;

@@ -165,9 +165,14 @@ void WorldCommunicator::form() {
     local_rank_ = env_int("OMPI_COMM_WORLD_LOCAL_RANK", local_rank_);
     local_size_ = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", local_size_);
   }
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
   if (options_.spin == CommOptions::kAutoSpin) {
-    const long online = sysconf(_SC_NPROCESSORS_ONLN);
     options_.spin = local_size_ <= online ? std::chrono::microseconds(5000) : std::chrono::microseconds(50);
+  }
+  // Every rank of a host resolves it alike (same ranks, same CPUs), and only
+  // a world on one host has the small path whose layout depends on it.
+  if (options_.small_bytes == CommOptions::kAutoSmallBytes) {
+    options_.small_bytes = auto_small_bytes(local_size_, online);
   }
   // The thread wishes: this rank's from its options and CPUs, every
   // rank's the same way from theirs (published CPUs, own host's rank count).
