@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -226,6 +227,36 @@ TEST_P(SmallWorldTest, DepartedPeerIsNamedPromptly) {
       EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
     }
     EXPECT_THROW(comm.barrier(), CommError) << "a broken world keeps failing";
+  }, shm_options());
+  for (const auto& e : errors) EXPECT_FALSE(e) << what(e);
+}
+
+// check_peers(): no op, no communication; a peer whose Communicator is gone
+// is named at once (an optimizer asks before computing a backward pass whose
+// gradients could never be averaged), a world whose ranks are all there
+// passes.
+TEST(SmallWorld, CheckPeersNamesADepartedPeerWithoutAnOp) {
+  std::atomic<int> saw{0};  // ranks 0 and 1 stay until both saw it (else they would see each other leave)
+  const auto errors = run_world_collect(3, "shm", [&](int rank, Communicator& comm) {
+    comm.barrier();
+    EXPECT_NO_THROW(comm.check_peers());
+    comm.barrier();
+    if (rank == 2) return;  // leaves: its Communicator is destroyed
+    bool named = false;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!named && std::chrono::steady_clock::now() < deadline) {
+      try {
+        comm.check_peers();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      } catch (const CommError& e) {
+        named = true;
+        EXPECT_EQ(e.rank(), 2) << e.what();
+        EXPECT_NE(std::string(e.what()).find("rank 2"), std::string::npos) << e.what();
+      }
+    }
+    EXPECT_TRUE(named) << "rank " << rank << " never learned that rank 2 left";
+    saw.fetch_add(1);
+    while (saw.load() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
   }, shm_options());
   for (const auto& e : errors) EXPECT_FALSE(e) << what(e);
 }

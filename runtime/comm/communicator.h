@@ -330,6 +330,13 @@ class Communicator {
                                  const OpOptions& options = {}) = 0;
 
   virtual void barrier(const OpOptions& options = {});
+
+  // No communication: throws CommError naming a peer known to be gone (on
+  // this host: exited, or closed its Communicator), so a caller about to
+  // compute toward its next op (a backward pass whose gradients it will
+  // allreduce) can stop now rather than at that op. Peers on other hosts
+  // are not checked (their failure shows at the next op). Any thread.
+  virtual void check_peers() {}
   virtual Handle barrier_async(const OpOptions& options = {}) = 0;
 
   // A process set: collective over this Communicator (every rank calls it,

@@ -34,6 +34,9 @@ class PeerMonitor {
   // Throws CommError naming a monitored peer that has exited or closed its
   // Communicator before completing the op this rank is in.
   virtual void check_alive(const std::string& what) = 0;
+  // Throws CommError naming a monitored peer that has exited or closed its
+  // Communicator, whatever op it last completed: the next op cannot finish.
+  virtual void check_gone(const std::string& what) { (void)what; }
   // This rank's Communicator is going away: a peer waiting on it fails at
   // once (its process may live on).
   virtual void mark_closed() {}

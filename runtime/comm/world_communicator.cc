@@ -137,6 +137,18 @@ const std::vector<ControlPlane::Record>& WorldCommunicator::checked_exchange(Cal
   throw MismatchError(describe_mismatch(all, names));
 }
 
+void WorldCommunicator::check_peers() {
+  if (!monitor_ || closing_.load()) return;
+  try {
+    monitor_->check_gone("the next collective (rank " + std::to_string(rank_) + ")");
+  } catch (const CommError& e) {
+    // As a failed op does: peers that see this rank exit next take it for
+    // a survivor of `e.rank()`'s failure, not for the culprit.
+    monitor_->record_failure(e.rank());
+    throw;
+  }
+}
+
 // ---------------------------------------------------------------------------
 // The ops: validate on the caller's thread (a refusal still takes part in the
 // exchange, so no rank pairs this op with another), then queue.

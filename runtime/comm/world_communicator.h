@@ -78,6 +78,7 @@ class WorldCommunicator : public Communicator {
   void broadcast(void* data, std::size_t count, DataType dtype, int root, const OpOptions& options) override;
   void allgather(const void* send, std::size_t count, DataType dtype, void* recv, const OpOptions& options) override;
   void barrier(const OpOptions& options) override;
+  void check_peers() override;
   std::unique_ptr<Communicator> split(const std::vector<int>& ranks, const std::string& name) override;
   std::unique_ptr<SharedBuffer> allocate_shared(std::size_t bytes) override;
 

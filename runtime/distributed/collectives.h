@@ -55,6 +55,9 @@ class Collectives {
   // Per-rank counts: *counts gets each rank's count, *recv the concatenation.
   virtual void allgatherv(const void* send, std::size_t count, DataType dtype, std::vector<char>* recv,
                           std::vector<std::size_t>* counts) = 0;
+  // No communication: throws CommError when a peer is known to be gone
+  // (comm::Communicator::check_peers). Any thread. Default: nothing known.
+  virtual void check_peers() {}
   // Collective: memory for gradients that allreduces handle fastest in place
   // (comm::Communicator::allocate_shared). Default: ordinary memory.
   virtual std::unique_ptr<comm::SharedBuffer> allocate_shared(std::size_t bytes) {

@@ -45,6 +45,7 @@ class CommCollectives final : public Collectives {
   std::unique_ptr<comm::SharedBuffer> allocate_shared(std::size_t bytes) override {
     return comm_.allocate_shared(bytes);
   }
+  void check_peers() override { comm_.check_peers(); }
 
  private:
   comm::Communicator& comm_;

@@ -245,6 +245,18 @@ static void start(DistributedOptimizer::Impl& impl, const DistributedOptions& op
 
 static void begin_step(DistributedOptimizer::Impl& impl) {
   impl.check_no_other_step("grad_ready/synchronize");
+  // A peer gone since the last step (a killed rank): fail this step at its
+  // first gradient, before the rest of the backward pass is computed for an
+  // allreduce that cannot finish (an elastic run re-forms that much sooner:
+  // with bench/elastic's model the backward of its largest layer).
+  try {
+    impl.coll->check_peers();
+  } catch (const CommError& e) {
+    impl.broken = std::make_exception_ptr(
+        CommError("DistributedOptimizer step " + std::to_string(impl.step) + ", at its first gradient: " + e.what(),
+                  e.rank()));
+    std::rethrow_exception(impl.broken);
+  }
   impl.comm_thread->step_owner = &impl;
   impl.pipeline->begin_step();
   impl.step_in_flight = true;

@@ -69,7 +69,14 @@ void ShmPeerMonitor::mark_closed() { segment_->peer(local_rank_)->closed.store(1
 void ShmPeerMonitor::check_alive(const std::string& what) {
   // A peer that completed the op this rank is in may go away: what it had to
   // send is out (in shared memory, or in this rank's socket buffers).
-  const uint64_t current = segment_->peer(local_rank_)->op_seq.load();
+  check_peers_before(segment_->peer(local_rank_)->op_seq.load(), what);
+}
+
+void ShmPeerMonitor::check_gone(const std::string& what) {
+  check_peers_before(~uint64_t{0}, what);  // every op from here on needs every peer
+}
+
+void ShmPeerMonitor::check_peers_before(uint64_t current, const std::string& what) {
   // Among peers gone before completing it (exited, or closed their
   // Communicator while the process lives on) prefer one that did not fail
   // first (the cause, not a survivor that gave up), then the one furthest

@@ -20,11 +20,16 @@ class ShmPeerMonitor : public PeerMonitor {
   void end_op(uint64_t seq) override;
   void heartbeat() override;
   void check_alive(const std::string& what) override;
+  void check_gone(const std::string& what) override;
   void record_failure(int rank) override;
   void mark_closed() override;
   int blame(uint64_t seq, std::chrono::milliseconds timeout, std::string* why) override;
 
  private:
+  // check_alive / check_gone: among peers that have not completed op
+  // `current`, one that is gone.
+  void check_peers_before(uint64_t current, const std::string& what);
+
   ShmSegment* segment_;
   int local_rank_;
 };
