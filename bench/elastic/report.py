@@ -28,14 +28,20 @@ def main():
         "",
         "Recovery is **%.1fx** faster than torchrun's restart (target: under 1 s and at least 4x: %s)."
         % (r["speedup"], "met" if m["recovery_seconds"] < 1.0 and r["speedup"] >= 4 else "NOT met"),
-        "A survivor learns of the death at its next collective, after the forward and backward it is in, and "
-        "the recovery ends with a whole step of the new world, so with this model the figure holds about two "
-        "steps' compute whatever the rendezvous does.",
+        "A survivor learns of the death at the first gradient of its next step (the DistributedOptimizer checks "
+        "its peers there, before the backward pass) or, when the death comes mid-step, at the collective in "
+        "flight; the recovery ends with a whole step of the new world, so the figure holds at least one step's "
+        "compute whatever the rendezvous does.",
     ]
     if m.get("replacement_joined_seconds") is not None:
         lines.append("The replacement rank joined the world %.2f s after the SIGKILL (target: within 5 s on the "
                      "local backend: %s)." % (m["replacement_joined_seconds"],
                                               "met" if m["replacement_joined_seconds"] <= 5 else "NOT met"))
+        lines.append("A replacement joins at the survivors' next commit() (Horovod's rule: a planned change is "
+                     "raised at commit or check_host_updates), and the survivors redo the steps since the last "
+                     "commit first, so with a commit every %d steps the join comes about %d steps (%.1f s at this "
+                     "run's step time) after the world re-formed, however soon the replacement started."
+                     % (r["commit_every"], r["commit_every"], r["commit_every"] * m["step_seconds"]))
     lines.append("commit() every %d steps costs %.1f%% of a step: its copy of the model and optimizer state into "
                  "host memory takes %.0f ms (median; target: under 5%%: %s). The whole commit() took %.0f ms (median), "
                  "as it ends in a broadcast of rank 0's membership flag, where a rank waits for the slower one "
