@@ -8,8 +8,9 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -27,6 +28,38 @@ void write_fd(int fd, const char* data, size_t n) {
     if (w <= 0) return;
     data += w;
     n -= static_cast<size_t>(w);
+  }
+}
+
+// Zeroes the block the kernel placed the process's environment in (what
+// /proc/<pid>/environ reads), so a forked relay holds no copy of the agent's
+// token. Its bounds are fields 50 and 51 of /proc/self/stat.
+void scrub_initial_environment() {
+  std::FILE* f = std::fopen("/proc/self/stat", "re");
+  if (!f) return;
+  char buf[4096];
+  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces
+  if (!p) return;
+  unsigned long long start = 0, end = 0;
+  int field = 2;
+  for (const char* q = p + 1; *q && field < 51;) {
+    while (*q == ' ') ++q;
+    ++field;
+    char* after = nullptr;
+    const unsigned long long v = std::strtoull(q, &after, 10);
+    if (after == q) {
+      while (*q && *q != ' ') ++q;  // a field that is not a number (the state)
+      continue;
+    }
+    if (field == 50) start = v;
+    if (field == 51) end = v;
+    q = after;
+  }
+  if (start && end > start && end - start < (1u << 24)) {
+    std::memset(reinterpret_cast<void*>(static_cast<uintptr_t>(start)), 0, static_cast<std::size_t>(end - start));
   }
 }
 
@@ -92,6 +125,7 @@ CaptureStarted start_log_capture(const api::LogCapture& capture) {
     ::setpgid(0, 0);  // signals to the worker's group do not reach it: it drains, then exits
     ::prctl(PR_SET_NAME, "muster-logrelay", 0, 0, 0);
     ::clearenv();
+    scrub_initial_environment();
     ::close(fds[1]);  // only the writers' ends keep the pipe open
     const int in = ::dup2(fds[0], STDIN_FILENO);
     ::syscall(SYS_close_range, 3U, ~0U, 0U);

@@ -1,7 +1,8 @@
 // The agent's log relay: the one process that writes a worker's log file.
 //
 // start_log_capture() runs first thing in muster-agent: it forks the relay
-// (a child with an empty environment, named muster-logrelay in ps, in a
+// (a child with an empty environment, its inherited one zeroed so it holds
+// no copy of the agent's token, named muster-logrelay in ps, in a
 // process group of its own, SIGTERM, SIGINT and SIGHUP ignored) and makes a
 // pipe to it the agent's stdout and stderr,
 // so the agent's lines and the script's output (which inherits them) reach
