@@ -80,3 +80,59 @@ def test_agent_gives_up_on_a_daemon_that_refuses_its_token(tmp_path, status):
     with open("/proc/%d/stat" % script) if os.path.exists("/proc/%d/stat" % script) else open(os.devnull) as f:
         stat = f.read()
     assert not stat or stat.rsplit(")", 1)[1].split()[0] == "Z", "the script outlived its agent"
+
+
+class Accepting(Stub):
+    """A daemon that takes the registration and every heartbeat."""
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        data = json.dumps({"hold": False} if self.path.endswith("/register") else {}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_log_relay_holds_no_copy_of_the_agents_token(tmp_path):
+    """The agent's log relay is a fork of it: its inherited environment (what
+    /proc/<pid>/environ shows) is zeroed, and the script's output still
+    reaches the log through it."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Accepting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    token = "s" * 64
+    worker_log = tmp_path / "output.log"
+    env = dict(os.environ, MUSTER_URL="http://127.0.0.1:%d" % server.server_address[1], MUSTER_WORKER_ID="w2",
+               MUSTER_AGENT_TOKEN=token, MUSTER_MASTER_IP="127.0.0.1", MUSTER_HEARTBEAT_S="0.2",
+               MUSTER_LOG_FILE=str(worker_log), MUSTER_LOG_MAX_BYTES="1048576", MUSTER_LOG_KEEP="1")
+    with open(tmp_path / "agent.log", "wb") as out:
+        agent = subprocess.Popen([agent_path(), "--kernel", "bash", "--code", "echo relayed-line; sleep 300"],
+                                 env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        relay, deadline = None, time.monotonic() + 20
+        while relay is None and time.monotonic() < deadline:
+            for pid in os.listdir("/proc"):
+                try:
+                    with open("/proc/%s/stat" % pid) as f:
+                        stat = f.read()
+                except OSError:
+                    continue
+                name, rest = stat.split("(", 1)[1].rsplit(")", 1)
+                if name == "muster-logrelay" and int(rest.split()[1]) == agent.pid:
+                    relay = int(pid)
+            time.sleep(0.05)
+        assert relay, "no muster-logrelay child of the agent:\n" + (tmp_path / "agent.log").read_text()
+        with open("/proc/%d/environ" % relay, "rb") as f:
+            environ = f.read()
+        assert token.encode() not in environ
+        assert environ.strip(b"\0") == b"", environ[:200]
+        while b"relayed-line" not in (worker_log.read_bytes() if worker_log.exists() else b""):
+            assert time.monotonic() < deadline, "the script's line never reached the log"
+            time.sleep(0.05)
+    finally:
+        os.killpg(agent.pid, signal.SIGKILL)
+        agent.wait()
+        server.shutdown()
