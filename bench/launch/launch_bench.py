@@ -158,8 +158,9 @@ def main():
         "%(settle_row)s",
         "",
         "Target: under %.1f s; this run %s it (%.2fx the bare-process floor). Machine: %d cores,"
-        " 1-minute load average %.1f when the run ended." % (TARGET_S, verdict, median / ref,
-                                                               os.cpu_count(), load),
+        " 1-minute load average %.1f after this table and %.1f when the scaling table below ended (its"
+        " 1,024 workers are most of that)." % (TARGET_S, verdict, median / ref, os.cpu_count(),
+                                               load_before_scaling, load),
         "",
         "### Scaling",
         "",
