@@ -126,7 +126,7 @@ def test_ps_worker_is_replaced_alone_under_its_task_index(env):
     kill_rank(cid, MUSTER_TASK_TYPE="worker", MUSTER_TASK_INDEX="1")
     done = finished(env, cid)
     assert done["status"] == "succeeded", done["reason"]
-    assert done["restarts"] == 1
+    assert done["restarts"] == 1, "%s\n%s" % (done["generations"], cluster_log(env, cid)[-4000:])
     now = done["workers"]
     assert now["ps"] == [ps] and now["worker"][0] == first[0] and now["worker"][1] != first[1]
     gen = done["generations"][0]
