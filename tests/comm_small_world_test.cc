@@ -62,8 +62,7 @@ TEST(SmallWorld, AutoLimitFollowsRanksAndCpus) {
 // message names the path).
 TEST(SmallWorld, DefaultLimitTakesMidSizesWhenOversubscribed) {
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  const int n = static_cast<int>(cpus) + 1;
-  if (n > 8) GTEST_SKIP() << "this host has " << cpus << " CPUs; oversubscribing it takes more than 8 ranks";
+  const int n = static_cast<int>(cpus) + 1;  // ranks are threads here: any host can be oversubscribed
   const std::size_t count = kLimitFloats + 1;
   const auto errors = run_world_collect(n, "shm", [&](int rank, Communicator& comm) {
     std::vector<char> buf = make_input(count, DataType::kFloat32, rank);
