@@ -175,7 +175,15 @@ int64_t SyncReplicasClient::initialize_or_wait() {
   }
   round.add_pulls(placement_, variables_, 0, nullptr);
   links_->exchange(round.out, round.in, "initialisation (pull of the chief's initial values)");
-  global_step_ = pull_one_step(round.min_step(), round.max_step());
+  // A worker that has pushed nothing yet does not wait for the slices to
+  // agree: it takes the oldest step they answered. Its first gradient is
+  // then one of that step's replicas on the slices still at it, and stale
+  // (dropped) on the others. Waiting instead deadlocks after a worker died
+  // midway through pushing a step (a replacement's case): the slices its
+  // push reached advance once the others push; the rest wait for one more
+  // gradient of that step, which no live worker sends, as each waits for
+  // the slices to agree, until the PS timeout fails the job.
+  global_step_ = round.min_step();
   return global_step_;
 }
 
@@ -206,7 +214,8 @@ int64_t SyncReplicasClient::pull(int64_t min_step) {
 // landed on one task and not yet on another, the slices come back from two
 // steps. A gradient computed from such a mix and pushed for the older step
 // would be accepted by the lagging slices and averaged into that step, so in
-// sync mode pull again, waiting for the newest step seen, until they agree.
+// sync mode pull again, waiting for the newest step seen, until they agree
+// (not at a worker's first pull: see initialize_or_wait).
 int64_t SyncReplicasClient::pull_one_step(int64_t oldest, int64_t newest) {
   while (options_.mode == Mode::kSync && oldest != newest) {
     Round round(cluster_.ps.size());
