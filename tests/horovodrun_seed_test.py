@@ -63,12 +63,21 @@ SCRIPTS = {
         time.sleep(30)
     """,
     "imports.py": """
-        import os, sys, time
+        import json, os, sys, time
         import muster, muster.torch, muster.runtime
         muster.runtime.extension()
         print("imports ok", os.environ.get("MUSTER_TASK_TYPE", "-"), muster.__file__, sys.executable, flush=True)
+        # A ps cluster ends (and stops its ps task) when its worker ends: the
+        # worker waits until the ps task has printed, so its line is in the log.
+        marker = "/tmp/muster-imports-%s-ps" % os.environ.get("MUSTER_CLUSTER_ID", "")
         if os.environ.get("MUSTER_TASK_TYPE") == "ps":
+            open(marker, "w").close()
             time.sleep(600)
+        elif json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {}).get("ps"):
+            deadline = time.monotonic() + 120
+            while not os.path.exists(marker) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            os.unlink(marker)
     """,
     "broken.py": """
         import no_such_module_here
