@@ -3,7 +3,8 @@
 Elastic clusters on a real musterd (local backend) run tests/
 elastic_torch_train.py, Horovod's own elastic torch test in shape with only
 the import changed. Each case SIGKILLs a rank mid-training (rank 0 and a
-non-zero rank, at 2 and 3 ranks), kills one inside commit(), stops a whole
+non-zero rank, at 2 and 3 ranks), kills one inside commit(), admits the
+replacement at a check_host_updates() between commits, stops a whole
 worker, or kills musterd while the world re-forms, and asserts:
 - the cluster ends succeeded, with the death and the recovery in its
   generations;
@@ -154,6 +155,34 @@ def test_a_killed_rank_is_replaced_and_training_ends_in_step(env, n, rank):
     # The replacement joined: the last world has n ranks, one of them new.
     first = set(c["generations"][0]["members"])
     assert len(set(c["generations"][-1]["members"]) - first) == 1
+
+
+def test_a_replacement_admitted_between_commits_redoes_nothing(env):
+    # With check_host_updates() after every batch the replacement joins at
+    # the next batch, not the next commit; the world it joins carries on
+    # from the batch where the change was found (nothing rolled back, so
+    # nothing trained twice), and every rank still ends on the same model.
+    before = shm_segments()
+    # No commit inside the epoch (the last --batches-per-commit wins), so the
+    # join can only come at a check; 40 half-second batches leave the
+    # replacement 20 s to start.
+    cid, logdir = start(env, "host-check", 2, ["--kill", "1:0:2", "--batches-per-host-check", "1",
+                                                "--batches-per-commit", "1000", "--batches-per-epoch", "40",
+                                                "--epochs", "1"], min_np=1, max_np=2)
+    c = check(env, cid, logdir, before, 2)
+    gens = c["generations"]
+    joined = [i for i in range(1, len(gens)) if len(gens[i]["members"]) > len(gens[i - 1]["members"])]
+    assert joined, json.dumps(gens, indent=1)
+    join = gens[joined[0]]["generation"]
+    # Rank 0's batches in the order done, with the world each was done in.
+    order = [(s["generation"], s["epoch"], s["batch"]) for s in sorted(steps(logdir), key=lambda s: s["time"])
+             if s["rank"] == 0]
+    last = [(e, b) for g, e, b in order if g < join][-1]
+    first = [(e, b) for g, e, b in order if g == join][0]
+    # The batch after the last one the shrunken world finished: (epoch, batch)
+    # counts batches done, so the next logged one is batch + 1 of that epoch.
+    assert first == (last[0], last[1] + 1), ("resumed at %s after %s" % (first, last), json.dumps(gens, indent=1))
+    assert gens[joined[0]]["batches_redone"] in (None, 0), gens[joined[0]]
 
 
 def test_a_rank_killed_inside_commit(env):

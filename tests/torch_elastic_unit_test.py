@@ -6,7 +6,8 @@ and membership check replaced where a test needs a failure or a change:
 - TorchState: commit copies the model and the optimizer (into tensors it
   allocated once), restore brings both back exactly, attributes too;
 - run(): HorovodInternalError restores and re-forms, HostsUpdatedInterrupt
-  re-forms without a rollback (skip_sync as raised), reset callbacks run
+  re-forms without a rollback (skip_sync as raised; raised by
+  check_host_updates between commits, the steps since the commit are kept), reset callbacks run
   after each re-formation, the steps since the last commit are what is
   reported as redone; outside an elastic cluster a failure is not retried;
 - ElasticSampler: the epoch's remaining samples are spread over the world.
@@ -189,6 +190,44 @@ def test_hosts_updated_reforms_without_rollback(monkeypatch):
     assert elastic_run.run_fn(train, lambda: resets.append(1))(state) == 3
     assert resets == [1]
     assert len(synced) == 2  # skip_sync=False: synced again after the change (a newcomer needs the state)
+
+
+def test_a_change_seen_between_commits_keeps_the_steps_since(monkeypatch):
+    # Horovod's elastic examples call check_host_updates() every few batches
+    # and commit() more rarely. A change found there re-forms the world with
+    # nothing rolled back: counters, model and optimizer stay where the
+    # check found them, and the sync hands that state on.
+    monkeypatch.setattr(membership, "in_elastic_cluster", lambda: True)
+    monkeypatch.setattr(membership, "watch", lambda: None)
+    monkeypatch.setattr(membership, "generation", lambda: 3)
+    reports = []
+    monkeypatch.setattr(membership, "report", lambda gen, redone: reports.append((gen, redone)))
+    answers = iter([(False, False), (True, False)] + [(False, False)] * 10)
+    monkeypatch.setattr(membership, "check", lambda: next(answers))
+    model, opt = make()
+    state = hvd.elastic.TorchState(model, opt, batch=0)
+    at_change, resets, starts = [], [], []
+
+    def train(state):
+        starts.append(state.batch)
+        while state.batch < 6:
+            step(model, opt)
+            state.batch += 1
+            if state.batch == 1:
+                state.commit()  # check 1: nothing
+            elif state.batch == 3 and len(starts) == 1:
+                at_change.append(snapshot(model, opt))
+                state.check_host_updates()  # check 2: a newcomer waits
+        return state.batch
+
+    assert elastic_run.run_fn(train, lambda: resets.append(1))(state) == 6
+    assert resets == [1] and starts == [0, 3]  # resumed after batch 3, not back at the commit of batch 1
+    # What the sync hands a newcomer (and restores here) is the state at the
+    # change: a rank that joined would start from exactly these values.
+    state.restore()
+    assert state.batch == 3
+    assert_same(snapshot(model, opt), at_change[0])
+    assert reports == [(3, 0)]
 
 
 def test_outside_an_elastic_cluster_a_failure_is_not_retried(monkeypatch):

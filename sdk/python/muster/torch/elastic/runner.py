@@ -7,7 +7,9 @@
 On each (re)start the state is synced from rank 0, then `train(state)` runs.
 When a collective fails (HorovodInternalError: a rank died) every surviving
 rank restores the last commit; when a membership change is announced
-(HostsUpdatedInterrupt) the state stays. Either way the world is torn down
+(HostsUpdatedInterrupt, at commit() or check_host_updates()) the state
+stays as it is: it is committed where it stands and that is what the sync
+hands to a newcomer. Either way the world is torn down
 and formed again through musterd as the next generation (hvd.shutdown() and
 hvd.init()), the reset callbacks run and the loop starts over. A new rank
 starts its script, calls hvd.init() (joining at the next generation) and
@@ -57,6 +59,16 @@ def run_fn(func, reset):
                     skip_sync = False
                     reset_required = True
                 except HostsUpdatedInterrupt as interrupt:
+                    # No rollback: every rank raised at the same call, after
+                    # the same step, so the state as it stands is a
+                    # consistent commit. Saved here because the sync below
+                    # hands out (and restores) the last save: without it a
+                    # change seen by check_host_updates() between commits
+                    # would put the counters back to the last commit while
+                    # the model kept the steps since, and they'd be trained
+                    # twice.
+                    state.save()
+                    state._steps_since_commit = 0
                     redone = 0
                     skip_sync = interrupt.skip_sync
                     reset_required = True
