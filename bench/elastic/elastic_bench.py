@@ -7,8 +7,11 @@ ranks write:
 - recovery: from the SIGKILL to the first step completed by the new world;
 - steps redone: the steps done again after it (since the last commit);
 - muster only: the replacement joined (the SIGKILL to the generation that
-  has it formed, from the cluster's generations) and the cost of commit()
-  per step: the median commit over (10 x the median step).
+  has it formed, from the cluster's generations), the cost of commit()
+  per step (the median commit over 10 x the median step) and of
+  state.check_host_updates() (called after every step that does not commit,
+  so that a replacement joins at the next step rather than the next commit).
+  One more run commits only, for the join as a commit-only script sees it.
 Writes <out>/elastic.json.
 """
 import datetime
@@ -30,6 +33,7 @@ from testutil import wait_for  # noqa: E402
 
 STEPS, COMMIT_EVERY, KILL_STEP = 60, 10, 45
 MUSTER_RUNS = 3
+CHECK_EVERY = 1
 ARGS = ["--steps", str(STEPS), "--commit-every", str(COMMIT_EVERY), "--kill-rank", "1", "--kill-step",
         str(KILL_STEP)]
 
@@ -57,7 +61,7 @@ def measure(steps, killed, world_key, first_world):
             "step_seconds": statistics.median(s["seconds"] for s in before if s["step"] > 2)}
 
 
-def run_muster(work):
+def run_muster(work, check_every):
     project = os.path.join(work, "project")
     os.makedirs(project)
     for name in ("muster_train.py", "model.py"):
@@ -70,7 +74,7 @@ def run_muster(work):
         api = RestApi(daemon)
         status, c = api.call("POST", "/api/v1/clusters", {
             "mode": "elastic", "n_workers": 2, "min_np": 1, "max_np": 2, "cpu": 1, "memory": 2,
-            "worker_script": "muster_train.py", "args": ["--logdir", logdir] + ARGS, "timeout_seconds": 120,
+            "worker_script": "muster_train.py", "args": ["--logdir", logdir, "--check-every", str(check_every)] + ARGS, "timeout_seconds": 120,
             "env": {"PYTHONPATH": os.path.join(ROOT, "sdk", "python"), "OMP_NUM_THREADS": "1",
                     "MUSTER_BINARY_DIR": os.environ["MUSTER_BINARY_DIR"]}})
         assert status == 201, c
@@ -101,7 +105,11 @@ def run_muster(work):
                            and s["step"] > 0), key=lambda s: s["step"])
             out += [s["seconds"] for s in mine[1:]]
         return out
-    commits, saves = steady("commit"), steady("save")
+    commits, saves, checks = steady("commit"), steady("save"), steady("check")
+    out["check_every"] = check_every
+    if checks:
+        out["check_seconds"] = statistics.median(checks)
+        out["check_cost_per_step"] = out["check_seconds"] / (check_every * out["step_seconds"])
     out["commit_seconds"] = statistics.median(commits)
     out["save_seconds"] = statistics.median(saves)
     # What commit() adds to training: the copy. Its broadcast's wait for the
@@ -137,10 +145,15 @@ def main():
         runs = []
         for i in range(MUSTER_RUNS):
             os.makedirs(os.path.join(work, "m%d" % i))
-            runs.append(run_muster(os.path.join(work, "m%d" % i)))
+            runs.append(run_muster(os.path.join(work, "m%d" % i), CHECK_EVERY))
         runs.sort(key=lambda m: m["recovery_seconds"])
         result["muster"] = runs[len(runs) // 2]
         result["muster"]["recovery_runs"] = [m["recovery_seconds"] for m in runs]
+        joins = sorted(m["replacement_joined_seconds"] for m in runs if m["replacement_joined_seconds"] is not None)
+        result["muster"]["joined_runs"] = joins
+        result["muster"]["joined_median"] = statistics.median(joins) if joins else None
+        os.makedirs(os.path.join(work, "commit-only"))
+        result["muster_commit_only"] = run_muster(os.path.join(work, "commit-only"), 0)
         result["torchrun"] = run_torchrun(work)
         load.append(float(open("/proc/loadavg").read().split()[0]))
         result["load"] = load

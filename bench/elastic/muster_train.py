@@ -1,10 +1,12 @@
 """bench/elastic, muster's side: Horovod's elastic recipe with muster.torch, one rank of an elastic cluster.
 
-Trains the 25 M MLP for --steps steps, committing every --commit-every; logs
-each completed step (generation, step, time) and each commit's duration to
-<logdir>/muster-<worker>.jsonl. In its first world, rank --kill-rank
+Trains the 25 M MLP for --steps steps, committing every --commit-every and,
+with --check-every K, calling state.check_host_updates() after every K-th
+step that does not commit (Horovod's way to admit new hosts sooner than the
+next commit); logs each completed step (generation, step, time) and the
+duration of each commit and check to <logdir>/muster-<worker>.jsonl. In its first world, rank --kill-rank
 SIGKILLs itself before step --kill-step, after writing the time to
-<logdir>/killed.
+<logdir>/killed (once: not the replacement too).
 """
 import argparse
 import json
@@ -24,6 +26,7 @@ from model import batch, mlp25m  # noqa: E402
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=40)
 p.add_argument("--commit-every", type=int, default=10)
+p.add_argument("--check-every", type=int, default=0)
 p.add_argument("--kill-rank", type=int, default=1)
 p.add_argument("--kill-step", type=int, default=25)
 p.add_argument("--logdir", required=True)
@@ -49,8 +52,13 @@ def record(**fields):
 @hvd.elastic.run
 def train(state):
     while state.step < a.steps:
-        if state.step == a.kill_step and hvd.rank() == a.kill_rank and hvd.elastic.membership.generation() == first:
-            with open(os.path.join(a.logdir, "killed"), "w") as f:
+        # Once per cluster: a replacement can reach the kill step again (in
+        # rank --kill-rank's place) when it joined before the survivors got
+        # back to it.
+        killed = os.path.join(a.logdir, "killed")
+        if (state.step == a.kill_step and hvd.rank() == a.kill_rank and hvd.elastic.membership.generation() == first
+                and not os.path.exists(killed)):
+            with open(killed, "w") as f:
                 f.write(repr(time.time()))
             os.kill(os.getpid(), signal.SIGKILL)
         t0 = time.time()
@@ -63,6 +71,10 @@ def train(state):
             t1 = time.time()
             state.commit()
             record(event="commit", step=state.step, seconds=time.time() - t1)
+        elif a.check_every and state.step % a.check_every == 0:
+            t1 = time.time()
+            state.check_host_updates()
+            record(event="check", step=state.step, seconds=time.time() - t1)
 
 
 def on_reset():
