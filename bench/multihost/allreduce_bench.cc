@@ -6,17 +6,20 @@
 //   mpirun -np P multihost_allreduce_bench OUT.json BYTES...
 //
 // For each size the three run rep by rep, interleaved, so load on the
-// machine hits them alike; a rep is one op between barriers, its time the
-// slowest rank's, and the figure the median (algbw = bytes / time). Next to
-// it, the CPU seconds per op summed over ranks (getrusage: every thread of
-// the process, kernel time of its socket calls included): when the hosts
-// share a machine's cores, as network namespaces do, that cost is what
-// decides the speed. Every op's result is checked. A/B probes:
+// machine hits them alike; a rep is ops_per_rep(bytes) ops back to back
+// between barriers (64 MB of allreduce, 1 to 32 ops: the barrier's ranks
+// leave it milliseconds apart on hosts sharing two cores, which one op of a
+// few MB would carry whole), its time the slowest rank's over the ops, and
+// the figure the median (algbw = bytes / time per op). Next to it, the CPU
+// seconds per op summed over ranks (getrusage: every thread of the process,
+// kernel time of its socket calls included): when the hosts share a
+// machine's cores, as network namespaces do, that cost is what decides the
+// speed. The warm-up's result is checked (timed ops sum the sums again). A/B probes:
 // MULTIHOST_AB=NAME=VALUE[,...] makes the second column the default
 // transport again, created with those variables set (mpirun -x it). Rank 0
 // writes OUT.json:
 //   {"ranks", "transport", "sizes": [{"size_bytes", "tcp_gbs", "mpi_links_gbs", "mpi_gbs",
-//     "tcp_cpu_s", "mpi_links_cpu_s", "mpi_cpu_s", "reps"}]}
+//     "tcp_cpu_s", "mpi_links_cpu_s", "mpi_cpu_s", "reps", "ops_per_rep"}]}
 #include <mpi.h>
 #include <sys/resource.h>
 
@@ -60,11 +63,17 @@ struct Sample {
   double cpu;      // summed over ranks
 };
 
-Sample run_once(const std::function<void()>& op) {
+// Ops per timed rep: 64 MB worth, at least 1, at most 32 (gloo_allreduce.py
+// uses the same rule).
+int ops_per_rep(std::size_t bytes) {
+  return static_cast<int>(std::clamp<std::size_t>((std::size_t{64} << 20) / std::max<std::size_t>(bytes, 1), 1, 32));
+}
+
+Sample run_once(const std::function<void()>& op, int ops) {
   MPI_Barrier(MPI_COMM_WORLD);
   const double c0 = cpu_s(), t0 = now_s();
-  op();
-  double v[2] = {now_s() - t0, cpu_s() - c0};
+  for (int i = 0; i < ops; ++i) op();
+  double v[2] = {(now_s() - t0) / ops, (cpu_s() - c0) / ops};
   double out[2];
   MPI_Allreduce(&v[0], &out[0], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   MPI_Allreduce(&v[1], &out[1], 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
@@ -119,11 +128,11 @@ int main(int argc, char** argv) {
         [&] { tcp->allreduce(buf.data(), count, DataType::kFloat32, {ReduceOp::kSum, Algorithm::kRing}); },
         [&] { mpi_links->allreduce(buf.data(), count, DataType::kFloat32, {ReduceOp::kSum, Algorithm::kRing}); },
         [&] { MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); }};
-    for (int rep = -1; rep < reps; ++rep) {  // rep -1: warm-up
+    for (int rep = -1; rep < reps; ++rep) {  // rep -1: warm-up, one op, checked
       for (int k = 0; k < 3; ++k) {
         fill();
-        const Sample s = run_once(ops[k]);
-        check();
+        const Sample s = run_once(ops[k], rep < 0 ? 1 : ops_per_rep(bytes));
+        if (rep < 0) check();
         if (rep >= 0) {
           t[k].push_back(s.seconds);
           c[k].push_back(s.cpu);
@@ -143,7 +152,8 @@ int main(int argc, char** argv) {
                     {"tcp_cpu_s", median(c[0])},
                     {"mpi_links_cpu_s", median(c[1])},
                     {"mpi_cpu_s", median(c[2])},
-                    {"reps", reps}});
+                    {"reps", reps},
+                    {"ops_per_rep", ops_per_rep(bytes)}});
   }
   if (!ok) {
     std::fprintf(stderr, "rank %d: wrong allreduce result\n", rank);

@@ -4,8 +4,9 @@
 
 Rank 0 writes {"<bytes>": {"seconds": median per op, "cpu_s": median CPU
 seconds per op summed over ranks}} to OUT.json; each size runs a warm-up then
-REPS timed ops between barriers (the slowest rank's time; CPU from getrusage,
-every thread of the process, as multihost_allreduce_bench measures it).
+REPS timed reps, each ops_per_rep(bytes) ops back to back between barriers
+(the slowest rank's time per op; CPU from getrusage, every thread of the
+process), as multihost_allreduce_bench measures it.
 """
 import json
 import os
@@ -25,6 +26,11 @@ def cpu_s():
     return u.ru_utime + u.ru_stime
 
 
+def ops_per_rep(size):
+    """64 MB of allreduce per timed rep, 1 to 32 ops (multihost_allreduce_bench's rule)."""
+    return max(1, min(32, (64 << 20) // max(size, 1)))
+
+
 def main():
     torch.set_num_threads(1)
     out, sizes = sys.argv[1], [int(b) for b in sys.argv[2:]]
@@ -34,12 +40,14 @@ def main():
         t = torch.ones(size // 4, dtype=torch.float32)
         dist.all_reduce(t)
         times, cpus = [], []
+        ops = ops_per_rep(size)
         for _ in range(REPS):
             dist.barrier()
             c0, t0 = cpu_s(), time.perf_counter()
-            dist.all_reduce(t)
-            dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-            dc = torch.tensor([cpu_s() - c0], dtype=torch.float64)
+            for _ in range(ops):
+                dist.all_reduce(t)
+            dt = torch.tensor([(time.perf_counter() - t0) / ops], dtype=torch.float64)
+            dc = torch.tensor([(cpu_s() - c0) / ops], dtype=torch.float64)
             dist.all_reduce(dt, op=dist.ReduceOp.MAX)
             dist.all_reduce(dc, op=dist.ReduceOp.SUM)
             times.append(dt.item())

@@ -253,7 +253,12 @@ def report(r):
                   "link / (2 (p-1)/p). *vs iperf3 bound* takes the link from one iperf3 stream running alone "
                   "(the issue's target); *vs ring-iperf3 bound* from p iperf3 streams running at once "
                   "in a ring (host i to host i+1), which is what the ring's links get when every host sends and "
-                  "receives at the same time on the same cores."]
+                  "receives at the same time on the same cores.",
+              "Timing: each figure is the median of 7 reps, interleaved; a rep times 64 MB worth of ops back to "
+              "back between barriers (1 MB: 32 ops, 16 MB: 4, 64 MB: one), the slowest rank's time per op. The "
+              "barrier's ranks leave it milliseconds apart when the hosts share two cores, and a single op of "
+              "1 MB carried that skew whole (the 1 MB rows were one op per rep before; gloo is timed the same "
+              "way)."]
     big = str(max(SIZES))
     for p, per in r["hosts"].items():
         x = per.get(big)
