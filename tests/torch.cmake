@@ -25,6 +25,8 @@ foreach(np 2 3)
   set_tests_properties(torch_semantics_np${np} PROPERTIES LABELS mpi TIMEOUT 400 RESOURCE_LOCK torch_mpirun
     ENVIRONMENT "PYTHONPATH=${CMAKE_SOURCE_DIR}/sdk/python;MUSTER_BINARY_DIR=${CMAKE_BINARY_DIR};MUSTER_MPIEXEC=${MPIEXEC_EXECUTABLE};HOROVOD_TIMELINE=DYNAMIC")
 endforeach()
+# Where the DistributedOptimizer keeps gradients (huge pages), for any host's THP modes.
+muster_python_test(torch_settings_unit_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/torch_settings_unit_test.py LABEL unit)
 # The negotiation table alone: rounds fed by hand, no processes.
 muster_python_test(torch_negotiation SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/torch_negotiation_test.py LABEL unit)
 set_tests_properties(torch_api_np1 torch_api_np2 torch_api_np3 torch_equivalence torch_fault PROPERTIES

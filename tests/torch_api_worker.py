@@ -244,6 +244,47 @@ def gradient_equivalence():
 
 
 @test
+def gradients_in_shared_or_private_memory():
+    """Either home of the gradients (MUSTER_SHARED_GRADIENTS) averages alike: the runtime's shared memory
+    (the direct allreduce), or each gradient's own torch tensor (a 2 MB one reduced in place in a bucket of
+    its own, the small ones fused), also after zero_grad(set_to_none=True) replaced every .grad."""
+    g = torch.Generator().manual_seed(12)
+    xs, ys = torch.randn(4 * n, 512, generator=g), torch.randint(0, 4, (4 * n,), generator=g)
+
+    def model_of():
+        torch.manual_seed(7)
+        return nn.Sequential(nn.Linear(512, 1024), nn.Tanh(), nn.Linear(1024, 4))
+    ref = model_of()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    runs = {}
+    for setting in ("1", "0"):
+        os.environ["MUSTER_SHARED_GRADIENTS"] = setting
+        try:
+            model = model_of()
+            opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                           named_parameters=model.named_parameters())
+            for step in range(3):
+                opt.zero_grad(set_to_none=step == 2)
+                F.cross_entropy(model(xs[r::n]), ys[r::n]).backward()
+                opt.step()
+            if n > 1:
+                check(bool(opt._native.gradients_direct) == (setting == "1"),
+                      "MUSTER_SHARED_GRADIENTS=%s: gradients_direct %s" % (setting, opt._native.gradients_direct))
+            runs[setting] = model
+        finally:
+            del os.environ["MUSTER_SHARED_GRADIENTS"]
+    for step in range(3):
+        ref_opt.zero_grad()
+        F.cross_entropy(ref(torch.cat([xs[k::n] for k in range(n)])), torch.cat([ys[k::n] for k in range(n)])
+                        ).backward()
+        ref_opt.step()
+    for setting, model in runs.items():
+        for (name, a), b in zip(model.named_parameters(), ref.parameters()):
+            check(close(a.grad, b.grad, 1e-5), "MUSTER_SHARED_GRADIENTS=%s: averaged gradient of %s" % (setting, name))
+            check(close(a, b, 1e-5), "MUSTER_SHARED_GRADIENTS=%s: parameter %s" % (setting, name))
+
+
+@test
 def optimizer_options():
     g = torch.Generator().manual_seed(5)
     xs = torch.randn(4 * n, 8, generator=g)

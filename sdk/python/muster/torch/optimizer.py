@@ -137,13 +137,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # A world of one rank reduces nothing, so it needs no shared memory:
         # gradients that exist stay where they are (after a re-formation down
         # to one rank, no allocation of the model's size before its first step).
+        # Elsewhere gradients live in the runtime's shared memory unless this
+        # host gives only private memory huge pages (settings.shared_gradients):
+        # then each gets a private tensor of its own, registered with the runtime.
         solo = comm.size == 1
+        private = not solo and not settings.shared_gradients()
         self._index = {}
         kept = {}
         for n, p in self._params:
             g = p.grad
-            if (solo and g is not None and not g.is_sparse and g.dtype == torch.float32 and g.device.type == "cpu"
-                    and g.is_contiguous() and g.numel() == p.numel()):
+            if private and (g is None or g.is_sparse or not self._plain(g, p)):
+                g = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                if p.grad is not None and not p.grad.is_sparse:
+                    g.copy_(p.grad)
+                if p.grad is None or not p.grad.is_sparse:
+                    p.grad = g
+            if (solo or private) and g is not None and not g.is_sparse and self._plain(g, p):
                 kept[p] = g
             self._index[p] = self._native.add_parameter(n, p.data_ptr(), p.numel(),
                                                         grad=kept[p].data_ptr() if p in kept else 0)
@@ -161,6 +170,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             # A parameter without a gradient gets the view at its first gradient (the hook adopts it): until
             # then autograd may show it is sparse (nn.Embedding(sparse=True)), which takes the sparse path.
             self._views[p] = view
+
+    @staticmethod
+    def _plain(g, p):
+        """A gradient the runtime can reduce where it lies: dense float32 CPU memory, contiguous, p's size."""
+        return (g.dtype == torch.float32 and g.device.type == "cpu" and g.is_contiguous()
+                and g.numel() == p.numel())
 
     def _unbind(self):
         """The world closes: gradients keep their values in the closed optimizer's memory (the views hold it)

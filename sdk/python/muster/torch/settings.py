@@ -13,6 +13,11 @@
   MUSTER_COMM_TIMEOUT_MS    how long a silent peer is waited for (runtime's own),
                             and how long an op waits for the other ranks to start
                             it before it fails naming them
+  MUSTER_SHARED_GRADIENTS   where the DistributedOptimizer keeps gradients: 1 in
+                            the runtime's shared memory (the direct allreduce
+                            reads them in place), 0 in the process's own memory,
+                            auto (default) shared unless only the process's own
+                            memory gets transparent huge pages (shared_gradients())
 """
 import logging
 import os
@@ -76,3 +81,63 @@ def cycle_seconds():
 
 def timeout_ms():
     return 0  # the runtime reads MUSTER_COMM_TIMEOUT_MS itself
+
+
+_THP = "/sys/kernel/mm/transparent_hugepage/"
+
+
+def _thp_mode(name, root=_THP):
+    """The bracketed choice in a THP sysfs file ("always", "madvise", "never", ...); "" if unreadable."""
+    try:
+        with open(os.path.join(root, name)) as f:
+            text = f.read()
+    except OSError:
+        return ""
+    start, end = text.find("["), text.find("]")
+    return text[start + 1:end] if 0 <= start < end else ""
+
+
+def private_memory_huge(enabled, glibc_tunables, torch_thp=""):
+    """Whether torch's large CPU tensors get transparent huge pages here.
+
+    `enabled` is /sys/kernel/mm/transparent_hugepage/enabled's choice:
+    "always" backs any large anonymous mapping; "madvise" only what asks,
+    which torch 1.13's allocator never does, but glibc's malloc does under
+    GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (and torch 2.x under
+    THP_MEM_ALLOC_ENABLE=1).
+    """
+    if enabled == "always":
+        return True
+    if enabled != "madvise":
+        return False
+    tunables = dict(kv.split("=", 1) for kv in glibc_tunables.split(":") if "=" in kv)
+    return tunables.get("glibc.malloc.hugetlb", "0") in ("1", "2") or torch_thp == "1"
+
+
+def shared_memory_huge(shmem_enabled):
+    """Whether the runtime's shared memory (tmpfs: shm_open) gets transparent huge pages."""
+    return shmem_enabled in ("always", "within_size", "force")
+
+
+def shared_gradients(environ=None, thp_root=_THP):
+    """Whether the DistributedOptimizer keeps gradients in the runtime's shared memory.
+
+    Shared, the direct allreduce reads every rank's gradients in place (no
+    staging copy); private, the allreduce stages them through the ring's
+    slots. But backward writes every gradient, and on a host where torch's
+    own tensors get huge pages while shared memory does not, gradients on
+    4 KiB pages cost more in the backward pass's TLB misses than the staging
+    saves: bench/torch, 25 M-parameter MLP, 2 ranks on a VM with
+    glibc.malloc.hugetlb=1: 256 ms a step shared against 169 ms private.
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get("MUSTER_SHARED_GRADIENTS", "auto").strip().lower()
+    if raw in ("1", "true", "yes"):
+        return True
+    if raw in ("0", "false", "no"):
+        return False
+    if raw not in ("", "auto"):
+        raise ValueError("MUSTER_SHARED_GRADIENTS must be 1, 0 or auto, got %r" % raw)
+    private = private_memory_huge(_thp_mode("enabled", thp_root), env.get("GLIBC_TUNABLES", ""),
+                                  env.get("THP_MEM_ALLOC_ENABLE", ""))
+    return not private or shared_memory_huge(_thp_mode("shmem_enabled", thp_root))
