@@ -33,6 +33,12 @@ MPIRUN=(mpirun --allow-run-as-root --oversubscribe -mca btl self,vader,tcp
 LOAD_BEFORE=$(cut -d' ' -f1 /proc/loadavg)
 echo "bench/torch: muster.torch vs DDP/gloo (CNN, 25M MLP) and allreduce 1/16/64 MB, 2 ranks x 1 thread"
 "${MPIRUN[@]}" /usr/bin/python3 "$ROOT/bench/torch/torch_bench.py" "$OUT/torch.json"
+# The models again with glibc's malloc asking for transparent huge pages, for
+# every stack of the job alike (report.py: "With huge pages").
+echo "bench/torch: the models again with GLIBC_TUNABLES=glibc.malloc.hugetlb=1"
+GLIBC_TUNABLES=glibc.malloc.hugetlb=1 BENCH_TORCH_ONLY=models \
+  "${MPIRUN[@]}" -x GLIBC_TUNABLES -x BENCH_TORCH_ONLY /usr/bin/python3 "$ROOT/bench/torch/torch_bench.py" \
+  "$OUT/torch_thp.json"
 LOAD_AFTER=$(cut -d' ' -f1 /proc/loadavg)
 
 /usr/bin/python3 "$ROOT/bench/torch/report.py" "$OUT" "$LOAD_BEFORE" "$LOAD_AFTER"

@@ -246,8 +246,10 @@ def main():
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % os.environ.get("BENCH_TORCH_PORT", "29517"),
                             rank=hvd.rank(), world_size=hvd.size())
     MUSTER_PG = dist.new_group(backend="muster")
+    from muster.torch import settings
     result = {"ranks": hvd.size(), "threads_per_rank": torch.get_num_threads(), "torch": torch.__version__,
-              "models": {}, "allreduce": {}}
+              "models": {}, "allreduce": {}, "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
+              "thp": {"enabled": settings._thp_mode("enabled"), "shmem_enabled": settings._thp_mode("shmem_enabled")}}
     only = os.environ.get("BENCH_TORCH_ONLY", "")  # "models" or "allreduce": a quicker probe
     for nbytes, reps in ((1 * MB, 21), (16 * MB, 11), (64 * MB, 7)) if only != "models" else ():
         result["allreduce"][str(nbytes)] = bench_allreduce(nbytes, reps)
@@ -259,8 +261,12 @@ def main():
             print("model %s: %s" % (name, result["models"][name]), flush=True)
     dist.destroy_process_group()
     if only:
+        # A part only (run.sh's huge-pages pass: the models): written as it is.
         if hvd.rank() == 0:
             print(json.dumps(result, indent=1))
+            if only == "models":
+                with open(out_path, "w") as f:
+                    json.dump(result, f, indent=2, sort_keys=True)
         return
     r64 = result["allreduce"][str(64 * MB)]
     result["overhead"] = {"bytes": 64 * MB, "extension_s": r64["muster_s"], "runtime_s": r64["runtime_s"],
