@@ -140,12 +140,22 @@ def test_object_state_syncs_through_its_broadcast():
     assert (state.epoch, state.batch) == (7, 2) and seen == [{"epoch": 0, "batch": 0}]
 
 
-def test_run_restores_and_reforms_after_a_failure(monkeypatch):
-    monkeypatch.setattr(membership, "in_elastic_cluster", lambda: True)
-    monkeypatch.setattr(membership, "watch", lambda: None)  # rank 0's poller of musterd
-    monkeypatch.setattr(membership, "generation", lambda: 2)
+def in_elastic_cluster(monkeypatch, generation, checks=None):
+    """Makes this process a rank of an elastic cluster at `generation` (rank 0's poller of musterd off);
+    `checks`, if given, are what successive membership checks answer. Returns the reports sent to musterd."""
     reports = []
+    monkeypatch.setattr(membership, "in_elastic_cluster", lambda: True)
+    monkeypatch.setattr(membership, "watch", lambda: None)
+    monkeypatch.setattr(membership, "generation", lambda: generation)
     monkeypatch.setattr(membership, "report", lambda gen, redone: reports.append((gen, redone)))
+    if checks is not None:
+        answers = iter(checks)
+        monkeypatch.setattr(membership, "check", lambda: next(answers))
+    return reports
+
+
+def test_run_restores_and_reforms_after_a_failure(monkeypatch):
+    reports = in_elastic_cluster(monkeypatch, 2)
     model, opt = make()
     state = hvd.elastic.TorchState(model, opt, batch=0)
     resets, callbacks = [], []
@@ -171,12 +181,7 @@ def test_run_restores_and_reforms_after_a_failure(monkeypatch):
 
 
 def test_hosts_updated_reforms_without_rollback(monkeypatch):
-    monkeypatch.setattr(membership, "in_elastic_cluster", lambda: True)
-    monkeypatch.setattr(membership, "watch", lambda: None)
-    monkeypatch.setattr(membership, "generation", lambda: 3)
-    monkeypatch.setattr(membership, "report", lambda gen, redone: None)
-    answers = iter([(True, False), (False, False), (False, False), (False, False), (False, False)])
-    monkeypatch.setattr(membership, "check", lambda: next(answers))
+    in_elastic_cluster(monkeypatch, 3, [(True, False)] + [(False, False)] * 4)
     synced = []
     state = hvd.elastic.ObjectState(lambda obj: synced.append(1) or obj, lambda: 0, batch=0)
     resets = []
@@ -197,13 +202,7 @@ def test_a_change_seen_between_commits_keeps_the_steps_since(monkeypatch):
     # and commit() more rarely. A change found there re-forms the world with
     # nothing rolled back: counters, model and optimizer stay where the
     # check found them, and the sync hands that state on.
-    monkeypatch.setattr(membership, "in_elastic_cluster", lambda: True)
-    monkeypatch.setattr(membership, "watch", lambda: None)
-    monkeypatch.setattr(membership, "generation", lambda: 3)
-    reports = []
-    monkeypatch.setattr(membership, "report", lambda gen, redone: reports.append((gen, redone)))
-    answers = iter([(False, False), (True, False)] + [(False, False)] * 10)
-    monkeypatch.setattr(membership, "check", lambda: next(answers))
+    reports = in_elastic_cluster(monkeypatch, 3, [(False, False), (True, False)] + [(False, False)] * 10)
     model, opt = make()
     state = hvd.elastic.TorchState(model, opt, batch=0)
     at_change, resets, starts = [], [], []
