@@ -158,6 +158,31 @@ TEST_F(SshBackendIntegrationTest, LaunchStreamsLogsAndStopKillsTheGroup) {
   EXPECT_EQ(c.exit_code, 7);
 }
 
+// stop() returns once the worker is signalled; its slot comes back when the
+// teardown has seen it end. A launch made meanwhile onto a full inventory
+// waits for that slot instead of failing "every host is full".
+TEST_F(SshBackendIntegrationTest, ALaunchWaitsForTheSlotOfAWorkerBeingStopped) {
+  SshOptions o = options();
+  o.teardown_threads = 1;  // as musterd runs it: stops end in the background
+  start(std::move(o));
+  ASSERT_TRUE(ssh_);
+  // "a" ignores SIGTERM, so its teardown waits out the grace and SIGKILLs it.
+  ASSERT_TRUE(ssh_->launch({worker("a", "trap '' TERM; echo a up; sleep 300"), worker("b", "sleep 300")}).is_ok());
+  ASSERT_TRUE(wait_for_log(state_ / "a.log", "a up")) << slurp(state_ / "a.log");
+  const std::string host_a = ssh_->host_of("a")->address;
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(ssh_->stop("a", 1000ms).is_ok());
+  api::Status c = ssh_->launch({worker("c", "exit 3")});
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(c.is_ok()) << c.message();
+  EXPECT_GE(waited, 900ms) << "the launch waited for a's grace and its end";
+  ASSERT_NE(ssh_->host_of("c"), nullptr);
+  EXPECT_EQ(ssh_->host_of("c")->address, host_a);
+  ProcessStatus st = wait_not_running("c", 20s);
+  EXPECT_EQ(st.exit_code, 3);
+  // (With nothing being stopped a full inventory fails at once: the test above.)
+}
+
 TEST_F(SshBackendIntegrationTest, CopiesTheAgentOverSftpWhenMissing) {
   fs::path local_agent = state_ / "fake-agent.sh";
   std::ofstream(local_agent) << "#!/bin/sh\necho copied agent ran with $1\n";

@@ -37,6 +37,11 @@ struct SshBackend::RemoteWorker {
 
 namespace {
 
+// How long a launch that finds every host full waits for workers being
+// stopped to release their slots (a stop's grace, then SIGKILL and the
+// session's end).
+constexpr auto kStoppingWait = std::chrono::seconds(30);
+
 // The one boolean dialect (api/base/settings.h): true, false, 1 or 0.
 bool on_off(const std::string& key, const std::string& value, bool& out, api::Status& error) {
   if (auto b = base::parse_bool(value)) {
@@ -294,23 +299,44 @@ void SshBackend::reader_loop(RemoteWorker* w) {
 api::Status SshBackend::launch(const std::vector<LaunchSpec>& specs) {
   std::vector<size_t> placement;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (shut_down_) return api::unavailable("the ssh backend is shut down");
-    std::vector<int> load = load_;
-    for (const auto& spec : specs) {
-      if (workers_.count(spec.worker_id)) return api::conflict("worker " + spec.worker_id + " is already running");
-      size_t best = options_.hosts.size();
-      for (size_t i = 0; i < options_.hosts.size(); ++i) {
-        if (load[i] >= options_.hosts[i].slots) continue;
-        if (best == options_.hosts.size() || load[i] * options_.hosts[best].slots < load[best] * options_.hosts[i].slots)
-          best = i;
+    std::unique_lock<std::mutex> lock(mu_);
+    // Workers being stopped keep their slots until their session has ended
+    // (stop()'s teardown). A launch that finds every host full while some
+    // are still stopping waits for them, up to kStoppingWait: stopped
+    // workers then make room, as the caller who stopped them expects.
+    const auto deadline = std::chrono::steady_clock::now() + kStoppingWait;
+    for (;;) {
+      if (shut_down_) return api::unavailable("the ssh backend is shut down");
+      std::vector<int> load = load_;
+      placement.clear();
+      std::string full;
+      for (const auto& spec : specs) {
+        if (workers_.count(spec.worker_id)) return api::conflict("worker " + spec.worker_id + " is already running");
+        size_t best = options_.hosts.size();
+        for (size_t i = 0; i < options_.hosts.size(); ++i) {
+          if (load[i] >= options_.hosts[i].slots) continue;
+          if (best == options_.hosts.size() ||
+              load[i] * options_.hosts[best].slots < load[best] * options_.hosts[i].slots)
+            best = i;
+        }
+        if (best == options_.hosts.size()) {
+          full = spec.worker_id;
+          break;
+        }
+        ++load[best];
+        placement.push_back(best);
       }
-      if (best == options_.hosts.size())
-        return api::unavailable("no free slot for worker " + spec.worker_id + ": every host in the inventory is full");
-      ++load[best];
-      placement.push_back(best);
+      if (full.empty()) {
+        load_ = load;  // reserve the slots while connecting
+        break;
+      }
+      if (stopping_ == 0 || slot_released_.wait_until(lock, deadline) == std::cv_status::timeout) {
+        return api::unavailable("no free slot for worker " + full + ": every host in the inventory is full" +
+                                (stopping_ > 0 ? " (" + std::to_string(stopping_) +
+                                                     " stopped workers have not released theirs yet)"
+                                               : ""));
+      }
     }
-    load_ = load;  // reserve the slots while connecting
   }
   std::vector<std::unique_ptr<RemoteWorker>> started;
   api::Status failure;
@@ -398,6 +424,7 @@ api::Status SshBackend::stop(const std::string& worker_id, std::chrono::millisec
     w = std::move(it->second);
     workers_.erase(it);
     finished_[worker_id] = {ProcessState::kExited, 128 + SIGTERM};  // the final status once its end is seen
+    ++stopping_;
   }
   bool running = false;
   {
@@ -413,9 +440,13 @@ api::Status SshBackend::stop(const std::string& worker_id, std::chrono::millisec
       final_status = w->status;
     }
     if (final_status.state == ProcessState::kRunning) final_status = {ProcessState::kLost, std::nullopt};
-    std::lock_guard<std::mutex> lock(mu_);
-    --load_[w->host_index];
-    finished_[worker_id] = final_status;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --load_[w->host_index];
+      --stopping_;
+      finished_[worker_id] = final_status;
+    }
+    slot_released_.notify_all();
   });
   if (w->pgid > 1 && running && !termed) {
     return api::unavailable("worker " + worker_id + ": cannot reach " + w->host.label() +
@@ -449,6 +480,7 @@ void SshBackend::shutdown() {
     shut_down_ = true;
     all.swap(workers_);
   }
+  slot_released_.notify_all();  // a launch waiting for a slot ends
   teardowns_->drain();  // the stops under way end first
   teardowns_->close();
   for (auto& [id, w] : all) end_worker(*w, 1000ms);

@@ -100,7 +100,9 @@ class SshBackend final : public Backend, public MpiHosts {
 
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<RemoteWorker>> workers_;
-  std::vector<int> load_;                 // workers per host index
+  std::vector<int> load_;                 // workers per host index (those being stopped included)
+  int stopping_ = 0;                      // of them, workers whose stop has not released its slot yet
+  std::condition_variable slot_released_;  // a stop released its slot (stopping_ went down)
   std::set<size_t> agent_checked_;        // hosts where the agent is known present
   std::map<std::string, ProcessStatus> finished_;
   bool shut_down_ = false;
