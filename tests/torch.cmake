@@ -27,6 +27,13 @@ foreach(np 2 3)
 endforeach()
 # Where the DistributedOptimizer keeps gradients (huge pages), for any host's THP modes.
 muster_python_test(torch_settings_unit_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/torch_settings_unit_test.py LABEL unit)
+# The same semantics with the DistributedOptimizer's gradients in private
+# tensors (what a host with huge pages for torch's memory only gets).
+add_test(NAME torch_semantics_np2_private_gradients
+  COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/torch_mpirun.py 2 torch_semantics_worker.py)
+set_tests_properties(torch_semantics_np2_private_gradients PROPERTIES LABELS mpi TIMEOUT 400
+  RESOURCE_LOCK torch_mpirun
+  ENVIRONMENT "PYTHONPATH=${CMAKE_SOURCE_DIR}/sdk/python;MUSTER_BINARY_DIR=${CMAKE_BINARY_DIR};MUSTER_MPIEXEC=${MPIEXEC_EXECUTABLE};HOROVOD_TIMELINE=DYNAMIC;MUSTER_SHARED_GRADIENTS=0")
 # The negotiation table alone: rounds fed by hand, no processes.
 muster_python_test(torch_negotiation SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/torch_negotiation_test.py LABEL unit)
 set_tests_properties(torch_api_np1 torch_api_np2 torch_api_np3 torch_equivalence torch_fault PROPERTIES

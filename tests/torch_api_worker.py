@@ -263,6 +263,10 @@ def gradients_in_shared_or_private_memory():
             model = model_of()
             opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
                                            named_parameters=model.named_parameters())
+            # No gradient before the first backward, wherever they will live
+            # (autograd decides dense or sparse; a step before it moves nothing).
+            check(all(p.grad is None for p in model.parameters()),
+                  "MUSTER_SHARED_GRADIENTS=%s: no .grad before the first backward" % setting)
             for step in range(3):
                 opt.zero_grad(set_to_none=step == 2)
                 F.cross_entropy(model(xs[r::n]), ys[r::n]).backward()

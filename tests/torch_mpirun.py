@@ -25,7 +25,8 @@ def mpirun(np, script, args=(), env=None, timeout=240, abort_on_failure=True, fo
     run_env.update(env or {})
     run_env.setdefault("PYTHONPATH", os.path.join(os.path.dirname(HERE), "sdk", "python"))
     session = tempfile.mkdtemp(prefix="muster-torch-test-")
-    names = ("PYTHONPATH", "MUSTER_BINARY_DIR", "MUSTER_COMM_TIMEOUT_MS", "OMP_NUM_THREADS") + tuple(forward)
+    names = ("PYTHONPATH", "MUSTER_BINARY_DIR", "MUSTER_COMM_TIMEOUT_MS", "OMP_NUM_THREADS",
+             "MUSTER_SHARED_GRADIENTS") + tuple(forward)
     forward = [v for name in names if name in run_env for v in ("-x", name)]
     argv = [os.environ.get("MUSTER_MPIEXEC", "mpirun"), "--allow-run-as-root", "--oversubscribe",
             "-mca", "btl", "self,vader,tcp", "-mca", "btl_vader_single_copy_mechanism", "none",

@@ -309,6 +309,11 @@ def join_stands_in_for_distributed_optimizer_steps():
               % (step, active, w.detach(), expected))
     last = hvd.join()
     check(last == n - 1, "the rank with the most data joins last: %d" % last)
+    # Where the gradients lived (ctest runs this file with MUSTER_SHARED_GRADIENTS=0 too).
+    setting = os.environ.get("MUSTER_SHARED_GRADIENTS", "")
+    if setting in ("0", "1"):
+        check(bool(opt._native.gradients_direct) == (setting == "1"),
+              "MUSTER_SHARED_GRADIENTS=%s: gradients_direct %s" % (setting, opt._native.gradients_direct))
     check(w.grad is not None and close(w.grad, sum(grad_of(k) for k in range(n) if k >= r) / n, 1e-5),
           "a joined rank's own gradient is left as its last step made it")
 

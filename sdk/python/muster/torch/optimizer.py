@@ -147,11 +147,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for n, p in self._params:
             g = p.grad
             if private and (g is None or g.is_sparse or not self._plain(g, p)):
-                g = torch.zeros_like(p, memory_format=torch.contiguous_format)
-                if p.grad is not None and not p.grad.is_sparse:
-                    g.copy_(p.grad)
-                if p.grad is None or not p.grad.is_sparse:
-                    p.grad = g
+                # A tensor of its own, adopted as the shared view would be: a
+                # dense gradient now (copied), none or a sparse one at the
+                # first gradient (the hook; autograd may make it sparse).
+                dense = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                if g is not None and not g.is_sparse:
+                    dense.copy_(g)
+                    p.grad = dense
+                g = dense
             if (solo or private) and g is not None and not g.is_sparse and self._plain(g, p):
                 kept[p] = g
             self._index[p] = self._native.add_parameter(n, p.data_ptr(), p.numel(),
