@@ -136,3 +136,54 @@ def test_log_relay_holds_no_copy_of_the_agents_token(tmp_path):
         os.killpg(agent.pid, signal.SIGKILL)
         agent.wait()
         server.shutdown()
+
+
+class EndsAtExit(Stub):
+    """A daemon whose heartbeat answer comes late: it waits until the exit has been reported, then says what a
+    real daemon says of a worker that has ended (409)."""
+    exited = None  # threading.Event, per test
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        code, body = 200, {}
+        if self.path.endswith("/register"):
+            body = {"hold": False}
+        elif self.path.endswith("/exit"):
+            type(self).exited.set()
+        elif self.path.endswith("/heartbeat"):
+            if type(self).exited.wait(3):
+                code, body = 409, {"error": {"code": "conflict", "message": "worker w3 has ended"}}
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_a_heartbeat_answered_after_the_exit_does_not_stop_the_agent(tmp_path):
+    """A heartbeat in flight while the agent reports its script's exit is answered 409 (the worker has ended):
+    that is the exit's own doing, and the agent must still end with the script's status (it used to take the
+    answer for a stop and SIGKILL itself: exit 137 for a script that succeeded)."""
+    handler = type("Handler", (EndsAtExit,), {"exited": threading.Event()})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = dict(os.environ, MUSTER_URL="http://127.0.0.1:%d" % server.server_address[1], MUSTER_WORKER_ID="w3",
+               MUSTER_AGENT_TOKEN="u" * 64, MUSTER_MASTER_IP="127.0.0.1", MUSTER_HEARTBEAT_S="0.05")
+    log = tmp_path / "agent.log"
+    with open(log, "wb") as out:
+        # The script outlives a few heartbeats, so one is waiting on the stub when the exit is reported.
+        agent = subprocess.Popen([agent_path(), "--kernel", "bash", "--code", "sleep 0.5; echo done"], env=env,
+                                 cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        rc = agent.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(agent.pid, signal.SIGKILL)
+        agent.wait()
+        pytest.fail("the agent did not end:\n" + log.read_text())
+    finally:
+        server.shutdown()
+    assert handler.exited.is_set(), log.read_text()
+    assert rc == 0, "agent ended %d:\n%s" % (rc, log.read_text())

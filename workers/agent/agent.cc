@@ -248,6 +248,10 @@ int run_agent(const AgentOptions& o) {
   std::condition_variable cv;
   bool done = false;
   std::atomic<bool> stopped_by_daemon{false};
+  // Set just before the exit is reported: from then on the daemon may answer
+  // a heartbeat still in flight with 404/409 (the worker has ended), which
+  // is the exit's own doing, not a stop.
+  std::atomic<bool> exit_reporting{false};
   const auto orphan_timeout = o.env.orphan_timeout.value_or(kDefaultOrphanTimeout);
   std::thread heartbeat([&] {
     std::unique_lock<std::mutex> lock(mu);
@@ -257,6 +261,7 @@ int run_agent(const AgentOptions& o) {
       lock.unlock();
       auto r = client.post("heartbeat", json::object(), 5s);
       lock.lock();
+      if (exit_reporting) continue;
       const bool denied = r && (r->status == 401 || r->status == 403);
       refused = denied ? refused + 1 : 0;
       if (r && r->status < 500 && !denied) last_answer = std::chrono::steady_clock::now();
@@ -367,6 +372,7 @@ int run_agent(const AgentOptions& o) {
   // briefly, as the daemon has already recorded the stop and a busy daemon
   // must not keep a stopped agent alive.
   if (!stopped_by_daemon) {
+    exit_reporting = true;
     const auto body = api::to_json(api::AgentExit{exit_code});
     auto r = g_signal ? client.post("exit", body, 2s) : client.post_retrying("exit", body, 60s);
     if (!r && !g_signal) log_line("could not report the exit code to the daemon");
