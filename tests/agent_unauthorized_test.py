@@ -35,6 +35,9 @@ class Stub(http.server.BaseHTTPRequestHandler):
             code, body = self.refuse_with, {"error": {"code": "unauthenticated", "message": "unknown token"}}
         else:
             code, body = 404, {}
+        self.reply(code, body)
+
+    def reply(self, code, body):
         data = json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -88,13 +91,7 @@ class Accepting(Stub):
     def do_POST(self):  # noqa: N802 - http.server's name
         length = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(length)
-        data = json.dumps({"hold": False} if self.path.endswith("/register") else {}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(data)
+        self.reply(200, {"hold": False} if self.path.endswith("/register") else {})
 
 
 def test_log_relay_holds_no_copy_of_the_agents_token(tmp_path):
@@ -154,13 +151,7 @@ class EndsAtExit(Stub):
         elif self.path.endswith("/heartbeat"):
             if type(self).exited.wait(3):
                 code, body = 409, {"error": {"code": "conflict", "message": "worker w3 has ended"}}
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(data)
+        self.reply(code, body)
 
 
 def test_a_heartbeat_answered_after_the_exit_does_not_stop_the_agent(tmp_path):
