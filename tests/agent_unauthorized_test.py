@@ -21,6 +21,36 @@ def agent_path():
     return os.path.join(root, "bin", "muster-agent")
 
 
+def stub_daemon(handler):
+    """A stub musterd on 127.0.0.1 (a port of its own), serving from a daemon thread."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def agent_env(server, worker_id, token, heartbeat_s, **more):
+    return dict(os.environ, MUSTER_URL="http://127.0.0.1:%d" % server.server_address[1], MUSTER_WORKER_ID=worker_id,
+                MUSTER_AGENT_TOKEN=token, MUSTER_MASTER_IP="127.0.0.1", MUSTER_HEARTBEAT_S=heartbeat_s, **more)
+
+
+def run_agent_to_end(tmp_path, server, env, kernel, code, timeout, stuck):
+    """Runs muster-agent with `code` until it ends; returns (exit status, its log). Past `timeout` the agent's
+    group is killed and the test fails with `stuck` and the log. The stub daemon is shut down either way."""
+    log = tmp_path / "agent.log"
+    with open(log, "wb") as out:
+        agent = subprocess.Popen([agent_path(), "--kernel", kernel, "--code", code], env=env, cwd=tmp_path,
+                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        rc = agent.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(agent.pid, signal.SIGKILL)
+        agent.wait()
+        pytest.fail(stuck + ":\n" + log.read_text())
+    finally:
+        server.shutdown()
+    return rc, log.read_text()
+
+
 class Stub(http.server.BaseHTTPRequestHandler):
     refuse_with = 401
     heartbeats = 0
@@ -53,26 +83,12 @@ class Stub(http.server.BaseHTTPRequestHandler):
 @pytest.mark.parametrize("status", [401, 403])
 def test_agent_gives_up_on_a_daemon_that_refuses_its_token(tmp_path, status):
     handler = type("Handler", (Stub,), {"refuse_with": status, "heartbeats": 0})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = stub_daemon(handler)
     pid_file = tmp_path / "script.pid"
-    env = dict(os.environ, MUSTER_URL="http://127.0.0.1:%d" % server.server_address[1], MUSTER_WORKER_ID="w1",
-               MUSTER_AGENT_TOKEN="t" * 64, MUSTER_MASTER_IP="127.0.0.1", MUSTER_HEARTBEAT_S="0.2")
+    env = agent_env(server, "w1", "t" * 64, "0.2")
     code = "import os, time\nopen(%r, 'w').write(str(os.getpid()))\ntime.sleep(300)\n" % str(pid_file)
-    log = tmp_path / "agent.log"
-    with open(log, "wb") as out:
-        agent = subprocess.Popen([agent_path(), "--kernel", "python3", "--code", code], env=env, cwd=tmp_path,
-                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        rc = agent.wait(20)
-    except subprocess.TimeoutExpired:
-        os.killpg(agent.pid, signal.SIGKILL)
-        agent.wait()
-        pytest.fail("the agent kept running against a daemon that refuses its token:\n" + log.read_text())
-    finally:
-        server.shutdown()
-    text = log.read_text()
+    rc, text = run_agent_to_end(tmp_path, server, env, "python3", code, 20,
+                                "the agent kept running against a daemon that refuses its token")
     assert "refused this worker's token 3 times" in text, text
     assert handler.heartbeats >= 3
     assert rc != 0
@@ -98,13 +114,11 @@ def test_log_relay_holds_no_copy_of_the_agents_token(tmp_path):
     """The agent's log relay is a fork of it: its inherited environment (what
     /proc/<pid>/environ shows) is zeroed, and the script's output still
     reaches the log through it."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Accepting)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = stub_daemon(Accepting)
     token = "s" * 64
     worker_log = tmp_path / "output.log"
-    env = dict(os.environ, MUSTER_URL="http://127.0.0.1:%d" % server.server_address[1], MUSTER_WORKER_ID="w2",
-               MUSTER_AGENT_TOKEN=token, MUSTER_MASTER_IP="127.0.0.1", MUSTER_HEARTBEAT_S="0.2",
-               MUSTER_LOG_FILE=str(worker_log), MUSTER_LOG_MAX_BYTES="1048576", MUSTER_LOG_KEEP="1")
+    env = agent_env(server, "w2", token, "0.2", MUSTER_LOG_FILE=str(worker_log), MUSTER_LOG_MAX_BYTES="1048576",
+                    MUSTER_LOG_KEEP="1")
     with open(tmp_path / "agent.log", "wb") as out:
         agent = subprocess.Popen([agent_path(), "--kernel", "bash", "--code", "echo relayed-line; sleep 300"],
                                  env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -159,22 +173,9 @@ def test_a_heartbeat_answered_after_the_exit_does_not_stop_the_agent(tmp_path):
     that is the exit's own doing, and the agent must still end with the script's status (it used to take the
     answer for a stop and SIGKILL itself: exit 137 for a script that succeeded)."""
     handler = type("Handler", (EndsAtExit,), {"exited": threading.Event()})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    env = dict(os.environ, MUSTER_URL="http://127.0.0.1:%d" % server.server_address[1], MUSTER_WORKER_ID="w3",
-               MUSTER_AGENT_TOKEN="u" * 64, MUSTER_MASTER_IP="127.0.0.1", MUSTER_HEARTBEAT_S="0.05")
-    log = tmp_path / "agent.log"
-    with open(log, "wb") as out:
-        # The script outlives a few heartbeats, so one is waiting on the stub when the exit is reported.
-        agent = subprocess.Popen([agent_path(), "--kernel", "bash", "--code", "sleep 0.5; echo done"], env=env,
-                                 cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        rc = agent.wait(30)
-    except subprocess.TimeoutExpired:
-        os.killpg(agent.pid, signal.SIGKILL)
-        agent.wait()
-        pytest.fail("the agent did not end:\n" + log.read_text())
-    finally:
-        server.shutdown()
-    assert handler.exited.is_set(), log.read_text()
-    assert rc == 0, "agent ended %d:\n%s" % (rc, log.read_text())
+    server = stub_daemon(handler)
+    # The script outlives a few heartbeats, so one is waiting on the stub when the exit is reported.
+    rc, text = run_agent_to_end(tmp_path, server, agent_env(server, "w3", "u" * 64, "0.05"), "bash",
+                                "sleep 0.5; echo done", 30, "the agent did not end")
+    assert handler.exited.is_set(), text
+    assert rc == 0, "agent ended %d:\n%s" % (rc, text)
