@@ -296,6 +296,27 @@ void SshBackend::reader_loop(RemoteWorker* w) {
   }
 }
 
+// Each spec on the host with the lowest load for its slots, in order; on
+// success the slots are reserved in load_. Returns the first worker that
+// fits nowhere ("" when all fit; then nothing is reserved). Holds mu_.
+std::string SshBackend::place(const std::vector<LaunchSpec>& specs, std::vector<size_t>* placement) {
+  std::vector<int> load = load_;
+  placement->clear();
+  for (const auto& spec : specs) {
+    size_t best = options_.hosts.size();
+    for (size_t i = 0; i < options_.hosts.size(); ++i) {
+      if (load[i] >= options_.hosts[i].slots) continue;
+      if (best == options_.hosts.size() || load[i] * options_.hosts[best].slots < load[best] * options_.hosts[i].slots)
+        best = i;
+    }
+    if (best == options_.hosts.size()) return spec.worker_id;
+    ++load[best];
+    placement->push_back(best);
+  }
+  load_ = load;  // reserve the slots while connecting
+  return "";
+}
+
 api::Status SshBackend::launch(const std::vector<LaunchSpec>& specs) {
   std::vector<size_t> placement;
   {
@@ -307,29 +328,11 @@ api::Status SshBackend::launch(const std::vector<LaunchSpec>& specs) {
     const auto deadline = std::chrono::steady_clock::now() + kStoppingWait;
     for (;;) {
       if (shut_down_) return api::unavailable("the ssh backend is shut down");
-      std::vector<int> load = load_;
-      placement.clear();
-      std::string full;
       for (const auto& spec : specs) {
         if (workers_.count(spec.worker_id)) return api::conflict("worker " + spec.worker_id + " is already running");
-        size_t best = options_.hosts.size();
-        for (size_t i = 0; i < options_.hosts.size(); ++i) {
-          if (load[i] >= options_.hosts[i].slots) continue;
-          if (best == options_.hosts.size() ||
-              load[i] * options_.hosts[best].slots < load[best] * options_.hosts[i].slots)
-            best = i;
-        }
-        if (best == options_.hosts.size()) {
-          full = spec.worker_id;
-          break;
-        }
-        ++load[best];
-        placement.push_back(best);
       }
-      if (full.empty()) {
-        load_ = load;  // reserve the slots while connecting
-        break;
-      }
+      const std::string full = place(specs, &placement);
+      if (full.empty()) break;
       if (stopping_ == 0 || slot_released_.wait_until(lock, deadline) == std::cv_status::timeout) {
         return api::unavailable("no free slot for worker " + full + ": every host in the inventory is full" +
                                 (stopping_ > 0 ? " (" + std::to_string(stopping_) +

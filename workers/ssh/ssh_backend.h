@@ -91,6 +91,7 @@ class SshBackend final : public Backend, public MpiHosts {
   api::Result<std::unique_ptr<RemoteWorker>> start_one(const LaunchSpec& spec, size_t host_index);
   api::Status ensure_agent(RemoteSession& session, const Host& host, const std::string& local_agent,
                            const std::string& remote_agent);
+  std::string place(const std::vector<LaunchSpec>& specs, std::vector<size_t>* placement);
   void reader_loop(RemoteWorker* w);
   bool signal_group(RemoteWorker& w, const char* sig);
   void end_worker(RemoteWorker& w, std::chrono::milliseconds grace, bool termed = false);
