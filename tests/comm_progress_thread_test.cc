@@ -160,6 +160,8 @@ TEST(ProgressThreadTest, RunIfIdleRunsHereOnlyWhenNothingComesFirst) {
   }));
   other.join();
   EXPECT_TRUE(later_ran.load());
+  // h.wait() returns once the op is done; the thread goes idle just after.
+  EXPECT_TRUE(eventually([&] { return progress.run_if_idle([] {}); }));
 
   EXPECT_THROW(progress.run_if_idle([] { throw std::runtime_error("inline failure"); }), std::runtime_error);
   std::thread::id after;
