@@ -79,7 +79,21 @@ int main(int argc, char** argv) {
           << std::endl;
       }
       std::cout << "generation " << a.generation << " rank " << a.rank << " of " << a.size << std::endl;
-      if (a.rank == die_rank && a.generation == die_generation) ::raise(SIGKILL);
+      try {
+        store.set(a.prefix + "/written/" + std::to_string(a.rank), "1");
+        if (a.rank == die_rank && a.generation == die_generation) {
+          // Die only once every rank has written its line: a death while a
+          // survivor still waits in its exchange breaks the generation before
+          // that survivor could record it, and the tests read the lines.
+          std::vector<std::string> written;
+          for (int r = 0; r < a.size; ++r) written.push_back(a.prefix + "/written/" + std::to_string(r));
+          store.get(written, 30s);
+          ::raise(SIGKILL);
+        }
+      } catch (const muster::runtime::CommError& e) {
+        std::cout << "generation " << a.generation << " broke after its exchange: " << e.what() << std::endl;
+        continue;
+      }
       if (a.generation >= until_generation && a.size >= until_size) return 0;
       for (;;) {
         auto v = client.world(a.generation, 25s);
