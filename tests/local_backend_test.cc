@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <filesystem>
 #include <fstream>
@@ -135,10 +136,36 @@ TEST_F(LocalBackendTest, AnAdoptedWorkerIsReachedByItsIdentityAndAReusedPidNever
 
   EXPECT_TRUE(backend_.stop("old", 2s).is_ok());
   EXPECT_EQ(muster::base::wait_exit(adopted.id.pid), 128 + SIGTERM);
-  EXPECT_EQ(backend_.poll("old").state, ProcessState::kExited);
+  EXPECT_EQ(wait_exit("old").state, ProcessState::kExited);  // the reaper hears of it through the pidfd
 
   ASSERT_TRUE(muster::base::signal_process(victim.id, SIGKILL));
   muster::base::wait_exit(victim.id.pid);
+}
+
+// CPU time of this process (the backend's reaper thread is one of its threads).
+double cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// A stopped worker's SIGKILL deadline outlives its tree when the tree ends
+// within the grace; the reaper once kept waking for that past deadline and
+// spun a core until the registry forgot the worker. Idle workers beside it
+// cost the reaper nothing either: it waits on their pidfds.
+TEST_F(LocalBackendTest, TheReaperIdlesWhenStoppedAndRunningWorkersWait) {
+  std::vector<LaunchSpec> specs;
+  for (int i = 0; i < 32; ++i) specs.push_back(spec("idle" + std::to_string(i), "exec sleep 60"));
+  specs.push_back(spec("stopped", "exec sleep 60"));
+  ASSERT_TRUE(backend_.launch(specs).is_ok());
+  ASSERT_TRUE(backend_.stop("stopped", 300ms).is_ok());
+  EXPECT_EQ(wait_exit("stopped").exit_code, 128 + SIGTERM);
+  std::this_thread::sleep_for(600ms);  // past the grace: the deadline is history
+  EXPECT_EQ(backend_.poll("idle0").state, ProcessState::kRunning);
+  const double before = cpu_seconds();
+  std::this_thread::sleep_for(1s);
+  const double used = cpu_seconds() - before;
+  EXPECT_LT(used, 0.2) << "the backend used " << used << " s of CPU in 1 s with nothing to do";
 }
 
 TEST_F(LocalBackendTest, ALaunchedWorkersIdentityIsItsAgent) {

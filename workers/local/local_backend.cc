@@ -1,8 +1,16 @@
 #include "workers/local/local_backend.h"
 
 #include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <stdexcept>
 
 #include "api/agent_protocol.h"
 
@@ -20,7 +28,12 @@ bool group_tree_alive(const base::ProcessId& leader) {
   return base::group_alive(leader.pid);
 }
 
+// How often the reaper passes over the workers without being woken: for
+// trees whose agent ended but whose leftovers or cgroup remain, and for
+// workers without a pidfd.
 constexpr auto kReaperPeriod = std::chrono::milliseconds(100);
+
+int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
 }  // namespace
 
@@ -32,6 +45,15 @@ LocalBackend::LocalBackend(LocalBackendOptions options) : options_(options) {
   } else {
     why_no_cgroups_ = "turned off";
   }
+  epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
+  wake_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (epoll_ < 0 || wake_ < 0) {
+    throw std::runtime_error(std::string("local backend: epoll/eventfd: ") + std::strerror(errno));
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = wake_;
+  ::epoll_ctl(epoll_, EPOLL_CTL_ADD, wake_, &ev);
   reaper_ = std::thread([this] { reaper_loop(); });
 }
 
@@ -40,25 +62,74 @@ LocalBackend::~LocalBackend() {
     std::lock_guard<std::mutex> lock(mu_);
     closing_ = true;
   }
-  reaper_cv_.notify_all();
+  wake_reaper();
   reaper_.join();
+  for (auto& [id, child] : children_) unwatch_locked(child);
+  ::close(epoll_);
+  ::close(wake_);
+}
+
+void LocalBackend::wake_reaper() {
+  const uint64_t one = 1;
+  (void)!::write(wake_, &one, sizeof one);
+}
+
+void LocalBackend::watch_locked(const std::string& worker_id, Child& child) {
+  const int fd = pidfd_open(child.id.pid);
+  if (fd < 0) return;  // polled instead
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  if (::epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    ::close(fd);
+    return;
+  }
+  child.pidfd = fd;
+  by_pidfd_[fd] = worker_id;
+}
+
+void LocalBackend::unwatch_locked(Child& child) {
+  if (child.pidfd < 0) return;
+  ::epoll_ctl(epoll_, EPOLL_CTL_DEL, child.pidfd, nullptr);
+  by_pidfd_.erase(child.pidfd);
+  ::close(child.pidfd);
+  child.pidfd = -1;
 }
 
 std::string LocalBackend::cgroup_parent() const { return cgroups_ ? cgroups_->path().string() : std::string(); }
 
 void LocalBackend::reaper_loop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!closing_) {
-    // Wake for the next SIGKILL deadline, else every kReaperPeriod.
-    auto wake = Clock::now() + kReaperPeriod;
-    for (const auto& [id, child] : children_) {
-      if (child.kill_at && *child.kill_at < wake) wake = *child.kill_at;
+  epoll_event events[64];
+  for (;;) {
+    int timeout_ms;
+    {
+      // Wake for the next SIGKILL deadline, else every kReaperPeriod.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closing_) return;
+      const auto now = Clock::now();
+      auto wake = now + kReaperPeriod;
+      for (const auto& [id, child] : children_) {
+        if (!child.cleaned && child.kill_at && *child.kill_at < wake) wake = *child.kill_at;
+      }
+      timeout_ms = static_cast<int>(
+          std::max<int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(wake - now).count()));
     }
-    reaper_cv_.wait_until(lock, wake, [&] { return closing_; });
-    if (closing_) break;
-    lock.unlock();
+    const int n = ::epoll_wait(epoll_, events, 64, timeout_ms);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (int i = 0; i < n; ++i) {
+        if (events[i].data.fd == wake_) {
+          uint64_t count;
+          (void)!::read(wake_, &count, sizeof count);
+          continue;
+        }
+        auto id = by_pidfd_.find(events[i].data.fd);
+        if (id == by_pidfd_.end()) continue;
+        auto it = children_.find(id->second);
+        if (it != children_.end() && it->second.pidfd == events[i].data.fd) it->second.ended = true;
+      }
+    }
     reaper_pass();
-    lock.lock();
   }
 }
 
@@ -71,7 +142,7 @@ void LocalBackend::reaper_pass() {
   for (auto it = children_.begin(); it != children_.end();) {
     Child& child = it->second;
     if (!child.cleaned) {
-      reap_locked(child);
+      reap_locked(child, /*ask=*/false);
       if (child.kill_at && *child.kill_at <= now) {
         child.kill_at.reset();
         signal_tree_locked(child, SIGKILL);
@@ -94,8 +165,12 @@ void LocalBackend::reaper_pass() {
           }
         }
       }
+      // Nothing of the tree is left to kill: its deadline is over too (a
+      // deadline left behind would wake the reaper at once, forever).
+      if (child.cleaned) child.kill_at.reset();
     }
     if (child.cleaned && child.forgotten) {
+      unwatch_locked(child);
       it = children_.erase(it);
     } else {
       ++it;
@@ -134,22 +209,26 @@ api::Status LocalBackend::launch(const std::vector<LaunchSpec>& specs) {
       return api::internal_error("worker " + spec.worker_id + ": " + *spawned.failure);
     }
     std::lock_guard<std::mutex> lock(mu_);
-    Child child;
+    Child& child = children_[spec.worker_id];
+    unwatch_locked(child);  // a worker id launched again
+    child = Child();
     child.id = spawned.id;
     child.cgroup = cgroup;
-    children_[spec.worker_id] = child;
+    watch_locked(spec.worker_id, child);
     started.push_back(spec.worker_id);
   }
   return api::Status::ok();
 }
 
-void LocalBackend::reap_locked(Child& child) {
+void LocalBackend::reap_locked(Child& child, bool ask) {
   if (child.exit_code) return;
+  if (child.pidfd >= 0 && !child.ended && !ask) return;  // the reaper thread hears of the end
   if (child.ours) {
     child.exit_code = base::try_reap(child.id.pid);
-  } else if (!base::alive(child.id)) {
+  } else if (child.ended || !base::alive(child.id)) {
     child.exit_code = -1;  // an adopted agent: not our child, its code is not ours to read
   }
+  if (child.exit_code) unwatch_locked(child);
 }
 
 void LocalBackend::signal_tree_locked(const Child& child, int sig) {
@@ -178,7 +257,7 @@ bool LocalBackend::tree_alive(const std::string& worker_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = children_.find(worker_id);
   if (it == children_.end()) return false;
-  reap_locked(it->second);
+  reap_locked(it->second, /*ask=*/true);
   return tree_alive_locked(it->second);
 }
 
@@ -188,13 +267,13 @@ api::Status LocalBackend::stop(const std::string& worker_id, std::chrono::millis
     auto it = children_.find(worker_id);
     if (it == children_.end()) return api::Status::ok();
     Child& child = it->second;
-    reap_locked(child);
+    reap_locked(child, /*ask=*/true);
     if (child.cleaned || !tree_alive_locked(child)) return api::Status::ok();  // nothing left: signal nobody
     signal_tree_locked(child, grace.count() > 0 ? SIGTERM : SIGKILL);
     const auto kill_at = Clock::now() + grace;
     if (!child.kill_at || kill_at < *child.kill_at) child.kill_at = kill_at;
   }
-  reaper_cv_.notify_all();
+  wake_reaper();
   return api::Status::ok();
 }
 
@@ -202,7 +281,7 @@ ProcessStatus LocalBackend::poll(const std::string& worker_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = children_.find(worker_id);
   if (it == children_.end()) return {ProcessState::kUnknown, std::nullopt};
-  reap_locked(it->second);
+  reap_locked(it->second, /*ask=*/false);
   if (it->second.exit_code) return {ProcessState::kExited, it->second.exit_code};
   return {ProcessState::kRunning, std::nullopt};
 }
@@ -225,7 +304,12 @@ void LocalBackend::adopt(const std::string& worker_id, const std::string& identi
   child.ours = false;
   if (at != std::string::npos) child.cgroup = base::Cgroup(identity.substr(at + 1));
   std::lock_guard<std::mutex> lock(mu_);
-  if (!children_.count(worker_id)) children_[worker_id] = child;
+  if (children_.count(worker_id)) return;
+  Child& adopted = children_[worker_id] = child;
+  watch_locked(worker_id, adopted);
+  // The pidfd names whoever holds the pid now: only an agent whose identity
+  // still held once it was open is watched through it.
+  if (!base::alive(adopted.id)) unwatch_locked(adopted);
 }
 
 void LocalBackend::forget(const std::string& worker_id) {
@@ -233,6 +317,7 @@ void LocalBackend::forget(const std::string& worker_id) {
   auto it = children_.find(worker_id);
   if (it == children_.end()) return;
   if (it->second.cleaned) {
+    unwatch_locked(it->second);
     children_.erase(it);
   } else {
     it->second.forgotten = true;
