@@ -68,6 +68,12 @@ inline constexpr const char* kEnvStopGraceSeconds = "MUSTER_STOP_GRACE_S";
 // agent makes one of its own where it can; kCgroupNone: none at all (the
 // agent's subreaper and process group only).
 inline constexpr const char* kEnvCgroup = "MUSTER_CGROUP";
+// The soft limit on open files musterd was started with. musterd raises its
+// own to the hard limit (it holds a pidfd and the agent's heartbeat
+// connection per running worker) and sets this in its environment; an agent
+// that finds it puts its own soft limit back, so scripts start with the
+// limit they would have had (select() in old code breaks above 1,024).
+inline constexpr const char* kEnvFileLimit = "MUSTER_NOFILE_SOFT";
 inline constexpr const char* kCgroupNone = "none";
 // Variables for the script only (the agent passes them through).
 inline constexpr const char* kEnvMetricsToken = "MUSTER_METRICS_TOKEN";

@@ -3,8 +3,11 @@
 // signals the daemon waits for (before any thread starts, so every thread
 // inherits the mask) and reports a start that failed.
 #include <signal.h>
+#include <sys/resource.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -16,6 +19,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "api/agent_protocol.h"
 #include "api/base/rotating_log.h"
 #include "service/daemon.h"
 
@@ -25,6 +29,27 @@ using namespace muster;
 namespace {
 
 std::chrono::milliseconds seconds(double s) { return std::chrono::milliseconds(static_cast<long>(s * 1000)); }
+
+}  // namespace
+
+namespace {
+
+// Every running worker holds files open here: its agent's heartbeat
+// connection (kept open) and, on the local backend, a pidfd. A soft limit
+// of 1,024 (Debian's default) would end at a few hundred workers, so the
+// daemon takes the hard limit; its agents put the soft one back
+// (api::kEnvFileLimit).
+void raise_file_limit() {
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur >= files.rlim_max) return;
+  const rlim_t was = files.rlim_cur;
+  files.rlim_cur = files.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &files) != 0) {
+    spdlog::warn("could not raise the open-files limit from {} to {}: {}", was, files.rlim_max, std::strerror(errno));
+    return;
+  }
+  ::setenv(api::kEnvFileLimit, std::to_string(was).c_str(), 1);
+}
 
 }  // namespace
 
@@ -137,6 +162,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
+  raise_file_limit();
 
   auto daemon = service::Daemon::start(std::move(o));
   if (!daemon) {

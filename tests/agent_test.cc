@@ -9,7 +9,13 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
+#include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "api/kernel.h"
 #include "workers/agent/http_client.h"
@@ -18,6 +24,7 @@
 using muster::workers::agent::AgentOptions;
 using muster::workers::agent::script_command;
 using Cmd = std::vector<std::string>;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -88,6 +95,140 @@ TEST(HttpUrl, Parses) {
   EXPECT_FALSE(muster::workers::agent::parse_http_url("https://h:1").has_value());
   EXPECT_FALSE(muster::workers::agent::parse_http_url("http://:1").has_value());
   EXPECT_FALSE(muster::workers::agent::parse_http_url("http://h:x").has_value());
+}
+
+// A daemon stand-in on 127.0.0.1: accepts connections one after another and
+// answers each request 200 with a JSON body; `close_after` requests into a
+// connection it closes that connection (the reply says so only when
+// `announce_close`). Records what it saw.
+class StubServer {
+ public:
+  StubServer(int close_after, bool announce_close) : close_after_(close_after), announce_close_(announce_close) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(fd_, 8) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      ADD_FAILURE() << "stub server: " << std::strerror(errno);
+    }
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~StubServer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(fd_);
+  }
+  muster::workers::agent::Endpoint endpoint() const { return {"127.0.0.1", port_}; }
+  int connections() const { return connections_; }
+  std::vector<std::string> requests() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return requests_;
+  }
+
+ private:
+  void serve() {
+    for (;;) {
+      const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) return;
+      ++connections_;
+      std::string in;
+      char buf[4096];
+      for (int answered = 0;;) {
+        const auto end = in.find("\r\n\r\n");
+        if (end != std::string::npos) {
+          const auto cl = in.find("Content-Length: ");
+          const size_t body = cl < end ? std::stoul(in.substr(cl + 16)) : 0;
+          if (in.size() >= end + 4 + body) {
+            {
+              std::lock_guard<std::mutex> lock(mu_);
+              requests_.push_back(in.substr(0, end + 4 + body));
+            }
+            in.erase(0, end + 4 + body);
+            const bool last = ++answered == close_after_;
+            const std::string reply = std::string("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n") +
+                                      (last && announce_close_ ? "Connection: close\r\n" : "") +
+                                      "Content-Length: 11\r\n\r\n{\"n\": " + std::to_string(requests().size() % 10) + "   }";
+            (void)!::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+            if (last) break;
+            continue;
+          }
+        }
+        const ssize_t n = ::recv(c, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        in.append(buf, static_cast<size_t>(n));
+      }
+      ::close(c);
+    }
+  }
+
+  int close_after_;
+  bool announce_close_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<int> connections_{0};
+  std::mutex mu_;
+  std::vector<std::string> requests_;
+  std::thread thread_;
+};
+
+// The heartbeats' connection stays open from call to call.
+TEST(HttpConnection, KeepsOneConnectionAcrossCalls) {
+  StubServer server(/*close_after=*/0, false);
+  muster::workers::agent::HttpConnection kept(server.endpoint());
+  for (int i = 0; i < 5; ++i) {
+    auto r = kept.post("/api/v1/agent/workers/w/heartbeat", "tok", "{}", 5s);
+    ASSERT_TRUE(r.has_value()) << "call " << i;
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->body.size(), 11u);
+  }
+  EXPECT_EQ(server.connections(), 1);
+  const auto seen = server.requests();
+  ASSERT_EQ(seen.size(), 5u);
+  EXPECT_NE(seen[0].find("Authorization: Bearer tok"), std::string::npos) << seen[0];
+  EXPECT_EQ(seen[0].find("Connection: close"), std::string::npos) << seen[0];
+}
+
+// A daemon that closes the kept connection while it is idle (its idle
+// timeout, a restart) without saying so: the next call goes out again on a
+// new connection, and no call fails for it.
+TEST(HttpConnection, ReplacesAConnectionTheDaemonClosedWhileIdle) {
+  StubServer server(/*close_after=*/1, /*announce_close=*/false);
+  muster::workers::agent::HttpConnection kept(server.endpoint());
+  for (int i = 0; i < 3; ++i) {
+    auto r = kept.post("/x", "tok", "{\"i\": 1}", 5s);
+    ASSERT_TRUE(r.has_value()) << "call " << i;
+    EXPECT_EQ(r->status, 200);
+    std::this_thread::sleep_for(50ms);  // the server's close lands while the connection idles
+  }
+  EXPECT_EQ(server.connections(), 3);
+  EXPECT_EQ(server.requests().size(), 3u);  // each call made once on the connection that answered it
+}
+
+// "Connection: close" in a reply ends the connection on this side too; a
+// one-off call (post_json) asks for it.
+TEST(HttpConnection, HonoursConnectionClose) {
+  StubServer server(/*close_after=*/2, /*announce_close=*/true);
+  muster::workers::agent::HttpConnection kept(server.endpoint());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(kept.post("/x", "tok", "{}", 5s).has_value()) << "call " << i;
+  EXPECT_EQ(server.connections(), 2);
+  auto once = muster::workers::agent::post_json(server.endpoint(), "/y", "tok", "{}", 5s);
+  ASSERT_TRUE(once.has_value());
+  EXPECT_NE(server.requests().back().find("Connection: close"), std::string::npos);
+}
+
+// Nobody listening: no reply, and the next call tries again.
+TEST(HttpConnection, FailsWhenNobodyListens) {
+  muster::workers::agent::Endpoint nowhere;
+  {
+    StubServer server(0, false);
+    nowhere = server.endpoint();
+  }
+  muster::workers::agent::HttpConnection kept(nowhere);
+  EXPECT_FALSE(kept.post("/x", "tok", "{}", 1s).has_value());
+  EXPECT_FALSE(kept.post("/x", "tok", "{}", 1s).has_value());
 }
 
 TEST(Network, ReservedPort) {

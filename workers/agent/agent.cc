@@ -61,9 +61,14 @@ class Client {
     if (auto e = parse_http_url(o.env.url)) endpoint_ = *e;
   }
   std::optional<HttpReply> post(const std::string& call, const json& body, std::chrono::milliseconds timeout = 10s) {
-    return post_json(endpoint_, "/api/v1/agent/workers/" + options_.env.worker_id + "/" + call, options_.env.token,
-                     body.dump(), timeout);
+    return post_json(endpoint_, path(call), options_.env.token, body.dump(), timeout);
   }
+  // The same over a connection kept open between calls (the heartbeats).
+  std::optional<HttpReply> post(HttpConnection& kept, const std::string& call, const json& body,
+                                std::chrono::milliseconds timeout) {
+    return kept.post(path(call), options_.env.token, body.dump(), timeout);
+  }
+  const Endpoint& endpoint() const { return endpoint_; }
   // Retries while the daemon is unreachable (e.g. restarting) until `patience` ran out.
   std::optional<HttpReply> post_retrying(const std::string& call, const json& body,
                                          std::chrono::milliseconds patience) {
@@ -79,6 +84,8 @@ class Client {
   }
 
  private:
+  std::string path(const std::string& call) const { return "/api/v1/agent/workers/" + options_.env.worker_id + "/" + call; }
+
   const AgentOptions& options_;
   Endpoint endpoint_;
 };
@@ -254,12 +261,13 @@ int run_agent(const AgentOptions& o) {
   std::atomic<bool> exit_reporting{false};
   const auto orphan_timeout = o.env.orphan_timeout.value_or(kDefaultOrphanTimeout);
   std::thread heartbeat([&] {
+    HttpConnection kept(client.endpoint());
     std::unique_lock<std::mutex> lock(mu);
     auto last_answer = std::chrono::steady_clock::now();
     int refused = 0;  // 401/403 in a row
     while (!cv.wait_for(lock, o.env.heartbeat, [&] { return done; })) {
       lock.unlock();
-      auto r = client.post("heartbeat", json::object(), 5s);
+      auto r = client.post(kept, "heartbeat", json::object(), 5s);
       lock.lock();
       if (exit_reporting) continue;
       const bool denied = r && (r->status == 401 || r->status == 403);

@@ -1,7 +1,8 @@
-// A tiny blocking HTTP/1.1 client for the agent: one request per
-// connection (Connection: close), http:// URLs only. The agent makes a
-// handful of calls a second at most, so this keeps it a small, thread-less
-// program that starts fast (64 agents start at once on one machine).
+// A tiny blocking HTTP/1.1 client for the agent, http:// URLs only: one
+// call per connection (post_json), or an HttpConnection kept open from call
+// to call (the heartbeats: a TCP handshake and teardown every 2 s per agent
+// were most of what 1,024 idle workers cost the machine). It keeps the agent
+// a small program that starts fast (many agents start at once on one machine).
 #pragma once
 
 #include <chrono>
@@ -23,8 +24,37 @@ struct HttpReply {
   std::string body;
 };
 
-// POSTs `json_body` with the bearer token. nullopt when the daemon could not
-// be reached or the reply was cut (the caller retries).
+// A connection to the daemon that stays open between calls (HTTP/1.1
+// keep-alive) for as long as the daemon keeps it. One caller at a time.
+class HttpConnection {
+ public:
+  // keep_alive false: "Connection: close", a fresh connection per call.
+  explicit HttpConnection(Endpoint endpoint, bool keep_alive = true);
+  ~HttpConnection();
+  HttpConnection(const HttpConnection&) = delete;
+  HttpConnection& operator=(const HttpConnection&) = delete;
+
+  // POSTs `json_body` with the bearer token, over the open connection or a
+  // new one. A kept connection the daemon closed while it was idle (its
+  // idle timeout, a restart) is replaced and the call made again on the new
+  // one, once. nullopt when the daemon could not be reached, the reply was
+  // cut or the timeout passed (the caller retries); the connection is
+  // dropped then.
+  std::optional<HttpReply> post(const std::string& path, const std::string& token, const std::string& json_body,
+                                std::chrono::milliseconds timeout);
+
+ private:
+  enum class Outcome { kReply, kStale, kFailed };
+  bool connect(std::chrono::steady_clock::time_point deadline);
+  Outcome exchange(const std::string& request, std::chrono::steady_clock::time_point deadline, HttpReply* reply);
+  void drop();
+
+  Endpoint endpoint_;
+  bool keep_alive_;
+  int fd_ = -1;
+};
+
+// One call on a connection of its own (Connection: close).
 std::optional<HttpReply> post_json(const Endpoint& endpoint, const std::string& path, const std::string& token,
                                    const std::string& json_body, std::chrono::milliseconds timeout);
 

@@ -8,9 +8,11 @@
 // one exits 2 with a message naming the argument or variable. With
 // MUSTER_LOG_FILE the agent's and the script's output go through the log
 // relay (log_relay.h); --log-relay runs only the relay, on stdin.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -19,8 +21,28 @@
 #include "workers/agent/agent.h"
 #include "workers/agent/log_relay.h"
 
+namespace {
+
+// musterd raised its open-files limit for itself (api::kEnvFileLimit); the
+// worker gets the one the daemon was started with.
+void restore_file_limit() {
+  const char* soft = std::getenv(muster::api::kEnvFileLimit);
+  if (!soft) return;
+  char* end = nullptr;
+  const unsigned long long want = std::strtoull(soft, &end, 10);
+  rlimit files{};
+  if (end != soft && *end == '\0' && ::getrlimit(RLIMIT_NOFILE, &files) == 0 && want < files.rlim_cur) {
+    files.rlim_cur = static_cast<rlim_t>(want);
+    ::setrlimit(RLIMIT_NOFILE, &files);
+  }
+  ::unsetenv(muster::api::kEnvFileLimit);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using muster::workers::agent::AgentOptions;
+  restore_file_limit();
   const std::vector<std::string> args(argv, argv + argc);
   auto relay = muster::api::parse_log_relay_argv(args);
   if (!relay) {
