@@ -40,13 +40,55 @@ WORKER_SCRIPT = "bench/launch/sleep.py"  # relative to musterd's --project-dir (
 SCALING_SCRIPT = "bench/launch/sleep.sh"
 MS_PER_WORKER_TARGET = 3.0
 FLOOR_RATIO_TARGET = 3.0
+IDLE_SECONDS = 5.0
 
 
-def one_launch(n, script=WORKER_SCRIPT, kernel="python3", timings=None):
+def cpu_seconds(pids):
+    """CPU time (user + system) the processes `pids` have used so far; those gone count 0."""
+    total = 0
+    for pid in pids:
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def pids_named(name):
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/comm" % pid) as f:
+                if f.read().strip() == name:
+                    found.append(int(pid))
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def idle_cost(seconds=IDLE_SECONDS):
+    """Share of one core that musterd and the workers' agents (heartbeating) use while n workers
+    idle, over `seconds`: {"musterd": %, "agents": %}."""
+    with open(os.path.join(os.environ["MUSTER_STATE_DIR"], "musterd.json")) as f:
+        daemon = [json.load(f)["pid"]]
+    agents = pids_named("muster-agent")
+    d0, a0, t0 = cpu_seconds(daemon), cpu_seconds(agents), time.perf_counter()
+    time.sleep(seconds)
+    took = time.perf_counter() - t0
+    return {"musterd": round((cpu_seconds(daemon) - d0) * 100 / took, 1),
+            "agents": round((cpu_seconds(agents) - a0) * 100 / took, 1)}
+
+
+def one_launch(n, script=WORKER_SCRIPT, kernel="python3", timings=None, idle=None):
     t0 = time.perf_counter()
     workers = muster.launch_workers(n, cpu=0.25, memory=1, script=script, kernel=kernel)
     res = muster.await_workers(workers, wait_for_completion=False, timeout_seconds=300)
     elapsed = time.perf_counter() - t0
+    if idle is not None:
+        time.sleep(2)  # the launch's stragglers (scripts starting) settle first
+        idle.append(idle_cost())
     try:
         if res["failures"]:
             f = res["failures"][0]
@@ -109,10 +151,10 @@ def main():
     load_before_scaling = os.getloadavg()[0]
     scaling = []
     for n in [int(x) for x in opts.sizes.split(",") if x]:
-        launches, floors, stops = [], [], []
+        launches, floors, stops, idle = [], [], [], []
         # Fewer runs for the largest sizes: each starts n processes.
-        for _ in range(opts.scaling_runs if n <= 256 else max(1, opts.scaling_runs - 1)):
-            launches.append(one_launch(n, SCALING_SCRIPT, "bash", stops))
+        for i in range(opts.scaling_runs if n <= 256 else max(1, opts.scaling_runs - 1)):
+            launches.append(one_launch(n, SCALING_SCRIPT, "bash", stops, idle if i == 0 else None))
             time.sleep(1.0)
             floors.append(one_reference(n, "/bin/bash"))  # the workers' own interpreter
             time.sleep(1.0)
@@ -121,7 +163,8 @@ def main():
                "ms_per_worker": round(statistics.median(launches) * 1000 / n, 3),
                "floor_ms_per_worker": round(statistics.median(floors) * 1000 / n, 3),
                "ratio_to_floor": round(statistics.median(launches) / statistics.median(floors), 2),
-               "stop_s": round(statistics.median(stops), 4), "runs_s": [round(r, 4) for r in launches],
+               "stop_s": round(statistics.median(stops), 4), "idle_musterd_pct": idle[0]["musterd"],
+               "idle_agents_pct": idle[0]["agents"], "runs_s": [round(r, 4) for r in launches],
                "floor_runs_s": [round(r, 4) for r in floors]}
         scaling.append(row)
         print("scaling n=%d: %s" % (n, row), flush=True)
@@ -168,16 +211,20 @@ def main():
         " `bash`), against n bare `bash` processes (the floor: the workers' interpreter, started directly"
         " until each printed that it is up) measured right after each launch; `stop` is"
         " how long `stop_workers` of all n takes to answer (the processes are signalled; the grace runs"
-        " on the daemon's thread). Median of the runs listed. Targets: within %.0fx the floor at 64"
-        " workers, at most %.0f ms per worker up to 1,024." % (FLOOR_RATIO_TARGET, MS_PER_WORKER_TARGET),
+        " on the daemon's thread). Median of the runs listed. `idle`: the share of one core musterd and"
+        " the n agents (heartbeating every 2 s) used over %.0f s while the n workers ran, 2 s after the"
+        " first launch's await returned. Targets: within %.0fx the floor at 64"
+        " workers, at most %.0f ms per worker up to 1,024." % (IDLE_SECONDS, FLOOR_RATIO_TARGET,
+                                                              MS_PER_WORKER_TARGET),
         "",
-        "| workers | launch + await | floor | ratio to floor | ms per worker | floor ms per process | stop | runs |",
-        "|---|---|---|---|---|---|---|---|",
+        "| workers | launch + await | floor | ratio to floor | ms per worker | floor ms per process | stop"
+        " | idle: musterd | idle: agents | runs |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in scaling:
-        md.append("| %d | %.3f s | %.3f s | %.2fx | %.2f | %.2f | %.3f s | %s |" % (
+        md.append("| %d | %.3f s | %.3f s | %.2fx | %.2f | %.2f | %.3f s | %.1f%% | %.1f%% | %s |" % (
             row["n"], row["launch_s"], row["floor_s"], row["ratio_to_floor"], row["ms_per_worker"],
-            row["floor_ms_per_worker"], row["stop_s"],
+            row["floor_ms_per_worker"], row["stop_s"], row["idle_musterd_pct"], row["idle_agents_pct"],
             ", ".join("%.3f" % r for r in row["runs_s"])))
     md.append("")
     met64 = scaling and scaling[0]["n"] == 64 and scaling[0]["ratio_to_floor"] <= FLOOR_RATIO_TARGET

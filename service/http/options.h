@@ -18,8 +18,10 @@ struct HttpServerOptions {
   size_t max_body_bytes = 1 << 20;
   // Largest request line + headers (431 above).
   size_t max_header_bytes = 16 << 10;
-  // Open connections; one more is answered 503 and closed at once.
-  size_t max_connections = 4096;
+  // Open connections; one more is answered 503 and closed at once. Every
+  // running worker's agent keeps one open (its heartbeats), so this bounds
+  // the workers a daemon can run beside its users' clients.
+  size_t max_connections = 16384;
   // From a request's first byte to its last (headers and body); a client
   // slower than this is disconnected.
   std::chrono::milliseconds read_timeout{10'000};
