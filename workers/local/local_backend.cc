@@ -228,7 +228,10 @@ void LocalBackend::reap_locked(Child& child, bool ask) {
   } else if (child.ended || !base::alive(child.id)) {
     child.exit_code = -1;  // an adopted agent: not our child, its code is not ours to read
   }
-  if (child.exit_code) unwatch_locked(child);
+  // Ended and reaped, or (never seen) a pidfd that says ended before the
+  // pid can be reaped: either way not watched any more (a readable pidfd
+  // left in epoll would wake the reaper at once, forever); the pass polls.
+  if (child.exit_code || child.ended) unwatch_locked(child);
 }
 
 void LocalBackend::signal_tree_locked(const Child& child, int sig) {
