@@ -206,7 +206,12 @@ int run(int argc, char** argv) {
     copied.fill(mine);
     t_copied.push_back(time_once(*comm, [&] { copied.step(); }));
     correct = correct && copied.all_equal(expect);
+    // Filled like the others: each variant starts as after a backward pass,
+    // its gradients just written (dirty in the cache), MPI's reference too.
+    for (auto& p : per) std::fill(p.begin(), p.end(), mine);
     t_per.push_back(time_once(*comm, run_per_tensor));
+    const float sum = static_cast<float>(comm->size() * (comm->size() + 1) / 2);
+    for (const auto& p : per) correct = correct && std::all_of(p.begin(), p.end(), [&](float x) { return x == sum; });
   }
   int wrong = correct ? 0 : 1;
   comm->allreduce(&wrong, 1, rt::DataType::kInt32, {rt::comm::ReduceOp::kMax});
