@@ -67,7 +67,7 @@ def sockets_of(pid):
     return found
 
 
-def agent_of(daemon, worker_id):
+def agent_of(worker_id):
     for pid in processes_with_env("MUSTER_WORKER_ID=" + worker_id):
         with open("/proc/%d/comm" % pid) as f:
             if f.read().strip() == "muster-agent":
@@ -83,7 +83,7 @@ def test_the_daemon_takes_the_hard_limit_and_scripts_keep_the_soft_one(daemon):
         line = wait_for(lambda: next((l for l in muster.worker_logs(w["id"]).splitlines() if l.startswith("soft=")),
                                      None), timeout=30, what="the script's soft limit in its log")
         assert line == "soft=%d" % LOW_SOFT, line
-        agent = wait_for(lambda: agent_of(daemon, w["id"]), timeout=10, what="the worker's agent")
+        agent = wait_for(lambda: agent_of(w["id"]), timeout=10, what="the worker's agent")
         assert soft_and_hard_limit(agent)[0] == LOW_SOFT
     finally:
         muster.stop_workers(w)
@@ -103,7 +103,7 @@ def test_an_agent_heartbeats_over_one_kept_connection(daemon):
     try:
         ready = muster.await_workers([w], wait_for_completion=False, timeout_seconds=60)
         assert not ready["failures"], ready["failures"]
-        agent = wait_for(lambda: agent_of(daemon, w["id"]), timeout=10, what="the worker's agent")
+        agent = wait_for(lambda: agent_of(w["id"]), timeout=10, what="the worker's agent")
         before = heartbeats_seen(daemon)
         seen = set()
         deadline = time.monotonic() + 10 * HEARTBEAT_S

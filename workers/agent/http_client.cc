@@ -64,15 +64,14 @@ bool HttpConnection::connect(std::chrono::steady_clock::time_point deadline) {
   fd_ = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   const int rc = fd_ < 0 ? -1 : ::connect(fd_, res->ai_addr, res->ai_addrlen);
   ::freeaddrinfo(res);
-  if (fd_ < 0 || (rc != 0 && errno != EINPROGRESS)) return drop(), false;
-  if (rc != 0) {
-    if (!wait_fd(fd_, POLLOUT, deadline)) return drop(), false;
+  bool connected = fd_ >= 0 && rc == 0;
+  if (fd_ >= 0 && rc != 0 && errno == EINPROGRESS && wait_fd(fd_, POLLOUT, deadline)) {
     int err = 0;
     socklen_t len = sizeof err;
-    ::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len);
-    if (err != 0) return drop(), false;
+    connected = ::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
   }
-  return true;
+  if (!connected) drop();
+  return connected;
 }
 
 std::optional<HttpReply> HttpConnection::post(const std::string& path, const std::string& token,
