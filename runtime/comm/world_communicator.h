@@ -184,7 +184,6 @@ class WorldCommunicator : public Communicator {
   // The shared buffers alive, shared with them (they deregister on destruction).
   std::shared_ptr<shm::RegionTable> regions_ = std::make_shared<shm::RegionTable>();
   uint64_t next_region_id_ = 0;        // progress thread only
-  uint64_t direct_blocks_ = 0;         // progress thread only (direct_allreduce)
   uint64_t seq_ = 0;                   // progress thread only
   std::exception_ptr broken_;          // progress thread only
   std::vector<char> scratch_;          // progress thread only (the small path)

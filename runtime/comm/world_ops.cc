@@ -75,7 +75,7 @@ void WorldCommunicator::allreduce_direct(const shm::RegionTable::Found& found, s
   direct.dtype = dtype;
   direct.op = op;
   direct.block_bytes = options_.block_bytes;
-  shm::direct_allreduce(*found.region, *segment_, direct, &direct_blocks_, watchdog);
+  shm::direct_allreduce(*found.region, *segment_, direct, watchdog);
 }
 
 // ---------------------------------------------------------------------------

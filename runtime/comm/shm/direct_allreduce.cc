@@ -24,30 +24,19 @@ int world_rank_of(ShmSegment& segment, int local_rank) {
   return static_cast<int>(segment.peer(local_rank)->world_rank.load(std::memory_order_relaxed));
 }
 
-// Waits under the watchdog until `ready(p)` holds for every peer p, calling
-// `on_ready(p)` once for each as soon as it does (in whatever order they come).
-// `pending` is scratch space the caller keeps for the whole op, so the
-// per-block waits allocate nothing.
-template <typename Ready, typename OnReady>
-void for_each_peer_when(ShmSegment& segment, int me, Watchdog& watchdog, std::vector<int>& pending, Ready ready,
-                        OnReady on_ready) {
+// Waits under the watchdog until `ready(p)` holds for every peer p (in
+// whatever order they come). `pending` is scratch space.
+template <typename Ready>
+void wait_for_peers(ShmSegment& segment, int me, Watchdog& watchdog, std::vector<int>& pending, Ready ready) {
   const int n = segment.local_size();
   pending.clear();
-  for (int k = 1; k < n; ++k) pending.push_back((me + k) % n);  // start right of us: spreads the readers
+  for (int k = 1; k < n; ++k) pending.push_back((me + k) % n);
   while (!pending.empty()) {
     watchdog.prepare();
-    bool moved = false;
-    for (std::size_t i = 0; i < pending.size();) {
-      if (ready(pending[i])) {
-        on_ready(pending[i]);
-        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-        moved = true;
-      } else {
-        ++i;
-      }
-    }
+    const std::size_t before = pending.size();
+    pending.erase(std::remove_if(pending.begin(), pending.end(), ready), pending.end());
     if (pending.empty()) return;
-    if (moved) {
+    if (pending.size() < before) {
       watchdog.progressed();
     } else {
       watchdog.idle(world_rank_of(segment, pending.front()));
@@ -57,54 +46,37 @@ void for_each_peer_when(ShmSegment& segment, int me, Watchdog& watchdog, std::ve
 
 }  // namespace
 
-void direct_allreduce(const SharedRegion& region, ShmSegment& segment, const DirectOp& op, uint64_t* blocks_done,
-                      Watchdog& watchdog) {
+void direct_allreduce(const SharedRegion& region, ShmSegment& segment, const DirectOp& op, Watchdog& watchdog) {
   const int n = segment.local_size();
   const int me = region.local_rank();
   const std::size_t esize = dtype_size(op.dtype);
-  DirectEntry* mine = segment.direct(me);
   const uint64_t seq = watchdog.seq();
   std::vector<int> pending;
   pending.reserve(static_cast<std::size_t>(n));
 
-  // 1 + 2, block by block, the gather one block behind the reduction: by the
-  // time this rank copies a peer's chunk of block b - 1, the peer has
-  // usually published it, so neither waits for the other in lockstep.
   std::size_t block = op.count;
   if (op.block_bytes > 0) block = std::max<std::size_t>(op.block_bytes / esize, static_cast<std::size_t>(n));
   block = std::max<std::size_t>(std::min(block, op.count), 1);
-  const uint64_t base = *blocks_done;
-  const uint64_t blocks = (op.count + block - 1) / block;
-  auto chunks_of = [&](uint64_t b) { return Chunking{std::min(block, op.count - b * block), n}; };
-  auto at = [&](int rank, uint64_t b, int chunk) {
-    return region.base(rank) + op.offset + (b * block + chunks_of(b).begin(chunk)) * esize;
-  };
-  auto gather = [&](uint64_t b) {
-    for_each_peer_when(
-        segment, me, watchdog, pending,
-        [&](int p) { return segment.direct(p)->reduced.load(std::memory_order_acquire) >= base + b + 1; },
-        [&](int p) { std::memcpy(at(me, b, p), at(p, b, p), chunks_of(b).length(p) * esize); });
-  };
-  for (uint64_t b = 0; b < blocks; ++b) {
-    const std::size_t own = chunks_of(b).length(me);
-    if (own > 0) {
-      for (int k = 1; k < n; ++k) reduce_into(at(me, b, me), at((me + k) % n, b, me), own, op.dtype, op.op);
-      if (op.op == ReduceOp::kAverage) divide(at(me, b, me), own, op.dtype, n);
+  const std::size_t piece = std::max<std::size_t>(kPieceBytes / esize, 1);
+  auto at = [&](int rank, std::size_t element) { return region.base(rank) + op.offset + element * esize; };
+  for (std::size_t start = 0; start < op.count; start += block) {
+    const Chunking chunks{std::min(block, op.count - start), n};
+    const std::size_t first = start + chunks.begin(me);
+    const std::size_t own = chunks.length(me);
+    for (std::size_t done = 0; done < own; done += piece) {
+      const std::size_t len = std::min(piece, own - done);
+      char* result = at(me, first + done);
+      for (int k = 1; k < n; ++k) reduce_into(result, at((me + k) % n, first + done), len, op.dtype, op.op);
+      if (op.op == ReduceOp::kAverage) divide(result, len, op.dtype, n);
+      for (int k = 1; k < n; ++k) std::memcpy(at((me + k) % n, first + done), result, len * esize);
     }
-    mine->reduced.store(base + b + 1, std::memory_order_release);
-    ring_peers(segment, me);
-    if (b > 0) gather(b - 1);
   }
-  gather(blocks - 1);
-  *blocks_done = base + blocks;
 
-  // 3. Finish: nobody reads our buffer once this returns.
-  mine->finished.store(seq, std::memory_order_release);
+  // Finish: nobody reads or writes our buffer once this returns.
+  segment.direct(me)->finished.store(seq, std::memory_order_release);
   ring_peers(segment, me);
-  for_each_peer_when(
-      segment, me, watchdog, pending,
-      [&](int p) { return segment.direct(p)->finished.load(std::memory_order_acquire) >= seq; },
-      [](int) {});
+  wait_for_peers(segment, me, watchdog, pending,
+                 [&](int p) { return segment.direct(p)->finished.load(std::memory_order_acquire) >= seq; });
 }
 
 }  // namespace muster::runtime::comm::shm

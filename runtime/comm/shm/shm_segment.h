@@ -50,9 +50,8 @@ struct alignas(64) PeerEntry {
 // A rank's side of the direct allreduce (direct_allreduce.h), written only
 // by that rank and read by the others of its host. Counters only grow.
 struct alignas(64) DirectEntry {
-  // Blocks whose own chunk this rank has reduced, over all direct ops so far.
-  std::atomic<uint64_t> reduced;
-  // The last op in which this rank has finished reading the others' buffers.
+  // The last op in which this rank has finished reading and writing the
+  // others' buffers.
   std::atomic<uint64_t> finished;
 };
 
