@@ -12,6 +12,8 @@
 #include <tuple>
 #include <vector>
 
+#include <unistd.h>
+
 #include "comm_reference.h"
 #include "comm_thread_world.h"
 #include "runtime/comm/half.h"
@@ -229,6 +231,22 @@ TEST_P(WorldTest, AsyncOpsOfEveryKindCompleteInOrder) {
     EXPECT_EQ(check_result(b, 5, DataType::kFloat64, ReduceOp::kAverage, comm.size()), 0u);
     EXPECT_EQ(bc[999], 42);
     for (std::size_t r = 0; r < n; ++r) EXPECT_EQ(g[r], static_cast<int64_t>(r));
+  });
+}
+
+// Ranks that outnumber the host's CPUs do not spin: a spinning rank would
+// take the CPU from the peer it waits for. They sleep on their doorbells at
+// once, and the ring still completes and is right.
+TEST(WorldSpinTest, RanksThatOutnumberCpusSleepAtOnce) {
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (online > 31) GTEST_SKIP() << "would need " << online + 1 << " ranks on threads to outnumber this host's CPUs";
+  const int n = static_cast<int>(online) + 1;
+  const std::size_t count = (1u << 20) / 4 + 5;
+  run_world(n, "shm", [&](int rank, Communicator& comm) {
+    EXPECT_EQ(comm.options().spin.count(), 0) << "rank " << rank << " of " << n << " on " << online << " CPUs";
+    std::vector<char> data = make_input(count, DataType::kFloat32, rank);
+    comm.allreduce(data.data(), count, DataType::kFloat32, {ReduceOp::kSum, Algorithm::kRing});
+    EXPECT_EQ(check_result(data, count, DataType::kFloat32, ReduceOp::kSum, n), 0u);
   });
 }
 

@@ -188,7 +188,7 @@ struct CommOptions {
   std::size_t block_bytes = 1024 * 1024;
   // A rank waiting on a shared-memory neighbour spins this long, then sleeps
   // on its futex doorbell (never sched_yield: see watchdog.cc). kAutoSpin:
-  // 5 ms when this host's ranks have a CPU each, else 50 us.
+  // 5 ms when this host's ranks have a CPU each, else 0 (sleep at once).
   // MUSTER_COMM_SPIN_US overrides it.
   std::chrono::microseconds spin = kAutoSpin;
   static constexpr std::chrono::microseconds kAutoSpin{-1};
