@@ -30,12 +30,17 @@ How it is built
   384.0 against 384.7 ms at batch 8, 411.3 against 410.7 at batch 32; on a
   busier machine the backend came out 4% below to 25% above the hook, run
   to run), so neither this layer nor the GIL is where its step goes, and a
-  C++ ProcessGroup would not change it. What is left between DDP(muster) and muster.torch (4-17% in
-  our runs) is DDP's data path: it copies every gradient into its bucket
+  C++ ProcessGroup would not change it. What is left between DDP(muster) and muster.torch is
+  DDP's data path: it copies every gradient into its bucket
   and back, and its buckets are private memory, which the ring moves
   through its shared-memory slots, while muster.torch's gradients live in
   the runtime's shared buffers and the direct algorithm reduces them in
-  place; with one core per rank none of it hides behind backward.
+  place; with one core per rank none of it hides behind backward. Since
+  the direct algorithm writes each result straight back into every rank's
+  buffer (one pass instead of two), that gap on bench/torch's 25 M MLP is
+  +70-76% (+11-44% with bucket views) with 4 KiB pages, and +17% (+1%
+  with bucket views) with huge pages, where muster.torch's gradients are
+  private too; it was 0-17% before.
   DistributedDataParallel(..., gradient_as_bucket_view=True) removes the two
   copies (bench/torch times it; the gain was within the shared machine's
   spread in our runs). Giving DDP's buckets the runtime's shared memory
