@@ -214,14 +214,14 @@ def main():
         "%(settle_row)s",
         "",
         "Targets: under %.1f s, and within %.0fx the bare-process floor; this run %s the first and %s the"
-        " second (%.2fx the bare `sh` floor). The workers here are Python scripts: 64 bare"
+        " second (%.2fx the bare `sh` floor). The workers here are Python scripts: %d bare"
         " `/usr/bin/python3` processes alone take %.3f s on this machine (%.2fx the `sh` floor), and the"
         " scripts that start first share the cores with the agents still starting, although await"
         " returns before each script has run (the scaling table below times a bash worker against bare"
         " bash). Machine: %d cores, 1-minute load average %.1f after this table and %.1f when the scaling"
         " table below ended (its 1,024 workers are most of that)."
         % (TARGET_S, FLOOR_RATIO_TARGET, verdict, "meets" if median / ref <= FLOOR_RATIO_TARGET else "misses",
-           median / ref, py_ref, py_ref / ref, os.cpu_count(), load_before_scaling, load),
+           median / ref, opts.n, py_ref, py_ref / ref, os.cpu_count(), load_before_scaling, load),
         "",
         "### Scaling",
         "",
@@ -247,9 +247,9 @@ def main():
     md.append("")
     met64 = scaling and scaling[0]["n"] == 64 and scaling[0]["ratio_to_floor"] <= FLOOR_RATIO_TARGET
     per_worker = [r["ms_per_worker"] for r in scaling]
-    md.append("Within %.0fx the floor at 64 bash workers: **%s** (the 64 Python workers above: %.2fx bare `sh`)."
+    md.append("Within %.0fx the floor at 64 bash workers: **%s** (the %d Python workers above: %.2fx bare `sh`)."
               " At most %.0f ms per worker up to 1,024: **%s** (%s)."
-              % (FLOOR_RATIO_TARGET, "met" if met64 else "NOT met", median / ref, MS_PER_WORKER_TARGET,
+              % (FLOOR_RATIO_TARGET, "met" if met64 else "NOT met", opts.n, median / ref, MS_PER_WORKER_TARGET,
                  "met" if per_worker and max(per_worker) <= MS_PER_WORKER_TARGET else "NOT met",
                  ", ".join("%.1f ms at %d" % (r["ms_per_worker"], r["n"]) for r in scaling)))
     if per_worker and min(r["floor_ms_per_worker"] for r in scaling) > MS_PER_WORKER_TARGET:
