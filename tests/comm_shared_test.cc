@@ -74,12 +74,36 @@ TEST(SharedAllreduce, SixtyFourMegabytesAverageRepeated) {
   const std::size_t count = (64u << 20) / 4;
   Communicator& comm = *world();
   auto buf = comm.allocate_shared(count * 4);
-  for (int round = 0; round < 2; ++round) {  // the second reuses the counters of the first
+  for (int round = 0; round < 2; ++round) {  // the second op on the same buffer, after the first
     const std::vector<char> in = make_input(count, DataType::kFloat32, comm.rank());
     std::memcpy(buf->data(), in.data(), count * 4);
     comm.allreduce(buf->data(), count, DataType::kFloat32, {ReduceOp::kAverage});
     std::vector<char> out(static_cast<char*>(buf->data()), static_cast<char*>(buf->data()) + count * 4);
     EXPECT_EQ(check_result(out, count, DataType::kFloat32, ReduceOp::kAverage, comm.size()), 0u) << round;
+  }
+}
+
+// Every rank must end with the same bits, or replicas drift apart step by
+// step. Float sums depend on their order, and the inputs here (magnitudes
+// from 1e-3 to 1e6) make every order give different bits: the direct path
+// reduces each chunk once, on its owner, and copies that result to all.
+TEST(SharedAllreduce, EveryRankEndsWithTheSameBits) {
+  Communicator& comm = *world();
+  const std::size_t count = (3u << 20) / 4 + 5;  // several blocks and pieces, and a ragged end
+  auto buf = comm.allocate_shared(count * 4);
+  float* data = static_cast<float*>(buf->data());
+  for (std::size_t i = 0; i < count; ++i) {
+    const double big = (i + static_cast<std::size_t>(comm.rank())) % 3 == 0 ? 1e6 : 1.0;
+    data[i] = static_cast<float>(big * std::sin(0.001 * static_cast<double>(i) + comm.rank()) + 1e-3 * comm.rank());
+  }
+  for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
+    comm.allreduce(data, count, DataType::kFloat32, {op});
+    uint64_t hash = 1469598103934665603ull;  // FNV-1a over the result's bytes
+    const auto* bytes = reinterpret_cast<const unsigned char*>(data);
+    for (std::size_t i = 0; i < count * 4; ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+    std::vector<uint64_t> all(static_cast<std::size_t>(comm.size()));
+    comm.allgather(&hash, 1, DataType::kInt64, all.data());
+    for (int r = 0; r < comm.size(); ++r) EXPECT_EQ(all[static_cast<std::size_t>(r)], hash) << "rank " << r;
   }
 }
 
