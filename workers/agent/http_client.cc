@@ -63,9 +63,10 @@ bool HttpConnection::connect(std::chrono::steady_clock::time_point deadline) {
   }
   fd_ = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   const int rc = fd_ < 0 ? -1 : ::connect(fd_, res->ai_addr, res->ai_addrlen);
+  const bool in_progress = rc != 0 && errno == EINPROGRESS;  // read before freeaddrinfo, which may change errno
   ::freeaddrinfo(res);
   bool connected = fd_ >= 0 && rc == 0;
-  if (fd_ >= 0 && rc != 0 && errno == EINPROGRESS && wait_fd(fd_, POLLOUT, deadline)) {
+  if (fd_ >= 0 && in_progress && wait_fd(fd_, POLLOUT, deadline)) {
     int err = 0;
     socklen_t len = sizeof err;
     connected = ::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
