@@ -3,11 +3,19 @@
 // reference as comm_allreduce_test, at an odd offset inside the buffer with
 // guard bytes around it; 64 MB (many blocks); shared and private buffers and
 // MPI's algorithm interleaved; a mismatched offset or size reported on every
-// rank. Run with --transport=mpi the peers do not map the memory and the
+// rank. Callers' own shared files (AllreduceOptions::shared_fd, memfds here):
+// mapped by the peers once, as /proc/self/maps shows, dropped on
+// forget_shared_file and mapped again after, and the ring whenever a rank
+// offers no file or another offset. Run with --transport=mpi the peers do not map the memory and the
 // same checks go through the ring. Also run without mpirun, over a file store.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <fstream>
+#include <string>
 #include <cstdint>
 #include <cstring>
 #include <tuple>
@@ -154,6 +162,148 @@ TEST(SharedBuffer, MismatchedSizeIsReportedOnEveryRank) {
   EXPECT_THROW(comm.allocate_shared(comm.rank() == 0 ? 4096 : 8192), MismatchError);
   auto ok = comm.allocate_shared(64);  // still usable
   EXPECT_EQ(ok->direct(), expect_direct());
+}
+
+// A memfd of `bytes` named "shared-file-<tag>-r<rank>", mapped.
+struct MemFile {
+  MemFile(const std::string& tag, int rank, std::size_t bytes) : bytes(bytes) {
+    name = "shared-file-" + tag + "-r" + std::to_string(rank);
+    fd = memfd_create(name.c_str(), MFD_CLOEXEC);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
+    base = static_cast<char*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    EXPECT_NE(base, MAP_FAILED);
+  }
+  ~MemFile() {
+    munmap(base, bytes);
+    close(fd);
+  }
+  std::pair<uint64_t, uint64_t> id() const {
+    struct stat st{};
+    fstat(fd, &st);
+    return {st.st_dev, st.st_ino};
+  }
+  std::string name;
+  int fd = -1;
+  std::size_t bytes;
+  char* base = nullptr;
+};
+
+// How many of this process's mappings are of rank `r`'s memfd for `tag`.
+int mappings_of(const std::string& tag, int r) {
+  std::ifstream maps("/proc/self/maps");
+  const std::string needle = "memfd:shared-file-" + tag + "-r" + std::to_string(r) + " ";
+  int n = 0;
+  for (std::string line; std::getline(maps, line);) n += line.find(needle) != std::string::npos;
+  return n;
+}
+
+// Every peer's file mapped `expected` times here (ours once more, by the runtime).
+void expect_peer_mappings(const std::string& tag, int expected) {
+  Communicator& comm = *world();
+  for (int r = 0; r < comm.size(); ++r) {
+    if (r != comm.rank()) {
+      EXPECT_EQ(mappings_of(tag, r), expected) << "rank " << r << "'s file";
+    }
+  }
+}
+
+// kRing: never the small path, which takes sizes up to megabytes where
+// ranks outnumber CPUs (auto_small_bytes) and maps nothing.
+AllreduceOptions in_file(const MemFile& f, std::size_t offset, ReduceOp op = ReduceOp::kSum) {
+  AllreduceOptions o;
+  o.op = op;
+  o.algorithm = Algorithm::kRing;
+  o.shared_fd = f.fd;
+  o.shared_offset = offset;
+  return o;
+}
+
+TEST(SharedFile, PeersMapItOnceReduceInPlaceAndForgetIt) {
+  Communicator& comm = *world();
+  const std::size_t count = (3u << 20) / 4 + 5, offset = 192;
+  MemFile f("once", comm.rank(), offset + count * 4 + 64);
+  float* data = reinterpret_cast<float*>(f.base + offset);
+  const int direct = expect_direct() ? 1 : 0;
+  for (int round = 0; round < 3; ++round) {
+    const ReduceOp op = round == 1 ? ReduceOp::kAverage : ReduceOp::kSum;
+    const std::vector<char> in = make_input(count, DataType::kFloat32, comm.rank());
+    std::memcpy(data, in.data(), count * 4);
+    std::memset(f.base + offset + count * 4, 'Z', 64);
+    comm.allreduce(data, count, DataType::kFloat32, in_file(f, offset, op));
+    std::vector<char> out(f.base + offset, f.base + offset + count * 4);
+    EXPECT_EQ(check_result(out, count, DataType::kFloat32, op, comm.size()), 0u) << "round " << round;
+    for (std::size_t i = 0; i < 64; ++i) ASSERT_EQ(f.base[offset + count * 4 + i], 'Z') << "wrote past the buffer";
+    comm.barrier();
+    expect_peer_mappings("once", direct);  // once, however many ops
+  }
+  // Forgotten here: gone from this rank's mappings at once; the next op maps it again on every rank.
+  comm.forget_shared_file(f.id().first, f.id().second);
+  expect_peer_mappings("once", 0);
+  const std::vector<char> in = make_input(count, DataType::kFloat32, comm.rank());
+  std::memcpy(data, in.data(), count * 4);
+  comm.allreduce(data, count, DataType::kFloat32, in_file(f, offset));
+  std::vector<char> out(f.base + offset, f.base + offset + count * 4);
+  EXPECT_EQ(check_result(out, count, DataType::kFloat32, ReduceOp::kSum, comm.size()), 0u);
+  comm.barrier();
+  expect_peer_mappings("once", direct);
+}
+
+// One rank offers no file, or its buffer at another offset: the ranks agree
+// on the ring, map nothing, and the result is right; then all offer the same
+// place and it runs direct.
+TEST(SharedFile, ARankWithoutItOrElsewhereRunsTheRing) {
+  Communicator& comm = *world();
+  const std::size_t count = 300001;
+  MemFile f("ring", comm.rank(), 4096 + count * 4);
+  for (int variant = 0; variant < 3; ++variant) {
+    const std::size_t offset = variant == 1 && comm.rank() == 0 ? 4096 : 0;
+    char* data = f.base + offset;
+    const std::vector<char> in = make_input(count, DataType::kFloat32, comm.rank());
+    std::memcpy(data, in.data(), count * 4);
+    AllreduceOptions o = in_file(f, offset);
+    if (variant == 0 && comm.rank() == 0) o.shared_fd = -1;
+    comm.allreduce(data, count, DataType::kFloat32, o);
+    std::vector<char> out(data, data + count * 4);
+    EXPECT_EQ(check_result(out, count, DataType::kFloat32, ReduceOp::kSum, comm.size()), 0u) << variant;
+    comm.barrier();
+    expect_peer_mappings("ring", variant < 2 || !expect_direct() ? 0 : 1);
+  }
+}
+
+// A rank that forgot the file while the others still map it: the next op
+// maps it again everywhere (the descriptors differ, every rank offered its
+// file), and is right.
+TEST(SharedFile, ForgottenOnOneRankIsMappedAgainOnAll) {
+  Communicator& comm = *world();
+  const std::size_t count = 200003;
+  MemFile f("again", comm.rank(), count * 4);
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1 && comm.rank() == comm.size() - 1) comm.forget_shared_file(f.id().first, f.id().second);
+    const std::vector<char> in = make_input(count, DataType::kFloat32, comm.rank());
+    std::memcpy(f.base, in.data(), count * 4);
+    comm.allreduce(f.base, count, DataType::kFloat32, in_file(f, 0, ReduceOp::kMax));
+    std::vector<char> out(f.base, f.base + count * 4);
+    EXPECT_EQ(check_result(out, count, DataType::kFloat32, ReduceOp::kMax, comm.size()), 0u) << round;
+    comm.barrier();
+    expect_peer_mappings("again", expect_direct() ? 1 : 0);  // the old mappings are gone
+  }
+}
+
+// A descriptor that is not a regular file (a pipe) is no shared file: the ring.
+TEST(SharedFile, APipeIsNotAFile) {
+  Communicator& comm = *world();
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  const std::size_t count = 100000;
+  std::vector<char> in = make_input(count, DataType::kFloat32, comm.rank());
+  AllreduceOptions o;
+  o.algorithm = Algorithm::kRing;
+  o.shared_fd = pipefd[0];
+  comm.allreduce(in.data(), count, DataType::kFloat32, o);
+  EXPECT_EQ(check_result(in, count, DataType::kFloat32, ReduceOp::kSum, comm.size()), 0u);
+  close(pipefd[0]);
+  close(pipefd[1]);
 }
 
 }  // namespace

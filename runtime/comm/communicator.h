@@ -57,7 +57,11 @@
 // the direct algorithm when the whole job is on one host: each rank reduces
 // its chunk straight out of the others' buffers, with no copies through the
 // ring's slots. Ranks on several hosts get ordinary memory and the ring.
-// DistributedOptimizer keeps the gradients it owns in one.
+// DistributedOptimizer keeps the gradients it owns in one. A caller whose
+// buffer already lies in a shared-memory file of its own (torch's
+// share_memory_() storages: DDP's buckets on the "muster" backend) names the
+// file in AllreduceOptions::shared_fd; the ranks then map each other's files
+// once and those allreduces run direct too.
 //
 // Usage:
 //   auto comm = muster::runtime::comm::Communicator::create();   // from the environment
@@ -116,6 +120,14 @@ struct AllreduceOptions {
   Algorithm algorithm = Algorithm::kAuto;
   std::string name = {};
   std::vector<int64_t> shape = {};
+  // The buffer lies in a shared-memory file this rank holds open as
+  // `shared_fd`, `shared_offset` bytes from its start (torch's
+  // share_memory_() storages). When every rank of a one-host world says so,
+  // with the same offset, the ranks map each other's files (once per file)
+  // and the op runs direct, as in an allocate_shared() buffer. The fd must
+  // stay open until the op is done; forget_shared_file() drops the mapping.
+  int shared_fd = -1;
+  std::size_t shared_offset = 0;
 };
 
 struct ReduceScatterOptions {
@@ -354,6 +366,19 @@ class Communicator {
   // Collective: every rank calls it, in the same order relative to its other
   // collectives, with the same `bytes`. See "Shared buffers" above.
   virtual std::unique_ptr<SharedBuffer> allocate_shared(std::size_t bytes) = 0;
+
+  // True when allreduces may run direct here: the whole world on this host,
+  // with a shared-memory segment (AllreduceOptions::shared_fd is ignored
+  // otherwise).
+  virtual bool shares_host_memory() const { return false; }
+  // Unmaps the file (st_dev, st_ino) that allreduces with shared_fd had this
+  // rank map, its own and its peers' (a no-op for one never mapped). Local:
+  // a later op on the file on any rank maps it again on all. Any thread; an
+  // op in flight on the file keeps the mapping until it is done.
+  virtual void forget_shared_file(uint64_t device, uint64_t inode) {
+    (void)device;
+    (void)inode;
+  }
 };
 
 }  // namespace muster::runtime::comm

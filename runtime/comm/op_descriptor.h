@@ -64,6 +64,10 @@ static_assert(sizeof(OpDescriptor) == 48, "OpDescriptor travels as 48 bytes");
 // so no rank pairs this op with another: that rank throws InvalidArgument,
 // the others MismatchError naming it.
 constexpr uint8_t kInvalidArguments = 1;
+// An allreduce whose buffer lies in a shared-memory file the caller named
+// (AllreduceOptions::shared_fd); not compared. When every rank's record has
+// it and their details differ, the ranks map each other's files.
+constexpr uint8_t kSharedFile = 2;
 
 uint64_t op_name_hash(const std::string& name);
 // FNV-1a of the dimensions; 0 for an empty shape.

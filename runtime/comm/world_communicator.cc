@@ -176,6 +176,8 @@ Handle WorldCommunicator::allreduce_async(void* data, std::size_t count, DataTyp
   }
   const ReduceOp op = options.op;
   const Algorithm algorithm = options.algorithm;
+  const int shared_fd = options.shared_fd;
+  const std::size_t shared_offset = options.shared_offset;
   return submit(std::move(call), [=](Call& c, Watchdog& watchdog) {
     if (size_ == 1) {
       if (!c.invalid.empty()) throw InvalidArgument(c.what + ": " + c.invalid);
@@ -184,19 +186,41 @@ Handle WorldCommunicator::allreduce_async(void* data, std::size_t count, DataTyp
     const std::size_t bytes = count * dtype_size(dtype);
     const bool small = algorithm == Algorithm::kAuto && inline_fits(bytes);
     // Where the buffer lies: the direct path runs when it is the same place
-    // of the same shared buffer on every rank.
+    // of the same shared buffer (or adopted file) on every rank.
     shm::RegionTable::Found found;
-    if (direct_capable_ && algorithm != Algorithm::kMpi && !small && !regions_->empty() && c.invalid.empty()) {
-      found = regions_->find(data, bytes);
-      if (found.id != 0) c.desc.detail = (found.id << 48) | found.offset;
+    shm::SharedRegion::File file;  // the caller's shared file, when it offered one
+    Adopted adopted;               // held while the op runs
+    const bool may_direct = direct_capable_ && algorithm != Algorithm::kMpi && !small && c.invalid.empty();
+    if (may_direct && !regions_->empty()) found = regions_->find(data, bytes);
+    if (may_direct && found.id == 0 && shared_fd >= 0 && options_.check_ops && !adoption_off_ &&
+        shm::SharedRegion::stat_file(shared_fd, &file) && shared_offset <= file.size &&
+        bytes <= file.size - shared_offset) {
+      file.offset = shared_offset;
+      c.desc.flags |= kSharedFile;
+      adopted = find_adopted(file);
+      if (adopted.region && shared_offset + bytes <= adopted.region->bytes()) {
+        found = {adopted.id, adopted.region.get(), shared_offset};
+      }
     }
+    if (found.id != 0) c.desc.detail = (found.id << 48) | found.offset;
     if (options_.check_ops || small || c.desc.detail != 0 || !c.invalid.empty()) {
       const auto& records = checked_exchange(c, small ? data : nullptr, small ? bytes : 0, watchdog);
       if (count == 0) return;
       if (small) return run_small(c, records, data, nullptr);
-      bool direct = found.id != 0;
-      for (const auto& r : records) direct = direct && r.header.desc.detail == c.desc.detail;
+      bool direct = found.id != 0, all_files = true;
+      for (const auto& r : records) {
+        direct = direct && r.header.desc.detail == c.desc.detail;
+        all_files = all_files && (r.header.desc.flags & kSharedFile);
+      }
       if (direct) return allreduce_direct(found, count, dtype, op, watchdog);
+      // Every rank offered its file and they are not all mapped alike yet:
+      // all map them now (the same decision on every rank: it reads only
+      // the records).
+      if (all_files) {
+        adopted = adopt_file(file, bytes, watchdog);
+        if (adopted.region) return allreduce_direct({adopted.id, adopted.region.get(), shared_offset}, count, dtype,
+                                                    op, watchdog);
+      }
     }
     if (count == 0) return;
     if (algorithm == Algorithm::kMpi) return allreduce_mpi(data, count, dtype, op, watchdog);

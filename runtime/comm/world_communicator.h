@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -81,6 +82,8 @@ class WorldCommunicator : public Communicator {
   void check_peers() override;
   std::unique_ptr<Communicator> split(const std::vector<int>& ranks, const std::string& name) override;
   std::unique_ptr<SharedBuffer> allocate_shared(std::size_t bytes) override;
+  bool shares_host_memory() const override { return direct_capable_; }
+  void forget_shared_file(uint64_t device, uint64_t inode) override;
 
   // Which transport the ring links use ("shm", "tcp", "mpi", "mixed" when
   // they differ, or "none"), for tests and logs.
@@ -147,6 +150,15 @@ class WorldCommunicator : public Communicator {
   void allreduce_mpi(void* data, std::size_t count, DataType dtype, ReduceOp op, Watchdog& watchdog);
   void allreduce_direct(const shm::RegionTable::Found& found, std::size_t count, DataType dtype, ReduceOp op,
                         Watchdog& watchdog);
+  // The callers' shared files this rank maps (AllreduceOptions::shared_fd):
+  // the one `file` names, if mapped; else adopts it with the other ranks
+  // (collective: every rank offered a file for this op), null if that failed.
+  struct Adopted {
+    uint64_t id = 0;  // the region id the descriptors carry
+    std::shared_ptr<shm::SharedRegion> region;
+  };
+  Adopted find_adopted(const shm::SharedRegion::File& file);
+  Adopted adopt_file(const shm::SharedRegion::File& file, std::size_t need, Watchdog& watchdog);
   RingPeers ring_peers() const;
   // Host-wide allgather over the control plane (SharedRegion::create).
   std::vector<std::string> host_allgather(const std::string& mine, Watchdog& watchdog);
@@ -184,6 +196,10 @@ class WorldCommunicator : public Communicator {
   // The shared buffers alive, shared with them (they deregister on destruction).
   std::shared_ptr<shm::RegionTable> regions_ = std::make_shared<shm::RegionTable>();
   uint64_t next_region_id_ = 0;        // progress thread only
+  // Adopted files by (device, inode); forget_shared_file() drops one from any thread.
+  std::mutex adopted_mu_;
+  std::map<std::pair<uint64_t, uint64_t>, Adopted> adopted_;
+  bool adoption_off_ = false;  // progress thread only: a rank could not map a peer's file
   uint64_t seq_ = 0;                   // progress thread only
   std::exception_ptr broken_;          // progress thread only
   std::vector<char> scratch_;          // progress thread only (the small path)

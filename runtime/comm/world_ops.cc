@@ -287,6 +287,33 @@ std::vector<std::string> WorldCommunicator::host_allgather(const std::string& mi
   return out;
 }
 
+WorldCommunicator::Adopted WorldCommunicator::find_adopted(const shm::SharedRegion::File& file) {
+  std::lock_guard<std::mutex> lock(adopted_mu_);
+  auto it = adopted_.find({file.device, file.inode});
+  return it == adopted_.end() ? Adopted{} : it->second;
+}
+
+WorldCommunicator::Adopted WorldCommunicator::adopt_file(const shm::SharedRegion::File& file, std::size_t need,
+                                                         Watchdog& watchdog) {
+  shm::SharedRegion::AdoptResult result;
+  auto region = shm::SharedRegion::adopt(shm_local_, size_, file, need,
+                                         [&](const std::string& mine) { return host_allgather(mine, watchdog); },
+                                         &result);
+  // The same result on every rank: ids stay in step, and a host where files
+  // cannot be opened across processes stops trying.
+  if (result == shm::SharedRegion::AdoptResult::kUnavailable) adoption_off_ = true;
+  if (!region) return {};
+  Adopted adopted{++next_region_id_, std::shared_ptr<shm::SharedRegion>(std::move(region))};
+  std::lock_guard<std::mutex> lock(adopted_mu_);
+  adopted_[{file.device, file.inode}] = adopted;  // replaces a mapping other ranks had dropped
+  return adopted;
+}
+
+void WorldCommunicator::forget_shared_file(uint64_t device, uint64_t inode) {
+  std::lock_guard<std::mutex> lock(adopted_mu_);
+  adopted_.erase({device, inode});
+}
+
 std::unique_ptr<SharedBuffer> WorldCommunicator::allocate_shared(std::size_t bytes) {
   std::unique_ptr<SharedBuffer> result;
   Call call;

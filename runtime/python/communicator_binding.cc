@@ -186,18 +186,29 @@ void bind_communicator(py::module_& m) {
       .def_property_readonly("transport", [](PyCommunicator& c) { return c.get().transport(); },
                              "What the ring's links run over: 'shm', 'tcp', 'mpi', 'mixed', 'none'.")
       .def_property_readonly("open", &PyCommunicator::open)
+      .def_property_readonly(
+          "shares_host_memory", [](PyCommunicator& c) { return c.get().shares_host_memory(); },
+          "True when allreduces may run direct: the whole world on this host (shared_fd counts only then)")
+      .def(
+          "forget_shared_file",
+          [](PyCommunicator& c, uint64_t device, uint64_t inode) { c.get().forget_shared_file(device, inode); },
+          py::arg("device"), py::arg("inode"),
+          "Unmaps the shared file (os.stat's st_dev, st_ino) that allreduces with shared_fd mapped")
       .def(
           "allreduce_async",
           [](PyCommunicator& c, std::uintptr_t data, std::size_t count, const std::string& dtype,
-             const std::string& op, const std::string& name, const std::vector<int64_t>& shape) {
+             const std::string& op, const std::string& name, const std::vector<int64_t>& shape, int shared_fd,
+             std::size_t shared_offset) {
             comm::AllreduceOptions o;
             o.op = parse_op(op);
             o.name = name;
             o.shape = shape;
+            o.shared_fd = shared_fd;
+            o.shared_offset = shared_offset;
             return c.get().allreduce_async(address(data), count, parse_dtype(dtype), o);
           },
           py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("op") = "sum", py::arg("name") = "",
-          py::arg("shape") = std::vector<int64_t>{}, Gil())
+          py::arg("shape") = std::vector<int64_t>{}, py::arg("shared_fd") = -1, py::arg("shared_offset") = 0, Gil())
       .def(
           "broadcast_async",
           [](PyCommunicator& c, std::uintptr_t data, std::size_t count, const std::string& dtype, int root,

@@ -1,6 +1,8 @@
 #include "runtime/comm/shm/shared_region.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
+#include <sstream>
 #include <string>
 
 #include "runtime/comm/shm/shm_segment.h"
@@ -67,6 +70,112 @@ std::unique_ptr<SharedRegion> SharedRegion::create(int local_rank, int local_siz
     return nullptr;
   }
   return std::unique_ptr<SharedRegion>(new SharedRegion(bytes, local_rank, std::move(bases)));
+}
+
+bool SharedRegion::stat_file(int fd, File* file) {
+  struct stat st{};
+  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  file->fd = fd;
+  file->device = static_cast<uint64_t>(st.st_dev);
+  file->inode = static_cast<uint64_t>(st.st_ino);
+  file->size = static_cast<std::size_t>(st.st_size);
+  return true;
+}
+
+namespace {
+
+struct FileRecord {
+  long pid = 0;
+  int fd = -1;
+  uint64_t device = 0, inode = 0;
+  std::size_t size = 0, offset = 0;
+};
+
+std::string encode(const SharedRegion::File& f) {
+  std::ostringstream out;
+  out << getpid() << ' ' << f.fd << ' ' << f.device << ' ' << f.inode << ' ' << f.size << ' ' << f.offset;
+  return out.str();
+}
+
+bool decode(const std::string& s, FileRecord* r) {
+  std::istringstream in(s);
+  return static_cast<bool>(in >> r->pid >> r->fd >> r->device >> r->inode >> r->size >> r->offset);
+}
+
+// The peer's file, opened through its fd and mapped; null when that fails or
+// what opened is not the file the peer named.
+char* map_peer_file(const FileRecord& peer, std::size_t length) {
+  const std::string path = "/proc/" + std::to_string(peer.pid) + "/fd/" + std::to_string(peer.fd);
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  SharedRegion::File opened;
+  char* base = nullptr;
+  if (SharedRegion::stat_file(fd, &opened) && opened.device == peer.device && opened.inode == peer.inode &&
+      opened.size >= length) {
+    void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p != MAP_FAILED) base = static_cast<char*>(p);
+  }
+  close(fd);
+  return base;
+}
+
+}  // namespace
+
+std::unique_ptr<SharedRegion> SharedRegion::adopt(int local_rank, int local_size, const File& file, std::size_t need,
+                                                  const HostAllgather& allgather, AdoptResult* result) {
+  *result = AdoptResult::kUnavailable;
+  // a) what every rank holds; the smallest file bounds the region.
+  const std::vector<std::string> all = allgather(encode(file));
+  std::vector<FileRecord> files(static_cast<std::size_t>(local_size));
+  bool parsed = true, fits = true;
+  std::size_t length = file.size;
+  for (int r = 0; r < local_size; ++r) {
+    FileRecord& f = files[static_cast<std::size_t>(r)];
+    parsed = parsed && decode(all[static_cast<std::size_t>(r)], &f);
+    fits = fits && f.offset == file.offset && f.size >= file.offset + need;
+    length = std::min(length, f.size);
+  }
+  // b) every rank maps every file, its own included (the region's memory
+  // stays mapped whatever the caller does with its own mapping).
+  std::vector<char*> bases(static_cast<std::size_t>(local_size), nullptr);
+  char status = !parsed ? 'x' : !fits || length == 0 ? 'd' : '1';
+  if (status == '1') {
+    for (int r = 0; r < local_size && status == '1'; ++r) {
+      FileRecord f = files[static_cast<std::size_t>(r)];
+      if (r == local_rank) {
+        void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, file.fd, 0);
+        bases[static_cast<std::size_t>(r)] = p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+      } else {
+        bases[static_cast<std::size_t>(r)] = map_peer_file(f, length);
+      }
+      if (!bases[static_cast<std::size_t>(r)]) status = 'x';
+    }
+  }
+  auto unmap = [&] {
+    for (char* b : bases) {
+      if (b) munmap(b, length);
+    }
+  };
+  // c) all or none, and why not.
+  std::vector<std::string> statuses;
+  try {
+    statuses = allgather(std::string(1, status));
+  } catch (...) {
+    unmap();
+    throw;
+  }
+  bool all_ok = true, unavailable = false;
+  for (const auto& s : statuses) {
+    all_ok = all_ok && s == "1";
+    unavailable = unavailable || (s != "1" && s != "d");
+  }
+  if (!all_ok) {
+    unmap();
+    *result = unavailable ? AdoptResult::kUnavailable : AdoptResult::kDiffers;
+    return nullptr;
+  }
+  *result = AdoptResult::kAdopted;
+  return std::unique_ptr<SharedRegion>(new SharedRegion(length, local_rank, std::move(bases)));
 }
 
 SharedRegion::SharedRegion(std::size_t bytes, int local_rank, std::vector<char*> bases)

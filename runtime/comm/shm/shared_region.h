@@ -13,6 +13,15 @@
 //      unlinks its own name: nothing is left in /dev/shm even if the job is
 //      killed; the memory lives until the last rank unmaps it.
 // A peer's mapping outlives the peer, so reading it never faults.
+//
+// adopt() makes one from files the ranks already have: each rank holds open
+// a shared-memory file (torch's share_memory_() storages, which keep their
+// object's fd and unlink its name) with the op's buffer at the same offset.
+// Each rank maps its own file once more, the peers open it through
+// /proc/<pid>/fd/<fd> (allowed between processes of one user; the device
+// and inode each rank reported must match what it opened) and map it too.
+// All or none again; what a rank could not do is told apart from offsets or
+// sizes that differ, which a later op may not repeat.
 #pragma once
 
 #include <cstddef>
@@ -32,6 +41,28 @@ class SharedRegion {
   // Null on every rank when any rank could not create or map its part.
   static std::unique_ptr<SharedRegion> create(int local_rank, int local_size, std::size_t bytes,
                                               const HostAllgather& allgather);
+
+  // A file this rank holds open, to adopt (adopt() reads it with fstat).
+  struct File {
+    int fd = -1;
+    uint64_t device = 0;
+    uint64_t inode = 0;
+    std::size_t size = 0;
+    std::size_t offset = 0;  // where the op's buffer starts in it
+  };
+  enum class AdoptResult {
+    kAdopted,
+    kDiffers,     // some rank's offset differs or its file is too short for `need` bytes
+    kUnavailable  // some rank could not open or map a peer's file (another PID namespace, no
+                  // permission, out of memory): adopting will fail again
+  };
+  // Collective over the host's ranks: the region over every rank's `file`,
+  // of the smallest size among them; null unless *result is kAdopted, which
+  // is the same on every rank.
+  static std::unique_ptr<SharedRegion> adopt(int local_rank, int local_size, const File& file, std::size_t need,
+                                             const HostAllgather& allgather, AdoptResult* result);
+  // `fd`'s identity and size; false when it is not a regular file.
+  static bool stat_file(int fd, File* file);
   ~SharedRegion();
   SharedRegion(const SharedRegion&) = delete;
   SharedRegion& operator=(const SharedRegion&) = delete;
