@@ -3,6 +3,9 @@ torchrun's environment as muster.torchrun starts them (tests/torch_distributed_w
 - every collective against gloo's result, at 2 and 3 ranks;
 - DistributedDataParallel at 2 and 3 ranks: the parameters equal gloo's (float
   tolerance) and one process's on the same global batch;
+- storages allreduced again (a script's buffer, DDP's megabyte buckets) move
+  into shared memory, each peer maps them once (seen in /proc/self/maps),
+  results stay gloo's, and the mappings go when the storages die;
 - a rank killed with SIGKILL: every survivor's next collective raises an
   error naming it, within seconds, never a hang;
 - examples/pytorch/ddp_train.py under muster.torchrun through a real musterd:
@@ -72,6 +75,12 @@ def test_ddp_gives_gloos_parameters_and_one_process_s(n):
     results = run_ranks(n, "ddp")
     assert all(c == 0 and "rank %d ok" % r in t for r, (c, t) in enumerate(results)), show(results)
     assert "|muster - gloo|" in results[0][1]
+
+
+@pytest.mark.parametrize("n,shared", [(2, "1"), (3, "1"), (2, "0")])
+def test_reused_storages_and_ddp_buckets_move_into_shared_memory_and_stay_right(n, shared):
+    results = run_ranks(n, "shared", env={"MUSTER_SHARED_GRADIENTS": shared})
+    assert all(c == 0 and "rank %d ok" % r in t for r, (c, t) in enumerate(results)), show(results)
 
 
 def test_a_killed_rank_makes_every_survivor_raise_naming_it():

@@ -8,6 +8,11 @@ same ranks is the reference. Modes (argv[1]):
   ddp          DistributedDataParallel on muster and on gloo from the same
                initial model on the same batches: the parameters agree, and
                equal those of one process trained on the global batch
+  shared       tensors allreduced again from the same storage (a script's
+               buffer, DDP's buckets) move into shared memory and the peers
+               map each other's files (the direct path); temporaries stay
+               private; results agree with gloo's, and once the storages
+               die the peers' files are unmapped
   kill         rank VICTIM dies with SIGKILL; every survivor's next
                collective raises an error naming it (printed as
                "raised: <type>: <message>")
@@ -231,6 +236,83 @@ def ddp():
         assert diff_single < 1e-4, "%s differs from one process's by %g" % (n, diff_single)
 
 
+def peer_files_mapped(pids):
+    """How many of this process's mappings are torch shared-memory files of the peers in `pids`."""
+    with open("/proc/self/maps") as f:
+        maps = f.read()
+    return sum(maps.count("/dev/shm/torch_%d_" % p) for p in pids)
+
+
+def shared():
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    pids = torch.zeros(SIZE, dtype=torch.int64)
+    dist.all_gather(list(pids.chunk(SIZE)), torch.tensor([os.getpid()]), group=GLOO)
+    peers = [int(p) for r, p in enumerate(pids.tolist()) if r != RANK]
+    assert peer_files_mapped(peers) == 0
+
+    # MUSTER_SHARED_GRADIENTS=0 (the DistributedOptimizer's switch) keeps
+    # everything private: the same results, nothing mapped.
+    on = os.environ.get("MUSTER_SHARED_GRADIENTS") != "0"
+    # A script's long-lived buffer: private the first time, shared from the
+    # second. 8 MB: above the small path's limit, which is 4 MB where ranks
+    # outnumber CPUs (and maps nothing).
+    buf = torch.empty(1 << 21)
+    for i in range(4):
+        buf.copy_(data(torch.float32, n=1 << 21, seed=i))
+        ref = buf.clone()
+        dist.all_reduce(buf)
+        dist.all_reduce(ref, group=GLOO)
+        close(buf, ref, "buffer, op %d" % i)
+        assert buf.is_shared() == (on and i >= 1), (i, buf.is_shared())
+    # A temporary each time (new storage): stays private, right all the same.
+    for i in range(3):
+        tmp = torch.cat([data(torch.float32, n=1 << 18, seed=i), data(torch.float32, n=1 << 18, seed=i + 9)])
+        ref = tmp.clone()
+        dist.all_reduce(tmp)
+        dist.all_reduce(ref, group=GLOO)
+        close(tmp, ref, "temporary %d" % i)
+        assert not tmp.is_shared()
+    dist.barrier()
+    assert peer_files_mapped(peers) == (SIZE - 1 if on else 0), peer_files_mapped(peers)  # each peer's buffer, once
+
+    # DDP with buckets of megabytes: the same parameters as on gloo.
+    def model():
+        return nn.Sequential(nn.Linear(512, 4096), nn.ReLU(), nn.Linear(4096, 4))  # an 8 MB weight
+    torch.manual_seed(0)
+    init = model()
+    models = {}
+    for name, group in (("muster", None), ("gloo", GLOO)):
+        m = model()
+        m.load_state_dict(init.state_dict())
+        models[name] = DDP(m, process_group=group)
+    opts = {k: torch.optim.SGD(v.parameters(), lr=0.05, momentum=0.9) for k, v in models.items()}
+    g = torch.Generator().manual_seed(7)
+    for step in range(6):
+        x = torch.randn(8 * SIZE, 512, generator=g)
+        y = torch.randint(0, 4, (8 * SIZE,), generator=g)
+        mine = slice(RANK * 8, (RANK + 1) * 8)
+        for name, m in models.items():
+            opts[name].zero_grad()
+            F.cross_entropy(m(x[mine]), y[mine]).backward()
+            opts[name].step()
+    for (n, a), (_, b) in zip(models["muster"].module.named_parameters(), models["gloo"].module.named_parameters()):
+        diff = (a - b).abs().max().item()
+        assert diff < 1e-5, "%s differs from gloo's by %g" % (n, diff)
+    dist.barrier()
+    with_buckets = peer_files_mapped(peers)
+    print("rank %d: peers' files mapped with DDP's buckets: %d" % (RANK, with_buckets), flush=True)
+    assert with_buckets == (2 * (SIZE - 1) if on else 0), with_buckets  # the buffer's and the 8 MB bucket's, per peer
+
+    # The storages die: the next op drops the runtime's mappings of their files.
+    del models, opts, buf
+    import gc
+    gc.collect()
+    dist.barrier()
+    dist.all_reduce(torch.ones(1 << 18))
+    dist.barrier()
+    assert peer_files_mapped(peers) == 0, peer_files_mapped(peers)
+
+
 def kill():
     victim = int(os.environ.get("VICTIM", SIZE - 1))
     t = torch.ones(1 << 16)
@@ -256,7 +338,7 @@ mode = sys.argv[1]
 dist.init_process_group("muster")
 assert dist.get_backend() == "muster" and dist.get_world_size() == SIZE
 GLOO = dist.new_group(backend="gloo")
-{"collectives": collectives, "ddp": ddp, "kill": kill}[mode]()
+{"collectives": collectives, "ddp": ddp, "shared": shared, "kill": kill}[mode]()
 dist.barrier()
 print("rank %d ok" % RANK, flush=True)
 dist.destroy_process_group()

@@ -30,21 +30,17 @@ How it is built
   384.0 against 384.7 ms at batch 8, 411.3 against 410.7 at batch 32; on a
   busier machine the backend came out 4% below to 25% above the hook, run
   to run), so neither this layer nor the GIL is where its step goes, and a
-  C++ ProcessGroup would not change it. What is left between DDP(muster) and muster.torch is
-  DDP's data path: it copies every gradient into its bucket
-  and back, and its buckets are private memory, which the ring moves
-  through its shared-memory slots, while muster.torch's gradients live in
-  the runtime's shared buffers and the direct algorithm reduces them in
-  place; with one core per rank none of it hides behind backward. Since
-  the direct algorithm writes each result straight back into every rank's
-  buffer (one pass instead of two), that gap on bench/torch's 25 M MLP is
-  +70-76% (+11-44% with bucket views) with 4 KiB pages, and +17% (+1%
-  with bucket views) with huge pages, where muster.torch's gradients are
-  private too; it was 0-17% before.
-  DistributedDataParallel(..., gradient_as_bucket_view=True) removes the two
-  copies (bench/torch times it; the gain was within the shared machine's
-  spread in our runs). Giving DDP's buckets the runtime's shared memory
-  needs torch's C++ API (to move a tensor's storage).
+  C++ ProcessGroup would not change it.
+- Shared buckets: a storage allreduced a second time (DDP's buckets from
+  the second step on, a script's long-lived buffer) moves into shared memory
+  and the runtime reduces it in place (_SharedStorages below): a repeated
+  16 MB all_reduce ~1 ms against ~2.2 on the ring, 64 MB 2.7 against 6.8;
+  once, ~0.2 s for 16 MB to move and map. The DDP step of bench/torch's
+  25 M MLP gains 1-6%: what is left between DDP(muster) and muster.torch is
+  DDP's own data path (each gradient copied into its bucket and back;
+  DistributedDataParallel(..., gradient_as_bucket_view=True) removes the
+  copies), the same on gloo, with one core per rank none of it hidden
+  behind backward.
 - Collectives are asynchronous: a call hands the tensor's memory
   (data_ptr, no copy for contiguous tensors of a runtime dtype) to the
   runtime and returns a Work made from a torch Future
@@ -80,6 +76,7 @@ import torch
 import torch.distributed as dist
 
 from .. import runtime as _rt
+from . import settings as _settings
 from ..runtime_errors import CommError, InvalidArgument, MismatchError, PeerTimeoutError, RuntimeFailure
 
 __all__ = ["MusterProcessGroup", "BACKEND", "MusterBackendError"]
@@ -138,6 +135,96 @@ def _reduce_locally(stacked, op):
                 out ^= part
         return out
     raise InvalidArgument("all_reduce: the muster backend has no %s" % (op,))
+
+
+# A tensor of at least this many bytes that a group allreduces a second time
+# from the same storage (DDP's buckets, a script's long-lived buffers) has
+# that storage moved into shared memory, so the runtime reduces it in place.
+_SHARE_MIN_BYTES = 1 << 20
+
+
+def _storage_of(t):
+    return t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage().untyped()
+
+
+def _dev_shm_has_room(nbytes):
+    """Whether /dev/shm can take `nbytes` more with as much to spare: a full one
+    kills the process with SIGBUS on first touch instead of failing cleanly."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize >= 2 * nbytes
+
+
+class _SharedStorages:
+    """The storages a group has moved into shared memory for the direct path.
+
+    The runtime's direct allreduce reads and writes every rank's buffer in
+    place, which needs the buffers in memory the peers can map. DDP's buckets
+    are private (the reducer allocates them), so the ring would move them
+    through its shared slots, in and out. A storage that comes back for a
+    second allreduce is moved, in place, into torch's shared memory
+    (share_memory_(): views and the reducer's references follow), and each
+    allreduce on it names its file to the runtime, which maps the peers'
+    files once and then reduces in place (AllreduceOptions::shared_fd).
+    Storages seen once (temporaries such as a torch.cat of gradients) are
+    left alone. Each entry holds a weak reference: when a storage dies (DDP
+    rebuilds its buckets after the first step) the runtime's mapping of its
+    file is dropped before the next op. A shared storage cannot be resized
+    afterwards. The DistributedOptimizer's rule decides whether to
+    (settings.shared_gradients(), MUSTER_SHARED_GRADIENTS): not where only
+    private memory gets transparent huge pages, since backward and DDP's
+    bucket copies then run slower on shared memory's 4 KiB pages than the
+    staging costs.
+    """
+
+    def __init__(self, comm):
+        self._comm = comm
+        self._on = comm.shares_host_memory and _settings.shared_gradients()
+        self._seen = {}  # storage's _cdata -> _Seen
+        self._lock = threading.Lock()
+
+    def offer(self, t):
+        """(fd, offset) of contiguous `t`'s storage for the runtime, or (-1, 0)."""
+        if not self._on or t.numel() * t.element_size() < _SHARE_MIN_BYTES:
+            return -1, 0
+        with self._lock:
+            self._forget_dead()
+            storage = _storage_of(t)
+            seen = self._seen.get(storage._cdata)
+            if seen is None:
+                seen = self._seen[storage._cdata] = _Seen(storage)
+                return -1, 0
+            if seen.refused:
+                return -1, 0
+            try:
+                if not storage.is_shared() and not _dev_shm_has_room(storage.nbytes()):
+                    raise RuntimeError("no room in /dev/shm")
+                fd, _ = storage._share_fd_cpu_()  # in place; the same fd once shared
+                if seen.file is None:
+                    st = os.fstat(fd)
+                    seen.file = (st.st_dev, st.st_ino)
+            except (RuntimeError, AttributeError, OSError):  # another sharing strategy, no room
+                seen.refused = True
+                return -1, 0
+            return fd, t.data_ptr() - storage.data_ptr()
+
+    def _forget_dead(self):
+        for key in [k for k, seen in self._seen.items() if seen.ref.expired()]:
+            seen = self._seen.pop(key)
+            if seen.file is not None:
+                self._comm.forget_shared_file(*seen.file)
+
+
+class _Seen:
+    __slots__ = ("ref", "file", "refused")
+
+    def __init__(self, storage):
+        from torch.multiprocessing.reductions import StorageWeakRef
+        self.ref = StorageWeakRef(storage)
+        self.file = None  # (st_dev, st_ino) once shared
+        self.refused = False
 
 
 class _StoreAdapter:
@@ -254,6 +341,7 @@ class MusterProcessGroup(dist.ProcessGroup):
         except RuntimeFailure as err:
             raise _as_backend_error(err) from err
         self._done = _Completions("muster-pg-%d" % rank)
+        self._shared = _SharedStorages(self._comm)
         self._p2p_seq = {}
         self._closed = False
 
@@ -312,7 +400,9 @@ class MusterProcessGroup(dist.ProcessGroup):
         op = opts.reduceOp if opts is not None else _ReduceOp.SUM
         name = _op_name(op)
         if name is not None and t.dtype in _NATIVE and t.is_contiguous():
-            return self._submit(lambda: self._comm.allreduce_async(t.data_ptr(), t.numel(), _NATIVE[t.dtype], name),
+            fd, offset = self._shared.offer(t)
+            return self._submit(lambda: self._comm.allreduce_async(t.data_ptr(), t.numel(), _NATIVE[t.dtype], name,
+                                                                   shared_fd=fd, shared_offset=offset),
                                 lambda: [t])
         if name is not None and t.dtype in _NATIVE:  # non-contiguous: reduce a contiguous copy
             flat = t.contiguous()

@@ -17,7 +17,9 @@
                             the runtime's shared memory (the direct allreduce
                             reads them in place), 0 in the process's own memory,
                             auto (default) shared unless only the process's own
-                            memory gets transparent huge pages (shared_gradients())
+                            memory gets transparent huge pages (shared_gradients());
+                            the same for DDP's buckets on the "muster" backend
+                            (muster.torch.distributed)
 """
 import logging
 import os
