@@ -128,6 +128,13 @@ def main():
         lines.append("| %d MB | %.2f GB/s (%.2f ms) | %.2f GB/s (%.2f ms) | %.1fx | %s |" % (
             int(nbytes) >> 20, a["muster_algbw_gbs"], a["muster_s"] * 1e3, a["gloo_algbw_gbs"], a["gloo_s"] * 1e3,
             a["speedup_vs_gloo"], pg))
+    moves = [(int(n) >> 20, a["muster_pg_second_op_s"]) for n, a in sorted(r["allreduce"].items(), key=lambda kv: int(kv[0]))
+             if a.get("muster_pg_second_op_s") is not None and a.get("muster_pg_storage_shared")]
+    if moves:
+        lines += ["", "The muster backend's column reduces the tensor in place through shared memory: on its "
+                  "second all_reduce the group moves the tensor's storage into shared memory and the ranks map "
+                  "each other's (as it does DDP's buckets), a one-time cost not in the medians: " +
+                  ", ".join("%d MB %.0f ms" % (mb, s * 1e3) for mb, s in moves) + "."]
     o = r["overhead"]
     t = r["targets"]
     lines += ["", "Targets: allreduce at 64 MB >= %.0fx gloo: %s. Extension overhead at 64 MB (hvd.allreduce_ "
