@@ -264,6 +264,18 @@ def shared():
         dist.all_reduce(ref, group=GLOO)
         close(buf, ref, "buffer, op %d" % i)
         assert buf.is_shared() == (on and i >= 1), (i, buf.is_shared())
+    # Not moved while an op of the group on it is in flight (moving frees the
+    # old memory that op reads and writes): two async all_reduces in a row,
+    # then a third once they are done.
+    pending = torch.ones(1 << 21)
+    works = [dist.all_reduce(pending, async_op=True) for _ in range(2)]
+    assert not pending.is_shared()
+    for w in works:
+        w.wait()
+    assert torch.equal(pending, torch.full_like(pending, float(SIZE * SIZE))), pending[:4]
+    dist.all_reduce(pending)
+    assert pending.is_shared() == on
+    assert torch.equal(pending, torch.full_like(pending, float(SIZE ** 3))), pending[:4]
     # A temporary each time (new storage): stays private, right all the same.
     for i in range(3):
         tmp = torch.cat([data(torch.float32, n=1 << 18, seed=i), data(torch.float32, n=1 << 18, seed=i + 9)])
@@ -273,7 +285,7 @@ def shared():
         close(tmp, ref, "temporary %d" % i)
         assert not tmp.is_shared()
     dist.barrier()
-    assert peer_files_mapped(peers) == (SIZE - 1 if on else 0), peer_files_mapped(peers)  # each peer's buffer, once
+    assert peer_files_mapped(peers) == (2 * (SIZE - 1) if on else 0), peer_files_mapped(peers)  # buf, pending
 
     # DDP with buckets of megabytes: the same parameters as on gloo.
     def model():
@@ -301,10 +313,10 @@ def shared():
     dist.barrier()
     with_buckets = peer_files_mapped(peers)
     print("rank %d: peers' files mapped with DDP's buckets: %d" % (RANK, with_buckets), flush=True)
-    assert with_buckets == (2 * (SIZE - 1) if on else 0), with_buckets  # the buffer's and the 8 MB bucket's, per peer
+    assert with_buckets == (3 * (SIZE - 1) if on else 0), with_buckets  # buf's, pending's, the 8 MB bucket's
 
     # The storages die: the next op drops the runtime's mappings of their files.
-    del models, opts, buf
+    del models, opts, buf, pending, works, w, m
     import gc
     gc.collect()
     dist.barrier()

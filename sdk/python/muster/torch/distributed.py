@@ -186,18 +186,23 @@ class _SharedStorages:
         self._lock = threading.Lock()
 
     def offer(self, t):
-        """(fd, offset) of contiguous `t`'s storage for the runtime, or (-1, 0)."""
+        """(fd, offset, entry) of contiguous `t`'s storage for the runtime, or (-1, 0, entry).
+
+        The caller hands `entry` to done() once the op has finished: a
+        storage is moved only while no op of this group uses it (moving frees
+        its old memory, which an op in flight would still read and write)."""
         if not self._on or t.numel() * t.element_size() < _SHARE_MIN_BYTES:
-            return -1, 0
+            return -1, 0, None
         with self._lock:
             self._forget_dead()
             storage = _storage_of(t)
             seen = self._seen.get(storage._cdata)
-            if seen is None:
+            first = seen is None
+            if first:
                 seen = self._seen[storage._cdata] = _Seen(storage)
-                return -1, 0
-            if seen.refused:
-                return -1, 0
+            seen.busy += 1
+            if first or seen.refused or (seen.busy > 1 and not storage.is_shared()):
+                return -1, 0, seen
             try:
                 if not storage.is_shared() and not _dev_shm_has_room(storage.nbytes()):
                     raise RuntimeError("no room in /dev/shm")
@@ -207,8 +212,13 @@ class _SharedStorages:
                     seen.file = (st.st_dev, st.st_ino)
             except (RuntimeError, AttributeError, OSError):  # another sharing strategy, no room
                 seen.refused = True
-                return -1, 0
-            return fd, t.data_ptr() - storage.data_ptr()
+                return -1, 0, seen
+            return fd, t.data_ptr() - storage.data_ptr(), seen
+
+    def done(self, seen):
+        if seen is not None:
+            with self._lock:
+                seen.busy -= 1
 
     def _forget_dead(self):
         for key in [k for k, seen in self._seen.items() if seen.ref.expired()]:
@@ -218,13 +228,14 @@ class _SharedStorages:
 
 
 class _Seen:
-    __slots__ = ("ref", "file", "refused")
+    __slots__ = ("ref", "file", "refused", "busy")
 
     def __init__(self, storage):
         from torch.multiprocessing.reductions import StorageWeakRef
         self.ref = StorageWeakRef(storage)
         self.file = None  # (st_dev, st_ino) once shared
         self.refused = False
+        self.busy = 0  # this group's allreduces on it not yet finished
 
 
 class _StoreAdapter:
@@ -400,10 +411,14 @@ class MusterProcessGroup(dist.ProcessGroup):
         op = opts.reduceOp if opts is not None else _ReduceOp.SUM
         name = _op_name(op)
         if name is not None and t.dtype in _NATIVE and t.is_contiguous():
-            fd, offset = self._shared.offer(t)
+            fd, offset, seen = self._shared.offer(t)
+
+            def finish():
+                self._shared.done(seen)
+                return [t]
+            # (A failed op never runs finish(): its storage stays counted busy, in a group that is broken.)
             return self._submit(lambda: self._comm.allreduce_async(t.data_ptr(), t.numel(), _NATIVE[t.dtype], name,
-                                                                   shared_fd=fd, shared_offset=offset),
-                                lambda: [t])
+                                                                   shared_fd=fd, shared_offset=offset), finish)
         if name is not None and t.dtype in _NATIVE:  # non-contiguous: reduce a contiguous copy
             flat = t.contiguous()
 
