@@ -316,7 +316,10 @@ class _Completions:
 
     def close(self):
         self._queue.put(None)
-        self._thread.join()
+        # The group's last reference may go on this thread (a finish() that
+        # held it): its __del__ then closes from here, and cannot join itself.
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
 
 
 def _caller_waits():
@@ -411,10 +414,11 @@ class MusterProcessGroup(dist.ProcessGroup):
         op = opts.reduceOp if opts is not None else _ReduceOp.SUM
         name = _op_name(op)
         if name is not None and t.dtype in _NATIVE and t.is_contiguous():
-            fd, offset, seen = self._shared.offer(t)
+            shared = self._shared
+            fd, offset, seen = shared.offer(t)
 
-            def finish():
-                self._shared.done(seen)
+            def finish():  # on the completion thread: must not hold the group (its __del__ joins that thread)
+                shared.done(seen)
                 return [t]
             # (A failed op never runs finish(): its storage stays counted busy, in a group that is broken.)
             return self._submit(lambda: self._comm.allreduce_async(t.data_ptr(), t.numel(), _NATIVE[t.dtype], name,
