@@ -127,6 +127,39 @@ def test_threads_process_sets():
     assert run_ranks(3, body, "sets") == ["outside", 3, 3]
 
 
+def test_allreduce_in_a_shared_file_named_by_its_fd():
+    """shared_fd through the binding: each rank's buffer in a memfd at an offset, reduced right
+    (the runtime maps the peers' files: comm_shared_test checks that); forget_shared_file drops
+    the mapping, and is a no-op once the communicator is closed."""
+    import mmap
+    count, offset = 1 << 20, 4096
+
+    def body(r, c):
+        fd = os.memfd_create("runtime-python-test-r%d" % r)
+        try:
+            os.ftruncate(fd, offset + count * 4)
+            with mmap.mmap(fd, offset + count * 4) as m:
+                data = np.frombuffer(m, dtype=np.float32, count=count, offset=offset)
+                for rnd in range(2):
+                    data[:] = np.arange(count, dtype=np.float32) * (r + 1)
+                    c.allreduce_async(data.ctypes.data, count, "float32", shared_fd=fd, shared_offset=offset).wait()
+                    n = c.size
+                    if not np.array_equal(data, np.arange(count, dtype=np.float32) * (n * (n + 1) // 2)):
+                        return "wrong in round %d" % rnd
+                    st = os.fstat(fd)
+                    c.forget_shared_file(st.st_dev, st.st_ino)
+                shares = c.shares_host_memory
+                del data
+        finally:
+            os.close(fd)
+        return shares
+
+    assert run_ranks(2, body, "shared-file") == [True, True]
+    c = rt.extension().Communicator(0)
+    c.close()
+    c.forget_shared_file(1, 2)
+
+
 def test_store_arguments_are_checked():
     ext = rt.extension()
     with pytest.raises(InvalidArgument):

@@ -191,9 +191,12 @@ void bind_communicator(py::module_& m) {
           "True when allreduces may run direct: the whole world on this host (shared_fd counts only then)")
       .def(
           "forget_shared_file",
-          [](PyCommunicator& c, uint64_t device, uint64_t inode) { c.get().forget_shared_file(device, inode); },
+          [](PyCommunicator& c, uint64_t device, uint64_t inode) {
+            if (c.open()) c.get().forget_shared_file(device, inode);  // closing unmapped them all
+          },
           py::arg("device"), py::arg("inode"),
-          "Unmaps the shared file (os.stat's st_dev, st_ino) that allreduces with shared_fd mapped")
+          "Unmaps the shared file (os.stat's st_dev, st_ino) that allreduces with shared_fd mapped; "
+          "nothing once closed")
       .def(
           "allreduce_async",
           [](PyCommunicator& c, std::uintptr_t data, std::size_t count, const std::string& dtype,
