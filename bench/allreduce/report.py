@@ -189,6 +189,25 @@ def main(out_dir):
                 f"(measured **{c:.2f}x**: {'met' if c <= TARGET_CALLER_OWNED_RATIO else 'NOT met'}; the private "
                 f"single buffer alone is {fused.get('single_buffer_private_s', 0) / fused['step_s']:.2f}x)."
             )
+        if fused.get("memory_pass_s"):
+            p = fused["memory_pass_s"]
+            floor = min(p, fused["step_s"])
+            lines.append("")
+            lines.append(
+                f"Memory floor, same run: every rank reading each of its {fused.get('bytes', 0) / 1e6:.0f} MB and "
+                f"writing it back once, all ranks at once (an in-place scale by 1), takes {p * 1e3:.1f} ms. Any "
+                f"allreduce must do at least that: read every rank's bytes and write the result into each. The "
+                f"optimizer-owned step is {fused['step_s'] / p:.2f}x this pass" + (
+                    " (memory-bound: the direct allreduce reads and writes each line once)"
+                    if fused["step_s"] <= 1.1 * p else "") + ", the caller-owned step "
+                f"{fused['step_copy_s'] / p:.2f}x and the private single buffer "
+                f"{fused.get('single_buffer_private_s', 0) / p:.2f}x; one MPI_Allreduce per tensor is "
+                f"{fused['per_tensor_s'] / p:.2f}x. So on this machine no step could be more than "
+                f"**{fused['per_tensor_s'] / floor:.2f}x** faster than per-tensor MPI (the reference over the "
+                f"faster of the pass and the step itself)" + (
+                    f": the {TARGET_FUSED_SPEEDUP}x target is above what this machine's memory allows."
+                    if fused["per_tensor_s"] / floor < TARGET_FUSED_SPEEDUP else ".")
+            )
         lines.append("")
     check = result.get("check_cost")
     if check:

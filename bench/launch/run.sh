@@ -3,6 +3,8 @@
 # Starts musterd (local backend) in a temp state dir with the repo as its
 # project dir, runs launch_bench.py through the Python SDK, and always stops
 # the daemon and its workers. Writes bench/out/launch.json and launch.md.
+# LAUNCH_BENCH_ARGS adds launch_bench.py options to the first pass (e.g.
+# "--runs 1 --sizes 64,256" for a quick look).
 set -euo pipefail
 
 BUILD=$(cd "${1:?usage: bench/launch/run.sh <build-dir>}" && pwd)
@@ -46,7 +48,7 @@ stop_daemon() {
 # 1. Launch cost: a worker counts as `running` once its agent registered
 #    (--await-settle 0), as cdsw's await_workers(wait_for_completion=False).
 start_daemon --await-settle 0
-/usr/bin/python3 "$REPO/bench/launch/launch_bench.py" --out "$REPO/bench/out"
+/usr/bin/python3 "$REPO/bench/launch/launch_bench.py" --out "$REPO/bench/out" ${LAUNCH_BENCH_ARGS:-}
 stop_daemon
 # 2. The same 64-worker launch as a user sees it with musterd's default
 #    --await-settle (each worker's script must have run that long).
