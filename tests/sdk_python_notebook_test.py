@@ -8,6 +8,7 @@ committed .ipynb files are what make_notebooks.py writes.
 """
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -43,6 +44,30 @@ def test_committed_notebooks_are_what_the_generator_writes():
         with open(os.path.join(NOTEBOOKS, name)) as f:
             assert f.read() == make_notebooks.render(cells), "%s is stale: run make_notebooks.py" % name
         json.loads(make_notebooks.render(cells))
+
+
+def test_a_python3_without_nbclient_runs_the_notebook_under_debians(tmp_path):
+    """README: `python3 examples/notebook/run_notebook.py ...`, where the python3 first on PATH (pyenv, a
+    venv) has no nbclient: the script runs itself again under /usr/bin/python3, saying so, and the kernel
+    is that Python's; a second start that still lacks it names the Debian packages instead."""
+    import nbformat
+    venv = tmp_path / "venv"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    assert subprocess.run([python, "-c", "import nbclient"], capture_output=True).returncode != 0
+    path = tmp_path / "tiny.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import sys\nprint(6 * 7, sys.prefix)")]),
+                   str(path))
+    script = os.path.join(NOTEBOOKS, "run_notebook.py")
+    env = dict(os.environ)
+    env.pop("MUSTER_RUN_NOTEBOOK_AGAIN", None)
+    r = subprocess.run([python, script, str(path)], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "42 /usr\n" in r.stdout, r.stdout
+    assert "cannot import nbclient; running under /usr/bin/python3" in r.stderr, r.stderr
+    env["MUSTER_RUN_NOTEBOOK_AGAIN"] = "1"
+    r = subprocess.run([python, script, str(path)], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 1 and "python3-nbclient" in r.stderr and "42" not in r.stdout, (r.stdout, r.stderr)
 
 
 def test_workers_basics(daemon):

@@ -11,10 +11,34 @@ The cells' text output is printed once all have run; any cell error stops the
 run with exit code 1 and the error printed. --out saves the executed notebook.
 
 Needs Debian's python3-nbclient and python3-ipykernel (scripts/setup.sh).
+Started by a python3 that has no nbclient (a pyenv or venv one first on
+PATH), it runs itself again under Debian's /usr/bin/python3, saying so.
 """
 import argparse
 import os
 import sys
+
+DEBIAN_PYTHON = "/usr/bin/python3"
+_AGAIN = "MUSTER_RUN_NOTEBOOK_AGAIN"  # set for the second start, so there is no third
+
+
+def ensure_nbclient(argv):
+    """Returns once nbclient imports; else runs this script under Debian's python3, or exits naming what is missing."""
+    try:
+        import nbclient.exceptions  # noqa: F401
+        os.environ.pop(_AGAIN, None)  # not for the kernel
+        return
+    except ImportError:
+        pass
+    debian = sys.prefix == sys.base_prefix == "/usr"
+    if not debian and not os.environ.get(_AGAIN) and os.access(DEBIAN_PYTHON, os.X_OK):
+        print("run_notebook.py: %s cannot import nbclient; running under %s (Debian's python3-nbclient)"
+              % (sys.executable, DEBIAN_PYTHON), file=sys.stderr, flush=True)
+        os.environ[_AGAIN] = "1"
+        os.execv(DEBIAN_PYTHON, [DEBIAN_PYTHON, os.path.abspath(__file__)] + list(argv))
+    sys.exit("run_notebook.py: %s cannot import nbclient; it needs Debian's python3-nbclient and "
+             "python3-ipykernel, which scripts/setup.sh (make setup) installs for %s"
+             % (sys.executable, DEBIAN_PYTHON))
 
 
 def parameter_cell(nb, overrides):
@@ -64,6 +88,7 @@ def main(argv=None):
     ap.add_argument("--cwd", default=os.getcwd(), help="the kernel's working directory (default: here)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per cell (default 900)")
     ap.add_argument("--out", help="write the executed notebook here")
+    argv = sys.argv[1:] if argv is None else argv
     a = ap.parse_args(argv)
     overrides = []
     for item in a.set:
@@ -71,6 +96,7 @@ def main(argv=None):
         if not sep or not name.isidentifier():
             ap.error("--set wants NAME=VALUE, got %r" % item)
         overrides.append((name, value))
+    ensure_nbclient(argv)
     import nbclient.exceptions
     try:
         nb = run(a.notebook, overrides, a.cwd, a.timeout, a.out)
