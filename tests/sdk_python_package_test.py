@@ -1,7 +1,7 @@
 """Installing the Python SDK as a user does: pip, offline, with the system's setuptools (integration).
 
 `python3 -m pip install --no-build-isolation --no-index <sdk/python>` into a
-venv made with `python3 -m venv --system-site-packages` (Debian 12's pip
+venv made with `/usr/bin/python3 -m venv --system-site-packages` (Debian 12's pip
 refuses to install into the system interpreter without
 --break-system-packages; a venv is the supported way). The source is copied
 to a temp dir first, so the build's build/ and egg-info never land in the
