@@ -219,8 +219,8 @@ def main():
         " `/usr/bin/python3` processes alone take %.3f s on this machine (%.2fx the `sh` floor; muster's"
         " launch is %.2fx that), and the scripts that start first share the cores with the agents still"
         " starting, although await returns before each script has run (the scaling table below times a"
-        " bash worker against bare bash). Machine: %d cores, 1-minute load average %.1f after this table and %.1f when the scaling"
-        " table below ended (its 1,024 workers are most of that)."
+        " bash worker against bare bash). Machine: %d cores, 1-minute load average %.1f after this table"
+        " and %.1f when the scaling table below ended (its 1,024 workers are most of that)."
         % (TARGET_S, FLOOR_RATIO_TARGET, verdict, "meets" if median / ref <= FLOOR_RATIO_TARGET else "misses",
            median / ref, opts.n, py_ref, py_ref / ref, median / py_ref, os.cpu_count(), load_before_scaling, load),
         "",

@@ -228,7 +228,7 @@ def bench_allreduce(nbytes, reps):
         # Each rep starts with another variant: the first op after the fills
         # below meets the dirty lines they left (4 x the size, written back
         # while it runs), and a fixed order gave that to hvd.allreduce_ every
-        # time (its overhead over the runtime's call read +6-7% at 64 MB).
+        # time.
         for name in names[i % len(names):] + names[:i % len(names)]:
             run = runs[name]
             t = slowest(timed(run))
