@@ -54,7 +54,8 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(Algorithm::kMpi, Algorithm::kRing, Algorithm::kAuto)),
     case_name);
 
-// 64 MB float32: the size the benchmark targets, both algorithms.
+// 64 MB float32: the size the benchmark targets, every algorithm (kAuto: the
+// ring, or with more ranks than CPUs the small path's pieces).
 class LargeAllreduceTest : public ::testing::TestWithParam<std::tuple<ReduceOp, Algorithm>> {};
 
 TEST_P(LargeAllreduceTest, SixtyFourMegabytesFloat32) {
@@ -68,11 +69,29 @@ TEST_P(LargeAllreduceTest, SixtyFourMegabytesFloat32) {
 
 INSTANTIATE_TEST_SUITE_P(Float32, LargeAllreduceTest,
                          ::testing::Combine(::testing::Values(ReduceOp::kSum, ReduceOp::kAverage),
-                                            ::testing::Values(Algorithm::kMpi, Algorithm::kRing)),
+                                            ::testing::Values(Algorithm::kMpi, Algorithm::kRing, Algorithm::kAuto)),
                          [](const ::testing::TestParamInfo<std::tuple<ReduceOp, Algorithm>>& info) {
                            return std::string(reduce_op_name(std::get<0>(info.param))) + "_" +
                                   algorithm_name(std::get<1>(info.param));
                          });
+
+// Just past the small path's limit (4 MB where ranks outnumber CPUs): after
+// the descriptor exchange, the pieces or the ring, every dtype, a ragged
+// last piece, and nothing written past the end.
+TEST(AllreducePastTheSmallLimit, EveryDtypeSumAndMax) {
+  Communicator& comm = *world();
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
+                         DataType::kInt32, DataType::kInt64}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+      const std::size_t count = (std::size_t{4} << 20) / dtype_size(dtype) + 37;
+      std::vector<char> buf = make_input(count, dtype, comm.rank());
+      buf.back() = 'Z';
+      comm.allreduce(buf.data(), count, dtype, {op});
+      EXPECT_EQ(check_result(buf, count, dtype, op, comm.size()), 0u) << dtype_name(dtype) << " " << reduce_op_name(op);
+      EXPECT_EQ(buf.back(), 'Z') << "allreduce wrote past the end of the buffer";
+    }
+  }
+}
 
 TEST(AllreduceAsync, SeveralInFlightCompleteInOrder) {
   Communicator& comm = *world();

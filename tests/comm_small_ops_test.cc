@@ -1,7 +1,8 @@
 // The small-message engine (runtime/comm/shm/small_ops.h) with ranks on
 // threads over one zeroed block of ordinary memory: every world size 1..5 x
-// dtype x reduce op x size (flat and two-phase), broadcast from every root,
-// allgather, thousands of rounds back to back (the parity double-buffering),
+// dtype x reduce op x size (flat, two-phase, and past the slot: pieces),
+// broadcast from every root, allgather, ops larger than the slot (pieces),
+// thousands of rounds back to back (the parity double-buffering),
 // descriptor mismatches (the same MismatchError on every rank, then the next
 // op works), and the failure paths on a fake clock (a silent peer times out
 // naming it; a peer the monitor finds dead raises CommError naming it).
@@ -116,8 +117,10 @@ double get(const void* buf, std::size_t i, DataType t) {
 // Small integers: every sum is exact in every dtype (bfloat16 up to 256).
 double value(int rank, std::size_t i) { return (rank + 1) + static_cast<double>(i % 5); }
 
-// As a count: as many elements as the slot holds.
+// As a count: as many elements as the slot holds; three slots' worth and a
+// ragged piece (four rounds).
 constexpr std::size_t kFull = SIZE_MAX;
+constexpr std::size_t kPieces = SIZE_MAX - 1;
 
 class SmallAllreduce : public ::testing::TestWithParam<std::tuple<int, DataType, ReduceOp, std::size_t>> {};
 
@@ -127,7 +130,9 @@ TEST_P(SmallAllreduce, EveryRankGetsTheReduction) {
   options.capacity = 64 * 1024;
   options.flat_max_bytes = 2 * 1024;
   const std::size_t esize = dtype_size(dtype);
-  const std::size_t count = count_or_max == kFull ? options.capacity / esize : count_or_max;
+  const std::size_t count = count_or_max == kFull     ? options.capacity / esize
+                            : count_or_max == kPieces ? 3 * options.capacity / esize + 5
+                                                      : count_or_max;
   World w(n, options);
   std::vector<std::vector<char>> data(static_cast<std::size_t>(n), std::vector<char>(count * esize + 1));
   for (int r = 0; r < n; ++r) {
@@ -159,14 +164,16 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
                                          DataType::kBFloat16, DataType::kInt32, DataType::kInt64),
                        ::testing::Values(ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax),
-                       // empty, one, flat, just past flat (two-phase, uneven chunks), the whole capacity
+                       // empty, one, flat, just past flat (two-phase, uneven chunks), the whole
+                       // capacity, more than the capacity (pieces)
                        ::testing::Values(std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{300},
-                                         std::size_t{1031}, kFull)),
+                                         std::size_t{1031}, kFull, kPieces)),
     [](const auto& info) {
       const int n = std::get<0>(info.param);
       const std::size_t count = std::get<3>(info.param);
       return "n" + std::to_string(n) + "_" + dtype_name(std::get<1>(info.param)) + "_" +
-             reduce_op_name(std::get<2>(info.param)) + "_" + (count == kFull ? std::string("full") : std::to_string(count)) +
+             reduce_op_name(std::get<2>(info.param)) + "_" +
+             (count == kFull ? std::string("full") : count == kPieces ? std::string("pieces") : std::to_string(count)) +
              "_" + std::to_string(info.index);
     });
 
@@ -380,16 +387,107 @@ TEST(SmallOpsTest, ExchangeReturnsEveryRanksRecord) {
                InvalidArgument);
 }
 
-TEST(SmallOpsTest, TooLargeForTheSlotIsInvalidArgument) {
+// An op larger than the slot runs as one round per piece; every rank ends
+// with the same bits (random floats, 3 and 4 ranks: only one rank reduces
+// each chunk of each piece), broadcast and allgather land whole, and a
+// mismatch is caught in the first round, before any byte moved.
+TEST(SmallOpsTest, LargerThanTheSlotRunsInPieces) {
   SmallOpsOptions options;
   options.capacity = 4096;
-  World w(1, options);
-  std::vector<float> b(1025);
-  EXPECT_THROW(w.at(0).allreduce(b.data(), 1025, DataType::kFloat32, ReduceOp::kSum,
-                                 desc_of(OpKind::kAllreduce, DataType::kFloat32, 1025)),
+  options.flat_max_bytes = 512;
+  for (int n : {2, 3, 4}) {
+    World w(n, options);
+    const std::size_t count = 3 * 1024 + 100;  // 4 pieces of float32, the last ragged
+    std::mt19937 gen(11);
+    std::uniform_real_distribution<float> dist(-1e3f, 1e3f);
+    std::vector<std::vector<float>> data(static_cast<std::size_t>(n), std::vector<float>(count));
+    for (auto& d : data) {
+      for (auto& x : d) x = dist(gen);
+    }
+    std::vector<double> want(count, 0.0);
+    for (const auto& d : data) {
+      for (std::size_t i = 0; i < count; ++i) want[i] += d[i];
+    }
+    std::vector<std::vector<int64_t>> bcast(static_cast<std::size_t>(n), std::vector<int64_t>(1500));
+    std::vector<std::vector<float>> gathered(static_cast<std::size_t>(n), std::vector<float>(count * static_cast<std::size_t>(n)));
+    const int root = n - 1;
+    w.run_ok([&](int r) {
+      auto& mine = data[static_cast<std::size_t>(r)];
+      w.at(r).allreduce(mine.data(), count, DataType::kFloat32, ReduceOp::kSum,
+                        desc_of(OpKind::kAllreduce, DataType::kFloat32, count));
+      auto& b = bcast[static_cast<std::size_t>(r)];
+      for (std::size_t i = 0; i < b.size(); ++i) b[i] = r == root ? static_cast<int64_t>(i * 7 + 3) : -1;
+      w.at(r).broadcast(b.data(), b.size(), DataType::kInt64, root,
+                        desc_of(OpKind::kBroadcast, DataType::kInt64, b.size(), ReduceOp::kSum, root));
+      std::vector<float> send(count);
+      for (std::size_t i = 0; i < count; ++i) send[i] = static_cast<float>(r * 100000 + static_cast<int>(i));
+      w.at(r).allgather(send.data(), count, DataType::kFloat32, gathered[static_cast<std::size_t>(r)].data(),
+                        desc_of(OpKind::kAllgather, DataType::kFloat32, count));
+    });
+    for (std::size_t i = 0; i < count; ++i) ASSERT_NEAR(data[0][i], want[i], 1e-3) << "n=" << n << " element " << i;
+    for (int r = 1; r < n; ++r) {
+      ASSERT_EQ(std::memcmp(data[0].data(), data[static_cast<std::size_t>(r)].data(), count * sizeof(float)), 0)
+          << "n=" << n << ": rank " << r << " holds other bits than rank 0";
+    }
+    for (int r = 0; r < n; ++r) {
+      for (std::size_t i = 0; i < 1500; ++i) {
+        ASSERT_EQ(bcast[static_cast<std::size_t>(r)][i], static_cast<int64_t>(i * 7 + 3)) << "broadcast, rank " << r;
+      }
+      for (int p = 0; p < n; ++p) {
+        for (std::size_t i = 0; i < count; i += 97) {
+          ASSERT_EQ(gathered[static_cast<std::size_t>(r)][static_cast<std::size_t>(p) * count + i],
+                    static_cast<float>(p * 100000 + static_cast<int>(i)))
+              << "allgather, rank " << r << ", block " << p << ", element " << i;
+        }
+      }
+    }
+  }
+  // 1 rank: 4 rounds, the data untouched (the sum of one).
+  World one(1, options);
+  std::vector<float> b(3 * 1024 + 1, 2.5f);
+  one.at(0).allreduce(b.data(), b.size(), DataType::kFloat32, ReduceOp::kSum,
+                      desc_of(OpKind::kAllreduce, DataType::kFloat32, b.size()));
+  EXPECT_EQ(one.at(0).rounds(), 4u);
+  EXPECT_EQ(b.back(), 2.5f);
+  // Null buffer: refused, nothing published.
+  EXPECT_THROW(one.at(0).allreduce(nullptr, 5, DataType::kFloat32, ReduceOp::kSum,
+                                   desc_of(OpKind::kAllreduce, DataType::kFloat32, 5)),
                InvalidArgument);
-  EXPECT_EQ(w.at(0).rounds(), 0u);  // nothing was published
-  w.at(0).allreduce(b.data(), 1024, DataType::kFloat32, ReduceOp::kSum, desc_of(OpKind::kAllreduce, DataType::kFloat32, 1024));
+  EXPECT_EQ(one.at(0).rounds(), 4u);
+}
+
+TEST(SmallOpsTest, PiecedOpsThatDisagreeFailBeforeAnyByteMoved) {
+  SmallOpsOptions options;
+  options.capacity = 4096;
+  const int n = 3;
+  World w(n, options);
+  const std::size_t count = 5000;
+  std::vector<std::vector<float>> data(n, std::vector<float>(count + 10));
+  for (int r = 0; r < n; ++r) std::fill(data[static_cast<std::size_t>(r)].begin(), data[static_cast<std::size_t>(r)].end(), static_cast<float>(r + 1));
+  auto errors = w.run([&](int r) {
+    // Rank 2 reduces 10 more elements than the others.
+    const std::size_t c = r == 2 ? count + 10 : count;
+    w.at(r).allreduce(data[static_cast<std::size_t>(r)].data(), c, DataType::kFloat32, ReduceOp::kSum,
+                      desc_of(OpKind::kAllreduce, DataType::kFloat32, c));
+  });
+  std::string first;
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(errors[static_cast<std::size_t>(r)]) << "rank " << r << " did not fail";
+    try {
+      std::rethrow_exception(errors[static_cast<std::size_t>(r)]);
+    } catch (const MismatchError& e) {
+      if (r == 0) first = e.what();
+      EXPECT_EQ(first, e.what()) << "rank " << r;
+      EXPECT_NE(std::string(e.what()).find("count"), std::string::npos) << e.what();
+    }
+    for (float x : data[static_cast<std::size_t>(r)]) ASSERT_EQ(x, static_cast<float>(r + 1)) << "rank " << r << "'s data moved";
+  }
+  // Usable afterwards, in pieces.
+  w.run_ok([&](int r) {
+    w.at(r).allreduce(data[static_cast<std::size_t>(r)].data(), count, DataType::kFloat32, ReduceOp::kSum,
+                      desc_of(OpKind::kAllreduce, DataType::kFloat32, count));
+    if (data[static_cast<std::size_t>(r)][count - 1] != 6.0f) throw Error("the op after the mismatch");
+  });
 }
 
 // A fake clock: every reading is 1 ms later than the one before.

@@ -155,10 +155,13 @@ struct CommOptions {
   // allgather and barrier with at most this many bytes per rank run through
   // the small-message engine (shm/small_ops.h: one shared block, one round
   // per op, the descriptors compared in the same round); larger ones take
-  // the ring. Every rank must use the same; 0 turns the engine off (ops then
-  // exchange descriptors through the control table). The engine's area is
-  // 2 slots of this size per rank, capped at 32 MB per host (so the limit
-  // shrinks above 64 ranks on a host). MUSTER_COMM_SMALL_BYTES overrides it.
+  // the ring, or, where the host's ranks outnumber its CPUs, the engine
+  // again after a descriptor exchange (unless the buffer is shared: then
+  // the direct path). Every rank must use the same; 0 turns the engine off
+  // (ops then exchange descriptors through the control table). The engine's
+  // area is 2 slots per rank of this size or 256 KB, whichever is less
+  // (capped at 32 MB per host); an op larger than a slot runs in pieces of
+  // it. MUSTER_COMM_SMALL_BYTES overrides it.
   // kAutoSmallBytes (the default): auto_small_bytes() below, from the host's
   // ranks and CPUs.
   static constexpr std::size_t kAutoSmallBytes = ~std::size_t{0};
@@ -214,8 +217,10 @@ struct CommOptions {
 // The small path's limit when CommOptions::small_bytes is kAutoSmallBytes:
 // 256 KB; 4 MB where a host's ranks outnumber its CPUs. Then the ring's
 // pipeline waits for a descheduled neighbour at every step, while the small
-// path's two waits per op do not care (4 ranks on 2 cores, 1 MB: ring 1.44-1.51
-// GB/s, small path 2.34; 4 MB: 1.40-1.51 against 2.67). With a CPU per rank
+// path's two waits per 256 KB piece do not care (4 ranks on 2 cores, 1 MB:
+// ring 3.8-4.3 GB/s, small path 8.5-9.0; 4 MB: 3.0-3.7 against 6.3-6.4; past
+// the limit such a host's private allreduces take the pieces too, after a
+// descriptor exchange: runtime/comm/README.md). With a CPU per rank
 // the ring stays ahead above 256 KB (2 ranks, 1 MB: ring 8.4-11.4 GB/s,
 // small path 3.9-4.0: its slots leave the cache).
 std::size_t auto_small_bytes(int ranks_on_host, long host_cpus);

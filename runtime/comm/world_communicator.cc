@@ -224,6 +224,14 @@ Handle WorldCommunicator::allreduce_async(void* data, std::size_t count, DataTyp
     }
     if (count == 0) return;
     if (algorithm == Algorithm::kMpi) return allreduce_mpi(data, count, dtype, op, watchdog);
+    if (algorithm == Algorithm::kAuto && pieces_over_ring_ && c.invalid.empty()) {
+      // Every rank passed the exchange with this op (and none found it
+      // direct); the pieces compare what the exchange compared.
+      OpDescriptor d = c.desc;
+      d.flags = 0;
+      d.detail = 0;
+      return small_->allreduce(data, count, dtype, op, d, &c.name);
+    }
     allreduce_ring(data, count, dtype, op, watchdog);
   });
 }

@@ -124,7 +124,10 @@ class WorldCommunicator : public Communicator {
   // data fits the small path (small_fits), with valid arguments, run as one
   // SmallOps op each: queued as a bare closure (no Call, no strings), run
   // by the caller when it waits at once (progress_thread.h), with no
-  // Watchdog unless a wait outlasts the spin.
+  // Watchdog unless a wait outlasts the spin. An op larger than a slot runs
+  // there in pieces; where the host's ranks outnumber its CPUs
+  // (pieces_over_ring_), so does every allreduce of the caller's own memory
+  // past small_fits, after its descriptor exchange, in place of the ring.
   void form_small(int host_size);
   std::size_t small_capacity(int host_size) const;
   bool small_fits(std::size_t bytes) const { return small_ && bytes <= small_limit_; }
@@ -185,6 +188,7 @@ class WorldCommunicator : public Communicator {
   std::vector<PeerLink> peer_links_;           // alltoall's link to every rank
   std::unique_ptr<shm::SmallOps> small_;  // in segment_; before control_, which may use it
   std::size_t small_limit_ = 0;           // bytes per rank an op may have to run on small_
+  bool pieces_over_ring_ = false;         // larger private allreduces, too (see above)
   std::unique_ptr<ControlPlane> control_;
   bool ring_all_shm_ = false;  // both ring links in shm: sleep on the doorbell
   bool ring_all_tcp_ = false;  // both ring links TCP: sleep in ppoll on the streams

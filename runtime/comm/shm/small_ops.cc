@@ -189,6 +189,7 @@ SmallOps::SmallOps(const SmallOpsArea& area, int local_rank, std::vector<int> wo
   MUSTER_CHECK(base_ != nullptr && reinterpret_cast<uintptr_t>(base_) % kLine == 0,
                "SmallOps: the shared area must be 64-byte aligned");
   MUSTER_CHECK(n_ >= 1 && me_ >= 0 && me_ < n_, "SmallOps: local rank " << me_ << " of " << n_);
+  MUSTER_CHECK(capacity_ >= 64, "SmallOps: a slot of " << capacity_ << " bytes holds no piece of an op");
   MUSTER_CHECK_EQ(world_ranks_.size(), static_cast<std::size_t>(n_), "SmallOps: one world rank per local rank");
   doorbell_ = std::make_unique<Doorbell>(state(me_));
   pending_.reserve(static_cast<std::size_t>(n_));
@@ -307,46 +308,64 @@ const std::vector<SmallRecord>& SmallOps::exchange(const OpDescriptor& desc, con
 
 void SmallOps::allreduce(void* data, std::size_t count, DataType dtype, ReduceOp op, const OpDescriptor& desc,
                          const std::string* name) {
+  if (count > 0 && data == nullptr) throw InvalidArgument("small allreduce: null buffer");
+  const std::size_t esize = dtype_size(dtype);
+  const std::size_t per = capacity_ / esize;
+  char* at = static_cast<char*>(data);
+  std::size_t left = count;
+  do {
+    const std::size_t n = std::min(per, left);
+    allreduce_round(at, n, dtype, op, desc, name);
+    at += n * esize;
+    left -= n;
+  } while (left > 0);
+}
+
+void SmallOps::allreduce_round(char* data, std::size_t count, DataType dtype, ReduceOp op, const OpDescriptor& desc,
+                               const std::string* name) {
+  // A Waiter per round: each piece's waits spin (or yield) before they sleep.
+  Waiter wait(*this, desc);
   const std::size_t esize = dtype_size(dtype);
   const std::size_t bytes = count * esize;
-  if (bytes > capacity_) {
-    throw InvalidArgument("small allreduce: " + std::to_string(bytes) + " bytes exceed the small path's " +
-                          std::to_string(capacity_));
-  }
-  if (count > 0 && data == nullptr) throw InvalidArgument("small allreduce: null buffer");
-  Waiter wait(*this, desc);
   const uint64_t k = ++round_;
-  std::memcpy(slot_data(me_, k), data, bytes);
+  const bool flat = bytes <= options_.flat_max_bytes || n_ == 1;
+  const Chunking chunks{count, n_};
+  char* mine = slot_data(me_, k);
+  if (flat) {
+    std::memcpy(mine, data, bytes);
+  } else {
+    // The peers read only the chunks they reduce.
+    const std::size_t b = chunks.begin(me_) * esize, e = b + chunks.length(me_) * esize;
+    std::memcpy(mine, data, b);
+    std::memcpy(mine + e, data + e, bytes - e);
+  }
   arrive(desc, bytes, wait);
   check(desc, name, wait);
   if (count == 0 || n_ == 1) return;
 
-  char* out = static_cast<char*>(data);
-  if (bytes <= options_.flat_max_bytes) {
+  if (flat) {
     // Flat: every rank reduces every slot.
     if (order_free(n_, dtype, op)) {
-      for (int i = 1; i < n_; ++i) reduce_into(out, slot_data((me_ + i) % n_, k), count, dtype, op);
+      for (int i = 1; i < n_; ++i) reduce_into(data, slot_data((me_ + i) % n_, k), count, dtype, op);
     } else {
-      std::memcpy(out, slot_data(0, k), bytes);
-      for (int p = 1; p < n_; ++p) reduce_into(out, slot_data(p, k), count, dtype, op);
+      std::memcpy(data, slot_data(0, k), bytes);
+      for (int p = 1; p < n_; ++p) reduce_into(data, slot_data(p, k), count, dtype, op);
     }
-    if (op == ReduceOp::kAverage) divide(out, count, dtype, n_);
+    if (op == ReduceOp::kAverage) divide(data, count, dtype, n_);
     return;
   }
 
-  // Two-phase: reduce this rank's chunk into its own slot, then gather.
-  const Chunking chunks{count, n_};
-  char* own = slot_data(me_, k) + chunks.begin(me_) * esize;
+  // Two-phase: reduce this rank's chunk where it lies, in its own buffer,
+  // publish the result in its slot, then copy the peers' chunks out of theirs.
+  const std::size_t own_at = chunks.begin(me_) * esize;
   const std::size_t own_count = chunks.length(me_);
   if (own_count > 0) {
-    for (int i = 1; i < n_; ++i) {
-      reduce_into(own, slot_data((me_ + i) % n_, k) + chunks.begin(me_) * esize, own_count, dtype, op);
-    }
-    if (op == ReduceOp::kAverage) divide(own, own_count, dtype, n_);
+    for (int i = 1; i < n_; ++i) reduce_into(data + own_at, slot_data((me_ + i) % n_, k) + own_at, own_count, dtype, op);
+    if (op == ReduceOp::kAverage) divide(data + own_at, own_count, dtype, n_);
+    std::memcpy(mine + own_at, data + own_at, own_count * esize);
   }
   state(me_)->reduced.store(k);
   ring_sleepers();
-  std::memcpy(out + chunks.begin(me_) * esize, own, own_count * esize);
   pending_.clear();
   for (int i = 1; i < n_; ++i) pending_.push_back((me_ + i) % n_);
   auto reduced = [&](int p) { return state(p)->reduced.load(std::memory_order_acquire) >= k; };
@@ -357,7 +376,8 @@ void SmallOps::allreduce(void* data, std::size_t count, DataType dtype, ReduceOp
     for (std::size_t i = 0; i < pending_.size();) {
       const int p = pending_[i];
       if (reduced(p)) {
-        std::memcpy(out + chunks.begin(p) * esize, slot_data(p, k) + chunks.begin(p) * esize, chunks.length(p) * esize);
+        const std::size_t at = chunks.begin(p) * esize;
+        std::memcpy(data + at, slot_data(p, k) + at, chunks.length(p) * esize);
         pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
         moved = true;
       } else {
@@ -375,36 +395,44 @@ void SmallOps::allreduce(void* data, std::size_t count, DataType dtype, ReduceOp
 
 void SmallOps::broadcast(void* data, std::size_t count, DataType dtype, int root, const OpDescriptor& desc,
                          const std::string* name) {
-  const std::size_t bytes = count * dtype_size(dtype);
-  if (bytes > capacity_) {
-    throw InvalidArgument("small broadcast: " + std::to_string(bytes) + " bytes exceed the small path's " +
-                          std::to_string(capacity_));
-  }
   if (root < 0 || root >= n_) throw InvalidArgument("small broadcast: root " + std::to_string(root) + " of " + std::to_string(n_));
   if (count > 0 && data == nullptr) throw InvalidArgument("small broadcast: null buffer");
-  Waiter wait(*this, desc);
-  const uint64_t k = ++round_;
-  if (me_ == root) std::memcpy(slot_data(me_, k), data, bytes);
-  arrive(desc, me_ == root ? bytes : 0, wait);
-  check(desc, name, wait);
-  if (me_ != root) std::memcpy(data, slot_data(root, k), bytes);
+  const std::size_t esize = dtype_size(dtype);
+  const std::size_t per = capacity_ / esize;
+  char* at = static_cast<char*>(data);
+  std::size_t left = count;
+  do {
+    Waiter wait(*this, desc);
+    const std::size_t bytes = std::min(per, left) * esize;
+    const uint64_t k = ++round_;
+    if (me_ == root) std::memcpy(slot_data(me_, k), at, bytes);
+    arrive(desc, me_ == root ? bytes : 0, wait);
+    check(desc, name, wait);
+    if (me_ != root) std::memcpy(at, slot_data(root, k), bytes);
+    at += bytes;
+    left -= bytes / esize;
+  } while (left > 0);
 }
 
 void SmallOps::allgather(const void* send, std::size_t count, DataType dtype, void* recv, const OpDescriptor& desc,
                          const std::string* name) {
-  const std::size_t bytes = count * dtype_size(dtype);
-  if (bytes > capacity_) {
-    throw InvalidArgument("small allgather: " + std::to_string(bytes) + " bytes exceed the small path's " +
-                          std::to_string(capacity_));
-  }
   if (count > 0 && (send == nullptr || recv == nullptr)) throw InvalidArgument("small allgather: null buffer");
-  Waiter wait(*this, desc);
-  const uint64_t k = ++round_;
-  std::memcpy(slot_data(me_, k), send, bytes);
-  arrive(desc, bytes, wait);
-  check(desc, name, wait);
+  const std::size_t esize = dtype_size(dtype);
+  const std::size_t per = capacity_ / esize;
+  const std::size_t block = count * esize;
   char* out = static_cast<char*>(recv);
-  for (int p = 0; p < n_; ++p) std::memcpy(out + static_cast<std::size_t>(p) * bytes, slot_data(p, k), bytes);
+  std::size_t done = 0;
+  do {
+    Waiter wait(*this, desc);
+    const std::size_t bytes = std::min(per, count - done) * esize;
+    const std::size_t at = done * esize;
+    const uint64_t k = ++round_;
+    std::memcpy(slot_data(me_, k), static_cast<const char*>(send) + at, bytes);
+    arrive(desc, bytes, wait);
+    check(desc, name, wait);
+    for (int p = 0; p < n_; ++p) std::memcpy(out + static_cast<std::size_t>(p) * block + at, slot_data(p, k), bytes);
+    done += bytes / esize;
+  } while (done < count);
 }
 
 void SmallOps::barrier(const OpDescriptor& desc, const std::string* name) {

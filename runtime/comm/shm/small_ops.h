@@ -1,7 +1,9 @@
 // SmallOps: latency-bound collectives between the ranks of one host, through
 // one block of shared memory they all map. Allreduce, broadcast, allgather
-// and barrier of up to capacity() bytes per rank, and the descriptor
-// exchange a larger op makes before its data moves.
+// and barrier, and the descriptor exchange a larger op makes before its data
+// moves. An op of more than capacity() bytes per rank runs as one round per
+// capacity()-sized piece (where ranks outnumber CPUs the Communicator sends
+// every allreduce of the caller's own memory here: see "Pieces" below).
 //
 // Layout of the area (area_bytes(); every part 64-byte aligned; all zero is
 // the valid initial state, so any zeroed mapping works):
@@ -11,10 +13,11 @@
 //                      holds, the payload's size, the descriptor's digest)
 //                      where the payload's capacity bytes begin
 //
-// Protocol of round k (every op is one round, numbered 1, 2, ... alike on
-// every rank; parity k % 2 picks the slot):
-//   a) arrive: the rank writes its contribution (allreduce, allgather; the
-//      root's data for broadcast; nothing for barrier) into its slot of
+// Protocol of round k (every op, or piece of one, is one round, numbered 1,
+// 2, ... alike on every rank; parity k % 2 picks the slot):
+//   a) arrive: the rank writes its contribution (allreduce: all but its own
+//      chunk when two-phase, see c; allgather; the root's data for
+//      broadcast; nothing for barrier) into its slot of
 //      parity k % 2, then the descriptor and round k into the slot's header
 //      (release), and rings the doorbell of any peer asleep;
 //   b) check: it waits until every rank's slot of that parity says round k,
@@ -24,17 +27,31 @@
 //      normally;
 //   c) move: flat allreduce (at most flat_max_bytes): every rank reduces all
 //      n slots, in rank order, into its buffer, so every rank computes the
-//      same bits; larger allreduce: rank r reduces chunk r (chunking.h) of
-//      every slot into its own slot, publishes `reduced` = k, and every rank
-//      copies chunk p out of rank p's slot once p has published it;
+//      same bits; larger allreduce (two-phase): rank r reduces chunk r
+//      (chunking.h) of every peer's slot into its own buffer, copies the
+//      result into its slot, publishes `reduced` = k, and every rank copies
+//      chunk p out of rank p's slot once p has published it (no peer reads
+//      a rank's own chunk, so it is never copied in);
 //      broadcast: copy out of the root's slot; allgather: copy every slot.
 // No rank ever waits for the others to finish reading: a rank writes its
 // parity-p slot again only in round k + 2, which it enters after seeing every
 // peer arrive in round k + 1, and a peer arrives in k + 1 only after it has
 // finished reading round k. So each round costs one wait (flat) or two.
 //
-// Waiting: spin on the peers' headers (bounded by `spin`), then sleep on this
-// rank's futex doorbell; past the spin, every wait goes through a Watchdog
+// Pieces: an op larger than capacity() runs as rounds of capacity() bytes
+// per rank, each a round as above with the whole op's descriptor (so a
+// mismatch shows in the first, before any data moved). Each piece's chunk is
+// reduced by one rank alone, so the result's bits are the same everywhere.
+// With more ranks than CPUs this beats the ring, which waits for a
+// descheduled neighbour at every one of its 2 (n - 1) steps per block, while
+// a piece waits twice and the slots (2 x n x capacity) stay in the cache
+// (runtime/comm/README.md has the figures).
+//
+// Waiting: spin on the peers' headers (bounded by `spin`; ranks that share
+// CPUs poll with sched_yield for `yield` instead), then sleep on this rank's
+// futex doorbell, with that budget afresh for each round of an op (one
+// budget for all of a 16 MB op's pieces slept at every wait past the first
+// 100 us: 3.2 GB/s against 5.7); past it, every wait goes through a Watchdog
 // built then (none on the fast path): a peer that does not arrive within
 // `timeout` raises TimeoutError naming it (through the PeerMonitor's blame),
 // one that exited raises CommError naming it within ~50 ms.
@@ -126,8 +143,8 @@ class SmallOps {
   // Each op is collective over the local ranks, in the same order on all.
   // `desc` says what this rank runs (kind, dtype, op, root, count, name,
   // seq); it is compared with every peer's before data moves. `seq` names the
-  // op in messages ("allreduce #12"). Throws InvalidArgument (too large for
-  // capacity(), bad dtype/op; nothing published), MismatchError (the ranks'
+  // op in messages ("allreduce #12"). Throws InvalidArgument (null buffer,
+  // bad root; nothing published), MismatchError (the ranks'
   // descriptors differ; usable afterwards), CommError / TimeoutError (a peer
   // died or stalled; the caller must not use this SmallOps again).
 
@@ -168,6 +185,9 @@ class SmallOps {
   // a): publishes this rank's header for round k (its `bytes` of payload
   // are already in the slot) and waits for every peer's.
   void arrive(const OpDescriptor& desc, std::size_t bytes, Waiter& wait);
+  // One round of an allreduce: `count` (at most capacity() bytes) elements.
+  void allreduce_round(char* data, std::size_t count, DataType dtype, ReduceOp op, const OpDescriptor& desc,
+                       const std::string* name);
   // b): the descriptors of the round just run; on a difference, the names
   // round and the MismatchError.
   void check(const OpDescriptor& desc, const std::string* name, Waiter& wait);
