@@ -87,7 +87,8 @@ INSTANTIATE_TEST_SUITE_P(Faults, CommFaultTest,
                                            Case{"kill", "ring-tcp-threads", 3}, Case{"stall", "ring-tcp-threads", 2},
                                            Case{"stall", "ring", 3},
                                            Case{"stall", "mpi", 2}, Case{"kill", "direct", 3},
-                                           Case{"stall", "direct", 2}),
+                                           Case{"stall", "direct", 2}, Case{"kill", "pieces", 4},
+                                           Case{"stall", "pieces", 3}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            std::string algorithm = std::get<1>(info.param);
                            for (char& c : algorithm) c = c == '-' ? '_' : c;

@@ -1,12 +1,13 @@
 // Fault-injection worker for comm_fault_test (run under mpirun by that test).
 //
-//   comm_fault_worker stall|kill ring|mpi|ring-mpi-links|ring-tcp-links|ring-tcp-threads|direct
+//   comm_fault_worker stall|kill ring|mpi|ring-mpi-links|ring-tcp-links|ring-tcp-threads|direct|pieces
 //
 // (ring-mpi-links / ring-tcp-links: the ring over MPI point-to-point or
 // muster's TCP streams instead of shared memory, as between hosts;
 // ring-tcp-threads: the TCP streams moved by their I/O threads; direct: the buffer in Communicator::allocate_shared
-// memory, so the direct allreduce runs.)
-// Every rank allreduces a 1 MB float32 buffer in a loop. At iteration 3 the
+// memory, so the direct allreduce runs; pieces: Algorithm::kAuto on 16 MB,
+// which with more ranks than CPUs runs in the small path's 256 KB pieces.)
+// Every rank allreduces a 1 MB float32 buffer (pieces: 16 MB) in a loop. At iteration 3 the
 // last rank misbehaves: `stall` sleeps MUSTER_COMM_TIMEOUT_MS + 4 s without
 // communicating (then exits 0), `kill` raises SIGKILL on itself. The other ranks must throw; each
 // prints one line
@@ -32,12 +33,15 @@ using namespace muster::runtime::comm;
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: %s stall|kill ring|mpi|ring-mpi-links|ring-tcp-links|ring-tcp-threads|direct\n",
+    std::fprintf(stderr, "usage: %s stall|kill ring|mpi|ring-mpi-links|ring-tcp-links|ring-tcp-threads|direct|pieces\n",
                  argv[0]);
     return 2;
   }
   const bool kill_mode = std::strcmp(argv[1], "kill") == 0;
-  const Algorithm algorithm = std::strcmp(argv[2], "mpi") == 0 ? Algorithm::kMpi : Algorithm::kRing;
+  const bool pieces = std::strcmp(argv[2], "pieces") == 0;
+  const Algorithm algorithm = std::strcmp(argv[2], "mpi") == 0 ? Algorithm::kMpi
+                              : pieces                        ? Algorithm::kAuto
+                                                              : Algorithm::kRing;
   CommOptions options;
   if (std::strcmp(argv[2], "ring-mpi-links") == 0) options.ring_transport = RingTransport::kMpi;
   if (std::strcmp(argv[2], "ring-tcp-links") == 0) {
@@ -50,7 +54,7 @@ int main(int argc, char** argv) {
   }
   auto comm = Communicator::create(options);
   const int victim = comm->size() - 1;
-  std::vector<float> heap(1 << 18, 1.0f);
+  std::vector<float> heap(pieces ? 1 << 22 : 1 << 18, 1.0f);
   std::unique_ptr<SharedBuffer> shared;
   float* buf = heap.data();
   if (std::strcmp(argv[2], "direct") == 0) {
