@@ -112,13 +112,16 @@ def test_ps_worker_is_replaced_alone_under_its_task_index(env):
     ckpt = str(env["tmp"] / "ps")
     status, c = env["api"].call("POST", "/api/v1/clusters", {
         "mode": "ps", "n_ps": 1, "n_workers": 2, "cpu": 0.5, "memory": 0.5, "worker_script": "fashion_mnist",
-        # 30 epochs of 2400 images: about 10 s here, so worker 1 is killed mid-training.
-        "args": ["--epochs", "30", "--checkpoint-dir", ckpt] + COMMON, "max_restarts": 2, "timeout_seconds": 60})
+        # 150 epochs of 2400 images: 7-8 s on a quiet 2-core VM (30 epochs took 1.5 s there and
+        # could end before the kill), so worker 1 is killed mid-training.
+        "args": ["--epochs", "150", "--checkpoint-dir", ckpt] + COMMON, "max_restarts": 2, "timeout_seconds": 60})
     assert status == 201, c
     cid = c["id"]
     ps, first = c["workers"]["ps"][0], c["workers"]["worker"]
     wait_for(lambda: cluster(env, cid)["status"] == "running", timeout=60, what="the cluster to run")
-    time.sleep(3)  # training is under way
+    # Training is under way: a step logged (not a fixed sleep, which a fast machine outran).
+    wait_for(lambda: re.search(r"^epoch \d+ step \d+", cluster_log(env, cid), re.M), timeout=60, interval=0.1,
+             what="a training step in cluster %s's log" % cid)
     c_now = cluster(env, cid)
     if c_now["status"] != "running":
         status, log = env["api"].call("GET", "/api/v1/clusters/%s/logs?tail=40" % cid)
