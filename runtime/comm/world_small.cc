@@ -20,10 +20,11 @@ uint8_t reduce_code(ReduceOp op) { return static_cast<uint8_t>(static_cast<int>(
 constexpr std::size_t kSmallAreaBudget = std::size_t{32} << 20;
 
 // A slot holds at most this much of an op; a larger op runs in pieces of it.
-// With more ranks than CPUs (4 on 2 cores) 256 KB pieces moved 16-64 MB at
-// 5.5 GB/s, 512 KB ones at 4.3-5.8 and 1 MB ones at 4.3-4.8, and a 4 MB op
-// in one round 3.6-3.7 against 3.7-4.0 in pieces: the slots of two rounds
-// (2 x n x 256 KB) stay in the cache, and a piece waits twice.
+// With more ranks than CPUs (4 on 2 cores, interleaved runs) 256 KB pieces
+// moved 16-64 MB at 5.5-5.8 GB/s, 512 KB ones at 4.3-5.8 and 1 MB ones at
+// 4.3-4.8; a 4 MB op ran at 6.3-6.4 in pieces against 3.3-3.4 as one round:
+// the slots of two rounds (2 x n x 256 KB) stay in the cache, and a piece
+// waits twice.
 constexpr std::size_t kPieceBytes = std::size_t{256} << 10;
 
 }  // namespace
