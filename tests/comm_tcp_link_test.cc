@@ -271,6 +271,10 @@ TEST_P(TcpLink, ZeroCopySendsLargeSegmentsAcrossTwoStreams) {
   }
   EXPECT_EQ(got, n);
   EXPECT_EQ(wrong, 0u);
+  // The receiver has every byte; with I/O threads the sender's thread may
+  // not yet have noted its last write done (CI once saw false here).
+  const auto flush_until = std::chrono::steady_clock::now() + 5s;
+  while (!sender.flushed() && std::chrono::steady_clock::now() < flush_until) std::this_thread::yield();
   EXPECT_TRUE(sender.flushed());
 }
 
