@@ -31,6 +31,18 @@ bool order_free(int n, DataType dtype, ReduceOp op) {
          dtype == DataType::kInt64;
 }
 
+// Calls piece(first, n) for consecutive runs of at most `per` of `count`
+// elements: one round each (once, with n = 0, for an empty op).
+template <typename F>
+void for_each_piece(std::size_t count, std::size_t per, F&& piece) {
+  std::size_t first = 0;
+  do {
+    const std::size_t n = std::min(per, count - first);
+    piece(first, n);
+    first += n;
+  } while (first < count);
+}
+
 }  // namespace
 
 // Written by its rank: the doorbell its peers ring, and the round whose
@@ -310,15 +322,9 @@ void SmallOps::allreduce(void* data, std::size_t count, DataType dtype, ReduceOp
                          const std::string* name) {
   if (count > 0 && data == nullptr) throw InvalidArgument("small allreduce: null buffer");
   const std::size_t esize = dtype_size(dtype);
-  const std::size_t per = capacity_ / esize;
-  char* at = static_cast<char*>(data);
-  std::size_t left = count;
-  do {
-    const std::size_t n = std::min(per, left);
-    allreduce_round(at, n, dtype, op, desc, name);
-    at += n * esize;
-    left -= n;
-  } while (left > 0);
+  for_each_piece(count, capacity_ / esize, [&](std::size_t first, std::size_t n) {
+    allreduce_round(static_cast<char*>(data) + first * esize, n, dtype, op, desc, name);
+  });
 }
 
 void SmallOps::allreduce_round(char* data, std::size_t count, DataType dtype, ReduceOp op, const OpDescriptor& desc,
@@ -398,41 +404,33 @@ void SmallOps::broadcast(void* data, std::size_t count, DataType dtype, int root
   if (root < 0 || root >= n_) throw InvalidArgument("small broadcast: root " + std::to_string(root) + " of " + std::to_string(n_));
   if (count > 0 && data == nullptr) throw InvalidArgument("small broadcast: null buffer");
   const std::size_t esize = dtype_size(dtype);
-  const std::size_t per = capacity_ / esize;
-  char* at = static_cast<char*>(data);
-  std::size_t left = count;
-  do {
+  for_each_piece(count, capacity_ / esize, [&](std::size_t first, std::size_t n) {
     Waiter wait(*this, desc);
-    const std::size_t bytes = std::min(per, left) * esize;
+    char* at = static_cast<char*>(data) + first * esize;
+    const std::size_t bytes = n * esize;
     const uint64_t k = ++round_;
     if (me_ == root) std::memcpy(slot_data(me_, k), at, bytes);
     arrive(desc, me_ == root ? bytes : 0, wait);
     check(desc, name, wait);
     if (me_ != root) std::memcpy(at, slot_data(root, k), bytes);
-    at += bytes;
-    left -= bytes / esize;
-  } while (left > 0);
+  });
 }
 
 void SmallOps::allgather(const void* send, std::size_t count, DataType dtype, void* recv, const OpDescriptor& desc,
                          const std::string* name) {
   if (count > 0 && (send == nullptr || recv == nullptr)) throw InvalidArgument("small allgather: null buffer");
   const std::size_t esize = dtype_size(dtype);
-  const std::size_t per = capacity_ / esize;
   const std::size_t block = count * esize;
   char* out = static_cast<char*>(recv);
-  std::size_t done = 0;
-  do {
+  for_each_piece(count, capacity_ / esize, [&](std::size_t first, std::size_t n) {
     Waiter wait(*this, desc);
-    const std::size_t bytes = std::min(per, count - done) * esize;
-    const std::size_t at = done * esize;
+    const std::size_t at = first * esize, bytes = n * esize;
     const uint64_t k = ++round_;
     std::memcpy(slot_data(me_, k), static_cast<const char*>(send) + at, bytes);
     arrive(desc, bytes, wait);
     check(desc, name, wait);
     for (int p = 0; p < n_; ++p) std::memcpy(out + static_cast<std::size_t>(p) * block + at, slot_data(p, k), bytes);
-    done += bytes / esize;
-  } while (done < count);
+  });
 }
 
 void SmallOps::barrier(const OpDescriptor& desc, const std::string* name) {
