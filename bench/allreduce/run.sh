@@ -54,10 +54,17 @@ else
   echo "bench/allreduce: the runtime extension or torch is missing; the scalar figures are left out" >&2
 fi
 
-rm -f "$OUT/allreduce_fused.json"
+rm -f "$OUT"/allreduce_fused*.json
 if [ -x "$FUSED" ]; then
-  echo "bench/allreduce: DistributedOptimizer on the ResNet-50 gradient set"
-  "${MPIRUN[@]}" -np 2 "$FUSED" "$OUT/allreduce_fused.json"
+  # Separate launches: on this VM the same binary's figures move together
+  # from launch to launch (where the owned step is fastest, per-tensor MPI and
+  # the private buffer are slowest), so one launch is a draw; report.py shows
+  # every launch and takes the median one by speedup.
+  FUSED_LAUNCHES=${FUSED_LAUNCHES:-5}
+  for i in $(seq "$FUSED_LAUNCHES"); do
+    echo "bench/allreduce: DistributedOptimizer on the ResNet-50 gradient set, launch $i of $FUSED_LAUNCHES"
+    "${MPIRUN[@]}" -np 2 "$FUSED" "$OUT/allreduce_fused_launch$i.json"
+  done
 else
   echo "bench/allreduce: $FUSED not built; the 'fused' figures are left out" >&2
 fi
