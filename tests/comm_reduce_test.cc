@@ -2,7 +2,12 @@
 // that exercise the vector body and the scalar tail.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <random>
 #include <tuple>
 #include <vector>
 
@@ -80,6 +85,46 @@ TEST(DivideTest, FloatsAndIntegersTowardZero) {
   divide(h.data(), 1, DataType::kFloat16, 4);
   EXPECT_EQ(half_to_float(h[0]), 0.75f);
 }
+
+// divide() multiplies by the reciprocal for a power-of-two divisor: the bits
+// must be those of the division for every float and double, normal,
+// subnormal, huge, signed zero, infinite, NaN; other divisors divide.
+template <typename T, typename Bits>
+void ExpectDivisionBits(DataType dtype) {
+  std::mt19937_64 rng(7);
+  std::vector<T> values;
+  for (int i = 0; i < 4000; ++i) {
+    Bits b = static_cast<Bits>(rng());
+    T v;
+    std::memcpy(&v, &b, sizeof v);
+    values.push_back(v);  // every exponent, subnormals and NaNs included
+  }
+  const T specials[] = {T(0), -T(0), std::numeric_limits<T>::denorm_min(), -std::numeric_limits<T>::denorm_min(),
+                        std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), -std::numeric_limits<T>::max(),
+                        std::numeric_limits<T>::infinity(), -std::numeric_limits<T>::infinity(),
+                        std::numeric_limits<T>::quiet_NaN(), T(1), T(3), T(-1e-30)};
+  values.insert(values.end(), std::begin(specials), std::end(specials));
+  for (int divisor : {1, 2, 3, 4, 5, 6, 8, 16, 64, 1024, 4096, 1 << 20}) {
+    std::vector<T> got = values;
+    divide(got.data(), got.size(), dtype, divisor);
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      const T want = values[i] / static_cast<T>(divisor);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got[i])) << "divisor " << divisor << " at " << i;
+        continue;
+      }
+      Bits wb, gb;
+      std::memcpy(&wb, &want, sizeof wb);
+      std::memcpy(&gb, &got[i], sizeof gb);
+      ASSERT_EQ(wb, gb) << "divisor " << divisor << ": " << values[i] << " / " << divisor << " gave " << got[i]
+                        << ", want " << want;
+    }
+  }
+}
+
+TEST(DivideTest, FloatBitsEqualTheDivisionForEveryDivisor) { ExpectDivisionBits<float, uint32_t>(DataType::kFloat32); }
+
+TEST(DivideTest, DoubleBitsEqualTheDivisionForEveryDivisor) { ExpectDivisionBits<double, uint64_t>(DataType::kFloat64); }
 
 }  // namespace
 }  // namespace muster::runtime::comm

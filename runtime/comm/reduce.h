@@ -18,7 +18,9 @@ namespace muster::runtime::comm {
 // caller divides once at the end with divide().
 void reduce_into(void* dst, const void* src, std::size_t count, DataType dtype, ReduceOp op);
 
-// data[i] /= divisor; integer types divide toward zero.
+// data[i] /= divisor; integer types divide toward zero. Floating types
+// multiply by the reciprocal when divisor is a power of two (the same bits,
+// without the divider's cost); other divisors divide.
 void divide(void* data, std::size_t count, DataType dtype, int divisor);
 
 }  // namespace muster::runtime::comm
