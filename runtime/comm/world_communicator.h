@@ -125,9 +125,10 @@ class WorldCommunicator : public Communicator {
   // SmallOps op each: queued as a bare closure (no Call, no strings), run
   // by the caller when it waits at once (progress_thread.h), with no
   // Watchdog unless a wait outlasts the spin. An op larger than a slot runs
-  // there in pieces; where the host's ranks outnumber its CPUs
-  // (pieces_over_ring_), so does every allreduce of the caller's own memory
-  // past small_fits, after its descriptor exchange, in place of the ring.
+  // there in pieces; where the host's ranks outnumber its CPUs, or there are
+  // just 2 (pieces_over_ring_), so does every allreduce of the caller's own
+  // memory past small_fits, after its descriptor exchange, in place of the
+  // ring.
   void form_small(int host_size);
   std::size_t small_capacity(int host_size) const;
   bool small_fits(std::size_t bytes) const { return small_ && bytes <= small_limit_; }

@@ -61,8 +61,13 @@ void WorldCommunicator::form_small(int host_size) {
                                            std::move(world), o, monitor_.get());
   small_limit_ = options_.small_bytes;
   // The ring's 2 (n - 1) steps per block each wait for a descheduled
-  // neighbour here; pieces wait twice each (runtime/comm/README.md).
-  pieces_over_ring_ = oversubscribed;
+  // neighbour here; pieces wait twice each (runtime/comm/README.md). With
+  // two ranks, a CPU each, pieces move the same bytes as the ring's two
+  // steps, with one exchange per 256 KB instead of one per segment: 16-256 MB
+  // at 13.7-15.0 GB/s against the ring's 12.6-14.2 when traffic between the
+  // VM's cores is cheap; when not, 4-7% behind at 1-16 MB and 4-5% ahead at
+  // 64-256 MB (runtime/comm/README.md, "Pieces").
+  pieces_over_ring_ = oversubscribed || local_size_ == 2;
 }
 
 template <typename F>

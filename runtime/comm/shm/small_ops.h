@@ -2,8 +2,9 @@
 // one block of shared memory they all map. Allreduce, broadcast, allgather
 // and barrier, and the descriptor exchange a larger op makes before its data
 // moves. An op of more than capacity() bytes per rank runs as one round per
-// capacity()-sized piece (where ranks outnumber CPUs the Communicator sends
-// every allreduce of the caller's own memory here: see "Pieces" below).
+// capacity()-sized piece (where ranks outnumber CPUs, and where there are
+// just 2, the Communicator sends every allreduce of the caller's own memory
+// here: see "Pieces" below).
 //
 // Layout of the area (area_bytes(); every part 64-byte aligned; all zero is
 // the valid initial state, so any zeroed mapping works):
@@ -44,8 +45,8 @@
 // reduced by one rank alone, so the result's bits are the same everywhere.
 // With more ranks than CPUs this beats the ring, which waits for a
 // descheduled neighbour at every one of its 2 (n - 1) steps per block, while
-// a piece waits twice and the slots (2 x n x capacity) stay in the cache
-// (runtime/comm/README.md has the figures).
+// a piece waits twice and the slots (2 x n x capacity) stay in the cache; on
+// 2 ranks it matches or beats it (runtime/comm/README.md has the figures).
 //
 // Waiting: spin on the peers' headers (bounded by `spin`; ranks that share
 // CPUs poll with sched_yield for `yield` instead), then sleep on this rank's
