@@ -8,6 +8,7 @@
 // naming it; a peer the monitor finds dead raises CommError naming it).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -129,6 +130,7 @@ TEST_P(SmallAllreduce, EveryRankGetsTheReduction) {
   SmallOpsOptions options;
   options.capacity = 64 * 1024;
   options.flat_max_bytes = 2 * 1024;
+  options.pair_flat_max_bytes = 2 * 1024;  // two-phase at 2 ranks too
   const std::size_t esize = dtype_size(dtype);
   const std::size_t count = count_or_max == kFull     ? options.capacity / esize
                             : count_or_max == kPieces ? 3 * options.capacity / esize + 5
@@ -201,6 +203,57 @@ TEST(SmallOpsTest, FlatFloatSumsAreBitIdenticalOnEveryRank) {
   }
 }
 
+// Two ranks with the default options: flat up to pair_flat_max_bytes (64 KB),
+// two-phase above. Either way both ranks end with x0 + x1 (or its average,
+// min, max) bit for bit, from random floats and doubles, at sizes on both
+// sides of each limit.
+TEST(SmallOpsTest, TwoRanksFlatAndTwoPhaseGiveTheSameBitsOnBoth) {
+  SmallOpsOptions options;
+  ASSERT_EQ(options.pair_flat_max_bytes, 64u * 1024);
+  World w(2, options);
+  std::mt19937_64 gen(11);
+  std::uniform_real_distribution<double> dist(-1e6, 1e6);
+  for (std::size_t bytes : {std::size_t{4096}, std::size_t{8200}, std::size_t{16384}, std::size_t{65536},
+                            std::size_t{65536 + 8}, std::size_t{200000}, std::size_t{256 * 1024}}) {
+    for (DataType dtype : {DataType::kFloat32, DataType::kFloat64}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax}) {
+        const std::size_t esize = dtype_size(dtype), count = bytes / esize;
+        std::vector<std::vector<char>> data(2, std::vector<char>(count * esize));
+        for (auto& d : data) {
+          for (std::size_t i = 0; i < count; ++i) put(d.data(), i, dtype, dist(gen));
+        }
+        std::vector<double> want(count);
+        for (std::size_t i = 0; i < count; ++i) {
+          const double a = get(data[0].data(), i, dtype), b = get(data[1].data(), i, dtype);
+          if (dtype == DataType::kFloat32) {
+            const float s = static_cast<float>(a) + static_cast<float>(b);
+            want[i] = op == ReduceOp::kSum       ? s
+                      : op == ReduceOp::kAverage ? s / 2.0f
+                      : op == ReduceOp::kMin     ? std::min(a, b)
+                                                 : std::max(a, b);
+          } else {
+            want[i] = op == ReduceOp::kSum       ? a + b
+                      : op == ReduceOp::kAverage ? (a + b) / 2.0
+                      : op == ReduceOp::kMin     ? std::min(a, b)
+                                                 : std::max(a, b);
+          }
+        }
+        w.run_ok([&](int r) {
+          w.at(r).allreduce(data[static_cast<std::size_t>(r)].data(), count, dtype, op,
+                            desc_of(OpKind::kAllreduce, dtype, count, op));
+        });
+        for (int r = 0; r < 2; ++r) {
+          for (std::size_t i = 0; i < count; ++i) {
+            ASSERT_EQ(get(data[static_cast<std::size_t>(r)].data(), i, dtype), want[i])
+                << bytes << " bytes, " << dtype_name(dtype) << ", op " << static_cast<int>(op) << ", rank " << r
+                << ", element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(SmallOpsTest, BroadcastFromEveryRoot) {
   for (int n : {1, 2, 3, 5}) {
     World w(n);
@@ -251,6 +304,7 @@ void many_rounds(int n, std::chrono::microseconds spin, int rounds) {
   SmallOpsOptions options;
   options.capacity = 16 * 1024;
   options.flat_max_bytes = 1024;
+  options.pair_flat_max_bytes = 1024;  // two-phase at 2 ranks too
   options.spin = spin;
   World w(n, options);
   w.run_ok([&](int r) {
@@ -395,6 +449,7 @@ TEST(SmallOpsTest, LargerThanTheSlotRunsInPieces) {
   SmallOpsOptions options;
   options.capacity = 4096;
   options.flat_max_bytes = 512;
+  options.pair_flat_max_bytes = 512;  // two-phase at 2 ranks too
   for (int n : {2, 3, 4}) {
     World w(n, options);
     const std::size_t count = 3 * 1024 + 100;  // 4 pieces of float32, the last ragged

@@ -334,7 +334,7 @@ void SmallOps::allreduce_round(char* data, std::size_t count, DataType dtype, Re
   const std::size_t esize = dtype_size(dtype);
   const std::size_t bytes = count * esize;
   const uint64_t k = ++round_;
-  const bool flat = bytes <= options_.flat_max_bytes || n_ == 1;
+  const bool flat = n_ == 1 || bytes <= (n_ == 2 ? options_.pair_flat_max_bytes : options_.flat_max_bytes);
   const Chunking chunks{count, n_};
   char* mine = slot_data(me_, k);
   if (flat) {
