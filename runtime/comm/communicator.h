@@ -156,8 +156,8 @@ struct CommOptions {
   // the small-message engine (shm/small_ops.h: one shared block, one round
   // per op, the descriptors compared in the same round); larger ones take
   // the ring, or, where the host's ranks outnumber its CPUs or there are
-  // just 2, the engine again after a descriptor exchange (unless the buffer is shared: then
-  // the direct path). Every rank must use the same; 0 turns the engine off
+  // just 2, the engine again after a descriptor exchange (unless the
+  // buffer is shared: then the direct path). Every rank must use the same; 0 turns the engine off
   // (ops then exchange descriptors through the control table). The engine's
   // area is 2 slots per rank of this size or 256 KB, whichever is less
   // (capped at 32 MB per host); an op larger than a slot runs in pieces of
