@@ -408,6 +408,19 @@ TEST(DistributedOptimizer, ThresholdFromEnvironment) {
   EXPECT_EQ(c.options().fusion_threshold_bytes, kDefaultFusionThresholdBytes);
 }
 
+// Which caller-owned gradients are reduced in place by default: from 64 KB
+// where the world shares one host and its private allreduces take the small
+// path's rounds (2 ranks; more ranks than CPUs), from 1 MB elsewhere.
+TEST(DistributedOptimizer, InPlaceThresholdFollowsTheWorld) {
+  EXPECT_EQ(DistributedOptions{}.in_place_min_bytes, kAutoInPlaceMinBytes);
+  EXPECT_EQ(auto_in_place_min_bytes(2, true, 16), 64u * 1024);
+  EXPECT_EQ(auto_in_place_min_bytes(4, true, 2), 64u * 1024);
+  EXPECT_EQ(auto_in_place_min_bytes(4, true, 16), 1u << 20);   // the ring, a CPU each
+  EXPECT_EQ(auto_in_place_min_bytes(2, false, 16), 1u << 20);  // two hosts
+  EXPECT_EQ(auto_in_place_min_bytes(8, false, 2), 1u << 20);
+  EXPECT_EQ(auto_in_place_min_bytes(3, true, 0), 1u << 20);    // CPUs unknown
+}
+
 // What horovodrun --fusion-threshold-mb / --timeline-filename (and musterd's
 // mpi clusters) export; muster's own variables win when both are set.
 TEST(DistributedOptimizer, HonoursHorovodEnvironment) {

@@ -20,7 +20,8 @@
 //       once; memory_pass_s), and per_tensor_vs_memory_pass says how (c)
 //       compares. It is no floor: the direct allreduce reads and writes each
 //       byte once too and has measured below it (runtime/comm/README.md).
-// FUSED_BENCH_SEGMENT_KB overrides the optimizer's segment size (tuning).
+// FUSED_BENCH_SEGMENT_KB overrides the optimizer's segment size, and
+// FUSED_BENCH_IN_PLACE_KB its in_place_min_bytes (tuning).
 // The variants run interleaved in each repetition (a shared machine's load
 // hits them alike); medians over repetitions; rank 0 writes the figures as
 // JSON:  allreduce_fused_bench [out.json (bench/out/allreduce_fused.json)] [reps (9)]
@@ -111,6 +112,7 @@ struct OptimizerCase {
   OptimizerCase(rt::comm::Communicator& comm, const std::vector<Tensor>& tensors, bool owned) {
     rt::distributed::DistributedOptions options;  // defaults: 64 MB fusion, 1 MB segments
     if (const char* seg = std::getenv("FUSED_BENCH_SEGMENT_KB")) options.segment_bytes = std::stoul(seg) * 1024;
+    if (const char* kb = std::getenv("FUSED_BENCH_IN_PLACE_KB")) options.in_place_min_bytes = std::stoul(kb) * 1024;
     opt = std::make_unique<rt::distributed::DistributedOptimizer>(comm, rt::optim::make_sgd({}), options);
     values.resize(tensors.size());
     for (std::size_t i = 0; i < tensors.size(); ++i) {

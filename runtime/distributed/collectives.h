@@ -58,6 +58,9 @@ class Collectives {
   // No communication: throws CommError when a peer is known to be gone
   // (comm::Communicator::check_peers). Any thread. Default: nothing known.
   virtual void check_peers() {}
+  // True when the whole world shares this host's memory (one host, a
+  // shared-memory segment: comm::Communicator::shares_host_memory).
+  virtual bool shares_host_memory() const { return false; }
   // Collective: memory for gradients that allreduces handle fastest in place
   // (comm::Communicator::allocate_shared). Default: ordinary memory.
   virtual std::unique_ptr<comm::SharedBuffer> allocate_shared(std::size_t bytes) {

@@ -24,6 +24,7 @@ class CommCollectives final : public Collectives {
   int size() const override { return comm_.size(); }
   std::chrono::milliseconds timeout() const override { return comm_.options().timeout; }
   const void* identity() const override { return &comm_; }
+  bool shares_host_memory() const override { return comm_.shares_host_memory(); }
 
   std::unique_ptr<PendingOp> allreduce_async(void* data, std::size_t count, DataType dtype, comm::ReduceOp op,
                                              comm::Algorithm algorithm) override {

@@ -1,5 +1,7 @@
 #include "runtime/distributed/distributed_optimizer.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <future>
@@ -51,6 +53,11 @@ ReductionPipeline::Clock::time_point process_epoch() {
 }
 
 }  // namespace
+
+std::size_t auto_in_place_min_bytes(int ranks, bool one_host, long host_cpus) {
+  const bool small_path_rounds = one_host && (ranks == 2 || (host_cpus > 0 && ranks > host_cpus));
+  return small_path_rounds ? std::size_t{64} << 10 : std::size_t{1} << 20;
+}
 
 const char* compression_name(Compression c) {
   switch (c) {
@@ -180,12 +187,16 @@ int DistributedOptimizer::add_parameter(const std::string& name, float* value, f
 static void start(DistributedOptimizer::Impl& impl, const DistributedOptions& options) {
   if (impl.started) return;
   impl.started = true;
+  const std::size_t in_place_min =
+      options.in_place_min_bytes != kAutoInPlaceMinBytes
+          ? options.in_place_min_bytes
+          : auto_in_place_min_bytes(impl.coll->size(), impl.coll->shares_host_memory(), sysconf(_SC_NPROCESSORS_ONLN));
   std::vector<std::size_t> sizes;
   std::vector<bool> alone;
   for (std::size_t i = 0; i < impl.grads.size(); ++i) {
     sizes.push_back(impl.grads[i].size);
-    alone.push_back(!impl.owned[i] && options.compression == Compression::kNone && options.in_place_min_bytes > 0 &&
-                    impl.grads[i].size * sizeof(float) >= options.in_place_min_bytes);
+    alone.push_back(!impl.owned[i] && options.compression == Compression::kNone && in_place_min > 0 &&
+                    impl.grads[i].size * sizeof(float) >= in_place_min);
   }
   const auto plans = plan_buckets(sizes, options.fusion_threshold_bytes, alone);
   ReductionSettings settings;
