@@ -46,6 +46,10 @@ std::size_t auto_small_bytes(int ranks_on_host, long host_cpus) {
   return host_cpus > 0 && ranks_on_host > host_cpus ? std::size_t{4} << 20 : std::size_t{256} << 10;
 }
 
+bool private_allreduce_in_pieces(int ranks_on_host, long host_cpus) {
+  return ranks_on_host == 2 || (host_cpus > 0 && ranks_on_host > host_cpus);
+}
+
 std::unique_ptr<SharedBuffer> make_private_buffer(std::size_t bytes) { return std::make_unique<PrivateBuffer>(bytes); }
 
 std::unique_ptr<Communicator> Communicator::create(std::unique_ptr<Bootstrap> bootstrap, const CommOptions& options) {

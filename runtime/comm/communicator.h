@@ -225,6 +225,13 @@ struct CommOptions {
 // small path 3.9-4.0: its slots leave the cache).
 std::size_t auto_small_bytes(int ranks_on_host, long host_cpus);
 
+// Whether, on a world whose ranks all share one host, an allreduce of the
+// caller's own memory past the small path's limit runs in that path's
+// 256 KB pieces instead of the ring (`Algorithm::kAuto`): with 2 ranks, or
+// more ranks than CPUs (runtime/comm/README.md, "Pieces").
+// distributed::auto_in_place_min_bytes follows the same rule.
+bool private_allreduce_in_pieces(int ranks_on_host, long host_cpus);
+
 namespace detail {
 struct OpState;
 }

@@ -67,7 +67,7 @@ void WorldCommunicator::form_small(int host_size) {
   // at 13.7-15.0 GB/s against the ring's 12.6-14.2 when traffic between the
   // VM's cores is cheap; when not, 4-7% behind at 1-16 MB and 4-5% ahead at
   // 64-256 MB (runtime/comm/README.md, "Pieces").
-  pieces_over_ring_ = oversubscribed || local_size_ == 2;
+  pieces_over_ring_ = private_allreduce_in_pieces(local_size_, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
 template <typename F>

@@ -55,7 +55,7 @@ ReductionPipeline::Clock::time_point process_epoch() {
 }  // namespace
 
 std::size_t auto_in_place_min_bytes(int ranks, bool one_host, long host_cpus) {
-  const bool small_path_rounds = one_host && (ranks == 2 || (host_cpus > 0 && ranks > host_cpus));
+  const bool small_path_rounds = one_host && comm::private_allreduce_in_pieces(ranks, host_cpus);
   return small_path_rounds ? std::size_t{64} << 10 : std::size_t{1} << 20;
 }
 
