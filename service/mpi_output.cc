@@ -1,6 +1,7 @@
 #include "service/mpi_output.h"
 
 #include <cctype>
+#include <cstring>
 #include <cstdlib>
 
 namespace muster::service {
@@ -117,14 +118,47 @@ std::optional<RankExit> first_failed_rank(std::string_view log) {
   }
   // "Process name: [[J,1],R]" then "Exit code: N".
   const size_t name = log.rfind("Process name:");
-  if (name == std::string_view::npos) return std::nullopt;
-  const size_t bracket = log.find("],", name);
-  const size_t code = log.find("Exit code:", name);
-  if (bracket == std::string_view::npos || code == std::string_view::npos) return std::nullopt;
-  RankExit e;
-  e.rank = to_int(log.substr(bracket + 2));
-  e.exit_code = to_int(trim(log.substr(code + std::string_view("Exit code:").size(), 16)));
-  return e;
+  if (name != std::string_view::npos) {
+    const size_t bracket = log.find("],", name);
+    const size_t code = log.find("Exit code:", name);
+    if (bracket != std::string_view::npos && code != std::string_view::npos) {
+      RankExit e;
+      e.rank = to_int(log.substr(bracket + 2));
+      e.exit_code = to_int(trim(log.substr(code + std::string_view("Exit code:").size(), 16)));
+      return e;
+    }
+  }
+  return first_reported_exit(log);
+}
+
+std::optional<RankExit> first_reported_exit(std::string_view log) {
+  constexpr std::string_view kExited = " exited with code ";
+  constexpr std::string_view kKilled = " was killed by signal ";
+  size_t start = 0;
+  while (start < log.size()) {
+    size_t end = log.find('\n', start);
+    if (end == std::string_view::npos) end = log.size();
+    const std::string_view line = log.substr(start, end - start);
+    start = end + 1;
+    const int tag = tag_length(line);
+    if (tag <= 0) continue;
+    const std::string_view text = line.substr(static_cast<size_t>(tag));
+    if (text.substr(0, kExitReport.size()) != kExitReport) continue;
+    RankExit e;
+    e.rank = rank_of_tag(line);
+    if (const size_t at = text.find(kExited); at != std::string_view::npos) {
+      e.exit_code = to_int(text.substr(at + kExited.size()));
+    } else if (const size_t at = text.find(kKilled); at != std::string_view::npos) {
+      e.signal = to_int(text.substr(at + kKilled.size()));
+      if (*e.signal <= 0 || *e.signal > 64) continue;
+      if (const char* name = ::sigdescr_np(*e.signal)) e.signal_name = name;
+      e.exit_code = 128 + *e.signal;
+    } else {
+      continue;
+    }
+    return e;
+  }
+  return std::nullopt;
 }
 
 std::vector<std::string> rank_tail(std::string_view log, int rank, size_t n) {
@@ -135,7 +169,8 @@ std::vector<std::string> rank_tail(std::string_view log, int rank, size_t n) {
     if (end == std::string_view::npos) end = log.size();
     const std::string_view line = log.substr(start, end - start);
     const int tag = tag_length(line);
-    if (tag > 0 && rank_of_tag(line) == rank && line.find("<stddiag>") == std::string_view::npos) {
+    if (tag > 0 && rank_of_tag(line) == rank && line.find("<stddiag>") == std::string_view::npos &&
+        line.substr(static_cast<size_t>(tag), kExitReport.size()) != kExitReport) {
       lines.emplace_back(line.substr(static_cast<size_t>(tag)));
       if (lines.size() > n) lines.erase(lines.begin());
     }

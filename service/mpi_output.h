@@ -52,10 +52,20 @@ struct RankExit {
 };
 
 // nullopt when `log` holds no such report (mpirun failed before any rank ran).
+// mpirun leaves its report out when its job ends in an order it does not
+// expect (seen under load); then the ranks' own reports decide
+// (first_reported_exit()).
 std::optional<RankExit> first_failed_rank(std::string_view log);
 
-// The last `n` lines rank `rank` wrote to stdout or stderr (tags removed),
-// oldest first.
+// A launched rank's report of its own exit, on its stderr (kRankExitWrapper,
+// mpi_rendezvous.h): "muster: rank R exited with code N" or "muster: rank R
+// was killed by signal S". The first one in `log`, as mpirun's tag names the
+// rank; nullopt when there is none.
+inline constexpr std::string_view kExitReport = "muster: rank ";
+std::optional<RankExit> first_reported_exit(std::string_view log);
+
+// The last `n` lines rank `rank` wrote to stdout or stderr (tags removed,
+// its exit report left out), oldest first.
 std::vector<std::string> rank_tail(std::string_view log, int rank, size_t n);
 
 }  // namespace muster::service

@@ -69,6 +69,26 @@ const char* const kRankGpuWrapper =
     "d=$(printf %s \"$h\" | cut -d , -f $((${OMPI_COMM_WORLD_LOCAL_RANK:-0} + 1))); "
     "export CUDA_VISIBLE_DEVICES=\"$h\" NVIDIA_VISIBLE_DEVICES=\"$h\" MUSTER_GPU_DEVICE=\"$d\"; exec \"$@\"";
 
+// Run by /bin/sh in front of each launched rank's command. The command runs
+// in a child (one fork; the subshell execs it) with the rank's own stderr,
+// and dies with the shell (setpriv's parent-death signal, where util-linux
+// has it: a shell killed alone leaves no rank behind). The shell keeps its
+// own stderr on /dev/null so that it adds no "Terminated" of its own, and
+// survives the signals mpirun forwards to the rank's process group (a trap,
+// which exec resets for the command). An exit other than 0 is reported on
+// the rank's stderr in mpi_output.h's words, and a death by signal is passed
+// on as the same signal, so mpirun sees what it would have seen without the
+// wrapper.
+const char* const kRankExitWrapper =
+    "exec 3>&2 2>/dev/null; trap : HUP INT TERM USR1 USR2; "
+    "command -v setpriv >/dev/null && set -- setpriv --pdeathsig KILL -- \"$@\"; "
+    "(exec \"$@\") 2>&3 3>&-; rc=$?; "
+    "[ \"$rc\" -eq 0 ] && exit 0; "
+    "if [ \"$rc\" -gt 128 ] && [ \"$rc\" -le 192 ]; then s=$((rc - 128)); "
+    "echo \"muster: rank ${OMPI_COMM_WORLD_RANK:-?} was killed by signal $s\" >&3; "
+    "trap - HUP INT TERM USR1 USR2; kill -s \"$s\" $$; fi; "
+    "echo \"muster: rank ${OMPI_COMM_WORLD_RANK:-?} exited with code $rc\" >&3; exit \"$rc\"";
+
 std::vector<std::string> rank_command(const fs::path& script_path, const std::vector<std::string>& args,
                                       const std::string& python) {
   api::KernelCommandOptions k;
@@ -166,6 +186,10 @@ api::Result<Wiring> MpiRendezvous::wire(const api::Cluster& c, const std::vector
       m.set_env["MUSTER_RANK_GPUS"] = gpus;
       m.command.insert(m.command.begin(), {"/bin/sh", "-c", kRankGpuWrapper, "muster-rank"});
     }
+    // A launched job's ranks report their own exits: mpirun names the first
+    // failed rank only when its job ends in the order it expects (under load
+    // its report is sometimes left out), and musterd names it either way.
+    if (r.launch) m.command.insert(m.command.begin(), {"/bin/sh", "-c", kRankExitWrapper, "muster-rank"});
     // How mpirun reaches the hosts (ssh with the backend's key, srun inside
     // Slurm jobs), for this launch only.
     if (!found.rsh_agent.empty()) {

@@ -48,6 +48,13 @@ struct MpiRendezvousOptions {
 // MUSTER_RANK_GPUS, then execs the command ("$@").
 extern const char* const kRankGpuWrapper;
 
+// The /bin/sh script in front of every launched rank's command (outside the
+// GPU wrapper): it runs the command and reports an exit other than 0 on the
+// rank's stderr ("muster: rank R exited with code N" / "... was killed by
+// signal S", read by first_failed_rank(), mpi_output.h), ending as the
+// command did.
+extern const char* const kRankExitWrapper;
+
 // The command every rank runs for `script_path` (api/kernel.h, kernel python3
 // with the request's `python`).
 std::vector<std::string> rank_command(const std::filesystem::path& script_path, const std::vector<std::string>& args,

@@ -76,6 +76,13 @@ def processes(**env):
     return out
 
 
+def exe_name(pid):
+    try:
+        return os.path.basename(os.readlink("/proc/%d/exe" % pid))
+    except OSError:
+        return ""
+
+
 def agents(url):
     """worker id -> pid of every live agent of the daemon at `url` (scripts carry no token)."""
     out = {}
@@ -192,8 +199,12 @@ def test_kill9_during_a_running_mpi_cluster(chaos):
     client = Client(d.url, d.token, timeout_seconds=60)
     cluster = client.horovodrun(2, "sleeper.py", slots=1, cpu=0.1, memory=0.1, launch=True)
     cid = cluster["id"]
-    ranks = wait_for(lambda: (lambda p: p if len(p) == 2 else None)(
-        processes(MUSTER_CLUSTER_ID=cid, OMPI_COMM_WORLD_RANK=None)), 30, what="2 ranks")
+    # The ranks' python processes and the /bin/sh in front of each, which
+    # reports its exit (mpi_rendezvous.h, kRankExitWrapper).
+    ranks = wait_for(lambda: (lambda p: p if len(p) == 4 else None)(
+        processes(MUSTER_CLUSTER_ID=cid, OMPI_COMM_WORLD_RANK=None)), 30, what="2 ranks and their wrappers")
+    assert sorted(exe_name(p).startswith("python") for p in ranks) == [False, False, True, True], \
+        [exe_name(p) for p in ranks]
     mpirun = [p for p in processes(MUSTER_CLUSTER_ID=cid)
               if os.path.basename(os.readlink("/proc/%d/exe" % p)).startswith(("mpirun", "orterun", "prterun"))]
     assert len(mpirun) == 1, mpirun

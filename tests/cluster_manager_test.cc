@@ -4,7 +4,11 @@
 #include "service/cluster_manager.h"
 #include "service/mpi_rendezvous.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
+#include <thread>
 
 #include <algorithm>
 #include <filesystem>
@@ -18,6 +22,7 @@
 #include "clusterspec/shell.h"
 #include "clusterspec/tf_config.h"
 #include "service/cluster_routes.h"
+#include "service/mpi_output.h"
 
 namespace muster::service {
 namespace {
@@ -397,6 +402,80 @@ TEST_F(ClusterManagerTest, MpiFailureNamesTheFirstFailedRankWithItsLastLines) {
   EXPECT_EQ(stored->failed_rank->log_tail, failed.failed_rank->log_tail);
 }
 
+// kRankExitWrapper run for real by /bin/sh as rank 1, in a process group
+// of its own as mpirun starts ranks: how it ended (a waitpid status), what
+// it wrote to stdout and to stderr. With `term_after`, the group gets
+// SIGTERM then (mpirun forwarding a signal to its job).
+struct Wrapped {
+  int status = 0;
+  std::string out, err;
+};
+Wrapped run_rank_wrapper(const std::string& command, std::optional<std::chrono::milliseconds> term_after = {}) {
+  int out[2], err[2];
+  EXPECT_EQ(::pipe(out), 0);
+  EXPECT_EQ(::pipe(err), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    ::setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+    ::execl("/bin/sh", "sh", "-c", kRankExitWrapper, "muster-rank", "/bin/sh", "-c", command.c_str(), nullptr);
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  if (term_after) {
+    std::this_thread::sleep_for(*term_after);
+    ::kill(-pid, SIGTERM);
+  }
+  auto drain = [](int fd) {
+    std::string s;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) s.append(buf, static_cast<size_t>(n));
+    ::close(fd);
+    return s;
+  };
+  Wrapped w;
+  w.out = drain(out[0]);
+  w.err = drain(err[0]);
+  ::waitpid(pid, &w.status, 0);
+  return w;
+}
+
+// The wrapper is invisible when the rank succeeds, reports an exit code and
+// keeps it, reports a death by signal and dies by the same signal (as
+// mpirun would have seen it), and outlives a signal the rank handles.
+TEST(RankExitWrapper, ReportsTheRanksExitAndEndsAsItDid) {
+  auto ok = run_rank_wrapper("echo hello; echo warn >&2");
+  EXPECT_TRUE(WIFEXITED(ok.status) && WEXITSTATUS(ok.status) == 0);
+  EXPECT_EQ(ok.out, "hello\n");
+  EXPECT_EQ(ok.err, "warn\n");
+
+  auto failed = run_rank_wrapper("echo bad batch >&2; exit 3");
+  EXPECT_TRUE(WIFEXITED(failed.status) && WEXITSTATUS(failed.status) == 3);
+  EXPECT_EQ(failed.err, "bad batch\nmuster: rank 1 exited with code 3\n");
+  auto named = first_failed_rank("[1,1]<stderr>:" + failed.err.substr(failed.err.find("muster:")));
+  ASSERT_TRUE(named);
+  EXPECT_EQ(named->rank, 1);
+  EXPECT_EQ(named->exit_code, 3);
+
+  auto killed = run_rank_wrapper("kill -9 $$");
+  EXPECT_TRUE(WIFSIGNALED(killed.status) && WTERMSIG(killed.status) == SIGKILL) << killed.status;
+  EXPECT_EQ(killed.err, "muster: rank 1 was killed by signal 9\n");  // and no "Killed" of the shell's own
+
+  // The rank dies with its wrapper (a wrapper killed alone leaves no rank).
+  auto orphan = run_rank_wrapper("kill -9 $PPID; sleep 2; echo survived >&2");
+  EXPECT_TRUE(WIFSIGNALED(orphan.status) && WTERMSIG(orphan.status) == SIGKILL) << orphan.status;
+  EXPECT_EQ(orphan.err, "");
+
+  auto handled = run_rank_wrapper("trap 'echo stopping; exit 0' TERM; while :; do sleep 0.02 2>/dev/null; done",
+                                  std::chrono::milliseconds(300));
+  EXPECT_TRUE(WIFEXITED(handled.status) && WEXITSTATUS(handled.status) == 0) << handled.status;
+  EXPECT_EQ(handled.out, "stopping\n");
+  EXPECT_EQ(handled.err, "");
+}
+
 // horovodrun -H on the notebook's own workers: nothing is launched, the ranks
 // run on their hosts in the interpreter asked for, and the cluster never
 // stops them.
@@ -637,10 +716,13 @@ TEST_F(ClusterManagerTest, MpiRanksGetTheirHostsDevices) {
   const auto& argv = launcher_->started.at(0).argv;
   auto env = std::find(argv.begin(), argv.end(), "MUSTER_RANK_GPUS=0,2;0,2;1");
   EXPECT_NE(env, argv.end()) << clusterspec::join_for_shell(argv);
+  // Launched: the exit report's wrapper, then the GPU one, then the command.
   auto sh = std::find(argv.begin(), argv.end(), "/bin/sh");
   ASSERT_NE(sh, argv.end());
-  EXPECT_EQ(*(sh + 2), kRankGpuWrapper);
-  EXPECT_EQ(*(sh + 4), "/usr/bin/python3");
+  EXPECT_EQ(*(sh + 2), kRankExitWrapper);
+  EXPECT_EQ(*(sh + 4), "/bin/sh");
+  EXPECT_EQ(*(sh + 6), kRankGpuWrapper);
+  EXPECT_EQ(*(sh + 8), "/usr/bin/python3");
   // Global rank 1 is local rank 1 on the first host: devices 0,2, its own 2.
   const std::string cmd = "MUSTER_RANK_GPUS='0,2;0,2;1' OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_LOCAL_RANK=1 "
                           "/bin/sh -c '" + std::string(kRankGpuWrapper) + "' muster-rank /bin/sh -c "

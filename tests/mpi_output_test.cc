@@ -107,6 +107,55 @@ TEST(FirstFailedRank, NothingWithoutAReport) {
   EXPECT_FALSE(first_failed_rank(""));
 }
 
+// Under load mpirun sometimes prints only its first notice (seen with Open
+// MPI 4.1.4: the job's state moved on before its report); the ranks' own
+// reports, from kRankExitWrapper, still name the first one that failed.
+TEST(FirstFailedRank, TheRanksOwnReportWhenMpirunLeftItsOut) {
+  const std::string log =
+      "[1,0]<stdout>:rank 0 up\n"
+      "[1,1]<stdout>:rank 1 up\n"
+      "[1,1]<stderr>:bad batch on rank 1\n"
+      "[1,1]<stderr>:muster: rank 1 exited with code 3\n"
+      "--------------------------------------------------------------------------\n"
+      "Primary job  terminated normally, but 1 process returned\n"
+      "a non-zero exit code. Per user-direction, the job has been aborted.\n"
+      "--------------------------------------------------------------------------\n"
+      "[1,0]<stderr>:muster: rank 0 was killed by signal 15\n";
+  auto e = first_failed_rank(log);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->rank, 1);
+  EXPECT_EQ(e->exit_code, 3);
+  EXPECT_FALSE(e->signal);
+  EXPECT_EQ(rank_tail(log, 1, 5), (std::vector<std::string>{"rank 1 up", "bad batch on rank 1"}));
+}
+
+TEST(FirstFailedRank, TheRanksOwnSignalReport) {
+  auto e = first_failed_rank("[1,12]<stderr>:muster: rank 12 was killed by signal 9\n"
+                             "[1,0]<stderr>:muster: rank 0 was killed by signal 15\n");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->rank, 12);
+  EXPECT_EQ(e->signal, 9);
+  EXPECT_EQ(e->signal_name, "Killed");
+  EXPECT_EQ(e->exit_code, 137);
+}
+
+TEST(FirstFailedRank, MpirunsReportComesFirst) {
+  // mpirun names rank 2; an earlier-looking report of rank 0 (its lines may
+  // reach the log in another order) does not override it.
+  auto e = first_failed_rank("[1,0]<stderr>:muster: rank 0 exited with code 1\n"
+                             "  Process name: [[7052,1],2]\n  Exit code:    4\n");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->rank, 2);
+  EXPECT_EQ(e->exit_code, 4);
+}
+
+TEST(FirstFailedRank, ReportsOutsideARanksLinesAreText) {
+  // Untagged (mpirun's or a wrapper-less tool's) or malformed text is not a report.
+  EXPECT_FALSE(first_failed_rank("muster: rank 1 exited with code 3\n"));
+  EXPECT_FALSE(first_failed_rank("[1,1]<stdout>:muster: rank 1 is slow\n"));
+  EXPECT_FALSE(first_failed_rank("[1,1]<stderr>:muster: rank 1 was killed by signal 0\n"));
+}
+
 TEST(RankTail, TheRanksOwnLastLinesWithoutTags) {
   std::string log;
   for (int i = 0; i < 30; ++i) {
