@@ -1,8 +1,10 @@
 #include "runtime/ps/client.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <limits>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -175,16 +177,45 @@ int64_t SyncReplicasClient::initialize_or_wait() {
   }
   round.add_pulls(placement_, variables_, 0, nullptr);
   links_->exchange(round.out, round.in, "initialisation (pull of the chief's initial values)");
-  // A worker that has pushed nothing yet does not wait for the slices to
-  // agree: it takes the oldest step they answered. Its first gradient is
-  // then one of that step's replicas on the slices still at it, and stale
-  // (dropped) on the others. Waiting instead deadlocks after a worker died
-  // midway through pushing a step (a replacement's case): the slices its
-  // push reached advance once the others push; the rest wait for one more
-  // gradient of that step, which no live worker sends, as each waits for
-  // the slices to agree, until the PS timeout fails the job.
-  global_step_ = round.min_step();
+  global_step_ = first_step(round.min_step(), round.max_step());
   return global_step_;
+}
+
+// A worker's first pull, when the slices answered from two steps: a worker
+// that starts while the others are mid-step (a late thread, a backup worker:
+// replicas_to_aggregate < total_num_replicas lets the others go on without
+// it) sees some slices already at the next step. A gradient computed from
+// that mix and pushed for the older step would be accepted by the lagging
+// slices as one of that step's replicas: a wrong result, silently (seen in
+// about 1 run in 100 of PsSync.BackupWorkersLetTrainingGoOnWhenAWorkerDies).
+// So pull again, without waiting on the PS, until the slices agree.
+//
+// It does not wait for them indefinitely, as pull_one_step() does: after a
+// worker died midway through pushing a step (a replacement's case), the
+// slices its push reached advance once the others push; the rest wait for
+// one more gradient of that step, which no live worker sends, as each waits
+// for the slices to agree, until the PS timeout fails the job. A view that
+// stays torn for kTornViewGrace is that case: the worker then takes the
+// oldest step, and its first gradient becomes one of that step's replicas
+// on the slices still at it, and stale (dropped) on the others.
+int64_t SyncReplicasClient::first_step(int64_t oldest, int64_t newest) {
+  constexpr auto kTornViewGrace = std::chrono::seconds(2);
+  constexpr auto kRetryPause = std::chrono::milliseconds(2);
+  const auto give_up = std::chrono::steady_clock::now() + kTornViewGrace;
+  while (options_.mode == Mode::kSync && oldest != newest && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(kRetryPause);
+    Round round(cluster_.ps.size());
+    round.add_pulls(placement_, variables_, 0, nullptr);
+    links_->exchange(round.out, round.in, "initialisation (a pull the slices agree on)");
+    oldest = round.min_step();
+    newest = round.max_step();
+  }
+  if (oldest != newest) {
+    spdlog::warn("ps client: the slices stayed at steps {} to {} for {} s after this worker's first pull (a worker "
+                 "died midway through a step?): starting at step {}",
+                 oldest, newest, std::chrono::duration_cast<std::chrono::seconds>(kTornViewGrace).count(), oldest);
+  }
+  return oldest;
 }
 
 void SyncReplicasClient::check_gradient_count(const std::vector<const float*>& grads) const {

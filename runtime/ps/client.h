@@ -123,6 +123,9 @@ class SyncReplicasClient {
   // Sync mode, after a pull answered at steps oldest..newest (oldest <
   // newest): pulls again until every slice is at one step; returns it.
   int64_t pull_one_step(int64_t oldest, int64_t newest);
+  // The same for a worker's first pull, without waiting on the PS and for a
+  // bounded time (client.cc says why); then the oldest step.
+  int64_t first_step(int64_t oldest, int64_t newest);
   std::size_t optimizer_slots() const;
   std::vector<std::vector<const float*>> restore(const LoadedCheckpoint& c);
 
