@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Packs what bench/multihost and the NCCL test need to run on another x86-64
+# Packs what bench/multihost, the NCCL test and bench/allreduce's one-host
+# optimizer-step and latency benchmarks need to run on another x86-64
 # Linux machine that has none of our Debian packages (a lent GPU machine):
 # our built programs, the shared libraries they and Open MPI's plugins load
 # (not glibc or libstdc++), Open MPI and PMIx with their plugins and help
@@ -12,7 +13,8 @@ build="$(cd "$1" && pwd)"
 out="$2"
 list="$(mktemp)"
 trap 'rm -f "$list"' EXIT
-programs=(multihost_allreduce_bench muster-ps ps_bench_worker fashion_mnist comm_nccl_test)
+programs=(multihost_allreduce_bench muster-ps ps_bench_worker fashion_mnist comm_nccl_test allreduce_fused_bench
+          allreduce_latency_bench)
 bins=()
 for p in "${programs[@]}"; do bins+=("$build/bin/$p"); done
 system_bins=("$(readlink -f /usr/bin/mpirun)" /usr/bin/orted /usr/bin/iperf3 "$(readlink -f /usr/sbin/ip)")

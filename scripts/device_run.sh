@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On a lent GPU machine (root): unpack scripts/device_bundle.sh's archive
-# without overwriting what is there, then run the NCCL test on the GPU(s) and
-# bench/multihost with the machine's own cores. Writes to $OUT.
+# without overwriting what is there, then run the NCCL test on the GPU(s),
+# bench/multihost with the machine's own cores, and bench/allreduce's
+# optimizer step (FUSED_LAUNCHES launches, 0 for none) and latency table on
+# 2 ranks of one host. Writes to $OUT.
 #   usage: bash scripts/device_run.sh BUNDLE.tar.gz [COMMAND...]
 # COMMAND (default: bench/multihost/run.py) runs instead of the benchmark.
 set -uo pipefail
@@ -37,3 +39,17 @@ if [ $# -eq 0 ]; then
   set -- python3 bench/multihost/run.py /opt/muster/build "$out"
 fi
 PYTHONUNBUFFERED=1 timeout "${MULTIHOST_TIMEOUT:-420}" "$@" 2>&1 | tail -80
+
+# bench/allreduce's one-host figures on this machine's cores, as run.sh takes
+# them there (the same mpirun transports), each file named for the machine.
+FUSED_LAUNCHES="${FUSED_LAUNCHES-3}"
+if [ "$FUSED_LAUNCHES" -gt 0 ] && [ -x $b/allreduce_fused_bench ]; then
+  echo "$(cut -d' ' -f1 /proc/loadavg) $(nproc)" >"$out/allreduce_device_load.txt"  # load, cores
+  one_host=(mpirun --allow-run-as-root --oversubscribe -mca btl self,vader,tcp -mca btl_vader_single_copy_mechanism none)
+  for i in $(seq "$FUSED_LAUNCHES"); do
+    echo "== DistributedOptimizer step, ResNet-50 gradients, 2 ranks, launch $i of $FUSED_LAUNCHES"
+    OMPI_MCA_plm=isolated timeout 120 "${one_host[@]}" -np 2 $b/allreduce_fused_bench "$out/allreduce_fused_device_launch$i.json" 2>&1 | tail -12
+  done
+  echo "== latency, 8 B .. 256 KB, 2 ranks"
+  OMPI_MCA_plm=isolated timeout 120 "${one_host[@]}" -np 2 $b/allreduce_latency_bench "$out/allreduce_latency_device_np2.json" 2>&1 | tail -30
+fi

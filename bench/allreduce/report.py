@@ -39,10 +39,9 @@ def load(out_dir, name):
         return json.load(f)
 
 
-def fused_median_launch(out_dir):
-    """The fused bench's launches (allreduce_fused_launch<i>.json): the median one by speedup, with
-    every launch's figures under "launches". An older single allreduce_fused.json is taken as it is."""
-    prefix = "allreduce_fused_launch"
+def fused_median_launch(out_dir, prefix="allreduce_fused_launch"):
+    """The fused bench's launches (<prefix><i>.json): the median one by speedup, with every launch's
+    figures under "launches". An older single allreduce_fused.json is taken as it is."""
     numbered = []
     for name in os.listdir(out_dir):
         stem = name[len(prefix):-len(".json")] if name.startswith(prefix) and name.endswith(".json") else ""
@@ -50,7 +49,7 @@ def fused_median_launch(out_dir):
             numbered.append((int(stem), name))
     runs = [run for run in (load(out_dir, name) for _, name in sorted(numbered)) if run]
     if not runs:
-        return load(out_dir, "allreduce_fused.json")
+        return load(out_dir, "allreduce_fused.json") if prefix == "allreduce_fused_launch" else None
     order = sorted(runs, key=lambda r: r["speedup_vs_per_tensor"])
     median = dict(order[(len(order) - 1) // 2])
     median["launches"] = [
@@ -92,6 +91,18 @@ def main(out_dir):
     check = load(out_dir, "allreduce_check_cost.json")
     if check:
         result["check_cost"] = check
+    # The same two benchmarks on a lent machine (scripts/device_run.sh), kept
+    # apart: another machine's cores and memory.
+    device = fused_median_launch(out_dir, "allreduce_fused_device_launch")
+    if device:
+        result["device"] = {"fused": device, "latency_np2": (load(out_dir, "allreduce_latency_device_np2.json") or {})
+                            .get("rows", [])}
+        load_path = os.path.join(out_dir, "allreduce_device_load.txt")
+        if os.path.exists(load_path):
+            with open(load_path) as f:
+                fields = f.read().split()  # the load average before, then the machine's cores
+            result["device"]["load_before"] = float(fields[0])
+            result["device"]["cores"] = int(fields[1]) if len(fields) > 1 else None
 
     # Every size, both world sizes: the worst same-run ratio against MPI.
     ratios = []
@@ -259,6 +270,29 @@ def main(out_dir):
             lines.append(f"| {human(row['size_bytes'])} | {row['ring_unchecked_us']:.1f} | "
                          f"{row['ring_checked_us']:.1f} | {row['check_cost'] * 100:+.1f}% | "
                          f"{row['auto_checked_us']:.1f} |")
+        lines.append("")
+    device = result.get("device")
+    if device:
+        d = device["fused"]
+        lines += ["### The same on a lent GPU machine's CPUs (scripts/device_run.sh)", "",
+                  f"{device.get('cores') or '?'} cores (1-minute load average {device.get('load_before', '?')} "
+                  "before), 2 ranks, one `mpirun` each launch, the same binaries and transports "
+                  "(run there by hand, not by `make bench`; its figures stay until the next such run). "
+                  "DistributedOptimizer on the ResNet-50 gradient set, per launch:", "",
+                  "| launch | optimizer-owned step | caller-owned step | one MPI_Allreduce per tensor | "
+                  "speedup (target 2x) | caller-owned / owned (target 1.2x) |",
+                  "|---:|---:|---:|---:|---:|---:|"]
+        for i, r in enumerate(d.get("launches", []), 1):
+            lines.append(f"| {i} | {r['step_s'] * 1e3:.1f} ms | {r['step_copy_s'] * 1e3:.1f} ms | "
+                         f"{r['per_tensor_s'] * 1e3:.1f} ms | {r['speedup_vs_per_tensor']:.2f}x | "
+                         f"{r['step_copy_s'] / r['step_s']:.2f}x |")
+        rows = device.get("latency_np2")
+        if rows:
+            worst = min(rows, key=lambda r: r["ratio_vs_mpi"])
+            lines += ["", "Latency there, 2 ranks, muster vs MPI_Allreduce from 8 B to 256 KB: " +
+                      ", ".join(f"{human(r['size_bytes'])} {r['muster_us']:.2f} vs {r['mpi_us']:.2f} µs"
+                                for r in rows[::2]) +
+                      f"; worst **{worst['ratio_vs_mpi']:.2f}x** at {human(worst['size_bytes'])}."]
         lines.append("")
     with open(os.path.join(out_dir, "allreduce.md"), "w") as f:
         f.write("\n".join(lines))
