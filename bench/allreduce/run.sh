@@ -54,7 +54,7 @@ else
   echo "bench/allreduce: the runtime extension or torch is missing; the scalar figures are left out" >&2
 fi
 
-rm -f "$OUT"/allreduce_fused*.json
+rm -f "$OUT"/allreduce_fused_launch*.json "$OUT"/allreduce_fused.json  # not the lent machine's (device_run.sh)
 if [ -x "$FUSED" ]; then
   # Separate launches: on this VM the same binary's figures move together
   # from launch to launch (where the owned step is fastest, per-tensor MPI and
