@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@ namespace {
 
 using muster::service::first_failed_rank;
 using muster::service::rank_tail;
+using muster::service::RankExit;
 using muster::service::RankLines;
 
 std::string assemble(const std::vector<std::string>& pieces) {
@@ -68,6 +70,16 @@ TEST(RankLines, FinishEndsEveryPartialLine) {
   EXPECT_EQ(assemble({"[1,0]<std"}), "[1,0]<std\n");  // a tag cut short by the end is text
 }
 
+// `e` names rank `rank`, ended with `code` (and by `signal`, named `name`).
+void expect_exit(const std::optional<RankExit>& e, int rank, int code, std::optional<int> signal = std::nullopt,
+                 const std::string& name = "") {
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->rank, rank);
+  EXPECT_EQ(e->exit_code, code);
+  EXPECT_EQ(e->signal, signal);
+  EXPECT_EQ(e->signal_name, name);
+}
+
 TEST(FirstFailedRank, ReadsMpirunsExitCodeReport) {
   const std::string log =
       "[1,1]<stderr>:Traceback (most recent call last):\n"
@@ -81,11 +93,7 @@ TEST(FirstFailedRank, ReadsMpirunsExitCodeReport) {
       "  Process name: [[7052,1],1]\n"
       "  Exit code:    3\n"
       "--------------------------------------------------------------------------\n";
-  auto e = first_failed_rank(log);
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e->rank, 1);
-  EXPECT_EQ(e->exit_code, 3);
-  EXPECT_FALSE(e->signal);
+  expect_exit(first_failed_rank(log), 1, 3);
 }
 
 TEST(FirstFailedRank, ReadsMpirunsSignalReport) {
@@ -94,12 +102,7 @@ TEST(FirstFailedRank, ReadsMpirunsSignalReport) {
       "--------------------------------------------------------------------------\n"
       "mpirun noticed that process rank 12 with PID 0 on node vm exited on signal 9 (Killed).\n"
       "--------------------------------------------------------------------------\n";
-  auto e = first_failed_rank(log);
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e->rank, 12);
-  EXPECT_EQ(e->signal, 9);
-  EXPECT_EQ(e->signal_name, "Killed");
-  EXPECT_EQ(e->exit_code, 137);
+  expect_exit(first_failed_rank(log), 12, 137, 9, "Killed");
 }
 
 TEST(FirstFailedRank, NothingWithoutAReport) {
@@ -121,32 +124,22 @@ TEST(FirstFailedRank, TheRanksOwnReportWhenMpirunLeftItsOut) {
       "a non-zero exit code. Per user-direction, the job has been aborted.\n"
       "--------------------------------------------------------------------------\n"
       "[1,0]<stderr>:muster: rank 0 was killed by signal 15\n";
-  auto e = first_failed_rank(log);
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e->rank, 1);
-  EXPECT_EQ(e->exit_code, 3);
-  EXPECT_FALSE(e->signal);
+  expect_exit(first_failed_rank(log), 1, 3);
   EXPECT_EQ(rank_tail(log, 1, 5), (std::vector<std::string>{"rank 1 up", "bad batch on rank 1"}));
 }
 
 TEST(FirstFailedRank, TheRanksOwnSignalReport) {
-  auto e = first_failed_rank("[1,12]<stderr>:muster: rank 12 was killed by signal 9\n"
-                             "[1,0]<stderr>:muster: rank 0 was killed by signal 15\n");
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e->rank, 12);
-  EXPECT_EQ(e->signal, 9);
-  EXPECT_EQ(e->signal_name, "Killed");
-  EXPECT_EQ(e->exit_code, 137);
+  expect_exit(first_failed_rank("[1,12]<stderr>:muster: rank 12 was killed by signal 9\n"
+                                "[1,0]<stderr>:muster: rank 0 was killed by signal 15\n"),
+              12, 137, 9, "Killed");
 }
 
 TEST(FirstFailedRank, MpirunsReportComesFirst) {
   // mpirun names rank 2; an earlier-looking report of rank 0 (its lines may
   // reach the log in another order) does not override it.
-  auto e = first_failed_rank("[1,0]<stderr>:muster: rank 0 exited with code 1\n"
-                             "  Process name: [[7052,1],2]\n  Exit code:    4\n");
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e->rank, 2);
-  EXPECT_EQ(e->exit_code, 4);
+  expect_exit(first_failed_rank("[1,0]<stderr>:muster: rank 0 exited with code 1\n"
+                                "  Process name: [[7052,1],2]\n  Exit code:    4\n"),
+              2, 4);
 }
 
 TEST(FirstFailedRank, ReportsOutsideARanksLinesAreText) {
