@@ -46,6 +46,26 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+// Calls fn(rank, tag, text) for every whole line of `log` that carries a
+// rank's tag ("[1,3]<stderr>:" and what follows it).
+template <typename Fn>
+void for_each_rank_line(std::string_view log, Fn fn) {
+  size_t start = 0;
+  while (start < log.size()) {
+    size_t end = log.find('\n', start);
+    if (end == std::string_view::npos) end = log.size();
+    const std::string_view line = log.substr(start, end - start);
+    start = end + 1;
+    const int tag = tag_length(line);
+    if (tag > 0) fn(rank_of_tag(line), line.substr(0, static_cast<size_t>(tag)), line.substr(static_cast<size_t>(tag)));
+  }
+}
+
+// A rank's own exit report: on its stderr, in kRankExitWrapper's words.
+bool is_exit_report(std::string_view tag, std::string_view text) {
+  return tag.find("<stderr>") != std::string_view::npos && text.substr(0, kExitReport.size()) == kExitReport;
+}
+
 }  // namespace
 
 void RankLines::feed(std::string_view data, std::string& out) {
@@ -134,48 +154,33 @@ std::optional<RankExit> first_failed_rank(std::string_view log) {
 std::optional<RankExit> first_reported_exit(std::string_view log) {
   constexpr std::string_view kExited = " exited with code ";
   constexpr std::string_view kKilled = " was killed by signal ";
-  size_t start = 0;
-  while (start < log.size()) {
-    size_t end = log.find('\n', start);
-    if (end == std::string_view::npos) end = log.size();
-    const std::string_view line = log.substr(start, end - start);
-    start = end + 1;
-    const int tag = tag_length(line);
-    if (tag <= 0) continue;
-    const std::string_view text = line.substr(static_cast<size_t>(tag));
-    if (text.substr(0, kExitReport.size()) != kExitReport) continue;
+  std::optional<RankExit> first;
+  for_each_rank_line(log, [&](int rank, std::string_view tag, std::string_view text) {
+    if (first || !is_exit_report(tag, text)) return;
     RankExit e;
-    e.rank = rank_of_tag(line);
+    e.rank = rank;
     if (const size_t at = text.find(kExited); at != std::string_view::npos) {
       e.exit_code = to_int(text.substr(at + kExited.size()));
     } else if (const size_t at = text.find(kKilled); at != std::string_view::npos) {
       e.signal = to_int(text.substr(at + kKilled.size()));
-      if (*e.signal <= 0 || *e.signal > 64) continue;
+      if (*e.signal <= 0 || *e.signal > 64) return;
       if (const char* name = ::sigdescr_np(*e.signal)) e.signal_name = name;
       e.exit_code = 128 + *e.signal;
     } else {
-      continue;
+      return;
     }
-    return e;
-  }
-  return std::nullopt;
+    first = e;
+  });
+  return first;
 }
 
 std::vector<std::string> rank_tail(std::string_view log, int rank, size_t n) {
   std::vector<std::string> lines;
-  size_t start = 0;
-  while (start < log.size()) {
-    size_t end = log.find('\n', start);
-    if (end == std::string_view::npos) end = log.size();
-    const std::string_view line = log.substr(start, end - start);
-    const int tag = tag_length(line);
-    if (tag > 0 && rank_of_tag(line) == rank && line.find("<stddiag>") == std::string_view::npos &&
-        line.substr(static_cast<size_t>(tag), kExitReport.size()) != kExitReport) {
-      lines.emplace_back(line.substr(static_cast<size_t>(tag)));
-      if (lines.size() > n) lines.erase(lines.begin());
-    }
-    start = end + 1;
-  }
+  for_each_rank_line(log, [&](int r, std::string_view tag, std::string_view text) {
+    if (r != rank || tag.find("<stddiag>") != std::string_view::npos || is_exit_report(tag, text)) return;
+    lines.emplace_back(text);
+    if (lines.size() > n) lines.erase(lines.begin());
+  });
   return lines;
 }
 

@@ -143,9 +143,10 @@ TEST(FirstFailedRank, MpirunsReportComesFirst) {
 }
 
 TEST(FirstFailedRank, ReportsOutsideARanksLinesAreText) {
-  // Untagged (mpirun's or a wrapper-less tool's) or malformed text is not a report.
+  // Untagged (mpirun's), on stdout, or malformed text is not a report.
   EXPECT_FALSE(first_failed_rank("muster: rank 1 exited with code 3\n"));
   EXPECT_FALSE(first_failed_rank("[1,1]<stdout>:muster: rank 1 is slow\n"));
+  EXPECT_FALSE(first_failed_rank("[1,1]<stdout>:muster: rank 1 exited with code 3\n"));  // the script's own words
   EXPECT_FALSE(first_failed_rank("[1,1]<stderr>:muster: rank 1 was killed by signal 0\n"));
 }
 
