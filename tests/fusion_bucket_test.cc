@@ -13,7 +13,7 @@ namespace {
 
 std::vector<std::size_t> firsts(const std::vector<BucketPlan>& plans) {
   std::vector<std::size_t> out;
-  for (const auto& p : plans) out.push_back(p.first);
+  for (const auto& p : plans) out.push_back(p.first());
   return out;
 }
 
@@ -22,11 +22,11 @@ TEST(PlanBuckets, FillsUpToThresholdInRegistrationOrder) {
   const auto plans = plan_buckets({10, 10, 5, 1, 20, 4, 30, 2}, 100);
   EXPECT_EQ(firsts(plans), (std::vector<std::size_t>{0, 3, 6, 7}));
   ASSERT_EQ(plans.size(), 4u);
-  EXPECT_EQ(plans[0].count, 3u);
+  EXPECT_EQ(plans[0].count(), 3u);
   EXPECT_EQ(plans[0].elements, 25u);
   EXPECT_EQ(plans[1].elements, 25u);
   EXPECT_EQ(plans[2].elements, 30u);  // larger than the threshold: alone
-  EXPECT_EQ(plans[3].count, 1u);
+  EXPECT_EQ(plans[3].count(), 1u);
 }
 
 TEST(PlanBuckets, NeverExceedsThresholdUnlessOneTensorDoes) {
@@ -35,15 +35,16 @@ TEST(PlanBuckets, NeverExceedsThresholdUnlessOneTensorDoes) {
     const auto plans = plan_buckets(sizes, threshold);
     std::size_t next = 0, total = 0;
     for (const auto& p : plans) {
-      EXPECT_EQ(p.first, next) << "buckets must be consecutive runs";
-      EXPECT_GT(p.count, 0u);
+      ASSERT_GT(p.count(), 0u);
+      EXPECT_EQ(p.first(), next) << "buckets must be consecutive runs";
+      EXPECT_EQ(p.tensors.back() + 1 - p.first(), p.count()) << "buckets must be consecutive runs";
       std::size_t e = 0;
-      for (std::size_t i = p.first; i < p.first + p.count; ++i) e += sizes[i];
+      for (const std::size_t i : p.tensors) e += sizes[i];
       EXPECT_EQ(e, p.elements);
-      if (p.count > 1) {
+      if (p.count() > 1) {
         EXPECT_LE(e * 4, threshold) << "threshold " << threshold;
       }
-      next = p.first + p.count;
+      next = p.first() + p.count();
       total += e;
     }
     EXPECT_EQ(next, sizes.size());
@@ -59,16 +60,40 @@ TEST(PlanBuckets, EdgeCases) {
   EXPECT_THROW(plan_buckets({1, 2}, 64, {true}), InvalidArgument);  // one flag per tensor
 }
 
-// A tensor flagged "alone" gets a bucket of its own and cuts the run around it.
-TEST(PlanBuckets, AloneTensorsBreakTheRuns) {
+// A tensor flagged "alone" gets a bucket of its own; the run of the others
+// goes on past it, and the plans stay ordered by their first tensor.
+TEST(PlanBuckets, AloneTensorsGetTheirOwnBucketAndTheRunGoesOn) {
   const auto plans = plan_buckets({3, 4, 100, 5, 6, 200, 7}, 1 << 20, {false, false, true, false, false, true, false});
-  ASSERT_EQ(plans.size(), 5u);
-  const std::vector<std::pair<std::size_t, std::size_t>> want = {{0, 2}, {2, 1}, {3, 2}, {5, 1}, {6, 1}};
-  for (std::size_t b = 0; b < plans.size(); ++b) {
-    EXPECT_EQ(plans[b].first, want[b].first) << b;
-    EXPECT_EQ(plans[b].count, want[b].second) << b;
+  ASSERT_EQ(plans.size(), 3u);
+  EXPECT_EQ(plans[0].tensors, (std::vector<std::size_t>{0, 1, 3, 4, 6}));
+  EXPECT_EQ(plans[0].elements, 25u);
+  EXPECT_EQ(plans[1].tensors, (std::vector<std::size_t>{2}));
+  EXPECT_EQ(plans[1].elements, 100u);
+  EXPECT_EQ(plans[2].tensors, (std::vector<std::size_t>{5}));
+}
+
+// The lone tensors a run passes over count towards its threshold, so it spans
+// no more of the registration (no more of backprop) than a consecutive run.
+TEST(PlanBuckets, LoneTensorsCountTowardsTheRunsSpan) {
+  // 100 bytes = 25 floats. The run {0, 1, 3, 4} spans 4+4+10+4+2 = 24; past
+  // the lone 30-float tensor 5, tensor 6 starts a run of its own.
+  const std::vector<std::size_t> sizes = {4, 4, 10, 4, 2, 30, 3};
+  const std::vector<bool> alone = {false, false, true, false, false, true, false};
+  const auto plans = plan_buckets(sizes, 100, alone);
+  std::vector<std::vector<std::size_t>> got;
+  for (const auto& p : plans) got.push_back(p.tensors);
+  EXPECT_EQ(got, (std::vector<std::vector<std::size_t>>{{0, 1, 3, 4}, {2}, {5}, {6}}));
+  EXPECT_EQ(plans[0].elements, 14u);
+  // Every tensor is in exactly one bucket, and a lone one is always alone.
+  std::vector<int> seen(sizes.size(), 0);
+  for (const auto& p : plans) {
+    for (const std::size_t t : p.tensors) ++seen[t];
+    if (p.count() == 1 && alone[p.first()]) continue;
+    for (const std::size_t t : p.tensors) EXPECT_FALSE(alone[t]) << "tensor " << t;
   }
-  EXPECT_EQ(plans[2].elements, 11u);
+  EXPECT_EQ(seen, (std::vector<int>(sizes.size(), 1)));
+  // Without the lone tensors (all flags false) the runs are consecutive again.
+  EXPECT_EQ(plan_buckets(sizes, 100, std::vector<bool>(sizes.size(), false)).size(), plan_buckets(sizes, 100).size());
 }
 
 struct Tensors {
@@ -125,6 +150,33 @@ TEST(FusionBucket, SegmentsCutAcrossTensors) {
   EXPECT_FLOAT_EQ(ts.storage[2][4], 2 * 2.004f);
   EXPECT_FLOAT_EQ(ts.storage[3][1], 2 * 3.001f);
   EXPECT_FLOAT_EQ(ts.storage[2][5], 0.0f) << "unpack must not write past a tensor";
+}
+
+// A bucket that skips a lone tensor packs and unpacks only its own tensors.
+TEST(FusionBucket, PacksOnlyItsTensorsAroundALoneOne) {
+  const std::vector<std::size_t> sizes = {2, 5, 3};
+  Tensors ts(sizes);
+  const auto plans = plan_buckets(sizes, 1 << 20, {false, true, false});
+  ASSERT_EQ(plans.size(), 2u);
+  FusionBucket b(plans[0], ts.refs, false);
+  ASSERT_EQ(b.wire_count(), 5u);
+  EXPECT_FALSE(b.in_place());
+  b.pack();
+  float* wire = static_cast<float*>(b.wire_data());
+  EXPECT_FLOAT_EQ(wire[1], 0.001f);
+  EXPECT_FLOAT_EQ(wire[2], 2.0f);  // tensor 2 follows tensor 0 on the wire
+  for (std::size_t i = 0; i < 5; ++i) wire[i] = -1.0f;
+  b.unpack();
+  EXPECT_FLOAT_EQ(ts.storage[0][1], -1.0f);
+  EXPECT_FLOAT_EQ(ts.storage[2][2], -1.0f);
+  EXPECT_FLOAT_EQ(ts.storage[1][0], 1.0f) << "the lone tensor is not this bucket's";
+  EXPECT_FLOAT_EQ(ts.storage[1][4], 1.004f);
+  // Adjacent in memory though not in registration order: in place.
+  std::vector<float> arena(5, 1.0f), lone(5, 1.0f);
+  std::vector<GradientRef> refs = {{"a", arena.data(), 2}, {"big", lone.data(), 5}, {"b", arena.data() + 2, 3}};
+  FusionBucket adjacent(plans[0], refs, false);
+  EXPECT_TRUE(adjacent.in_place());
+  EXPECT_EQ(adjacent.wire_data(), arena.data());
 }
 
 TEST(FusionBucket, AdjacentGradientsAreReducedInPlace) {

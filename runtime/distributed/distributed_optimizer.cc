@@ -247,7 +247,7 @@ static void start(DistributedOptimizer::Impl& impl, const DistributedOptions& op
     for (std::size_t b = 0; b < plans.size(); ++b) {
       const auto& bucket = impl.pipeline->bucket(b);
       char label[160];
-      std::snprintf(label, sizeof label, "bucket %zu: %zu tensors, %.2f MB%s", b, plans[b].count,
+      std::snprintf(label, sizeof label, "bucket %zu: %zu tensors, %.2f MB%s", b, plans[b].count(),
                     static_cast<double>(bucket.wire_bytes()) / (1 << 20), bucket.in_place() ? ", in place" : "");
       impl.timeline->name_row(impl.timeline_pid, static_cast<int>(b) + 1, label);
     }

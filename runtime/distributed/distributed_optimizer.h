@@ -19,7 +19,8 @@
 //      finished ones while a segment is on the wire. A bucket whose float32
 //      gradients lie back to back in memory is reduced in place, without
 //      packing, as one allreduce, and so is a large gradient in the caller's
-//      own buffer (in_place_min_bytes), in a bucket of its own. Best: let
+//      own buffer (in_place_min_bytes), in a bucket of its own; the small
+//      ones around it still share a packed bucket. Best: let
 //      the optimizer own the gradients
 //      (add_parameter with a null gradient, then gradient(i); nn::Model
 //      parameters can borrow them) or allocate them in one array.
@@ -135,7 +136,9 @@ struct DistributedOptions {
   // A gradient in the caller's own buffer (not one the optimizer owns) of at
   // least this many bytes gets a bucket of its own and is reduced in place,
   // skipping the copy into a fusion buffer and back that fusion costs; the
-  // small ones around it are still fused. Without compression only (fp16
+  // small ones on either side of it are still fused into one bucket (the run
+  // goes on past it, its bytes counting towards the fusion threshold, so
+  // the bucket waits no longer for backprop). Without compression only (fp16
   // must convert anyway). 0: fuse everything. Must be equal on every rank.
   // kAutoInPlaceMinBytes (the default): 64 KB where the whole world shares
   // one host and its private allreduces take the small path's rounds (2

@@ -19,26 +19,39 @@ std::vector<BucketPlan> plan_buckets(const std::vector<std::size_t>& sizes, std:
   auto is_alone = [&](std::size_t i) { return !alone.empty() && alone[i]; };
   std::vector<BucketPlan> plans;
   BucketPlan cur;
+  // Elements from the run's first tensor to its last, lone ones passed over
+  // included: what backprop computes between the run's first gradient and
+  // its last, so a run waits no longer for its last one than a run of
+  // consecutive tensors under the same threshold would.
+  std::size_t span = 0;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
-    const std::size_t bytes = sizes[i] * sizeof(float);
-    const bool cut = is_alone(i) || (i > 0 && is_alone(i - 1));
-    if (cur.count > 0 && (cut || cur.elements * sizeof(float) + bytes > threshold_bytes)) {
-      plans.push_back(cur);
-      cur = BucketPlan{i, 0, 0};
+    if (is_alone(i)) {
+      plans.push_back(BucketPlan{{i}, sizes[i]});
+      if (cur.count() > 0) span += sizes[i];
+      continue;
     }
-    if (cur.count == 0) cur.first = i;
-    ++cur.count;
+    if (cur.count() > 0 && (span + sizes[i]) * sizeof(float) > threshold_bytes) {
+      plans.push_back(std::move(cur));
+      cur = BucketPlan{};
+      span = 0;
+    }
+    cur.tensors.push_back(i);
     cur.elements += sizes[i];
+    span += sizes[i];
   }
-  if (cur.count > 0) plans.push_back(cur);
+  if (cur.count() > 0) plans.push_back(std::move(cur));
+  // A run is pushed when it ends, after the lone tensors inside it.
+  std::stable_sort(plans.begin(), plans.end(),
+                   [](const BucketPlan& a, const BucketPlan& b) { return a.first() < b.first(); });
   return plans;
 }
 
 FusionBucket::FusionBucket(const BucketPlan& plan, const std::vector<GradientRef>& grads, bool fp16)
     : plan_(plan), fp16_(fp16), in_place_(false) {
-  MUSTER_CHECK_LE(plan.first + plan.count, grads.size(), "bucket plan runs past the registered gradients");
-  grads_.assign(grads.begin() + static_cast<std::ptrdiff_t>(plan.first),
-                grads.begin() + static_cast<std::ptrdiff_t>(plan.first + plan.count));
+  for (const std::size_t t : plan.tensors) {
+    MUSTER_CHECK_LT(t, grads.size(), "bucket plan names a tensor past the registered gradients");
+    grads_.push_back(grads[t]);
+  }
   std::size_t offset = 0;
   for (const auto& g : grads_) {
     offsets_.push_back(offset);
@@ -46,7 +59,7 @@ FusionBucket::FusionBucket(const BucketPlan& plan, const std::vector<GradientRef
   }
   MUSTER_CHECK_EQ(offset, plan.elements, "bucket plan and gradient sizes disagree");
   if (!fp16_) {
-    // In place when the non-empty gradients are adjacent in registration order.
+    // In place when the non-empty gradients are adjacent in the plan's order.
     const float* expect = nullptr;
     bool adjacent = true;
     for (const auto& g : grads_) {

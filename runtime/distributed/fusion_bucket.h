@@ -2,9 +2,17 @@
 //
 // plan_buckets() cuts the registered gradients, in registration order, into
 // runs of consecutive tensors holding at most `threshold_bytes` of float32
-// (a tensor larger than the threshold gets a bucket of its own). Every rank
-// computes the same plan from the same registration, so no negotiation is
-// needed.
+// (a tensor larger than the threshold gets a bucket of its own). A tensor
+// flagged `alone` gets a bucket of its own and the run goes on past it, so
+// the small tensors on either side still share one bucket (ResNet-50 with
+// its gradients in the caller's buffers at 2 ranks on one host: 52 lone
+// tensors and 2 packed buckets for the 109 small ones, the batch-norm pairs
+// among them, where runs cut at every lone tensor made 53).
+// The lone tensors passed over count towards the run's threshold: a run
+// never spans more of the registration than a run of consecutive tensors
+// could, so it waits no longer for backprop to reach its first tensor.
+// Every rank computes the same plan from the same registration, so no
+// negotiation is needed.
 //
 // A FusionBucket owns the wire buffer of one run: pack() copies (or converts
 // to float16) the gradients into it, the allreduce works on wire_data(),
@@ -33,21 +41,27 @@ struct GradientRef {
 };
 
 struct BucketPlan {
-  std::size_t first = 0;     // index of its first tensor
-  std::size_t count = 0;     // number of tensors
-  std::size_t elements = 0;  // sum of their sizes
+  std::vector<std::size_t> tensors;  // its tensors' indices, ascending
+  std::size_t elements = 0;          // sum of their sizes
+
+  std::size_t first() const { return tensors.empty() ? 0 : tensors.front(); }
+  std::size_t count() const { return tensors.size(); }
 };
 
+// The plans come ordered by first(): the order backprop completes them in,
+// read backwards (a bucket is whole once its first tensor is ready).
 // `alone[i]` (when given, one flag per tensor) puts tensor i in a bucket of
-// its own, breaking the run around it: DistributedOptimizer does so for a
-// large gradient in the caller's own buffer, which a one-tensor bucket
-// reduces in place instead of copying it into a fusion buffer and back.
+// its own: DistributedOptimizer does so for a large gradient in the caller's
+// own buffer, which a one-tensor bucket reduces in place instead of copying
+// it into a fusion buffer and back. The run of other tensors goes on past it
+// (its bucket then skips tensor i), tensor i's elements counting towards
+// the run's threshold.
 std::vector<BucketPlan> plan_buckets(const std::vector<std::size_t>& sizes, std::size_t threshold_bytes,
                                      const std::vector<bool>& alone = {});
 
 class FusionBucket {
  public:
-  // `grads` is the whole registration; the bucket covers plan's run of it.
+  // `grads` is the whole registration; the bucket covers plan's tensors of it.
   // fp16: the wire format is float16 (Horovod's Compression.fp16).
   FusionBucket(const BucketPlan& plan, const std::vector<GradientRef>& grads, bool fp16);
 
@@ -74,7 +88,7 @@ class FusionBucket {
   template <typename F>
   void for_range(std::size_t begin, std::size_t end, F&& f);
 
-  std::vector<GradientRef> grads_;  // this bucket's run
+  std::vector<GradientRef> grads_;  // this bucket's tensors
   std::vector<std::size_t> offsets_;  // wire offset of each of grads_
   bool fp16_;
   bool in_place_;

@@ -52,7 +52,7 @@ ReductionPipeline::ReductionPipeline(std::shared_ptr<Collectives> coll, const st
   bucket_of_.resize(grads.size());
   for (std::size_t b = 0; b < plans.size(); ++b) {
     buckets_.push_back(std::make_unique<FusionBucket>(plans[b], grads, options.fp16));
-    for (std::size_t i = plans[b].first; i < plans[b].first + plans[b].count; ++i) bucket_of_[i] = b;
+    for (const std::size_t i : plans[b].tensors) bucket_of_[i] = b;
   }
   marked_.assign(grads.size(), 0);
   pending_.resize(buckets_.size());
@@ -68,7 +68,7 @@ void ReductionPipeline::begin_step() {
   std::lock_guard<std::mutex> lock(mu_);
   std::fill(marked_.begin(), marked_.end(), 0);
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    pending_[b] = buckets_[b]->plan().count;
+    pending_[b] = buckets_[b]->plan().count();
     ready_us_[b] = -1;
   }
 }
@@ -120,7 +120,7 @@ void ReductionPipeline::record(const char* phase, std::size_t b, int64_t start_u
   timeline_->complete({phase, "bucket", timeline_pid_, static_cast<int>(b) + 1, start_us, std::max<int64_t>(end_us - start_us, 0),
                        {{"step", step},
                         {"bucket", static_cast<int64_t>(b)},
-                        {"tensors", static_cast<int64_t>(bucket.plan().count)},
+                        {"tensors", static_cast<int64_t>(bucket.plan().count())},
                         {"bytes", static_cast<int64_t>(bucket.wire_bytes())}}});
 }
 
