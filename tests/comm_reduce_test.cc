@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "runtime/comm/half.h"
@@ -125,6 +126,50 @@ void ExpectDivisionBits(DataType dtype) {
 TEST(DivideTest, FloatBitsEqualTheDivisionForEveryDivisor) { ExpectDivisionBits<float, uint32_t>(DataType::kFloat32); }
 
 TEST(DivideTest, DoubleBitsEqualTheDivisionForEveryDivisor) { ExpectDivisionBits<double, uint64_t>(DataType::kFloat64); }
+
+// reduce_last_into() must give the bits of reduce_into() then divide(), for
+// every dtype, op and rank count: the fused float pass and the fallback alike.
+template <typename T>
+std::vector<T> random_values(std::mt19937_64& rng, std::size_t n, DataType dtype) {
+  std::vector<T> v(n);
+  for (auto& x : v) {
+    if (dtype == DataType::kFloat16 || dtype == DataType::kBFloat16) {
+      const float f = std::uniform_real_distribution<float>(-8.0f, 8.0f)(rng);
+      x = static_cast<T>(dtype == DataType::kFloat16 ? float_to_half(f) : float_to_bfloat16(f));
+    } else if (std::is_floating_point_v<T>) {
+      x = static_cast<T>(std::uniform_real_distribution<double>(-1e6, 1e6)(rng));
+    } else {
+      x = static_cast<T>(std::uniform_int_distribution<int64_t>(-1000000, 1000000)(rng));
+    }
+  }
+  return v;
+}
+
+template <typename T>
+void ExpectFusedLastReductionBits(DataType dtype) {
+  std::mt19937_64 rng(7);
+  const std::size_t n = 1037;  // not a multiple of any vector width
+  for (ReduceOp op : {ReduceOp::kAverage, ReduceOp::kSum, ReduceOp::kMax}) {
+    for (int ranks : {1, 2, 3, 4, 6, 8}) {
+      const auto dst = random_values<T>(rng, n, dtype), src = random_values<T>(rng, n, dtype);
+      std::vector<T> want = dst, got = dst;
+      reduce_into(want.data(), src.data(), n, dtype, op);
+      if (op == ReduceOp::kAverage) divide(want.data(), n, dtype, ranks);
+      reduce_last_into(got.data(), src.data(), n, dtype, op, ranks);
+      ASSERT_EQ(std::memcmp(want.data(), got.data(), n * sizeof(T)), 0)
+          << "dtype " << static_cast<int>(dtype) << ", op " << static_cast<int>(op) << ", " << ranks << " ranks";
+    }
+  }
+}
+
+TEST(ReduceLastInto, SameBitsAsReduceThenDivide) {
+  ExpectFusedLastReductionBits<float>(DataType::kFloat32);
+  ExpectFusedLastReductionBits<double>(DataType::kFloat64);
+  ExpectFusedLastReductionBits<int32_t>(DataType::kInt32);
+  ExpectFusedLastReductionBits<int64_t>(DataType::kInt64);
+  ExpectFusedLastReductionBits<uint16_t>(DataType::kFloat16);
+  ExpectFusedLastReductionBits<uint16_t>(DataType::kBFloat16);
+}
 
 }  // namespace
 }  // namespace muster::runtime::comm

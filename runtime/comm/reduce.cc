@@ -119,6 +119,24 @@ MUSTER_SCALE_KERNELS(f32, float)
 MUSTER_SCALE_KERNELS(f64, double)
 #undef MUSTER_SCALE_KERNELS
 
+// An average's last reduction and its division in one pass: the sum is
+// rounded to T, then scaled (or divided) and rounded again, as the two
+// passes do, without writing and reading back every element in between.
+#define MUSTER_SUM_SCALE_KERNELS(suffix, T)                                                             \
+  __attribute__((target_clones("avx2", "default"))) void sum_scale_##suffix(T* __restrict d,            \
+                                                                            const T* __restrict s,       \
+                                                                            std::size_t n, T f) {        \
+    for (std::size_t i = 0; i < n; ++i) d[i] = (d[i] + s[i]) * f;                                       \
+  }                                                                                                      \
+  __attribute__((target_clones("avx2", "default"))) void sum_div_##suffix(T* __restrict d,              \
+                                                                          const T* __restrict s,         \
+                                                                          std::size_t n, T q) {          \
+    for (std::size_t i = 0; i < n; ++i) d[i] = (d[i] + s[i]) / q;                                       \
+  }
+MUSTER_SUM_SCALE_KERNELS(f32, float)
+MUSTER_SUM_SCALE_KERNELS(f64, double)
+#undef MUSTER_SUM_SCALE_KERNELS
+
 bool power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
 void divide_f32(float* d, std::size_t n, int divisor) {
@@ -192,6 +210,25 @@ void reduce_into(void* dst, const void* src, std::size_t count, DataType dtype, 
                           widen_bf16, narrow_bf16);
   }
   throw InvalidArgument("reduce_into: unknown dtype " + std::to_string(static_cast<int>(dtype)));
+}
+
+void reduce_last_into(void* dst, const void* src, std::size_t count, DataType dtype, ReduceOp op, int ranks) {
+  if (op == ReduceOp::kAverage && ranks > 0) {
+    if (dtype == DataType::kFloat32) {
+      float* d = static_cast<float*>(dst);
+      const float* s = static_cast<const float*>(src);
+      if (power_of_two(ranks)) return sum_scale_f32(d, s, count, 1.0f / static_cast<float>(ranks));
+      return sum_div_f32(d, s, count, static_cast<float>(ranks));
+    }
+    if (dtype == DataType::kFloat64) {
+      double* d = static_cast<double*>(dst);
+      const double* s = static_cast<const double*>(src);
+      if (power_of_two(ranks)) return sum_scale_f64(d, s, count, 1.0 / static_cast<double>(ranks));
+      return sum_div_f64(d, s, count, static_cast<double>(ranks));
+    }
+  }
+  reduce_into(dst, src, count, dtype, op);
+  if (op == ReduceOp::kAverage) divide(dst, count, dtype, ranks);
 }
 
 void divide(void* data, std::size_t count, DataType dtype, int divisor) {

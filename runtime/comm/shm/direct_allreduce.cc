@@ -66,8 +66,8 @@ void direct_allreduce(const SharedRegion& region, ShmSegment& segment, const Dir
     for (std::size_t done = 0; done < own; done += piece) {
       const std::size_t len = std::min(piece, own - done);
       char* result = at(me, first + done);
-      for (int k = 1; k < n; ++k) reduce_into(result, at((me + k) % n, first + done), len, op.dtype, op.op);
-      if (op.op == ReduceOp::kAverage) divide(result, len, op.dtype, n);
+      for (int k = 1; k < n - 1; ++k) reduce_into(result, at((me + k) % n, first + done), len, op.dtype, op.op);
+      if (n > 1) reduce_last_into(result, at((me + n - 1) % n, first + done), len, op.dtype, op.op, n);
       for (int k = 1; k < n; ++k) std::memcpy(at((me + k) % n, first + done), result, len * esize);
     }
   }

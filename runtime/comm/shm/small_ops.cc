@@ -351,13 +351,15 @@ void SmallOps::allreduce_round(char* data, std::size_t count, DataType dtype, Re
 
   if (flat) {
     // Flat: every rank reduces every slot.
+    // The last reduction also averages, in the same pass (reduce_last_into).
     if (order_free(n_, dtype, op)) {
-      for (int i = 1; i < n_; ++i) reduce_into(data, slot_data((me_ + i) % n_, k), count, dtype, op);
+      for (int i = 1; i < n_ - 1; ++i) reduce_into(data, slot_data((me_ + i) % n_, k), count, dtype, op);
+      reduce_last_into(data, slot_data((me_ + n_ - 1) % n_, k), count, dtype, op, n_);
     } else {
       std::memcpy(data, slot_data(0, k), bytes);
-      for (int p = 1; p < n_; ++p) reduce_into(data, slot_data(p, k), count, dtype, op);
+      for (int p = 1; p < n_ - 1; ++p) reduce_into(data, slot_data(p, k), count, dtype, op);
+      reduce_last_into(data, slot_data(n_ - 1, k), count, dtype, op, n_);
     }
-    if (op == ReduceOp::kAverage) divide(data, count, dtype, n_);
     return;
   }
 
@@ -366,8 +368,8 @@ void SmallOps::allreduce_round(char* data, std::size_t count, DataType dtype, Re
   const std::size_t own_at = chunks.begin(me_) * esize;
   const std::size_t own_count = chunks.length(me_);
   if (own_count > 0) {
-    for (int i = 1; i < n_; ++i) reduce_into(data + own_at, slot_data((me_ + i) % n_, k) + own_at, own_count, dtype, op);
-    if (op == ReduceOp::kAverage) divide(data + own_at, own_count, dtype, n_);
+    for (int i = 1; i < n_ - 1; ++i) reduce_into(data + own_at, slot_data((me_ + i) % n_, k) + own_at, own_count, dtype, op);
+    reduce_last_into(data + own_at, slot_data((me_ + n_ - 1) % n_, k) + own_at, own_count, dtype, op, n_);
     std::memcpy(mine + own_at, data + own_at, own_count * esize);
   }
   state(me_)->reduced.store(k);
