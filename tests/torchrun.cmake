@@ -21,3 +21,8 @@ set_tests_properties(torch_distributed_test PROPERTIES SKIP_RETURN_CODE 77)
 muster_python_test(sdk_python_notebook_ddp SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/sdk_python_notebook_test.py
   LABEL integration TIMEOUT 600 ENV "PYTEST_ADDOPTS=-k ddp_training;OMP_NUM_THREADS=1")
 set_tests_properties(sdk_python_notebook_ddp PROPERTIES SKIP_RETURN_CODE 77)
+# A DDP job's end on the "muster" backend: PyTorch's tutorial shape (DDP, barrier,
+# destroy_process_group, the model alive at exit) run many times at 2 and 3 ranks,
+# on an idle and on a busy host; no rank may abort at interpreter exit.
+muster_python_test(ddp_end_stress_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/ddp_end_stress_test.py
+  LABEL integration TIMEOUT 900 ENV "OMP_NUM_THREADS=1")

@@ -66,11 +66,13 @@ _reduce_scatter_base / reduce_scatter_tensor), alltoall, alltoall_base
 send / recv go through the store (small messages; recv waits in the call,
 recv from any source is not offered).
 """
+import atexit
 import datetime
 import os
 import queue
 import sys
 import threading
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -314,12 +316,15 @@ class _Completions:
             outcome.done.set()
             future.set_result(value)
 
-    def close(self):
+    def close(self, timeout_s=None):
+        """Ends the thread once what was queued has completed; True when it has ended (within `timeout_s`)."""
         self._queue.put(None)
         # The group's last reference may go on this thread (a finish() that
         # held it): its __del__ then closes from here, and cannot join itself.
-        if threading.current_thread() is not self._thread:
-            self._thread.join()
+        if threading.current_thread() is self._thread:
+            return True
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
 
 
 def _caller_waits():
@@ -358,6 +363,7 @@ class MusterProcessGroup(dist.ProcessGroup):
         self._shared = _SharedStorages(self._comm)
         self._p2p_seq = {}
         self._closed = False
+        _open_groups.add(self)
 
     # --- plumbing ------------------------------------------------------------------------------------
 
@@ -714,12 +720,23 @@ class MusterProcessGroup(dist.ProcessGroup):
 
     # --- lifetime -------------------------------------------------------------------------------------
 
-    def shutdown(self):
-        """Ends the group's runtime communicator (torch calls this on destroy_process_group in 2.x)."""
-        if not self._closed:
-            self._closed = True
-            self._done.close()
-            self._comm.close()
+    def shutdown(self, grace_s=None):
+        """Ends the group: its completion thread, then its runtime communicator.
+
+        torch calls this on destroy_process_group in 2.x; in 1.13 it runs when
+        the group is collected, or at interpreter exit (_close_open_groups).
+        With `grace_s`, ops still in flight after that long (ones no caller
+        waited for, on peers that never come) are failed by closing the
+        communicator, so exit never hangs on them.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        _open_groups.discard(self)
+        if not self._done.close(grace_s):
+            self._comm.close()  # fails the op the thread waits on (CommError), so it ends
+            self._done.close(grace_s)
+        self._comm.close()
 
     def __del__(self):
         try:
@@ -759,6 +776,27 @@ def _register():
     dist.Backend.register_backend(BACKEND, _create)
 
 
+# Groups not yet shut down. At interpreter exit their completion threads must
+# have ended before finalization starts: a daemon thread still inside a call
+# that released the GIL (torch's Future.set_result does, and so does the
+# runtime's Handle.wait) is ended by the GIL's re-acquire during finalization,
+# a forced unwind through a C++ noexcept destructor, and the process aborts
+# with "terminate called without an active exception" after the script itself
+# ended well. atexit handlers run before finalization, so the threads end
+# there, each after the op it completes.
+_open_groups = weakref.WeakSet()
+_EXIT_GRACE_S = 10.0
+
+
+def _close_open_groups():
+    for group in list(_open_groups):
+        try:
+            group.shutdown(grace_s=_EXIT_GRACE_S)
+        except Exception as err:  # noqa: BLE001 - exit goes on; say why this group did not end cleanly
+            print("muster backend: at exit, group of rank %d did not close: %s" % (group.rank(), err), file=sys.stderr)
+
+
+atexit.register(_close_open_groups)
 _register()
 
 # Errors that callers may want by name.
