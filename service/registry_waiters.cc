@@ -35,8 +35,9 @@ api::Status WorkerRegistry::await_workers(const api::AwaitRequest& request, Awai
 // an IP for options_.await_settle, or, once awaited, succeeded after running;
 // succeeded when waiting for completion) or a failure (any other terminal
 // status, and a success that came before the await); when every worker settled, or
-// the deadline passed (then the pending ones fail with "await timed out", and
-// a running one counts as running), the waiter's callback is queued with both
+// the deadline passed (then the pending ones go to the failures as they are,
+// with reason "timed out (still <status>)", and a running one counts as
+// running when waiting for running), the waiter's callback is queued with both
 // lists in request order and the waiter is dropped.
 void WorkerRegistry::settle_waiters(Effects& fx, bool at_tick) {
   const TimePoint now = clock_.now();
@@ -93,8 +94,13 @@ void WorkerRegistry::settle_waiters(Effects& fx, bool at_tick) {
       } else if (api::is_terminal(worker.status)) {
         result.failures.push_back(worker);
       } else if (expired) {
+        // Left as it is (not stopped, its status kept): the await ran out, the worker did not fail.
         api::Worker late = worker;
-        late.reason = "await timed out";
+        late.reason = std::string("timed out (still ") + api::worker_status_name(worker.status) +
+                      (worker.status == WorkerStatus::kRunning && worker.ip_address == "unknown"
+                           ? ", without an IP address yet"
+                           : "") +
+                      (worker.reason.empty() ? "" : ": " + worker.reason) + ")";
         result.failures.push_back(late);
       } else {
         pending = true;

@@ -290,9 +290,19 @@ TEST_F(RegistryTest, AwaitTimesOutOnTheClock) {
   ASSERT_EQ((*slot)->workers.size(), 1u);
   ASSERT_EQ((*slot)->failures.size(), 1u);
   EXPECT_EQ((*slot)->failures[0].id, ids[1]);
-  EXPECT_EQ((*slot)->failures[0].reason, "await timed out");
+  EXPECT_EQ((*slot)->failures[0].reason, "timed out (still starting)");
+  EXPECT_EQ((*slot)->failures[0].status, WorkerStatus::kStarting);
   // The worker itself is untouched.
   EXPECT_EQ(status(ids[1]), WorkerStatus::kStarting);
+  // Awaited for completion, a running worker times out still running, and runs on.
+  slot = await({ids[0]}, /*completion=*/true, 1);
+  clock_.advance(1s);
+  registry_->tick();
+  ASSERT_TRUE(slot->has_value());
+  ASSERT_EQ((*slot)->failures.size(), 1u);
+  EXPECT_EQ((*slot)->failures[0].reason, "timed out (still running)");
+  EXPECT_EQ((*slot)->failures[0].status, WorkerStatus::kRunning);
+  EXPECT_EQ(status(ids[0]), WorkerStatus::kRunning);
 }
 
 TEST_F(RegistryTest, ZeroTimeoutWaitsForever) {

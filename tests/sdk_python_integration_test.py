@@ -96,16 +96,24 @@ def test_inline_code_runs_under_python3(daemon):
     assert "inline 42" in muster.worker_logs(w)
 
 
-def test_await_timeout_puts_pending_workers_in_failures(daemon):
-    w, = muster.launch_workers(1, cpu=0.5, memory=1, script="forever.py")
+def test_an_await_that_times_out_leaves_the_workers_running(daemon):
+    """cdsw's await_workers: running workers that outlast the timeout are reported in "failures" as they are
+    (still running, reason "timed out (still running)"), not failed, not stopped."""
+    workers = muster.launch_workers(2, cpu=0.5, memory=1, script="forever.py")
     try:
+        assert muster.await_workers(workers, wait_for_completion=False, timeout_seconds=60)["failures"] == []
         start = time.monotonic()
-        res = muster.await_workers([w], wait_for_completion=True, timeout_seconds=1)
-        assert time.monotonic() - start < 30
+        res = muster.await_workers(workers, wait_for_completion=True, timeout_seconds=3)
+        assert 2.5 < time.monotonic() - start < 30
         assert res["workers"] == []
-        assert res["failures"][0]["id"] == w["id"] and "await timed out" in res["failures"][0]["reason"]
+        assert [f["id"] for f in res["failures"]] == [w["id"] for w in workers]
+        for f in res["failures"]:
+            assert f["status"] == "running" and f["reason"] == "timed out (still running)", f
+            assert f["exit_code"] is None, f
+        # Left running: the await ran out, the workers did not.
+        assert [muster.get_worker(w)["status"] for w in workers] == ["running", "running"]
     finally:
-        muster.stop_workers(w)
+        muster.stop_workers(*workers)
 
 
 def test_stop_kills_the_whole_process_tree(daemon):

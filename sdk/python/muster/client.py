@@ -188,7 +188,8 @@ class Client:
             for w in answer.get("workers", []):
                 ready[w["id"]] = w
             for w in answer.get("failures", []):
-                if final or w.get("status") in WORKER_TERMINAL or w.get("reason") != "await timed out":
+                # One still pending at this step's deadline comes back as it is (not terminal).
+                if final or w.get("status") in WORKER_TERMINAL:
                     failed[w["id"]] = w
             pending = [i for i in pending if i not in ready and i not in failed]
             bar.update(_await_counts(ids, ready, failed, word))
