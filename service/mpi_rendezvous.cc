@@ -172,13 +172,13 @@ api::Result<Wiring> MpiRendezvous::wire(const api::Cluster& c, const std::vector
   if (h.network_interfaces.empty()) h.network_interfaces = found.network_interfaces;
 
   Wiring wiring;
+  std::vector<std::string> launched;
   try {
     wiring.horovodrun_argv = clusterspec::horovodrun_argv(h);
     clusterspec::MpirunOptions m = clusterspec::mpirun_options_for(h);
     m.program = options_.mpirun;
     m.prefix = found.prefix;
     for (const auto& [name, value] : r.env) m.forward_env.push_back(name);
-    m.forward_env.push_back("MUSTER_CLUSTER_ID");
     m.extra_mpi_args = options_.mpirun_extra_args;
     if (auto gpus = rank_gpus(hosts, workers); !gpus.empty()) {
       // Each rank sees its host's reserved devices and is handed the one of
@@ -186,16 +186,24 @@ api::Result<Wiring> MpiRendezvous::wire(const api::Cluster& c, const std::vector
       m.set_env["MUSTER_RANK_GPUS"] = gpus;
       m.command.insert(m.command.begin(), {"/bin/sh", "-c", kRankGpuWrapper, "muster-rank"});
     }
-    // A launched job's ranks report their own exits: mpirun names the first
-    // failed rank only when its job ends in the order it expects (under load
-    // its report is sometimes left out), and musterd names it either way.
-    if (r.launch) m.command.insert(m.command.begin(), {"/bin/sh", "-c", kRankExitWrapper, "muster-rank"});
     // How mpirun reaches the hosts (ssh with the backend's key, srun inside
     // Slurm jobs), for this launch only.
     if (!found.rsh_agent.empty()) {
       m.extra_mpi_args.insert(m.extra_mpi_args.end(), {"-mca", "plm_rsh_agent", found.rsh_agent});
     }
+    // The line the cluster shows (mpirun_command, the dashboard's Copy) is
+    // one a user can run by hand.
     wiring.mpirun_argv = clusterspec::mpirun_argv(m);
+    // The launched line adds what only musterd's own launch has: the
+    // cluster id every rank carries, and in front of each rank's command
+    // its exit report (kRankExitWrapper). mpirun names the first failed
+    // rank only when its job ends in the order it expects (under load its
+    // report is sometimes left out), and musterd names it either way.
+    if (r.launch) {
+      m.forward_env.push_back("MUSTER_CLUSTER_ID");
+      m.command.insert(m.command.begin(), {"/bin/sh", "-c", kRankExitWrapper, "muster-rank"});
+      launched = clusterspec::mpirun_argv(m);
+    }
     wiring.hostfile = clusterspec::write_hostfile(hosts);
   } catch (const clusterspec::SpecError& e) {
     return api::invalid_argument(std::string("cannot build the launch lines: ") + e.what());
@@ -204,11 +212,13 @@ api::Result<Wiring> MpiRendezvous::wire(const api::Cluster& c, const std::vector
     return api::internal_error(*err);
   }
   if (r.launch) {
-    auto started = start_mpirun(c, workers, wiring.mpirun_argv);
+    auto started = start_mpirun(c, workers, launched);
     if (!started) return started.status();
     wiring.launcher = std::move(started).value();
   }
-  wiring.summary = std::string(r.launch ? "launched: " : "") + clusterspec::join_for_shell(wiring.mpirun_argv);
+  wiring.summary = r.launch ? "launched: " + clusterspec::join_for_shell(wiring.mpirun_argv) +
+                                  " (each rank under muster's exit report)"
+                            : clusterspec::join_for_shell(wiring.mpirun_argv);
   return wiring;
 }
 

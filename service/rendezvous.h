@@ -69,7 +69,8 @@ struct TaskBatch {
 struct Wiring {
   nlohmann::json cluster_spec;                   // ps: the ClusterSpec
   std::vector<std::string> horovodrun_argv;      // mpi
-  std::vector<std::string> mpirun_argv;          // mpi
+  std::vector<std::string> mpirun_argv;          // mpi: the line shown, one a user can run (the launched
+                                                 // one puts each rank's exit report in front of its command)
   std::vector<std::string> torchrun_argv;        // torchrun: the line every node would run
   std::string hostfile;                          // mpi
   std::unique_ptr<LauncherProcess> launcher;     // mpi with launch=true

@@ -75,6 +75,21 @@ struct FakeLauncher final : Launcher {
   }
 };
 
+// A launched mpirun line less what only musterd's launch adds (the cluster
+// id forwarded to every rank, the exit report in front of each rank's
+// command, kRankExitWrapper): what the cluster shows. Fails the test when
+// either is not there.
+std::vector<std::string> without_launch_additions(std::vector<std::string> argv) {
+  for (const std::vector<std::string>& added :
+       {std::vector<std::string>{"-x", "MUSTER_CLUSTER_ID"},
+        std::vector<std::string>{"/bin/sh", "-c", kRankExitWrapper, "muster-rank"}}) {
+    auto at = std::search(argv.begin(), argv.end(), added.begin(), added.end());
+    EXPECT_NE(at, argv.end()) << added.front() << " " << added[1] << " not in " << clusterspec::join_for_shell(argv);
+    if (at != argv.end()) argv.erase(at, at + static_cast<std::ptrdiff_t>(added.size()));
+  }
+  return argv;
+}
+
 // The cluster side's view of the backend's hosts: records what it was asked
 // and answers what the test sets.
 struct FakeMpiHosts final : workers::MpiHosts {
@@ -347,7 +362,15 @@ TEST_F(ClusterManagerTest, MpiBuildsLinesAndRunsTheLauncher) {
                                       script, "--epochs", "1"}));
   ASSERT_EQ(launcher_->started.size(), 1u);
   const auto& argv = launcher_->started[0].argv;
-  EXPECT_EQ(argv, running.mpirun_argv);
+  // The line shown is the one launched less musterd's own additions: one a
+  // user can run (no wrapper script in it).
+  EXPECT_EQ(without_launch_additions(argv), running.mpirun_argv);
+  const std::string shown = running.to_json()["mpirun_command"];
+  EXPECT_EQ(shown.find("/bin/sh"), std::string::npos) << shown;
+  EXPECT_EQ(shown.find("muster-rank"), std::string::npos) << shown;
+  EXPECT_EQ(shown, "mpirun --allow-run-as-root --tag-output -np 4 -H 127.0.0.1:4 -bind-to none -map-by slot "
+                   "-mca pml ob1 -mca btl '^openib' -mca plm_rsh_args '-p 2222' -x MY_VAR "
+                   "/usr/bin/python3 -u " + script + " --epochs 1");
   EXPECT_EQ(argv[0], "mpirun");
   EXPECT_NE(std::find(argv.begin(), argv.end(), "MY_VAR"), argv.end());
   EXPECT_EQ(launcher_->started[0].env.at("MY_VAR"), "x");
@@ -568,7 +591,8 @@ TEST_F(ClusterManagerTest, MpiWithoutLaunchOnlyBuildsTheLines) {
 
 // How mpirun reaches the hosts comes from the backend's MpiHosts, handed to
 // the manager explicitly, and goes on mpirun's argument vector: the line
-// shown is the line run, and nothing travels through the environment.
+// shown is the line run (less musterd's own additions), and nothing travels
+// through the environment.
 TEST_F(ClusterManagerTest, MpiHostsAnswerGoesOnTheLaunchedLine) {
   FakeMpiHosts hosts;
   hosts.answer = workers::MpiLaunchSettings{"/opt/ompi", {"eth1"}, "ssh -i /k -l root"};
@@ -586,7 +610,7 @@ TEST_F(ClusterManagerTest, MpiHostsAnswerGoesOnTheLaunchedLine) {
   EXPECT_EQ(hosts.asked[0].program, "/usr/bin/python3");
   ASSERT_EQ(launcher_->started.size(), 1u);
   const auto& argv = launcher_->started[0].argv;
-  EXPECT_EQ(argv, running.mpirun_argv);
+  EXPECT_EQ(without_launch_additions(argv), running.mpirun_argv);
   auto has = [&](std::vector<std::string> seq) { return std::search(argv.begin(), argv.end(), seq.begin(), seq.end()) != argv.end(); };
   EXPECT_TRUE(has({"--prefix", "/opt/ompi"})) << clusterspec::join_for_shell(argv);
   EXPECT_TRUE(has({"-mca", "btl_tcp_if_include", "eth1"})) << clusterspec::join_for_shell(argv);
