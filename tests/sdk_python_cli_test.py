@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -19,6 +20,10 @@ SCRIPTS = {
         print("hello from", os.environ.get("MUSTER_WORKER_ID"), "args", sys.argv[1:], flush=True)
         time.sleep(float(os.environ.get("HOLD_S", "0")))
         print("bye", flush=True)
+    """,
+    "crash.py": """
+        print("loading data", flush=True)
+        raise ValueError("boom in the worker")
     """,
 }
 
@@ -91,6 +96,45 @@ def test_logs_follow_prints_lines_while_the_worker_runs(daemon):
             proc.kill()
             proc.wait()
     assert proc.returncode == 0 and rest.splitlines()[-1] == "bye", rest
+
+
+def test_logs_takes_a_worker_id_a_cluster_id_or_the_start_of_either(daemon):
+    up = json.loads(ok(muster(daemon, "--json", "launch", "-n", "1", "--script", "hello.py", "--wait", "completion",
+                              "--cpu", "0.5", "--memory", "0.5")))
+    wid = up["workers"][0]["id"]
+    whole = ok(muster(daemon, "logs", wid))
+    assert "hello from %s" % wid in whole and whole.splitlines()[-1] == "bye", whole
+    assert ok(muster(daemon, "logs", wid[:6])) == whole
+    c = json.loads(ok(muster(daemon, "horovodrun", "-np", "1", "--cpu", "0.5", "--memory", "0.5", "--no-launch",
+                             "--json", "hello.py")))
+    try:
+        assert ok(muster(daemon, "logs", c["id"])) == ""  # launch=false: no launcher log yet
+        assert ok(muster(daemon, "cluster", c["id"][:5])).startswith("cluster %s running" % c["id"])
+        r = muster(daemon, "cluster", wid)
+        assert r.returncode == 2 and "%s is a worker, not a cluster" % wid in r.stderr, r.stderr
+    finally:
+        ok(muster(daemon, "stop", c["id"]))
+    r = muster(daemon, "logs", "0123456789")
+    assert r.returncode == 4, (r.stdout, r.stderr)
+    assert "no worker or cluster '0123456789' on musterd at %s" % daemon.url in r.stderr, r.stderr
+
+
+def test_launch_wait_shows_a_failed_workers_traceback_and_a_timeout_as_one(daemon):
+    r = muster(daemon, "launch", "-n", "1", "--script", "crash.py", "--wait", "completion", "--cpu", "0.5",
+               "--memory", "0.5")
+    assert r.returncode == 5, (r.stdout, r.stderr)
+    out = r.stdout
+    assert " failed " in out.splitlines()[0] and "--- last lines of its log ---" in out, out
+    assert "loading data" in out and "ValueError: boom in the worker" in out and "Traceback" in out, out
+    start = time.monotonic()
+    r = muster(daemon, "launch", "-n", "1", "--script", "hello.py", "--env", "HOLD_S=60", "--wait", "completion",
+               "--timeout", "2", "--cpu", "0.5", "--memory", "0.5")
+    assert r.returncode == 6 and time.monotonic() - start < 30, (r.returncode, r.stdout, r.stderr)
+    wid, status, reason = r.stdout.split(None, 2)
+    assert (status, reason.strip()) == ("running", "timed out (still running)"), r.stdout
+    [me] = [w for w in json.loads(ok(muster(daemon, "ps", "--json"))) if w["id"] == wid]
+    assert me["status"] == "running", me  # left running
+    ok(muster(daemon, "stop", wid))
 
 
 def test_horovodrun_no_launch_with_horovod_options_then_stop_the_cluster(daemon):

@@ -6,6 +6,9 @@ running its mpirun line (its output read back with cluster_logs).
 """
 import json
 import os
+import re
+import shlex
+import subprocess
 import time
 
 import pytest
@@ -138,6 +141,24 @@ def test_a_failing_task_fails_the_cluster_and_is_named(daemon):
     assert all(s in ("succeeded", "failed", "stopped", "timedout", "lost") for s in statuses), statuses
 
 
+def test_await_cluster_raises_cluster_failed_for_a_failed_cluster(daemon):
+    """The README's promise: a failed cluster is raised (ClusterFailed naming the task, with its last lines),
+    whoever started it and however it is awaited; a stopped one is returned."""
+    c = muster.Client().create_cluster(mode="ps", n_workers=2, n_ps=1, cpu=0.5, memory=1,
+                                       worker_script="crash_worker_1.py", ps_script="ps.py", timeout_seconds=60)
+    assert re.fullmatch(r"<Cluster %s ps starting [0-9.]+ s>" % c["id"], repr(c)), repr(c)
+    with pytest.raises(muster.ClusterFailed) as err:
+        muster.await_cluster(c, timeout_seconds=120, progress=False)
+    e = err.value
+    assert e.cluster_id == c["id"] and e.cluster["status"] == "failed", e.cluster
+    assert e.task.endswith(":1") and "worker 1 gives up" in e.message, (e.task, e.message)
+    assert repr(e.cluster).startswith("<Cluster %s ps failed " % c["id"]) and "\n" not in repr(e.cluster)
+    assert e.cluster.record == muster.get_cluster(c).record
+    # Up only (wait_for_completion=False) raises the same for a cluster that already failed.
+    with pytest.raises(muster.ClusterFailed):
+        muster.await_cluster(c["id"], wait_for_completion=False, progress=False)
+
+
 def test_run_cluster_without_script_returns_once_up(daemon):
     spec, session_addr = muster.run_cluster(n_workers=2, n_ps=1, cpu=0.5, memory=1, ps_script="ps.py",
                                             timeout_seconds=60)
@@ -145,7 +166,8 @@ def test_run_cluster_without_script_returns_once_up(daemon):
     cluster = newest_cluster()
     assert cluster["status"] == "running"
     stopped = muster.stop_cluster(cluster)
-    assert muster.await_cluster(stopped, timeout_seconds=30)["status"] == "stopped"
+    assert muster.await_cluster(stopped, timeout_seconds=30)["status"] == "stopped"  # returned, not raised
+    assert repr(muster.get_cluster(stopped)).startswith("<Cluster %s ps stopped " % cluster["id"])
 
 
 def test_horovodrun_builds_the_lines_from_the_workers(daemon):
@@ -164,6 +186,8 @@ def test_horovodrun_launch_runs_mpirun_to_success(daemon):
     c = muster.horovodrun(2, "hello_rank.py", slots=1, cpu=0.5, memory=1, launch=True, wait_for_completion=True,
                           completion_timeout_seconds=120)
     assert c["status"] == "succeeded", c
+    assert re.fullmatch(r"<Cluster %s mpi succeeded [0-9.]+ s>" % c["id"], repr(c)), repr(c)
+    assert [repr(x) for x in muster.list_clusters() if x["id"] == c["id"]] == [repr(muster.get_cluster(c))]
     # mpirun's output over the REST API: both ranks' lines (tagged by rank), tail keeps the end.
     logs = muster.cluster_logs(c)
     for rank in ("0", "1"):
@@ -172,3 +196,22 @@ def test_horovodrun_launch_runs_mpirun_to_success(daemon):
     with pytest.raises(muster.MusterError) as e:
         muster.cluster_logs("c-no-such-cluster")
     assert e.value.code == "not_found"
+
+
+def test_the_mpirun_line_a_cluster_shows_runs_as_typed(daemon):
+    """mpirun_command (what the dashboard's Copy button copies) is a line a user can run: pasted into a shell
+    in the project directory it runs the job, with none of musterd's internal wrappers in it."""
+    c = muster.horovodrun(2, "hello_rank.py", slots=1, cpu=0.5, memory=1, launch=True, wait_for_completion=True,
+                          completion_timeout_seconds=120)
+    line = c["mpirun_command"]
+    assert c["status"] == "succeeded" and line.startswith("mpirun "), c
+    for internal in ("/bin/sh", "muster-rank", "exec 3>&2", "MUSTER_CLUSTER_ID", "MUSTER_METRICS_TOKEN"):
+        assert internal not in line, (internal, line)
+    assert shlex.split(line) == c["mpirun_argv"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MUSTER_", "OMPI_"))}
+    ran = subprocess.run(["/bin/sh", "-c", line], cwd=daemon.project_dir, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert ran.returncode == 0, (line, ran.stdout, ran.stderr)
+    for rank in ("0", "1"):
+        assert "rank %s of 2" % rank in ran.stdout, ran.stdout
+    assert "Warning" not in ran.stderr, ran.stderr  # nothing forwarded that a user's shell lacks

@@ -42,6 +42,10 @@ SCRIPTS = {
         print("sleeping", flush=True)
         time.sleep(600)
     """,
+    "crash.py": """
+        print("loading data", flush=True)
+        raise ValueError("boom in the worker")
+    """,
 }
 
 
@@ -222,13 +226,8 @@ def test_ctrl_c_in_await_workers_stops_the_workers(daemon):
         wait_for(lambda: not processes_with_env("MUSTER_WORKER_ID=" + w["id"]), 15, what="worker %s to end" % w["id"])
 
 
-def test_progress_is_one_rewritten_line_on_a_tty_and_silent_on_a_pipe(daemon):
-    body = """
-        import muster, sys
-        ws = muster.launch_workers(n=2, cpu=0.5, memory=0.5, script="ticker.py", env={"TICKS": "6"})
-        res = muster.await_workers(ws, wait_for_completion=True, timeout_seconds=60)
-        print("failures", len(res["failures"]), file=sys.stdout, flush=True)
-    """
+def run_on_a_tty(daemon, body):
+    """Runs `body` in a python3 subprocess whose stderr is a pty; returns (stdout, what the pty showed)."""
     env = daemon.env()
     env["PYTHONPATH"] = os.path.join(os.environ["MUSTER_SOURCE_DIR"], "sdk", "python")
     master, slave = pty.openpty()
@@ -249,11 +248,45 @@ def test_progress_is_one_rewritten_line_on_a_tty_and_silent_on_a_pipe(daemon):
         tty_text += data
     out = proc.communicate(timeout=60)[0]
     os.close(master)
+    return out, tty_text.decode()
+
+
+def test_progress_is_one_rewritten_line_on_a_tty_and_silent_on_a_pipe(daemon):
+    body = """
+        import muster, sys
+        ws = muster.launch_workers(n=2, cpu=0.5, memory=0.5, script="ticker.py", env={"TICKS": "6"})
+        res = muster.await_workers(ws, wait_for_completion=True, timeout_seconds=60)
+        print("failures", len(res["failures"]), file=sys.stdout, flush=True)
+    """
+    env = daemon.env()
+    env["PYTHONPATH"] = os.path.join(os.environ["MUSTER_SOURCE_DIR"], "sdk", "python")
+    out, text = run_on_a_tty(daemon, body)
     assert "failures 0" in out
-    text = tty_text.decode()
     assert "\r" in text and "muster: 2/2 workers succeeded" in text, text
     assert "muster: 0/2 workers succeeded" in text, text
     piped = subprocess.run([sys.executable, "-c", textwrap.dedent(body)], env=env, capture_output=True, text=True,
                            timeout=60)
     assert piped.returncode == 0 and "failures 0" in piped.stdout
     assert piped.stderr == "", piped.stderr
+
+
+def test_progress_ends_with_a_failed_workers_last_lines_and_counts_a_timeout_apart(daemon):
+    """The status line's last state: the worker that crashed, counted as failed, with its traceback below
+    it; the one still running at the timeout counted as timed out, not failed, and left running."""
+    body = """
+        import muster
+        bad = muster.launch_workers(n=1, cpu=0.5, memory=0.5, script="crash.py")
+        slow = muster.launch_workers(n=1, cpu=0.5, memory=0.5, script="sleeper.py")
+        muster.await_workers(slow, wait_for_completion=False, timeout_seconds=60, progress=False)
+        res = muster.await_workers(bad + slow, wait_for_completion=True, timeout_seconds=4)
+        print("statuses", [f["status"] for f in res["failures"]], muster.get_worker(slow[0])["status"], flush=True)
+        muster.stop_workers(*slow)
+    """
+    out, text = run_on_a_tty(daemon, body)
+    assert "statuses ['failed', 'running'] running" in out, (out, text)
+    last = text.replace("\r\n", "\n").rsplit("\r", 1)[-1]  # the pty writes "\n" as "\r\n"
+    status, _, below = last.partition("\n")
+    assert status.startswith("muster: 0/2 workers succeeded, 1 failed, 1 timed out (still running) ["), last
+    assert "--- last lines of its log ---" in below and "Traceback (most recent call last):" in below, last
+    assert below.rstrip().splitlines()[-1] == "ValueError: boom in the worker", last
+    assert "[muster-agent]" not in below, last

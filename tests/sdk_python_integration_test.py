@@ -5,6 +5,8 @@ the worker scripts below. The SDK finds the daemon only through
 MUSTER_STATE_DIR (musterd.json + token), as a notebook would.
 """
 import ipaddress
+import json
+import re
 import time
 
 import pytest
@@ -109,11 +111,44 @@ def test_an_await_that_times_out_leaves_the_workers_running(daemon):
         assert [f["id"] for f in res["failures"]] == [w["id"] for w in workers]
         for f in res["failures"]:
             assert f["status"] == "running" and f["reason"] == "timed out (still running)", f
-            assert f["exit_code"] is None, f
+            assert f["exit_code"] is None and "failed" not in repr(f), repr(f)
         # Left running: the await ran out, the workers did not.
         assert [muster.get_worker(w)["status"] for w in workers] == ["running", "running"]
     finally:
         muster.stop_workers(*workers)
+
+
+def test_results_read_as_one_line_and_stay_the_dicts_they_were(daemon):
+    ids_re = r"[0-9a-f]{10}"
+    workers = muster.launch_workers(2, cpu=0.5, memory=1, script="work.py", env={"SLEEP": "4"})
+    try:
+        one = r"<Worker %s (scheduling|starting)>" % ids_re
+        assert re.fullmatch(r"\[%s, %s\]" % (one, one), repr(workers)), repr(workers)
+        up = muster.await_workers(workers, wait_for_completion=False, timeout_seconds=60)
+        w = up["workers"][0]
+        assert re.fullmatch(r"<Worker %s running %s( [0-9.]+ s)?>" % (w["id"], re.escape(w["ip_address"])),
+                            repr(w)), repr(w)
+        # The await's dict of lists reads short: one line per worker, not their fields.
+        assert repr(up) == "{'workers': [%s, %s], 'failures': []}" % (repr(up["workers"][0]), repr(up["workers"][1]))
+        assert "ip_address" not in repr(up) and "\n" not in repr(up)
+        # Still dicts: indexing, JSON, equality with the plain record, .record the whole of it.
+        assert isinstance(w, dict) and w["status"] == "running"
+        assert json.loads(json.dumps(up)) == up
+        record = w.record
+        assert type(record) is dict and record == w and "running_at" in record and "running_at" in repr(record)
+        done = muster.await_workers(workers, wait_for_completion=True, timeout_seconds=60)
+        assert all(re.fullmatch(r"<Worker %s succeeded 127\.0\.0\.1 [0-9.]+ s>" % x["id"], repr(x))
+                   for x in done["workers"]), done
+        assert [repr(x) for x in muster.stop_workers(*workers)] == [repr(muster.get_worker(x)) for x in workers]
+        listed = {x["id"]: x for x in muster.list_workers()}
+        assert repr(listed[w["id"]]).startswith("<Worker %s succeeded" % w["id"])
+    finally:
+        muster.stop_workers(*workers)
+    bad, = muster.launch_workers(1, cpu=0.5, memory=1, script="crash.py")
+    failed = muster.await_workers([bad], timeout_seconds=60)["failures"][0]
+    assert re.fullmatch(r"<Worker %s failed 127\.0\.0\.1 exit 3 [0-9.]+ s: .+>" % bad["id"], repr(failed)), repr(failed)
+    # The end of its log: the text musterd sent, and its lines.
+    assert "about to crash\n" in failed["log_tail"] and "about to crash" in failed["log_tail"].lines
 
 
 def test_stop_kills_the_whole_process_tree(daemon):
@@ -192,3 +227,4 @@ def test_many_concurrent_awaits_do_not_block_other_calls(daemon):
         muster.stop_workers(w)
         for t in threads:
             t.join(30)
+

@@ -8,6 +8,7 @@ committed .ipynb files are what make_notebooks.py writes.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -80,6 +81,37 @@ def test_ported_cml_notebook_runs_unchanged(daemon):
     assert text.count(" succeeded 20") >= 2, text  # "<id> succeeded <running_at> <duration>"
     # await_workers' progress went to a Jupyter display (display_data), updated in place.
     assert "muster: 2/2 workers succeeded" in text, text
+
+
+def test_a_notebook_shows_workers_as_lines_and_a_failed_workers_traceback(daemon, tmp_path):
+    """What a notebook user sees: launch_workers' and await_workers' results as one line per worker, the
+    progress display ending with the failed worker's last log lines, and its log_tail shown as lines."""
+    import nbformat
+    cells = ["import muster\n"
+             "ws = muster.launch_workers(n=1, cpu=0.5, memory=0.5, code=\"raise ValueError('boom in a notebook')\")\n"
+             "ws",
+             "res = muster.await_workers(ws, wait_for_completion=True, timeout_seconds=60)\nres",
+             "res['failures'][0]['log_tail']"]
+    path = tmp_path / "shown.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), str(path))
+    nb = run_notebook.run(str(path), cwd=REPO, timeout=120)
+
+    def shown(cell, kind):
+        return [o["data"]["text/plain"] for o in cell.outputs if o["output_type"] == kind]
+
+    [launched] = shown(nb.cells[0], "execute_result")
+    assert re.fullmatch(r"\[<Worker [0-9a-f]{10} (scheduling|starting)>\]", launched), launched
+    progress = shown(nb.cells[1], "display_data")[-1]  # the one display, updated in place
+    status, _, below = progress.partition("\n")
+    assert status.startswith("muster: 0/1 workers succeeded, 1 failed ["), progress
+    assert "--- last lines of its log ---" in below and below.splitlines()[-1] == "ValueError: boom in a notebook", \
+        progress
+    [result] = shown(nb.cells[1], "execute_result")
+    result = re.sub(r"\s+", " ", result)  # IPython breaks a long dict after its first item
+    assert re.fullmatch(r"\{'workers': \[\], 'failures': \[<Worker [0-9a-f]{10} failed 127\.0\.0\.1 exit 1 .+>\]\}",
+                        result), result
+    [tail] = shown(nb.cells[2], "execute_result")
+    assert tail.splitlines()[-1] == "ValueError: boom in a notebook" and "\\n" not in tail, tail
 
 
 def test_interrupting_the_kernel_stops_the_cluster_the_cell_started(daemon):

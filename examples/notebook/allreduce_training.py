@@ -46,11 +46,15 @@ def main():
     cluster = muster.horovodrun(2, program(), slots=1, cpu=1, memory=2, args=args, timeout_seconds=120)
     print("horovodrun line:", cluster.get("horovodrun_command"))
     print("mpirun line:    ", cluster.get("mpirun_command"))
-    cluster = muster.await_cluster(cluster, timeout_seconds=900)
+    try:
+        cluster = muster.await_cluster(cluster, timeout_seconds=900)
+    except muster.ClusterFailed as err:  # names the first rank that failed, with its last lines
+        print("allreduce training failed: %s" % err.message, file=sys.stderr)
+        print(cluster_output(err.cluster, tail=20), file=sys.stderr)
+        return 1
     print("cluster %s %s" % (cluster.get("id"), cluster.get("status")))
-    if cluster.get("status") != "succeeded":
-        print("allreduce training failed: %s" % cluster.get("reason"), file=sys.stderr)
-        print(cluster_output(cluster, tail=20), file=sys.stderr)
+    if cluster.get("status") != "succeeded":  # stopped meanwhile
+        print("allreduce training did not finish: %s" % cluster.get("reason"), file=sys.stderr)
         return 1
 
     log = cluster_output(cluster)

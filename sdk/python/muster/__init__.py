@@ -13,19 +13,25 @@ Each module-level call finds the daemon afresh (MUSTER_URL / MUSTER_TOKEN,
 else the files musterd wrote in $MUSTER_STATE_DIR or ~/.muster; see
 muster.config) and raises muster.MusterError on any error. Use muster.Client
 for an explicit URL and token.
+
+Workers and clusters come back as muster.Worker and muster.Cluster: the
+dicts they always were, shown as one line (`<Worker 3fa9c0d1e2 running
+10.0.0.7 4.2 s>`), the whole record in `.record` (muster.records).
 """
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
 
 from . import clusters as _clusters
 from . import interpreter as _interpreter
 from . import metrics  # noqa: F401 - muster.metrics.report(...) for training scripts
-from .client import Args, Client, Cluster, Worker, WorkerRef
+from .client import Args, Client, WorkerRef
 from .clusters import ClusterResult
 from .config import discover, state_dir
 from .errors import ClusterFailed, MusterError, MusterInterrupted, MusterWarning
+from .records import Cluster, LogTail, Worker
 
 __all__ = [
     "Client", "MusterError", "ClusterFailed", "MusterInterrupted", "MusterWarning", "ClusterResult", "discover", "state_dir",
+    "Worker", "Cluster", "LogTail",
     "launch_workers", "await_workers", "stop_workers", "list_workers", "get_worker", "worker_logs",
     "run_cluster", "horovodrun", "torchrun", "await_cluster", "list_clusters", "get_cluster", "stop_cluster",
     "cluster_logs", "describe_generations",
@@ -54,8 +60,8 @@ def launch_workers(n: int, cpu: float, memory: float, nvidia_gpu: int = 0, kerne
     kernel "python3" runs a .py (or `code`); an executable runs directly; a
     .sh runs with bash. env is added to each worker's environment, args are
     passed to the script (a list, or a string split like a shell would).
-    Returns the worker dicts in launch order (id, status, ip_address,
-    running_at, duration, ...). All or nothing: if the daemon rejects the
+    Returns the workers in launch order (muster.Worker: a dict with id,
+    status, ip_address, running_at, duration, ..., shown as one line). All or nothing: if the daemon rejects the
     request, nothing runs. As in cdsw, `script` wins when both `script` and
     `code` are given (the daemon's note comes as a muster.MusterWarning).
     CML cloud's accelerator_label_id, resource_profile_id and
@@ -80,10 +86,13 @@ def await_workers(ids: Any, wait_for_completion: bool = True, timeout_seconds: f
 
     With wait_for_completion=False a worker is ready once `running` with a
     known ip_address; with True once it has `succeeded`. Failed, timed-out
-    and stopped workers, and those still pending after timeout_seconds (0 =
-    no timeout), are in "failures" with a "reason". The wait happens in the
-    daemon, not by polling. While waiting it shows "k/n workers running"
-    (Jupyter: a display updated in place; terminal: a stderr line;
+    and stopped workers are in "failures" with a "reason" and "log_tail"
+    (the end of their log). Those still pending after timeout_seconds (0 =
+    no timeout) are in "failures" too, but left as they are: still
+    "running" (or "starting"), reason "timed out (still running)", not
+    stopped. The wait happens in the daemon, not by polling. While waiting
+    it shows "k/n workers running" and at the end each failed worker's last
+    log lines (Jupyter: a display updated in place; terminal: stderr;
     progress=False: nothing). Ctrl-C (interrupting the cell) stops these
     workers and re-raises KeyboardInterrupt; stop_on_interrupt=False leaves
     them running.
@@ -94,6 +103,7 @@ def await_workers(ids: Any, wait_for_completion: bool = True, timeout_seconds: f
         ips = [w["ip_address"] for w in res["workers"]]
         for f in res["failures"]:
             print(f["id"], f["status"], f["reason"])
+            print(f["log_tail"])        # the end of its log (its traceback)
     """
     return _client().await_workers(ids, wait_for_completion, timeout_seconds, progress, stop_on_interrupt)
 
@@ -304,16 +314,21 @@ def await_cluster(cluster_id: WorkerRef, timeout_seconds: float = 60, wait_for_c
                   progress: bool = True, stop_on_interrupt: bool = True) -> Cluster:
     """Waits for a cluster (id or dict) to end, or with wait_for_completion=False to be up.
 
-    Returns the cluster dict; a failed cluster is returned, not raised (see
-    its "status" and "reason"). Raises MusterError(code="deadline_exceeded")
-    after timeout_seconds (0 = wait forever). Shows progress
-    (progress=False: silent); Ctrl-C stops the cluster and re-raises
-    (stop_on_interrupt=False: leaves it running).
+    Returns the cluster dict (status "succeeded", "running", or "stopped" if
+    someone stopped it). A cluster that failed raises muster.ClusterFailed
+    naming the failing task or mpi's first failed rank, with its last lines
+    (.cluster is the cluster, .task "worker:1" or "rank:1"). Raises
+    MusterError(code="deadline_exceeded") after timeout_seconds (0 = wait
+    forever). Shows progress (progress=False: silent); Ctrl-C stops the
+    cluster and re-raises (stop_on_interrupt=False: leaves it running).
 
     Example::
 
-        c = muster.await_cluster(cluster, timeout_seconds=600)
-        print(c["status"], c["reason"])
+        try:
+            c = muster.await_cluster(cluster, timeout_seconds=600)
+            print(c["status"])
+        except muster.ClusterFailed as err:
+            print(err.task, err.message)
     """
     return _client().await_cluster(cluster_id, timeout_seconds, wait_for_completion, progress, stop_on_interrupt)
 

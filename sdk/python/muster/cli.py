@@ -18,22 +18,25 @@ Exit codes follow the error model (muster.errors): 0 success; 1 a
 MusterError from the daemon not listed below; 2 bad usage or
 invalid_argument; 3 musterd unreachable or not configured (unavailable,
 unconfigured); 4 not_found; 5 a cluster or worker failed (cluster_failed,
-`launch --wait` with failures); 6 deadline_exceeded; 130 interrupted (Ctrl-C,
+`launch --wait` with failed workers, whose last log lines it prints); 6
+deadline_exceeded (also `launch --wait` whose workers were all fine but some
+still pending at --timeout, left running); 130 interrupted (Ctrl-C,
 after stopping what the command started). Errors print as
 "muster: error: <code>: <message>" on stderr.
 """
 import argparse
 import json
 import sys
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from . import __version__
 from . import clusters as _clusters
 from . import horovodrun_cli as _horovodrun
 from . import interpreter as _interpreter
-from .client import Client
+from .client import Client, describe_failures
 from .errors import MusterError, MusterInterrupted
 from .follow import CLUSTER_TERMINAL, WORKER_TERMINAL
+from .progress import Progress
 
 EXIT_CODES = {"invalid_argument": 2, "unavailable": 3, "unconfigured": 3, "not_found": 4,
               "cluster_failed": 5, "deadline_exceeded": 6}
@@ -61,18 +64,36 @@ def _seconds(value: Any) -> str:
     return "%.1fs" % value if isinstance(value, (int, float)) else "-"
 
 
-def _is_cluster_id(client: Client, ident: str) -> bool:
-    """Cluster ids start with "c-"; anything else is looked up as a worker first."""
-    if ident.startswith("c-"):
-        return True
+def _found(get, ident: str) -> bool:
     try:
-        client.get_worker(ident)
-        return False
+        get(ident)
+        return True
     except MusterError as err:
         if err.code != "not_found":
             raise
-    client.get_cluster(ident)  # raises not_found naming it if it is neither
-    return True
+        return False
+
+
+def _resolve(client: Client, ident: str) -> Tuple[str, str]:
+    """("worker" or "cluster", its full id) for what a user typed: a worker id, a cluster
+    id (c-...), or the start of exactly one of them (as `muster ps` shows them).
+
+    Neither: not_found naming both kinds and where to look; the start of
+    several: invalid_argument naming them.
+    """
+    if _found(client.get_worker, ident):
+        return "worker", ident
+    if _found(client.get_cluster, ident):
+        return "cluster", ident
+    matches = [("worker", w["id"]) for w in client.list_workers() if str(w.get("id", "")).startswith(ident)]
+    matches += [("cluster", c["id"]) for c in client.list_clusters() if str(c.get("id", "")).startswith(ident)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise MusterError("%r is the start of several ids (%s); give more of it"
+                          % (ident, ", ".join("%s %s" % m for m in matches)), code="invalid_argument", field="id")
+    raise MusterError("no worker or cluster %r on musterd at %s (muster ps -a lists its workers, muster clusters -a "
+                      "its clusters)" % (ident, client.url), code="not_found", field="id")
 
 
 def _print(args, value: Any, text: str) -> None:
@@ -102,14 +123,14 @@ def cmd_clusters(client: Client, args) -> int:
 
 
 def cmd_logs(client: Client, args) -> int:
-    cluster = _is_cluster_id(client, args.id)
-    get = client.cluster_logs if cluster else client.worker_logs
     if args.from_start and args.tail is not None:
         raise MusterError("give --tail or --from-start, not both", code="invalid_argument", field="from_start")
+    kind, ident = _resolve(client, args.id)
+    get = client.cluster_logs if kind == "cluster" else client.worker_logs
     if not args.follow:
-        sys.stdout.write(get(args.id, tail=args.tail, from_start=args.from_start))
+        sys.stdout.write(get(ident, tail=args.tail, from_start=args.from_start))
         return 0
-    for line in get(args.id, tail=args.tail, follow=True, from_start=args.from_start):
+    for line in get(ident, tail=args.tail, follow=True, from_start=args.from_start):
         print(line, flush=True)
     return 0
 
@@ -125,8 +146,9 @@ def cmd_stop(client: Client, args) -> int:
         stopped.extend(client.stop_workers())
     else:
         workers = []
-        for ident in args.ids:
-            if _is_cluster_id(client, ident):
+        for typed in args.ids:
+            kind, ident = _resolve(client, typed)
+            if kind == "cluster":
                 stopped.append(client.stop_cluster(ident))
             else:
                 workers.append(ident)
@@ -144,9 +166,15 @@ def cmd_launch(client: Client, args) -> int:
     if args.wait:
         result = client.await_workers(workers, wait_for_completion=args.wait == "completion",
                                       timeout_seconds=args.timeout, progress=not args.json)
-        rc = EXIT_FAILED if result["failures"] else 0
-        text = "\n".join(["%s %s %s" % (w["id"], w.get("status"), w.get("ip_address")) for w in result["workers"]] +
-                         ["%s %s %s" % (f["id"], f.get("status"), f.get("reason")) for f in result["failures"]])
+        ended = [f for f in result["failures"] if f.get("status") in WORKER_TERMINAL]
+        # Failed: 5. Only still pending at --timeout (left running): 6, as a deadline.
+        rc = EXIT_FAILED if ended else EXIT_CODES["deadline_exceeded"] if result["failures"] else 0
+        lines = (["%s %s %s" % (w["id"], w.get("status"), w.get("ip_address")) for w in result["workers"]] +
+                 ["%s %s %s" % (f["id"], f.get("status"), f.get("reason")) for f in result["failures"]])
+        # The failed workers' last log lines: on stderr's status line when it is a
+        # terminal (muster.progress), else here.
+        shown = "" if Progress(not args.json).active else describe_failures(result["failures"])
+        text = "\n".join(lines + ([shown] if shown else []))
     else:
         text = "\n".join(w["id"] for w in workers)
     _print(args, result, text)
@@ -164,7 +192,11 @@ def _cluster_text(c: Dict[str, Any]) -> str:
 
 
 def cmd_cluster(client: Client, args) -> int:
-    cluster = client.get_cluster(args.id)
+    kind, ident = _resolve(client, args.id)
+    if kind != "cluster":
+        raise MusterError("%s is a worker, not a cluster (muster logs %s shows its output)" % (ident, ident),
+                          code="invalid_argument", field="id")
+    cluster = client.get_cluster(ident)
     text = _cluster_text(cluster)
     if cluster.get("reason"):
         text += "\nreason: %s" % cluster["reason"]
@@ -269,16 +301,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-a", "--all", action="store_true", help="also ended clusters")
     p.set_defaults(run=cmd_clusters)
     p = sub.add_parser("cluster", parents=[common], help="one cluster, with its generations (failures, recoveries)")
-    p.add_argument("id", metavar="ID", help="cluster id (c-...)")
+    p.add_argument("id", metavar="ID", help="cluster id (c-...), or the start of one")
     p.set_defaults(run=cmd_cluster)
     p = sub.add_parser("logs", parents=[common], help="a worker's or cluster's output")
-    p.add_argument("id", metavar="ID", help="worker id, or cluster id (c-...)")
+    p.add_argument("id", metavar="ID", help="worker id, or cluster id (c-...), or the start of one")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing lines as they are written")
     p.add_argument("-n", "--tail", type=int, help="the last N lines (default: the daemon's 1000; with -f: start there)")
     p.add_argument("--from-start", action="store_true", help="the whole log from its first byte (with -f: replay it)")
     p.set_defaults(run=cmd_logs)
     p = sub.add_parser("stop", parents=[common], help="stop workers and/or clusters")
-    p.add_argument("ids", nargs="*", metavar="ID", help="worker or cluster ids")
+    p.add_argument("ids", nargs="*", metavar="ID", help="worker or cluster ids (or the start of one)")
     p.add_argument("--all", action="store_true", help="every active cluster and worker")
     p.set_defaults(run=cmd_stop)
 

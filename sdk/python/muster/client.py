@@ -12,15 +12,15 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import clusters as _clusters
 from . import interpreter as _interpreter
+from . import records as _records
 from ._http import DEFAULT_TIMEOUT_S, Transport
 from .config import discover, source_of_url
 from .errors import MusterError, MusterWarning
 from .follow import WORKER_TERMINAL, follow_log, log_path
 from .ids import many_ids, one_id
 from .progress import Progress, on_interrupt
+from .records import Cluster, Worker
 
-Worker = Dict[str, Any]
-Cluster = Dict[str, Any]
 WorkerRef = Union[str, Mapping[str, Any]]
 Args = Union[None, str, Sequence[Any]]
 
@@ -75,11 +75,50 @@ def warn_cml_only(**given: Any) -> None:
                       "nvidia_gpu as asked)" % ", ".join(names), MusterWarning, stacklevel=4)
 
 
-def _await_counts(ids: List[str], ready: Dict[str, Worker], failed: Dict[str, Worker], what: str) -> str:
+def _await_counts(ids: List[str], ready: Dict[str, Worker], failed: Dict[str, Worker], late: Dict[str, Worker],
+                  what: str) -> str:
+    """"3/4 workers running, 1 failed", "0/2 workers succeeded, 2 timed out (still running)"."""
     text = "%d/%d workers %s" % (len(ready), len(ids), what)
     if failed:
         text += ", %d failed" % len(failed)
+    still: Dict[str, int] = {}
+    for w in late.values():
+        still[str(w.get("status"))] = still.get(str(w.get("status")), 0) + 1
+    for status, count in still.items():
+        text += ", %d timed out (still %s)" % (count, status)
     return text
+
+
+# What the progress display and `muster launch --wait` show of the failed workers' logs.
+FAILURE_TAIL_LINES = 10
+FAILURES_SHOWN = 3
+AGENT_NOTE = "[muster-agent]"  # how muster-agent's own lines in a worker's log begin
+
+
+def describe_failures(failures: Sequence[Mapping[str, Any]]) -> str:
+    """The failed workers of an await, each with the last lines of its log (its log_tail), as text.
+
+    Workers that timed out (still running or starting) are left out: their
+    count says so. At most FAILURES_SHOWN workers, FAILURE_TAIL_LINES lines each.
+    """
+    ended = [f for f in failures if f.get("status") in WORKER_TERMINAL]
+    parts = []
+    for f in ended[:FAILURES_SHOWN]:
+        text = "worker %s %s" % (f.get("id"), f.get("status"))
+        if f.get("reason"):
+            text += ": %s" % f["reason"]
+        elif f.get("exit_code") is not None:
+            text += " with exit code %s" % f["exit_code"]
+        # The worker's own output: the agent's notes that share its log are left out.
+        tail = [line for line in str(f.get("log_tail") or "").splitlines()
+                if not line.startswith(AGENT_NOTE)][-FAILURE_TAIL_LINES:]
+        if tail:
+            text += "\n--- last lines of its log ---\n" + "\n".join(tail)
+        parts.append(text)
+    if len(ended) > FAILURES_SHOWN:
+        parts.append("(%d more failed: %s)" % (len(ended) - FAILURES_SHOWN,
+                                               ", ".join(str(f.get("id")) for f in ended[FAILURES_SHOWN:])))
+    return "\n".join(parts)
 
 
 class Client:
@@ -138,64 +177,83 @@ class Client:
                       resource_group_id=resource_group_id)
         answer = self._http.request("POST", "/api/v1/workers", body, timeout=self.timeout_seconds)
         surface_warnings(answer)
-        return answer["workers"]
+        return _records.workers(answer["workers"])
 
     def await_workers(self, ids: Any, wait_for_completion: bool = True, timeout_seconds: float = 60,
                       progress: bool = True, stop_on_interrupt: bool = True) -> Dict[str, List[Worker]]:
         """Waits (on the server) for workers; returns {"workers": [...], "failures": [...]}.
 
         wait_for_completion=False: a worker is done once `running` with an
-        ip_address; True: once `succeeded`. Workers that fail, stop, or are
-        still pending at the timeout are in "failures" (timeout_seconds=0:
-        no timeout). While it waits it shows how many are ready (see
-        muster.progress; progress=False: silent); on Ctrl-C it stops the
-        awaited workers and re-raises (stop_on_interrupt=False: leaves them).
+        ip_address; True: once `succeeded`. Workers that fail or stop are in
+        "failures" with their "reason" and "log_tail" (the end of their log).
+        Workers still pending at the timeout (timeout_seconds=0: no timeout)
+        are in "failures" too, left as they are (not stopped, still
+        "running" or "starting"), with reason "timed out (still running)".
+        While it waits it shows how many are ready, and at the end the
+        failed workers' last log lines (see muster.progress; progress=False:
+        silent); on Ctrl-C it stops the awaited workers and re-raises
+        (stop_on_interrupt=False: leaves them).
 
         Example::
 
             done = client.await_workers(workers, wait_for_completion=False, timeout_seconds=60)
             ips = [w["ip_address"] for w in done["workers"]]
+            still = [f for f in done["failures"] if f["status"] == "running"]   # timed out, still running
         """
         id_list = many_ids(ids)
         bar = Progress(progress)
         what = "worker%s %s" % ("s" if len(id_list) != 1 else "", ", ".join(id_list))
         with on_interrupt(stop_on_interrupt and bool(id_list), lambda: self.stop_workers(id_list), what, bar):
-            if not bar.active:
-                return self._await_once(id_list, wait_for_completion, timeout_seconds)
-            result = self._await_with_progress(id_list, wait_for_completion, timeout_seconds, bar)
-        return result
+            return self._await(id_list, wait_for_completion, timeout_seconds, bar)
 
-    def _await_once(self, ids: List[str], wait_for_completion: bool, timeout_seconds: float) -> Dict[str, Any]:
+    def _await_request(self, ids: List[str], wait_for_completion: bool, timeout_seconds: float) -> Dict[str, Any]:
         body = {"ids": ids, "wait_for_completion": bool(wait_for_completion), "timeout_seconds": timeout_seconds}
         timeout = None if not timeout_seconds else float(timeout_seconds) + _AWAIT_SLACK_S
-        return self._http.request("POST", "/api/v1/workers/await", body, timeout=timeout)
+        answer = self._http.request("POST", "/api/v1/workers/await", body, timeout=timeout)
+        return answer if isinstance(answer, dict) else {}
 
-    def _await_with_progress(self, ids: List[str], wait_for_completion: bool, timeout_seconds: float,
-                             bar: Progress) -> Dict[str, List[Worker]]:
-        """The same wait as one await call, as server-side waits of at most a second each,
-        so the status line moves; the answer keeps the order of `ids`."""
+    def _await(self, ids: List[str], wait_for_completion: bool, timeout_seconds: float,
+               bar: Progress) -> Dict[str, List[Worker]]:
+        """The wait, as server-side awaits: one for the whole wait when nothing is shown, else
+        one of at most a second each, so the status line moves. The answer keeps the
+        order of `ids`; workers the daemon left pending at the deadline (a failure whose
+        status is not terminal) are the timed-out ones."""
         word = "succeeded" if wait_for_completion else "running"
         deadline = time.monotonic() + float(timeout_seconds) if timeout_seconds else None
+        step_max = 1.0 if bar.active else None
         ready: Dict[str, Worker] = {}
         failed: Dict[str, Worker] = {}
-        pending = list(dict.fromkeys(ids))
-        bar.update(_await_counts(ids, ready, failed, word), force=True)
-        while pending:
-            left = None if deadline is None else deadline - time.monotonic()
-            final = left is not None and left <= 1.0
-            step = max(left, 0.001) if final else 1.0
-            answer = self._await_once(pending, wait_for_completion, step)
+        late: Dict[str, Worker] = {}
+        order = list(dict.fromkeys(ids))
+        pending = list(order)
+        asked = answered = 0
+        bar.update(_await_counts(ids, ready, failed, late, word), force=True)
+        while pending or not answered:
+            if deadline is None:
+                final, step = step_max is None, step_max or 0
+            else:
+                left = float(timeout_seconds) if not asked else max(deadline - time.monotonic(), 0.001)
+                final = step_max is None or left <= step_max
+                step = left if final else step_max
+            asked += 1
+            answer = self._await_request(pending, wait_for_completion, step)
+            answered += 1
             for w in answer.get("workers", []):
-                ready[w["id"]] = w
+                ready[w["id"]] = _records.worker(w)
             for w in answer.get("failures", []):
-                # One still pending at this step's deadline comes back as it is (not terminal).
-                if final or w.get("status") in WORKER_TERMINAL:
-                    failed[w["id"]] = w
-            pending = [i for i in pending if i not in ready and i not in failed]
-            bar.update(_await_counts(ids, ready, failed, word))
-        bar.close(_await_counts(ids, ready, failed, word))
-        return {"workers": [ready[i] for i in dict.fromkeys(ids) if i in ready],
-                "failures": [failed[i] for i in dict.fromkeys(ids) if i in failed]}
+                if w.get("status") in WORKER_TERMINAL:
+                    failed[w["id"]] = _records.worker(w)
+                elif final:
+                    late[w["id"]] = _records.worker(w)
+            pending = [i for i in pending if i not in ready and i not in failed and i not in late]
+            bar.update(_await_counts(ids, ready, failed, late, word))
+            if final:
+                break
+        done = {**failed, **late}
+        result = {"workers": [ready[i] for i in order if i in ready],
+                  "failures": [done[i] for i in order if i in done]}
+        bar.close(_await_counts(ids, ready, failed, late, word), details=describe_failures(result["failures"]))
+        return result
 
     def stop_workers(self, *worker_id: Any) -> List[Worker]:
         """Stops the given workers (ids or dicts), or every worker if none given.
@@ -214,9 +272,7 @@ class Client:
         if worker_id and not ids:
             return []
         answer = self._http.request("POST", "/api/v1/workers/stop", {"ids": ids}, timeout=self.timeout_seconds)
-        if isinstance(answer, dict):
-            return answer.get("workers", [])
-        return answer or []
+        return _records.workers(answer.get("workers", []) if isinstance(answer, dict) else answer)
 
     def list_workers(self) -> List[Worker]:
         """Every worker this daemon knows, finished ones included (in launch order).
@@ -233,7 +289,7 @@ class Client:
         query: Dict[str, str] = {}
         while True:
             answer = self._http.request("GET", "/api/v1/workers", query=query or None, timeout=self.timeout_seconds)
-            out.extend(answer["workers"])
+            out.extend(_records.workers(answer["workers"]))
             token = answer.get("next_page_token")
             if not token:
                 return out
@@ -258,7 +314,8 @@ class Client:
 
             print(client.get_worker(ids[0])["status"])
         """
-        return self._http.request("GET", "/api/v1/workers/" + _path_id(worker_id), timeout=self.timeout_seconds)
+        return _records.worker(self._http.request("GET", "/api/v1/workers/" + _path_id(worker_id),
+                                                  timeout=self.timeout_seconds))
 
     def worker_logs(self, worker_id: WorkerRef, tail: Optional[int] = None, follow: bool = False,
                     offset: Optional[int] = None, from_start: bool = False) -> Union[str, Iterator[str]]:
@@ -307,7 +364,7 @@ class Client:
         body = {k: v for k, v in body.items() if v is not None}
         answer = self._http.request("POST", "/api/v1/clusters", body, timeout=self.timeout_seconds)
         surface_warnings(answer, stacklevel=5)
-        return answer
+        return _records.cluster(answer)
 
     def get_cluster(self, cluster_id: WorkerRef) -> Cluster:
         """One cluster's dict.
@@ -316,8 +373,8 @@ class Client:
 
             print(client.get_cluster(cid)["status"])
         """
-        return self._http.request("GET", "/api/v1/clusters/" + _path_id(cluster_id, "cluster"),
-                                  timeout=self.timeout_seconds)
+        return _records.cluster(self._http.request("GET", "/api/v1/clusters/" + _path_id(cluster_id, "cluster"),
+                                                   timeout=self.timeout_seconds))
 
     def list_clusters(self) -> List[Cluster]:
         """Every cluster this daemon knows.
@@ -328,7 +385,7 @@ class Client:
                 print(c["id"], c["mode"], c["status"])
         """
         answer = self._http.request("GET", "/api/v1/clusters", timeout=self.timeout_seconds)
-        return answer.get("clusters", []) if isinstance(answer, dict) else answer
+        return [_records.cluster(c) for c in (answer.get("clusters", []) if isinstance(answer, dict) else answer)]
 
     def stop_cluster(self, cluster_id: WorkerRef) -> Cluster:
         """Stops every task of a cluster (and its launcher); returns the cluster.
@@ -337,8 +394,8 @@ class Client:
 
             client.stop_cluster(cluster["id"])
         """
-        return self._http.request("POST", "/api/v1/clusters/%s/stop" % _path_id(cluster_id, "cluster"),
-                                  {}, timeout=self.timeout_seconds)
+        return _records.cluster(self._http.request("POST", "/api/v1/clusters/%s/stop" % _path_id(cluster_id, "cluster"),
+                                                   {}, timeout=self.timeout_seconds))
 
     def cluster_logs(self, cluster_id: WorkerRef, tail: Optional[int] = None, follow: bool = False,
                      offset: Optional[int] = None, from_start: bool = False) -> Union[str, Iterator[str]]:

@@ -52,13 +52,14 @@ def _cluster_line(cluster: Dict[str, Any]) -> str:
 
 def await_cluster(client, cluster_id, timeout_seconds=60, wait_for_completion=True, progress=True,
                   stop_on_interrupt=True, bar=None):
-    """Waits for a cluster; returns its dict.
+    """Waits for a cluster; returns its dict, or raises ClusterFailed if it failed.
 
     wait_for_completion=True: until it has ended (succeeded, failed, stopped);
     False: until every task is up (status no longer "starting"), or ended.
-    timeout_seconds=0 waits forever; otherwise MusterError("deadline_exceeded")
-    with .cluster_id. Does not raise for a failed cluster: check
-    cluster["status"]. Shows progress (progress=False: silent); on Ctrl-C
+    A cluster that failed raises ClusterFailed naming the failing task (or
+    mpi's first failed rank) with its last lines; one that was stopped is
+    returned (status "stopped"). timeout_seconds=0 waits forever; otherwise
+    MusterError("deadline_exceeded") with .cluster_id. Shows progress (progress=False: silent); on Ctrl-C
     stops the cluster (stop_on_interrupt=False: leaves it) and re-raises,
     with the id as the KeyboardInterrupt's .cluster_id.
     """
@@ -72,6 +73,9 @@ def await_cluster(client, cluster_id, timeout_seconds=60, wait_for_completion=Tr
             cluster = client.get_cluster(cid)
             status = cluster.get("status")
             bar.update(_cluster_line(cluster))
+            if status == "failed":
+                bar.close(_cluster_line(cluster))
+                _raise_failed(client, cluster)
             if status in TERMINAL or (not wait_for_completion and status != "starting"):
                 if own_bar:
                     bar.close(_cluster_line(cluster))
@@ -104,14 +108,19 @@ def task_ids(cluster):
 
 
 def describe_rank(cluster):
-    """(task, text) for an mpi cluster's first failed rank, e.g. ("rank:1", "rank 1 on ... exited with code 3 ...").
+    """(task, text) for a failed cluster's root cause, e.g. ("rank:1", "rank 1 on ... exited with code 3 ...").
 
-    The daemon reads mpirun's report (cluster["failed_rank"]); the text ends
-    with the rank's last lines. (None, "") when the cluster has none.
+    The daemon names the rank whose failure came first, not one that failed
+    of it (cluster["failed_rank"]); the text ends with its last lines. mpi
+    names it "rank:N"; ps and torchrun by its task, "worker:1". (None, "")
+    when the cluster has none.
     """
     f = cluster.get("failed_rank")
     if not isinstance(f, dict):
         return None, ""
+    task = "rank:%s" % f.get("rank")
+    if cluster.get("mode") not in ("mpi", "elastic"):
+        task = next(("%s:%d" % (t, i) for t, i, wid in task_ids(cluster) if wid == f.get("worker_id")), task)
     where = " on %s" % f["host"] if f.get("host") else ""
     if f.get("worker_id"):
         where += " (worker %s)" % f["worker_id"]
@@ -120,10 +129,14 @@ def describe_rank(cluster):
     else:
         how = "exited with code %s" % f.get("exit_code")
     text = "rank %s%s %s" % (f.get("rank"), where, how)
+    if f.get("exception"):
+        text += ": %s" % f["exception"]
+    if f.get("then_failed"):
+        text += "; then failed: %s" % f["then_failed"]
     tail = [line for line in f.get("log_tail") or []]
     if tail:
         text += "\n--- last lines of rank %s ---\n%s" % (f.get("rank"), "\n".join(tail))
-    return "rank:%s" % f.get("rank"), text
+    return task, text
 
 
 def describe_failure(client, cluster):
@@ -165,7 +178,7 @@ def _raise_failed(client, cluster):
     message = "cluster %s %s" % (cluster.get("id"), cluster.get("status"))
     if cluster.get("reason"):
         message += ": %s" % cluster["reason"]
-    if task and task.startswith("rank:"):
+    if task and cluster.get("failed_rank"):
         tail = text.partition("\n")[2]  # the reason names the rank already
         if tail:
             message += "\n" + tail
@@ -204,8 +217,9 @@ def wait_for(client, cluster, timeout_seconds, completion, completion_timeout_se
     cid = cluster["id"]
     bar = Progress(progress)
     try:
+        # await_cluster raises ClusterFailed for a failed cluster; a stopped one fails this call too.
         cluster = await_cluster(client, cid, timeout_seconds, False, stop_on_interrupt=stop_on_interrupt, bar=bar)
-        if cluster.get("status") in ("failed", "stopped"):
+        if cluster.get("status") == "stopped":
             bar.close(_cluster_line(cluster))
             _raise_failed(client, cluster)
         if completion:

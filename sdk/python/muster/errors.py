@@ -82,7 +82,8 @@ class MusterInterrupted(KeyboardInterrupt):
 
 
 class ClusterFailed(MusterError):
-    """A cluster ended in `failed` (or was stopped) while run_cluster waited.
+    """A cluster ended in `failed` while a call waited on it (await_cluster, run_cluster, horovodrun or
+    torchrun with wait_for_completion=True; those three raise it for a cluster stopped meanwhile too).
 
     `cluster` is the cluster object as the daemon last reported it; `task`
     names the failing task as "type:index" ("worker:1") when it is known.

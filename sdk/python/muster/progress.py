@@ -93,8 +93,11 @@ class Progress:
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
-    def update(self, text: str, force: bool = False) -> None:
-        """Shows `text` (plus the elapsed time); at most every min_interval unless forced."""
+    def update(self, text: str, force: bool = False, details: str = "") -> None:
+        """Shows `text` (plus the elapsed time); at most every min_interval unless forced.
+
+        details: lines shown below it (a failed worker's last log lines).
+        """
         if self.mode is None:
             return
         now = time.monotonic()
@@ -103,25 +106,29 @@ class Progress:
         self._last = now
         line = "muster: %s [%s]" % (text, elapsed_text(self.elapsed()))
         if self.mode == "jupyter":
+            shown = _Status(line + ("\n" + details if details else ""))
             try:
                 if self._handle is None:
                     from IPython.display import display
-                    self._handle = display(_Status(line), display_id=True)
+                    self._handle = display(shown, display_id=True)
                 else:
-                    self._handle.update(_Status(line))
+                    self._handle.update(shown)
             except Exception:  # noqa: BLE001 - progress is a courtesy; the call goes on without it
                 self.mode = None
             return
         self.stream.write("\r" + line.ljust(self._width))
-        self.stream.flush()
         self._width = len(line)
+        if details:
+            self.stream.write("\n" + details.rstrip("\n") + "\n")
+            self._width = 0
+        self.stream.flush()
 
-    def close(self, text: Optional[str] = None) -> None:
-        """Shows the final text (if any) and ends the line; later updates are ignored."""
+    def close(self, text: Optional[str] = None, details: str = "") -> None:
+        """Shows the final text (if any, with `details` below it) and ends the line; later updates are ignored."""
         if self.mode is None:
             return
         if text is not None:
-            self.update(text, force=True)
+            self.update(text, force=True, details=details)
         if self.mode == "tty" and self._width:
             self.stream.write("\n")
             self.stream.flush()
