@@ -6,13 +6,19 @@ MUSTER_STATE_DIR (musterd.json + token), as a notebook would.
 """
 import ipaddress
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import textwrap
 import time
 
 import pytest
 
 import muster
-from sdk_daemon import Daemon, pid_alive, sdk_session, write_scripts
+from sdk_daemon import Daemon, kill_processes_with_env, pid_alive, sdk_session, write_scripts
+from testutil import free_port, wait_for
 
 SCRIPTS = {
     # Prints who it is, its args and an env var, then sleeps SLEEP seconds.
@@ -28,6 +34,14 @@ SCRIPTS = {
         print("line one", flush=True)
         print("about to crash", flush=True)
         sys.exit(3)
+    """,
+    # TICKS lines, one every TICK_S seconds, then "done".
+    "ticker.py": """
+        import os, time
+        for i in range(int(os.environ.get("TICKS", "10"))):
+            print("tick", i, flush=True)
+            time.sleep(float(os.environ.get("TICK_S", "0.5")))
+        print("done", flush=True)
     """,
     # Writes its pid (and a child's) to the log, then waits to be stopped.
     "forever.py": """
@@ -228,3 +242,73 @@ def test_many_concurrent_awaits_do_not_block_other_calls(daemon):
         for t in threads:
             t.join(30)
 
+
+def test_waits_ride_through_a_daemon_restart(tmp_path):
+    """musterd killed (-9) while a notebook awaits a worker and follows its log, restarted on the same port and
+    state dir: the await returns the worker succeeded, the follow ends with its last line, each line once, and
+    each wait said in one line that it was retrying."""
+    (tmp_path / "project").mkdir()
+    project = write_scripts(tmp_path / "project", SCRIPTS)
+    state = tmp_path / "state"
+    listen = "127.0.0.1:%d" % free_port()
+    first = Daemon(project, state, listen=listen).start()
+    second = None
+    env = first.env()
+    env["PYTHONPATH"] = os.path.join(os.environ["MUSTER_SOURCE_DIR"], "sdk", "python")
+    try:
+        client = muster.Client(first.url, first.token)
+        w, = client.launch_workers(1, cpu=0.5, memory=1, script="ticker.py", env={"TICKS": "16", "TICK_S": "0.5"})
+        waits = {
+            "await": subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+                import json, muster
+                res = muster.await_workers([%r], wait_for_completion=True, timeout_seconds=120, progress=False)
+                print(json.dumps(res))
+            """ % w["id"])], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+            "follow": subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+                import muster
+                for line in muster.worker_logs(%r, follow=True):
+                    print(line, flush=True)
+            """ % w["id"])], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+        }
+        wait_for(lambda: "tick 2" in client.worker_logs(w), 30, what="the worker to tick")
+        os.kill(first.proc.pid, signal.SIGKILL)
+        first.proc.wait(10)
+        first.proc = None
+        time.sleep(2)
+        second = Daemon(project, state, listen=listen).start()
+        assert second.url == first.url
+        out = {name: p.communicate(timeout=90) for name, p in waits.items()}
+        for name, p in waits.items():
+            assert p.returncode == 0, (name, out[name])
+            notes = [x for x in out[name][1].splitlines() if "unreachable" in x]
+            assert len(notes) == 1 and notes[0].startswith("muster: musterd unreachable at %s" % first.url), out[name]
+            assert notes[0].endswith("; retrying for up to 30 s"), notes
+        res = json.loads(out["await"][0])
+        assert [x["id"] for x in res["workers"]] == [w["id"]] and res["failures"] == [], res
+        assert res["workers"][0]["status"] == "succeeded", res
+        lines = [x for x in out["follow"][0].splitlines() if not x.startswith("[muster-agent]")]
+        assert lines == ["tick %d" % i for i in range(16)] + ["done"], lines
+    finally:
+        for p in locals().get("waits", {}).values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for d in (second, first):
+            if d is not None:
+                d.stop()
+        kill_processes_with_env("MUSTER_URL=" + first.url, str(state))  # the worker, if no daemon stopped it
+
+
+def test_a_wait_gives_up_on_a_daemon_that_stays_away(daemon, monkeypatch):
+    monkeypatch.setenv("MUSTER_RECONNECT_SECONDS", "1.5")
+    dead = muster.Client("http://127.0.0.1:%d" % free_port(), daemon.token)
+    assert dead.reconnect_seconds == 1.5
+    start = time.monotonic()
+    with pytest.raises(muster.MusterError) as err:
+        dead.await_workers(["nobody"], timeout_seconds=60, progress=False)
+    assert 1.4 < time.monotonic() - start < 10
+    assert err.value.code == "unavailable" and "retried for 1.5 s" in err.value.message, err.value
+    monkeypatch.setenv("MUSTER_RECONNECT_SECONDS", "soon")
+    with pytest.raises(muster.MusterError) as err:
+        muster.Client(daemon.url, daemon.token)
+    assert err.value.field == "MUSTER_RECONNECT_SECONDS" and "'soon'" in err.value.message

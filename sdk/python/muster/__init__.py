@@ -95,7 +95,8 @@ def await_workers(ids: Any, wait_for_completion: bool = True, timeout_seconds: f
     log lines (Jupyter: a display updated in place; terminal: stderr;
     progress=False: nothing). Ctrl-C (interrupting the cell) stops these
     workers and re-raises KeyboardInterrupt; stop_on_interrupt=False leaves
-    them running.
+    them running. A musterd restarting meanwhile is waited for (30 s,
+    MUSTER_RECONNECT_SECONDS), with one line saying so.
 
     Example::
 
@@ -320,7 +321,9 @@ def await_cluster(cluster_id: WorkerRef, timeout_seconds: float = 60, wait_for_c
     (.cluster is the cluster, .task "worker:1" or "rank:1"). Raises
     MusterError(code="deadline_exceeded") after timeout_seconds (0 = wait
     forever). Shows progress (progress=False: silent); Ctrl-C stops the
-    cluster and re-raises (stop_on_interrupt=False: leaves it running).
+    cluster and re-raises (stop_on_interrupt=False: leaves it running). A
+    musterd restarting meanwhile is waited for (30 s,
+    MUSTER_RECONNECT_SECONDS), with one line saying so.
 
     Example::
 

@@ -63,8 +63,12 @@ class Transport:
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     def unreachable(self, reason) -> MusterError:
-        return MusterError("cannot reach musterd at %s: %s. Is it running? (the URL came from %s)"
-                           % (self.url, reason, self.source()), code="unavailable")
+        """Nothing answered at the URL (refused, reset, no route): code "unavailable", no HTTP status,
+        the reason as `.detail` (muster.outage reads both)."""
+        err = MusterError("cannot reach musterd at %s: %s. Is it running? (the URL came from %s)"
+                          % (self.url, reason, self.source()), code="unavailable")
+        err.detail = str(reason)
+        return err
 
     def open_stream(self, path: str, query: Optional[dict] = None,
                     timeout: Optional[float] = DEFAULT_TIMEOUT_S) -> Tuple[http.client.HTTPConnection,
@@ -122,8 +126,9 @@ class Transport:
         except (socket.timeout, TimeoutError):
             raise MusterError("%s %s: no answer from musterd within %s s" % (method, path, timeout),
                               code="deadline_exceeded") from None
-        except (urllib.error.URLError, ConnectionError, OSError) as err:
-            raise self.unreachable(getattr(err, "reason", err)) from None
+        except (urllib.error.URLError, ConnectionError, OSError, http.client.HTTPException) as err:
+            # HTTPException: the connection ended mid-answer (a daemon that died while answering).
+            raise self.unreachable(getattr(err, "reason", err) or type(err).__name__) from None
         if text:
             return payload.decode("utf-8", "replace")
         if not payload:

@@ -15,9 +15,11 @@ from . import interpreter as _interpreter
 from . import records as _records
 from ._http import DEFAULT_TIMEOUT_S, Transport
 from .config import discover, source_of_url
+from .config import reconnect_seconds as reconnect_seconds_of
 from .errors import MusterError, MusterWarning
 from .follow import WORKER_TERMINAL, follow_log, log_path
 from .ids import many_ids, one_id
+from .outage import Outage
 from .progress import Progress, on_interrupt
 from .records import Cluster, Worker
 
@@ -131,13 +133,19 @@ class Client:
     """
 
     def __init__(self, url: Optional[str] = None, token: Optional[str] = None,
-                 timeout_seconds: float = DEFAULT_TIMEOUT_S) -> None:
+                 timeout_seconds: float = DEFAULT_TIMEOUT_S, reconnect_seconds: Optional[float] = None) -> None:
         self.url, self.token = discover(url, token)
         self.timeout_seconds = timeout_seconds
+        # How long a wait rides through an unreachable musterd (muster.outage).
+        self.reconnect_seconds = reconnect_seconds_of(reconnect_seconds)
         self._http = Transport(self.url, self.token, lambda: source_of_url(url))
 
     def __repr__(self):
         return "muster.Client(%r)" % self.url
+
+    def outage(self, bar: Optional[Progress] = None) -> Outage:
+        """The outage state of one wait on this daemon (muster.outage); its line goes below `bar`."""
+        return Outage(self.reconnect_seconds, self.url, note=bar.note if bar is not None else None)
 
     # ---- workers ---------------------------------------------------------
 
@@ -192,7 +200,8 @@ class Client:
         While it waits it shows how many are ready, and at the end the
         failed workers' last log lines (see muster.progress; progress=False:
         silent); on Ctrl-C it stops the awaited workers and re-raises
-        (stop_on_interrupt=False: leaves them).
+        (stop_on_interrupt=False: leaves them). A musterd that cannot be
+        reached meanwhile (restarting) is retried for reconnect_seconds.
 
         Example::
 
@@ -215,11 +224,13 @@ class Client:
     def _await(self, ids: List[str], wait_for_completion: bool, timeout_seconds: float,
                bar: Progress) -> Dict[str, List[Worker]]:
         """The wait, as server-side awaits: one for the whole wait when nothing is shown, else
-        one of at most a second each, so the status line moves. The answer keeps the
-        order of `ids`; workers the daemon left pending at the deadline (a failure whose
-        status is not terminal) are the timed-out ones."""
+        one of at most a second each, so the status line moves. A request that finds no
+        musterd is tried again for the rest of the wait (muster.outage). The answer keeps
+        the order of `ids`; workers the daemon left pending at the deadline (a failure
+        whose status is not terminal) are the timed-out ones."""
         word = "succeeded" if wait_for_completion else "running"
         deadline = time.monotonic() + float(timeout_seconds) if timeout_seconds else None
+        outage = self.outage(bar if bar.active else None)
         step_max = 1.0 if bar.active else None
         ready: Dict[str, Worker] = {}
         failed: Dict[str, Worker] = {}
@@ -236,7 +247,12 @@ class Client:
                 final = step_max is None or left <= step_max
                 step = left if final else step_max
             asked += 1
-            answer = self._await_request(pending, wait_for_completion, step)
+            try:
+                answer = self._await_request(pending, wait_for_completion, step)
+            except MusterError as err:
+                outage.failed(err)  # raises unless musterd is only away for a while
+                continue
+            outage.answered()
             answered += 1
             for w in answer.get("workers", []):
                 ready[w["id"]] = _records.worker(w)
@@ -344,7 +360,7 @@ class Client:
             wid = one_id(worker_id)
             return follow_log(self._http, log_path("workers", wid),
                               lambda: self.get_worker(wid).get("status") in WORKER_TERMINAL, tail, offset,
-                              from_start=from_start)
+                              from_start=from_start, outage=self.outage())
         return self._http.request("GET", "/api/v1/workers/%s/logs" % _path_id(worker_id),
                                   query=_log_query(tail, from_start), timeout=self.timeout_seconds, text=True)
 
@@ -417,7 +433,7 @@ class Client:
             cid = one_id(cluster_id, "cluster")
             return follow_log(self._http, log_path("clusters", cid),
                               lambda: self.get_cluster(cid).get("status") in _clusters.TERMINAL, tail, offset,
-                              from_start=from_start)
+                              from_start=from_start, outage=self.outage())
         return self._http.request("GET", "/api/v1/clusters/%s/logs" % _path_id(cluster_id, "cluster"),
                                   query=_log_query(tail, from_start), timeout=self.timeout_seconds, text=True)
 

@@ -59,18 +59,21 @@ def await_cluster(client, cluster_id, timeout_seconds=60, wait_for_completion=Tr
     A cluster that failed raises ClusterFailed naming the failing task (or
     mpi's first failed rank) with its last lines; one that was stopped is
     returned (status "stopped"). timeout_seconds=0 waits forever; otherwise
-    MusterError("deadline_exceeded") with .cluster_id. Shows progress (progress=False: silent); on Ctrl-C
+    MusterError("deadline_exceeded") with .cluster_id. A musterd that cannot
+    be reached meanwhile is retried for the client's reconnect_seconds
+    (muster.outage). Shows progress (progress=False: silent); on Ctrl-C
     stops the cluster (stop_on_interrupt=False: leaves it) and re-raises,
     with the id as the KeyboardInterrupt's .cluster_id.
     """
     cid = one_id(cluster_id, "cluster")
     own_bar = bar is None
     bar = Progress(progress) if own_bar else bar
+    outage = client.outage(bar if bar.active else None)
     with on_interrupt(stop_on_interrupt, lambda: client.stop_cluster(cid), "cluster " + cid, bar, cluster_id=cid):
         deadline = time.monotonic() + float(timeout_seconds) if timeout_seconds else None
         interval = 0.02
         while True:
-            cluster = client.get_cluster(cid)
+            cluster = outage.call(lambda: client.get_cluster(cid))
             status = cluster.get("status")
             bar.update(_cluster_line(cluster))
             if status == "failed":

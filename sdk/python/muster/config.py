@@ -74,6 +74,36 @@ def source_of_url(url: Optional[str] = None) -> str:
     return text
 
 
+# How long a wait (await_workers, await_cluster, a followed log) keeps trying
+# a musterd it cannot reach before it fails (muster.outage).
+DEFAULT_RECONNECT_SECONDS = 30.0
+
+
+def reconnect_seconds(given: Optional[float] = None) -> float:
+    """Seconds a wait rides through an unreachable musterd: `given`, else $MUSTER_RECONNECT_SECONDS, else 30.
+
+    0 fails at once. A value that is not a number >= 0 raises
+    MusterError(code="invalid_argument") naming where it came from.
+
+    Example::
+
+        muster.config.reconnect_seconds()      # 30.0 unless MUSTER_RECONNECT_SECONDS says otherwise
+    """
+    source, value = "reconnect_seconds", given
+    if value is None:
+        source, value = "MUSTER_RECONNECT_SECONDS", os.environ.get("MUSTER_RECONNECT_SECONDS", "").strip()
+        if not value:
+            return DEFAULT_RECONNECT_SECONDS
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if not seconds >= 0 or seconds == float("inf"):
+        raise MusterError("%s must be a number of seconds >= 0 (0: fail at once), got %r" % (source, value),
+                          code="invalid_argument", field=source)
+    return seconds
+
+
 def discover(url: Optional[str] = None, token: Optional[str] = None) -> Tuple[str, str]:
     """Returns (url, token) following the order above.
 

@@ -40,6 +40,9 @@ class MusterError(Exception):
         self.code = code
         self.field = field or None
         self.http_status = http_status
+        # code "unavailable" without an HTTP status: what the connection
+        # said ("[Errno 111] Connection refused").
+        self.detail = ""
         # Set by run_cluster/horovodrun/await_cluster once a cluster exists, so
         # a caller can still stop or inspect it after the error.
         self.cluster_id: Optional[str] = None

@@ -18,6 +18,9 @@ that stream with http.client and yields complete lines:
   4. the connection dropped or went quiet for read_timeout: reconnect from the
      offset reached (bytes are never yielded twice nor skipped); give up with
      MusterError("unavailable") after `retries` failed connections in a row.
+     A daemon that does not answer at all (refused: restarting) is retried
+     for `outage`'s grace instead (muster.outage: one line says so), and the
+     follow goes on from the same offset once it answers again.
 
 A daemon that cannot stream (a 503/429 answer: no follower slot free; or an
 older daemon without X-Log-Offset) is polled every poll_seconds instead: the
@@ -30,6 +33,7 @@ import urllib.parse
 from typing import Callable, Iterator, Optional
 
 from .errors import MusterError
+from .outage import Outage, is_unreachable
 
 WORKER_TERMINAL = ("succeeded", "failed", "timedout", "stopped", "lost")
 CLUSTER_TERMINAL = ("succeeded", "failed", "stopped")
@@ -60,13 +64,17 @@ def _marker_bytes(resp) -> int:
 
 def follow_log(transport, path: str, is_done: Callable[[], bool], tail: Optional[int] = None,
                offset: Optional[int] = None, poll_seconds: float = 0.25, read_timeout: float = 30.0,
-               retries: int = 20, from_start: bool = False) -> Iterator[str]:
+               retries: int = 20, from_start: bool = False, outage: Optional[Outage] = None) -> Iterator[str]:
     """Yields the lines (without their newline) of the log at `path` as they are written.
 
     transport: a muster._http.Transport; is_done(): True once the owner has ended.
     tail=K starts with the last K lines, offset=N at byte N, from_start=True at the
-    first byte; none of them: the daemon's default (its last lines).
+    first byte; none of them: the daemon's default (its last lines). outage: how
+    long an unreachable daemon is retried (None: `retries` tries, as any drop).
     """
+    if outage is not None:
+        ask_done = is_done
+        is_done = lambda: outage.call(ask_done)  # noqa: E731 - the same question, through an outage
     buf = b""
     failures = 0
     first = True
@@ -93,11 +101,16 @@ def follow_log(transport, path: str, is_done: Callable[[], bool], tail: Optional
             if streaming and err.http_status in (429, 503):
                 streaming = False  # the daemon does not stream, or has no follower slot free: poll
                 continue
+            if outage is not None and is_unreachable(err):
+                outage.failed(err)  # pauses, or raises once its grace is spent
+                continue
             if err.code not in ("unavailable", "deadline_exceeded") or failures >= retries:
                 raise
             failures += 1
             time.sleep(min(0.1 * failures, 1.0))
             continue
+        if outage is not None:
+            outage.answered()
         clean = False
         try:
             header = resp.getheader("X-Log-Offset")

@@ -123,6 +123,17 @@ class Progress:
             self._width = 0
         self.stream.flush()
 
+    def note(self, text: str) -> None:
+        """One line that must be seen whatever the mode (an outage, say): on stderr, below the status
+        line on a tty (which the next update draws again)."""
+        if self.mode == "tty":
+            self.stream.write("\r" + text.ljust(self._width) + "\n")
+            self.stream.flush()
+            self._width = 0
+            self._last = 0.0
+            return
+        print(text, file=sys.stderr, flush=True)
+
     def close(self, text: Optional[str] = None, details: str = "") -> None:
         """Shows the final text (if any, with `details` below it) and ends the line; later updates are ignored."""
         if self.mode is None:
