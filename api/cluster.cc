@@ -50,6 +50,7 @@ std::string RankFailure::describe() const {
   } else {
     text += " failed";
   }
+  if (!exception.empty()) text += ": " + exception;
   return text;
 }
 
@@ -60,7 +61,9 @@ json RankFailure::to_json() const {
               {"exit_code", exit_code ? json(*exit_code) : json(nullptr)},
               {"signal", signal ? json(*signal) : json(nullptr)},
               {"signal_name", signal_name},
-              {"log_tail", log_tail}};
+              {"exception", exception},
+              {"log_tail", log_tail},
+              {"then_failed", then_failed}};
 }
 
 Result<RankFailure> RankFailure::from_json(const json& j) {
@@ -72,7 +75,9 @@ Result<RankFailure> RankFailure::from_json(const json& j) {
     if (j.contains("exit_code") && j["exit_code"].is_number_integer()) f.exit_code = j["exit_code"].get<int>();
     if (j.contains("signal") && j["signal"].is_number_integer()) f.signal = j["signal"].get<int>();
     f.signal_name = j.value("signal_name", "");
+    f.exception = j.value("exception", "");
     f.log_tail = j.value("log_tail", std::vector<std::string>{});
+    f.then_failed = j.value("then_failed", "");
     return f;
   } catch (const json::exception& e) {
     return internal_error(std::string("stored failed_rank is malformed: ") + e.what());
@@ -125,6 +130,9 @@ json Cluster::to_json() const {
   for (const auto& g : generations) history.push_back(api::to_json(g));
   out["generations"] = history;
   out["generation"] = generations.empty() ? 0 : generations.back().generation;
+  json events = json::array();
+  for (const auto& e : events_of(generations)) events.push_back(api::to_json(e));
+  out["events"] = events;
   out["restarts"] = restarts;
   out["resets"] = resets;
   out["max_restarts"] = request.max_restarts;

@@ -118,9 +118,13 @@ struct RankFailure {
   std::optional<int> exit_code;  // 128+signal when killed
   std::optional<int> signal;
   std::string signal_name;  // "Killed"; "" when unknown
+  std::string exception;    // its exception line ("KeyError: 'config'"); "" when it raised none
   std::vector<std::string> log_tail;
+  // The ranks that failed after it, of its failure: "rank 0 (EngineStopped: ...)".
+  std::string then_failed;
 
-  // "rank 1 on 127.0.0.1 (worker ab12c) exited with code 3" / "... was killed by signal 9 (Killed)".
+  // "rank 1 on 127.0.0.1 (worker ab12c) exited with code 3: KeyError: 'config'" /
+  // "... was killed by signal 9 (Killed)".
   std::string describe() const;
   nlohmann::json to_json() const;
   static Result<RankFailure> from_json(const nlohmann::json& j);

@@ -1,5 +1,7 @@
 #include "api/cluster_history.h"
 
+#include <algorithm>
+
 namespace muster::api {
 
 using nlohmann::json;
@@ -70,5 +72,39 @@ std::string deaths_text(const std::vector<ClusterGeneration>& history) {
   }
   return out;
 }
+
+std::vector<ClusterEvent> events_of(const std::vector<ClusterGeneration>& history) {
+  std::vector<ClusterEvent> out;
+  for (size_t i = 0; i < history.size(); ++i) {
+    const ClusterGeneration& g = history[i];
+    if (i > 0) {
+      const ClusterGeneration& before = history[i - 1];
+      const std::string ranks = std::to_string(g.members.size()) + (g.members.size() == 1 ? " rank" : " ranks");
+      const std::string which = " (generation " + std::to_string(g.generation) + ")";
+      if (g.cause == "restart") {
+        out.push_back({g.started_at, "restart", "restart " + std::to_string(g.generation - 1) +
+                                                    ": every rank launched again" + which});
+      } else {
+        // Newcomers: members the generation before did not have (a
+        // replacement launched in any earlier generation, or a new rank).
+        std::string joined;
+        for (const auto& m : g.members) {
+          if (std::find(before.members.begin(), before.members.end(), m) == before.members.end()) {
+            joined += (joined.empty() ? "" : ", ") + m;
+          }
+        }
+        out.push_back({g.started_at, "formed",
+                       joined.empty() ? "going on with " + ranks + which
+                                      : "replacement " + joined + " joined: " + ranks + which});
+      }
+    }
+    for (const auto& d : g.deaths) out.push_back({d.at, "death", describe(d)});
+  }
+  // Deaths come before the re-formation they caused.
+  std::stable_sort(out.begin(), out.end(), [](const ClusterEvent& a, const ClusterEvent& b) { return a.at < b.at; });
+  return out;
+}
+
+nlohmann::json to_json(const ClusterEvent& e) { return {{"at", e.at}, {"kind", e.kind}, {"text", e.text}}; }
 
 }  // namespace muster::api

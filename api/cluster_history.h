@@ -63,4 +63,18 @@ std::string describe(const GenerationDeath& d);
 // Every death of `history`, "; "-joined (a failed cluster's reason names them).
 std::string deaths_text(const std::vector<ClusterGeneration>& history);
 
+// What happened to a cluster, one line per event, in order, derived from its
+// generations: each death ("rank 2 (worker ab12) was killed by signal 9"),
+// then each re-formation ("going on with 2 ranks (generation 2)",
+// "replacement cd34 joined: 3 ranks (generation 3)"), and a restart under
+// max_restarts ("restart 1: every rank launched again"). The SDK, the CLI and
+// the dashboard show the ones they have not shown yet, as they happen.
+struct ClusterEvent {
+  std::string at;    // RFC 3339
+  std::string kind;  // "death", "formed", "restart"
+  std::string text;
+};
+std::vector<ClusterEvent> events_of(const std::vector<ClusterGeneration>& history);
+nlohmann::json to_json(const ClusterEvent& e);
+
 }  // namespace muster::api

@@ -1,104 +1,17 @@
 #include "service/cluster_launcher.h"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <cerrno>
-#include <mutex>
 #include <set>
 #include <thread>
 
-#include "api/log_capture.h"
-#include "service/mpi_output.h"
+#include "service/launcher_keeper.h"
 
 namespace muster::service {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The launcher's output, from a pipe into its log (or the log relay's pipe)
-// through RankLines, on a
-// thread of its own. It runs until every writer has closed the pipe (the
-// launcher and whatever it started), or, once stop_after() set a deadline,
-// until then; then it writes what is left of each line and is done().
-class OutputPump {
- public:
-  OutputPump(int read_fd, int log_fd) : read_fd_(read_fd), log_fd_(log_fd) {
-    thread_ = std::thread([this] { run(); });
-  }
-  ~OutputPump() {
-    stop_after(std::chrono::milliseconds(0));
-    thread_.join();
-    ::close(read_fd_);
-    ::close(log_fd_);
-  }
-  OutputPump(const OutputPump&) = delete;
-  OutputPump& operator=(const OutputPump&) = delete;
-
-  bool done() const { return done_; }
-  // Gives the pipe `drain` more time (first call wins).
-  void stop_after(std::chrono::milliseconds drain) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!deadline_) deadline_ = Clock::now() + drain;
-  }
-  // Waits until done() (after stop_after()).
-  void join() {
-    while (!done_) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-
- private:
-  bool past_deadline() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return deadline_ && Clock::now() >= *deadline_;
-  }
-  void write_all(const std::string& text) {
-    size_t done = 0;
-    while (done < text.size()) {
-      const ssize_t n = ::write(log_fd_, text.data() + done, text.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return;  // a full disk loses output, never the launcher
-      done += static_cast<size_t>(n);
-    }
-  }
-  void run() {
-    RankLines lines;
-    std::string out;
-    char buf[65536];
-    for (;;) {
-      pollfd p{read_fd_, POLLIN, 0};
-      const int ready = ::poll(&p, 1, 100);
-      if (ready > 0) {
-        const ssize_t n = ::read(read_fd_, buf, sizeof buf);
-        if (n > 0) {
-          lines.feed(std::string_view(buf, static_cast<size_t>(n)), out);
-          write_all(out);
-          out.clear();
-          continue;
-        }
-        if (n == 0 || (errno != EINTR && errno != EAGAIN)) break;
-      }
-      if (past_deadline()) break;
-    }
-    lines.finish(out);
-    write_all(out);
-    done_ = true;
-  }
-
-  int read_fd_;
-  int log_fd_;
-  std::mutex mu_;
-  std::optional<Clock::time_point> deadline_;
-  std::atomic<bool> done_{false};
-  std::thread thread_;
-};
-
-// How long the pump may still read once the launcher ended: its ranks' last
-// words, unless a process it left behind keeps the pipe open.
-constexpr std::chrono::milliseconds kOutputDrain{2000};
-
 
 // Everything that belongs to the launcher `leader`: its group, its session
 // and its descendants (by parent links), each with its start time.
@@ -138,24 +51,29 @@ void end_tree(const base::ProcessId& leader, std::chrono::milliseconds grace, Le
   }
 }
 
-class ProcessLauncherProcess final : public LauncherProcess {
+// The keeper we started (a child: reaped here) or one an earlier daemon
+// started (adopted: its exit file says how the job ended).
+class KeptLauncherProcess final : public LauncherProcess {
  public:
-  ProcessLauncherProcess(base::ProcessId id, std::unique_ptr<OutputPump> pump, pid_t relay)
-      : id_(id), pump_(std::move(pump)), relay_(relay) {}
-  ~ProcessLauncherProcess() override {
-    terminate(std::chrono::milliseconds(2000));
-    pump_.reset();  // closes the pump's end of the relay's pipe
-    reap_relay(std::chrono::milliseconds(2000));
+  KeptLauncherProcess(base::ProcessId id, std::filesystem::path exit_file, bool child)
+      : id_(id), exit_file_(std::move(exit_file)), child_(child) {}
+  ~KeptLauncherProcess() override {
+    if (!detached_) terminate(std::chrono::milliseconds(2000));
   }
 
   std::optional<int> poll() override {
-    if (!exit_code_) exit_code_ = base::try_reap(id_.pid);
-    if (!exit_code_) return std::nullopt;
-    if (pump_) {
-      pump_->stop_after(kOutputDrain);
-      if (!pump_->done()) return std::nullopt;
+    if (exit_code_) return exit_code_;
+    if (child_) {
+      auto code = base::try_reap(id_.pid);
+      if (code && *code >= 0) exit_code_ = code;
+      if (!code || *code >= 0) return exit_code_;
     }
-    reap_relay(std::chrono::milliseconds(0));
+    // Adopted (or no longer reapable): the keeper's record, else its death.
+    if (auto code = read_keeper_exit(exit_file_)) {
+      exit_code_ = code;
+    } else if (!base::alive(id_)) {
+      exit_code_ = read_keeper_exit(exit_file_).value_or(128 + SIGKILL);
+    }
     return exit_code_;
   }
 
@@ -163,123 +81,59 @@ class ProcessLauncherProcess final : public LauncherProcess {
     if (terminated_) return;
     terminated_ = true;
     end_tree(id_, grace, [this] { return poll().has_value(); });
-    if (!exit_code_) exit_code_ = base::wait_exit(id_.pid);
+    if (!exit_code_ && child_) {
+      const int code = base::wait_exit(id_.pid);
+      if (code >= 0) exit_code_ = code;
+    }
+    if (!exit_code_) exit_code_ = 128 + SIGKILL;
   }
 
+  void detach() override { detached_ = true; }
   base::ProcessId identity() const override { return id_; }
 
  private:
-  // The relay ends once the launcher's tree has closed the pipe; it is our
-  // child, so it is reaped here (bounded: an escaped rank may hold the pipe).
-  void reap_relay(std::chrono::milliseconds patience) {
-    const auto deadline = Clock::now() + patience;
-    while (relay_ > 0) {
-      if (base::try_reap(relay_)) {
-        relay_ = -1;
-        return;
-      }
-      if (Clock::now() >= deadline) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  }
-
   base::ProcessId id_;
-  std::unique_ptr<OutputPump> pump_;  // tagged_output only
-  pid_t relay_ = -1;
+  std::filesystem::path exit_file_;
+  bool child_;
   std::optional<int> exit_code_;
   bool terminated_ = false;
-};
-
-// A pipe whose ends close themselves.
-struct Pipe {
-  int read = -1, write = -1;
-  ~Pipe() {
-    if (read >= 0) ::close(read);
-    if (write >= 0) ::close(write);
-  }
+  bool detached_ = false;
 };
 
 class ProcessLauncher final : public Launcher {
  public:
-  explicit ProcessLauncher(std::optional<LauncherLogRelay> relay) : relay_(std::move(relay)) {}
+  explicit ProcessLauncher(LauncherOptions options) : options_(std::move(options)) {}
 
-  // With a relay: a) a pipe; b) the relay (`muster-agent --log-relay`, a
-  // session of its own, so ending the launcher's tree leaves it to drain)
-  // reads it into log_path with the cap; c) the launcher writes into it;
-  // d) our ends are closed, so the relay ends when the launcher's tree has.
   api::Result<std::unique_ptr<LauncherProcess>> start(const LauncherSpec& spec) override {
     if (spec.argv.empty()) return api::internal_error("launcher: empty command line");
+    if (!base::find_on_path(spec.argv[0])) {
+      return api::unavailable("launcher: " + spec.argv[0] + " is not on the daemon's PATH");
+    }
     std::error_code ec;
     std::filesystem::create_directories(spec.log_path.parent_path(), ec);
+    KeeperOptions k;
+    k.log = std::filesystem::absolute(spec.log_path, ec);
+    k.limits = options_.limits;
+    k.exit_file = spec.exit_file.empty() ? k.log.parent_path() / "launcher.exit"
+                                         : std::filesystem::absolute(spec.exit_file, ec);
+    k.tagged = spec.tagged_output;
+    k.argv = spec.argv;
+    std::filesystem::remove(k.exit_file, ec);  // a restart's launcher writes its own
     base::SpawnOptions o;
-    o.argv = spec.argv;
+    o.argv = to_keeper_argv(options_.keeper_path.string(), k);
     o.env = spec.env;
     o.cwd = spec.working_dir;
-    o.output = spec.log_path;
+    o.output = k.log;  // the keeper's own complaints, if it cannot open the log
     o.new_session = true;
-    Pipe pipe;
-    pid_t relay = -1;
-    if (relay_) {
-      int fds[2];
-      if (::pipe2(fds, O_CLOEXEC) != 0) return api::internal_error("launcher: pipe for its log failed");
-      pipe.read = fds[0];
-      pipe.write = fds[1];
-      base::SpawnOptions r;
-      r.argv = api::to_log_relay_argv(relay_->agent_path.string(), {spec.log_path.string(), relay_->limits});
-      r.input_fd = pipe.read;
-      r.output = spec.log_path;  // the relay's own complaints, if it cannot open the log
-      r.new_session = true;
-      auto started = base::spawn(r);
-      if (started.failure) return api::internal_error("launcher: its log relay: " + *started.failure);
-      relay = started.id.pid;
-      o.output.clear();
-      o.output_fd = pipe.write;
-    }
-    // mpirun's tagged output goes through RankLines on a pump thread, which
-    // writes into the relay's pipe (or into the log without a relay).
-    Pipe tagged;
-    int sink_fd = -1;
-    if (spec.tagged_output) {
-      sink_fd = pipe.write >= 0 ? ::fcntl(pipe.write, F_DUPFD_CLOEXEC, 0)
-                                : ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-      int fds[2];
-      if (sink_fd >= 0 && ::pipe2(fds, O_CLOEXEC) == 0) {
-        tagged.read = fds[0];
-        tagged.write = fds[1];
-        o.output.clear();
-        o.output_fd = tagged.write;
-      } else {
-        if (sink_fd >= 0) ::close(sink_fd);
-        sink_fd = -1;
-        o.argv.clear();  // spawn fails below, which ends the relay too
-      }
-    }
-    base::Spawned spawned;
-    if (o.argv.empty()) {
-      spawned.failure = "cannot open " + spec.log_path.string() + " or a pipe for its output";
-    } else {
-      spawned = base::spawn(o);
-    }
-    if (pipe.read >= 0) {
-      ::close(pipe.read);
-      ::close(pipe.write);
-      pipe.read = pipe.write = -1;  // the relay sees end of file once the launcher's tree (and pump) are gone
-    }
-    std::unique_ptr<OutputPump> pump;
-    if (sink_fd >= 0) {
-      ::close(tagged.write);  // the child holds it now: EOF once every writer is gone
-      tagged.write = -1;
-      pump = std::make_unique<OutputPump>(tagged.read, sink_fd);  // owns both now
-      tagged.read = -1;
-    }
-    if (spawned.failure) {
-      pump.reset();  // its end of the relay's pipe closes
-      if (relay > 0) (void)base::wait_exit(relay);  // it read end of file at once
-      const bool missing = spawned.failure->find("not found on PATH") != std::string::npos;
-      if (missing) return api::unavailable("launcher: " + spec.argv[0] + " is not on the daemon's PATH");
-      return api::internal_error("launcher: " + *spawned.failure);
-    }
-    return std::unique_ptr<LauncherProcess>(new ProcessLauncherProcess(spawned.id, std::move(pump), relay));
+    auto spawned = base::spawn(o);
+    if (spawned.failure) return api::internal_error("launcher: " + *spawned.failure);
+    return std::unique_ptr<LauncherProcess>(new KeptLauncherProcess(spawned.id, k.exit_file, true));
+  }
+
+  std::unique_ptr<LauncherProcess> adopt(const base::ProcessId& keeper,
+                                         const std::filesystem::path& exit_file) override {
+    if (!read_keeper_exit(exit_file) && !(keeper.valid() && base::alive(keeper))) return nullptr;
+    return std::make_unique<KeptLauncherProcess>(keeper, exit_file, false);
   }
 
   bool end_orphan(const base::ProcessId& leader, std::chrono::milliseconds grace) override {
@@ -289,13 +143,17 @@ class ProcessLauncher final : public Launcher {
   }
 
  private:
-  std::optional<LauncherLogRelay> relay_;
+  LauncherOptions options_;
 };
 
 }  // namespace
 
-std::unique_ptr<Launcher> make_process_launcher(std::optional<LauncherLogRelay> relay) {
-  return std::make_unique<ProcessLauncher>(std::move(relay));
+std::unique_ptr<Launcher> make_process_launcher(LauncherOptions options) {
+  if (options.keeper_path.empty()) {
+    std::error_code ec;
+    options.keeper_path = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path() / "muster-launcher";
+  }
+  return std::make_unique<ProcessLauncher>(std::move(options));
 }
 
 }  // namespace muster::service

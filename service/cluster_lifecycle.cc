@@ -3,11 +3,14 @@
 // rendezvous, the one way a cluster ends (finish) and what a restarted
 // daemon does with the clusters of the earlier one (restore).
 #include <algorithm>
+#include <cstring>
 #include <optional>
 
 #include <spdlog/spdlog.h>
 
 #include "service/cluster_manager.h"
+#include "service/failure_report.h"
+#include "service/worker_routes.h"
 
 namespace muster::service {
 
@@ -44,6 +47,54 @@ std::string task_reason(const std::string& id, api::ClusterStatus status, const 
     case api::ClusterStatus::kStopped: return "cluster " + id + " was stopped" + (reason.empty() ? "" : ": " + reason);
     default: return "cluster " + id + " failed" + (reason.empty() ? "" : ": " + reason);
   }
+}
+
+// The failed tasks' own account (failure_report.h), `ended_badly` in the
+// order they ended: which one is the root cause, as the cluster's
+// failed_rank, and whether that is still to come (every failure so far
+// reads as a peer's).
+struct FailedTasks {
+  size_t cause = 0;
+  api::RankFailure rank;
+  bool waiting_for_cause = false;
+};
+
+FailedTasks read_failed_tasks(const WorkerRegistry& registry, const api::Cluster& c,
+                              const std::vector<api::Worker>& workers, const std::vector<size_t>& ended_badly) {
+  constexpr size_t kReportLines = 200;
+  constexpr size_t kTailLines = 20;
+  // torchrun: a node's first process's RANK; the blamed peer is placed on its node.
+  const int per_task = c.request.mode == api::ClusterMode::kTorchrun ? std::max(1, c.request.nproc_per_node) : 1;
+  std::vector<RankReport> reports;
+  std::vector<std::vector<std::string>> tails;
+  for (size_t i : ended_badly) {
+    std::vector<std::string> lines;
+    if (auto path = registry.log_path(workers[i].id)) lines = split_lines(tail_file(path.value(), kReportLines));
+    RankReport r = read_rank_report(c.tasks[i].index * per_task, lines);
+    if (r.blames) r.blames = *r.blames / per_task * per_task;
+    if (r.blames && *r.blames == r.rank) r.blames.reset();
+    reports.push_back(std::move(r));
+    if (lines.size() > kTailLines) lines.erase(lines.begin(), lines.end() - kTailLines);
+    tails.push_back(std::move(lines));
+  }
+  const RootCause root = root_cause(reports);
+  FailedTasks out;
+  out.cause = ended_badly[root.index];
+  out.waiting_for_cause = root.elsewhere.has_value() || reports[root.index].consequence;
+  const api::Worker& w = workers[out.cause];
+  api::RankFailure& f = out.rank;
+  f.rank = reports[root.index].rank;
+  f.host = w.ip_address;
+  f.worker_id = w.id;
+  f.exit_code = w.exit_code;
+  if (w.exit_code && *w.exit_code > 128 && *w.exit_code < 160) {
+    f.signal = *w.exit_code - 128;
+    if (const char* name = ::sigdescr_np(*f.signal)) f.signal_name = name;
+  }
+  f.exception = reports[root.index].exception;
+  f.log_tail = std::move(tails[root.index]);
+  f.then_failed = then_failed_text(reports, root.index);
+  return out;
 }
 
 }  // namespace
@@ -86,6 +137,17 @@ api::Status ClusterManager::restore() {
   // the rest were interrupted.
   for (auto& c : resumable) {
     if (mode_of(c.request).resume(c)) {
+      // Its job (mpirun under muster-launcher) outlived the earlier daemon:
+      // taken back by identity, its exit file says how it ends.
+      if (c.launcher_process) {
+        auto kept = launcher_->adopt(*c.launcher_process, options_.state_dir / "clusters" / c.id / "launcher.exit");
+        if (!kept) {
+          interrupted.push_back(c.id);
+          continue;
+        }
+        std::lock_guard<std::mutex> lock(mu_);
+        clusters_[c.id].launcher = std::move(kept);
+      }
       spdlog::info("cluster {}: taken back at generation {} after the daemon restarted", c.id,
                    c.generations.empty() ? 0 : c.generations.back().generation);
       continue;
@@ -148,9 +210,22 @@ void ClusterManager::finish(const std::string& id, api::ClusterStatus status, co
     auto w = registry_.get(wid);
     if (w && !api::is_terminal(w->status)) alive.push_back(wid);
   }
-  // Each task says why it ended: the cluster's outcome.
+  // Each task says why it ended: the cluster's outcome, and its own status.
   if (!alive.empty()) {
-    if (auto stopped = registry_.stop(alive, task_reason(id, status, reason)); !stopped) {
+    api::Cluster current;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      current = clusters_[id].cluster;
+    }
+    if (failed_rank) current.failed_rank = failed_rank;
+    std::vector<api::Worker> task_workers;  // every task's, in task order (the mode places ranks by them)
+    for (const auto& t : current.tasks) {
+      if (auto w = registry_.get(t.worker_id)) task_workers.push_back(w.value());
+    }
+    auto endings = task_workers.size() == current.tasks.size()
+                       ? mode_of(current.request).endings(current, status, task_workers)
+                       : std::map<std::string, WorkerRegistry::Ending>{};
+    if (auto stopped = registry_.stop(alive, task_reason(id, status, reason), endings); !stopped) {
       spdlog::error("cluster {}: {}", id, stopped.status().message());
     }
   }
@@ -225,17 +300,38 @@ void ClusterManager::evaluate(const std::string& id) {
   }
 
   // d) + e) Any task that ended badly ends the cluster, unless restarts are
-  // left. When several have (a rank died and its peers then failed on the
-  // broken link), the one that ended first is the cause.
-  std::optional<size_t> cause;
+  // left. When several have (a rank raised and its peers then failed on the
+  // broken link), the root cause is the one whose own code failed first
+  // (failure_report.h); while the only failures read as a peer's and their
+  // peer still runs, the pass waits for it, up to kRootCauseGrace.
+  std::vector<size_t> ended_badly;
   for (size_t i = 0; i < c.tasks.size(); ++i) {
     if (!api::is_terminal(workers[i].status) || mode.may_end(c.tasks[i], workers[i])) continue;
-    const std::string ended = workers[i].finished_at.value_or("");
-    if (!cause || ended < workers[*cause].finished_at.value_or("")) cause = i;
+    ended_badly.push_back(i);
   }
-  if (cause) {
-    const size_t i = *cause;
+  std::stable_sort(ended_badly.begin(), ended_badly.end(), [&](size_t a, size_t b) {
+    return workers[a].finished_at.value_or("") < workers[b].finished_at.value_or("");
+  });
+  if (!ended_badly.empty()) {
+    FailedTasks failed = read_failed_tasks(registry_, c, workers, ended_badly);
+    const bool others_run = std::any_of(workers.begin(), workers.end(),
+                                        [](const api::Worker& w) { return !api::is_terminal(w.status); });
+    if (failed.waiting_for_cause && others_run) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto& e = clusters_[id];
+      if (!e.failure_seen) e.failure_seen = clock_.now();
+      if (clock_.now() - *e.failure_seen < kRootCauseGrace) return;
+    }
+    const size_t i = failed.cause;
     std::string reason = describe_end(c.task_name(c.tasks[i]), workers[i]);
+    if (!failed.rank.exception.empty() && reason.find(failed.rank.exception) == std::string::npos) {
+      reason += ": " + failed.rank.exception;
+    }
+    if (!failed.rank.then_failed.empty()) reason += "; then failed: " + failed.rank.then_failed;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      clusters_[id].failure_seen.reset();
+    }
     if (c.restarts < c.request.max_restarts) {
       if (wired && mode.replaceable(c, c.tasks[i])) return replace_task(id, i, reason);
       return restart(id, reason, i);
@@ -245,7 +341,7 @@ void ClusterManager::evaluate(const std::string& id) {
       reason += " (after " + std::to_string(c.restarts) + " restarts: max_restarts " +
                 std::to_string(c.request.max_restarts) + " reached)";
     }
-    return finish(id, api::ClusterStatus::kFailed, reason);
+    return finish(id, api::ClusterStatus::kFailed, reason, std::move(failed.rank));
   }
 
   // a) + b) Starting (again after a restart): the rendezvous once every task is ready.

@@ -19,7 +19,7 @@ ClusterManager::ClusterManager(ClusterManagerOptions options, WorkerRegistry& re
       registry_(registry),
       store_(store),
       clock_(clock),
-      launcher_(launcher ? std::move(launcher) : make_process_launcher()) {
+      launcher_(launcher ? std::move(launcher) : make_process_launcher({})) {
   ps_ = std::make_unique<PsRendezvous>(PsRendezvousOptions{options_.validation.project_dir, options_.ps_program});
   mpi_ = std::make_unique<MpiRendezvous>(
       MpiRendezvousOptions{options_.state_dir, options_.validation.project_dir, options_.mpirun,
@@ -45,11 +45,11 @@ ClusterManager::~ClusterManager() {
     wake_cv_.notify_one();
   }
   if (thread_.joinable()) thread_.join();
-  // Launchers still running end with the daemon (their LauncherProcess
-  // destructors terminate the process groups).
+  // Jobs still running outlive the daemon, as workers do: the next daemon
+  // takes them back by the identity in the cluster's record (restore()).
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [id, e] : clusters_) {
-    if (e.launcher) e.launcher->terminate(options_.launcher_grace);
+    if (e.launcher) e.launcher->detach();
   }
 }
 

@@ -74,6 +74,11 @@
 
 namespace muster::service {
 
+// How long a failed cluster waits for its root cause when every task that
+// ended so far failed of a peer's failure and a task still runs (the rank
+// that raised may still be printing its traceback).
+inline constexpr std::chrono::seconds kRootCauseGrace{5};
+
 struct ClusterManagerOptions {
   std::filesystem::path state_dir;         // cluster files: <state_dir>/clusters/<id>/
   ValidationOptions validation;            // project dir (scripts), max workers
@@ -164,6 +169,9 @@ class ClusterManager {
     std::map<std::string, Release> releases;
     std::map<std::string, std::string> pending_release;
     TimePoint finished{};         // when it ended (retention), monotonic
+    // When a pass first found a task ended badly whose failure reads as a
+    // peer's: the root cause is waited for until kRootCauseGrace after it.
+    std::optional<TimePoint> failure_seen;
     std::unique_ptr<LauncherProcess> launcher;
     std::filesystem::path dir;    // <state_dir>/clusters/<id>
   };

@@ -74,7 +74,7 @@ std::unique_ptr<ClusterManager> start_clusters(Router& router, WorkerRegistry& r
   options.retain_for = o.retain_for;
   options.max_finished = o.max_finished;
   auto manager = std::make_unique<ClusterManager>(
-      options, registry, store, clock, make_process_launcher(LauncherLogRelay{o.agent_path, registry.log_limits()}),
+      options, registry, store, clock, make_process_launcher(LauncherOptions{o.agent_path.parent_path() / "muster-launcher", registry.log_limits()}),
       o.mpi_hosts);
   register_cluster_routes(router, *manager, o.max_workers, o.follower, o.host);
   register_rendezvous_routes(router, *manager);

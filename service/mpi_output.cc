@@ -151,12 +151,12 @@ std::optional<RankExit> first_failed_rank(std::string_view log) {
   return first_reported_exit(log);
 }
 
-std::optional<RankExit> first_reported_exit(std::string_view log) {
+std::vector<RankExit> reported_exits(std::string_view log) {
   constexpr std::string_view kExited = " exited with code ";
   constexpr std::string_view kKilled = " was killed by signal ";
-  std::optional<RankExit> first;
+  std::vector<RankExit> exits;
   for_each_rank_line(log, [&](int rank, std::string_view tag, std::string_view text) {
-    if (first || !is_exit_report(tag, text)) return;
+    if (!is_exit_report(tag, text)) return;
     RankExit e;
     e.rank = rank;
     if (const size_t at = text.find(kExited); at != std::string_view::npos) {
@@ -169,9 +169,26 @@ std::optional<RankExit> first_reported_exit(std::string_view log) {
     } else {
       return;
     }
-    first = e;
+    exits.push_back(e);
   });
-  return first;
+  return exits;
+}
+
+std::optional<RankExit> first_reported_exit(std::string_view log) {
+  auto exits = reported_exits(log);
+  if (exits.empty()) return std::nullopt;
+  return exits.front();
+}
+
+std::map<int, std::vector<std::string>> rank_tails(std::string_view log, size_t n) {
+  std::map<int, std::vector<std::string>> tails;
+  for_each_rank_line(log, [&](int r, std::string_view tag, std::string_view text) {
+    if (tag.find("<stddiag>") != std::string_view::npos || is_exit_report(tag, text)) return;
+    auto& lines = tails[r];
+    lines.emplace_back(text);
+    if (lines.size() > n) lines.erase(lines.begin());
+  });
+  return tails;
 }
 
 std::vector<std::string> rank_tail(std::string_view log, int rank, size_t n) {

@@ -64,8 +64,15 @@ std::optional<RankExit> first_failed_rank(std::string_view log);
 inline constexpr std::string_view kExitReport = "muster: rank ";
 std::optional<RankExit> first_reported_exit(std::string_view log);
 
+// Every rank's exit report in `log`, in the order they appear (the order
+// the ranks ended, as mpirun forwarded them).
+std::vector<RankExit> reported_exits(std::string_view log);
+
 // The last `n` lines rank `rank` wrote to stdout or stderr (tags removed,
 // its exit report left out), oldest first.
 std::vector<std::string> rank_tail(std::string_view log, int rank, size_t n);
+
+// rank_tail() of every rank that wrote to stdout or stderr, in one pass.
+std::map<int, std::vector<std::string>> rank_tails(std::string_view log, size_t n);
 
 }  // namespace muster::service

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <tuple>
 
 #include "api/base/atomic_file.h"
 #include "api/kernel.h"
@@ -12,6 +13,7 @@
 #include "clusterspec/shell.h"
 #include "clusterspec/spec_error.h"
 #include "service/cluster_tasks.h"
+#include "service/failure_report.h"
 #include "service/mpi_output.h"
 #include "service/validation.h"
 
@@ -266,7 +268,9 @@ std::optional<Verdict> MpiRendezvous::verdict(const api::Cluster& c, const std::
   if (*launcher_exit == 0) return Verdict{api::ClusterStatus::kSucceeded, ""};
   Verdict v{api::ClusterStatus::kFailed, "", failed_rank(c, workers)};
   if (v.failed_rank) {
-    v.reason = v.failed_rank->describe() + "; mpirun ended the job (exit code " + std::to_string(*launcher_exit) +
+    v.reason = v.failed_rank->describe() +
+               (v.failed_rank->then_failed.empty() ? "" : "; then failed: " + v.failed_rank->then_failed) +
+               "; mpirun ended the job (exit code " + std::to_string(*launcher_exit) +
                "); the cluster's logs have every rank's output";
   } else {
     v.reason = "mpirun exited with code " + std::to_string(*launcher_exit) + " without naming a failed rank (see " +
@@ -275,46 +279,109 @@ std::optional<Verdict> MpiRendezvous::verdict(const api::Cluster& c, const std::
   return v;
 }
 
-// mpirun's report of the first rank that failed, placed on its host and
-// worker the way mpirun maps ranks (by slot over -H, in order; within a host,
-// the workers' slots in worker order), with its last lines.
+// The rank whose failure came first (failure_report.h), placed on its host
+// and worker the way mpirun maps ranks (by slot over -H, in order; within a
+// host, the workers' slots in worker order), with its last lines and the
+// ranks that then failed. The failed ranks, in the order they ended, are
+// those that reported an exit other than 0 (kRankExitWrapper), with the
+// first one mpirun names ahead of them when it names one the log has no
+// report for; each one's exception and record come from its own lines.
 std::optional<api::RankFailure> MpiRendezvous::failed_rank(const api::Cluster& c,
                                                            const std::vector<api::Worker>& workers) const {
-  constexpr std::uintmax_t kTailBytes = 1 << 20;
   constexpr size_t kTailLines = 20;
+  constexpr size_t kReportLines = 200;
+  const std::string log = read_launcher_log(c);
+
+  std::vector<RankExit> ended;
+  auto add = [&ended](const RankExit& e) {
+    for (const auto& x : ended) {
+      if (x.rank == e.rank) return;
+    }
+    ended.push_back(e);
+  };
+  const auto mpirun_first = first_failed_rank(log);
+  const auto reported = reported_exits(log);
+  if (mpirun_first && std::none_of(reported.begin(), reported.end(),
+                                   [&](const RankExit& e) { return e.rank == mpirun_first->rank; })) {
+    add(*mpirun_first);
+  }
+  for (const auto& e : reported) add(e);
+  if (ended.empty()) return std::nullopt;
+
+  const auto tails = rank_tails(log, kReportLines);
+  std::vector<RankReport> reports;
+  for (const auto& e : ended) {
+    auto t = tails.find(e.rank);
+    reports.push_back(read_rank_report(e.rank, t == tails.end() ? std::vector<std::string>{} : t->second));
+  }
+  const size_t root = root_cause(reports).index;
+  const RankExit& exit = ended[root];
+
+  api::RankFailure f;
+  f.rank = exit.rank;
+  f.exit_code = exit.exit_code;
+  f.signal = exit.signal;
+  f.signal_name = exit.signal_name;
+  f.exception = reports[root].exception;
+  f.log_tail = rank_tail(log, exit.rank, kTailLines);
+  f.then_failed = then_failed_text(reports, root);
+  std::tie(f.host, f.worker_id) = place_rank(c, workers, f.rank);
+  return f;
+}
+
+bool MpiRendezvous::resume(api::Cluster& c) {
+  if (c.status != api::ClusterStatus::kRunning) return false;  // still starting: its rendezvous state is gone
+  return !c.request.launch || c.launcher_process.has_value();
+}
+
+std::string MpiRendezvous::read_launcher_log(const api::Cluster& c) const {
+  constexpr std::uintmax_t kTailBytes = 1 << 20;
   const fs::path path = dir_of(c.id) / "launcher.log";
   std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
+  if (!in) return "";
   std::error_code ec;
   const std::uintmax_t size = fs::file_size(path, ec);
   if (!ec && size > kTailBytes) in.seekg(static_cast<std::streamoff>(size - kTailBytes));
-  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto exit = first_failed_rank(log);
-  if (!exit) return std::nullopt;
-  api::RankFailure f;
-  f.rank = exit->rank;
-  f.exit_code = exit->exit_code;
-  f.signal = exit->signal;
-  f.signal_name = exit->signal_name;
-  f.log_tail = rank_tail(log, exit->rank, kTailLines);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::pair<std::string, std::string> MpiRendezvous::place_rank(const api::Cluster& c,
+                                                              const std::vector<api::Worker>& workers,
+                                                              int rank) const {
   int first = 0;  // the first global rank of the host being looked at
   for (const auto& h : hosts_of(workers, c.request.slots)) {
-    if (f.rank < first + h.slots) {
-      f.host = h.host;
-      int local = f.rank - first;
+    if (rank < first + h.slots) {
+      int local = rank - first;
       for (const auto& w : workers) {
         if (w.ip_address != h.host) continue;
-        if (local < c.request.slots) {
-          f.worker_id = w.id;
-          break;
-        }
+        if (local < c.request.slots) return {h.host, w.id};
         local -= c.request.slots;
       }
-      break;
+      return {h.host, ""};
     }
     first += h.slots;
   }
-  return f;
+  return {"", ""};
+}
+
+std::map<std::string, WorkerRegistry::Ending> MpiRendezvous::endings(const api::Cluster& c,
+                                                                     api::ClusterStatus status,
+                                                                     const std::vector<api::Worker>& workers) const {
+  std::map<std::string, WorkerRegistry::Ending> out;
+  if (!c.request.launch || !c.request.workers.empty()) return out;  // no ranks of ours ran in them
+  if (status == api::ClusterStatus::kSucceeded) {
+    for (const auto& w : workers) out[w.id] = {WorkerStatus::kSucceeded, 0};
+    return out;
+  }
+  if (status != api::ClusterStatus::kFailed) return out;
+  for (const auto& e : reported_exits(read_launcher_log(c))) {
+    const std::string worker = place_rank(c, workers, e.rank).second;
+    if (!worker.empty() && !out.count(worker)) out[worker] = {WorkerStatus::kFailed, e.exit_code};
+  }
+  if (c.failed_rank && !c.failed_rank->worker_id.empty() && !out.count(c.failed_rank->worker_id)) {
+    out[c.failed_rank->worker_id] = {WorkerStatus::kFailed, c.failed_rank->exit_code};
+  }
+  return out;
 }
 
 LogSource MpiRendezvous::log(const api::Cluster& c) const {

@@ -74,8 +74,22 @@ class MpiRendezvous final : public Rendezvous {
   std::optional<Verdict> verdict(const api::Cluster& cluster, const std::vector<api::Worker>& workers,
                                  std::optional<int> launcher_exit) const override;
   LogSource log(const api::Cluster& cluster) const override;
+  // A restarted daemon takes a running cluster back: its hosts' agents come
+  // back as every worker's do, and its job (launch=true) ran on under
+  // muster-launcher, which the manager adopts by the recorded identity.
+  bool resume(api::Cluster& cluster) override;
+  // The workers (not the notebook's own) end as their ranks did: `succeeded`
+  // with a cluster that succeeded; a host whose ranks reported an exit other
+  // than 0 `failed` with the first such code; the rest `stopped`.
+  std::map<std::string, WorkerRegistry::Ending> endings(const api::Cluster& cluster, api::ClusterStatus status,
+                                                        const std::vector<api::Worker>& workers) const override;
 
  private:
+  // Where global rank `rank` ran: its host's IP and the worker whose slots
+  // it used (mpirun's mapping by slot over -H); "" when out of range.
+  std::pair<std::string, std::string> place_rank(const api::Cluster& cluster, const std::vector<api::Worker>& workers,
+                                                 int rank) const;
+  std::string read_launcher_log(const api::Cluster& cluster) const;
   std::filesystem::path dir_of(const std::string& cluster_id) const;
   std::optional<api::RankFailure> failed_rank(const api::Cluster& cluster,
                                               const std::vector<api::Worker>& workers) const;

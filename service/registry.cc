@@ -75,6 +75,13 @@ void WorkerRegistry::transition(Record& r, WorkerStatus to, std::string reason, 
   fx.changed.push_back(r.worker);
 }
 
+void WorkerRegistry::end_stopped(Record& r, Effects& fx) {
+  // Only a running worker can have succeeded or failed of its ranks.
+  const WorkerStatus to = api::can_transition(r.worker.status, r.stop_as) ? r.stop_as : WorkerStatus::kStopped;
+  if (to != WorkerStatus::kStopped && r.stop_exit_code) r.worker.exit_code = r.stop_exit_code;
+  transition(r, to, r.stop_reason, fx);
+}
+
 void WorkerRegistry::run(Effects fx) {
   std::vector<Listener> listeners;
   {
@@ -168,7 +175,8 @@ api::Result<std::filesystem::path> WorkerRegistry::log_path(const std::string& i
 // of those the backend could not signal; they keep their status and the call
 // fails naming them.
 api::Result<std::vector<api::Worker>> WorkerRegistry::stop(const std::vector<std::string>& ids,
-                                                           const std::string& reason) {
+                                                           const std::string& reason,
+                                                           const std::map<std::string, Ending>& endings) {
   std::vector<std::string> targets, signalled;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -188,6 +196,9 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::stop(const std::vector<std
       if (api::is_terminal(r.worker.status)) continue;
       r.stopping = true;
       r.stop_reason = reason;
+      auto ending = endings.find(id);
+      r.stop_as = ending == endings.end() ? WorkerStatus::kStopped : ending->second.status;
+      r.stop_exit_code = ending == endings.end() ? std::nullopt : ending->second.exit_code;
       signalled.push_back(id);
     }
   }
@@ -209,7 +220,7 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::stop(const std::vector<std
         r.stopping = false;
         continue;
       }
-      transition(r, WorkerStatus::kStopped, reason, fx);
+      end_stopped(r, fx);
     }
     write_dirty_locked();
     settle_waiters(fx, false);

@@ -231,8 +231,15 @@ class WorkerRegistry {
   api::Status await_workers(const api::AwaitRequest& request, AwaitCallback done);
   // Empty ids: every worker that has not finished. Returns the named workers
   // once their process trees are signalled (see "Stop" above).
+  // `endings` gives a worker another terminal status than `stopped` (with
+  // an exit code): the hosts of an mpi cluster end as their ranks did.
+  struct Ending {
+    api::WorkerStatus status = api::WorkerStatus::kStopped;
+    std::optional<int> exit_code;
+  };
   api::Result<std::vector<api::Worker>> stop(const std::vector<std::string>& ids,
-                                             const std::string& reason = "stopped through the API");
+                                             const std::string& reason = "stopped through the API",
+                                             const std::map<std::string, Ending>& endings = {});
   // DELETE of one finished worker outside a cluster: its record, row and
   // directory. not_found, or conflict when it has not finished or belongs to
   // a cluster (delete the cluster).
@@ -311,6 +318,8 @@ class WorkerRegistry {
   // The state machine's one step: in memory, then marked dirty (written by
   // write_dirty_locked()). A transition the machine does not allow is ignored.
   void transition(Record& r, api::WorkerStatus to, std::string reason, Effects& fx);
+  // A stopping worker's end: its stop_as status (exit code) and stop_reason.
+  void end_stopped(Record& r, Effects& fx);
   void mark_dirty(const Record& r) { dirty_.insert(r.worker.id); }
   // Writes every dirty record in one transaction; on failure they stay
   // dirty (the store's health logs it) and tick() tries again.

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "service/failure_report.h"
+
 namespace muster::service {
 
 using api::WorkerStatus;
@@ -84,6 +86,12 @@ api::Status WorkerRegistry::agent_heartbeat(const std::string& id, std::chrono::
 // script died of the stop's SIGTERM); otherwise 0 from a running worker is
 // success and anything else a failure.
 api::Status WorkerRegistry::agent_exit(const std::string& id, int exit_code) {
+  // A failed script's last exception line goes into its reason (read before
+  // the lock: file I/O never runs under it).
+  std::string exception;
+  if (exit_code != 0) {
+    if (auto path = log_path(id)) exception = last_exception_in(path.value());
+  }
   Effects fx;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -95,11 +103,11 @@ api::Status WorkerRegistry::agent_exit(const std::string& id, int exit_code) {
     }
     r.worker.exit_code = exit_code;
     if (r.stopping) {
-      transition(r, WorkerStatus::kStopped, r.stop_reason, fx);
+      end_stopped(r, fx);
     } else if (exit_code == 0 && r.worker.status == WorkerStatus::kRunning) {
       transition(r, WorkerStatus::kSucceeded, "", fx);
     } else {
-      transition(r, WorkerStatus::kFailed, exit_reason(exit_code), fx);
+      transition(r, WorkerStatus::kFailed, exit_reason(exit_code) + (exception.empty() ? "" : ": " + exception), fx);
     }
     write_dirty_locked();
     settle_waiters(fx, false);

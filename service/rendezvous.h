@@ -32,6 +32,8 @@
 //   on every pass while the cluster runs; it may change the copy's tasks,
 //   generations, resets and elastic_state, which the manager stores. Its
 //   may_end() then lets every ending through.
+// - endings(): how the tasks still running end with the cluster (their
+//   status and exit code; default `stopped`).
 // - ended(): the cluster ended (any way); resume(): a restarted daemon
 //   found the cluster running: true when the mode takes it back (its
 //   agents come back to the new daemon), false to fail it.
@@ -40,6 +42,7 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -112,6 +115,14 @@ class Rendezvous {
   virtual bool replaceable(const api::Cluster& /*cluster*/, const api::ClusterTask& /*task*/) const { return false; }
   virtual Supervision supervise(api::Cluster& /*cluster*/, const std::vector<api::Worker>& /*workers*/) { return {}; }
   virtual void ended(const api::Cluster& /*cluster*/) {}
+  // How the tasks still running end when the cluster ends with `status`
+  // (default: `stopped`); mpi: the hosts end as their ranks did. `workers`
+  // are every task's, in task order.
+  virtual std::map<std::string, WorkerRegistry::Ending> endings(const api::Cluster& /*cluster*/,
+                                                                api::ClusterStatus /*status*/,
+                                                                const std::vector<api::Worker>& /*workers*/) const {
+    return {};
+  }
   virtual bool resume(api::Cluster& /*cluster*/) { return false; }
 };
 

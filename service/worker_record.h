@@ -39,6 +39,10 @@ struct WorkerRecord {
   bool launching = false;    // its batch is with the backend right now
   bool stopping = false;     // stop() is signalling its process tree right now
   std::string stop_reason;   // ... and the reason it gives
+  // ... and the status it ends in: `stopped`, or (a cluster's host whose
+  // ranks ended, mpi) `succeeded` / `failed` with its ranks' exit code.
+  api::WorkerStatus stop_as = api::WorkerStatus::kStopped;
+  std::optional<int> stop_exit_code;
   TimePoint finished{};      // when it reached a terminal status (retention)
 };
 

@@ -1,12 +1,14 @@
 """Chaos: kill -9 musterd (local backend, fixed port and
 state dir) in the middle of a 64-worker launch, during a running mpi cluster
-(mpirun with 2 sleeping ranks) and during a running ps cluster (1 ps + 2
-workers), restart it on the same state dir and port, and check what a user
-would: every record is back with a truthful status, running workers were
-adopted (they keep running and reporting, and a stop through the new daemon
-reaches them), the interrupted cluster's mpirun and ranks are gone (nothing
-of the old process groups or sessions survives, checked in /proc), and the
-port binds again.
+(mpirun with 2 sleeping ranks, and one whose ranks train on) and during a
+running ps cluster (1 ps + 2 workers), restart it on the same state dir and
+port, and check what a user would: every record is back with a truthful
+status, running workers were adopted (they keep running and reporting, and a
+stop through the new daemon reaches them), a running mpi cluster was taken
+back (its job runs on under muster-launcher and ends well, its output all in
+the log; a stop through the new daemon ends mpirun and every rank, nothing of
+its session left in /proc), the interrupted ps cluster's tasks are gone, and
+the port binds again.
 """
 import os
 import signal
@@ -220,18 +222,60 @@ def test_kill9_during_a_running_mpi_cluster(chaos):
     assert all(alive(i) for i in old), "mpirun should outlive a daemon killed with -9"
     assert port_binds(port), "mpirun holds the killed daemon's port"
 
+    # The restarted daemon takes the cluster back, as it does its workers:
+    # the job runs on, untouched, and a stop through the new daemon ends it.
     d2 = start()
     c2 = Client(d2.url, d2.token)
     after = c2.get_cluster(cid)
-    assert after["status"] == "failed", after
-    assert "daemon restarted" in after["reason"] and "mpirun" in after["reason"], after["reason"]
+    assert after["status"] == "running", after
+    time.sleep(2)  # a few of the new daemon's passes
+    assert c2.get_cluster(cid)["status"] == "running"
+    assert all(alive(i) for i in old), "the job must run on under the new daemon"
+    wait_for(lambda: all(c2.get_worker(w)["status"] == "running" for w in workers), 20,
+             what="the hosts' agents back with the new daemon")
+    c2.stop_cluster(cid)
     wait_for(lambda: not any(alive(i) for i in old), 10, what="mpirun and its ranks to end")
     leftovers = [p for p in os.listdir("/proc") if p.isdigit() and (stat_of(p) or ("Z", 0, 0, 0))[0] != "Z"
                  and stat_of(p)[2] == old_session]
     assert not leftovers, "processes of mpirun's session survived: %s" % leftovers
+    assert c2.get_cluster(cid)["status"] == "stopped"
     for wid in workers:
         assert c2.get_worker(wid)["status"] == "stopped"
     wait_for(lambda: not processes(MUSTER_CLUSTER_ID=cid), 10, what="the cluster's agents to end")
+
+
+def test_an_mpi_job_finishes_across_a_daemon_restart(chaos, tmp_path):
+    """kill -9 of the daemon while the ranks train: the job ends after the restart, its
+    output written all along (the keeper, not the daemon, holds mpirun's pipe), and the
+    new daemon reports it succeeded, its hosts succeeded."""
+    start, kill9, _ = chaos
+    project = tmp_path / "project"
+    (project / "ticks.py").write_text(textwrap.dedent("""
+        import os, sys, time
+        rank = os.environ["OMPI_COMM_WORLD_RANK"]
+        for i in range(40):
+            os.write(1, ("rank %s tick %d\\n" % (rank, i)).encode())
+            time.sleep(0.2)
+    """))
+    d = start()
+    client = Client(d.url, d.token, timeout_seconds=60)
+    cluster = client.horovodrun(2, "ticks.py", slots=1, cpu=0.1, memory=0.1, launch=True)
+    cid = cluster["id"]
+    wait_for(lambda: "tick 3" in client.cluster_logs(cid), 30, what="the ranks to tick")
+    kill9(d)
+    time.sleep(1.5)  # ticks while no daemon runs
+    d2 = start()
+    c2 = Client(d2.url, d2.token, timeout_seconds=120)
+    done = wait_for(lambda: (lambda c: c if c["status"] not in ("starting", "running") else None)(
+        c2.get_cluster(cid)), 60, what="the job to end")
+    assert done["status"] == "succeeded", done
+    logs = c2.cluster_logs(cid, from_start=True)
+    for rank in ("0", "1"):
+        ticks = [line for line in logs.splitlines() if "rank %s tick" % rank in line]
+        assert len(ticks) == 40, "rank %s: %d of 40 lines in the log:\n%s" % (rank, len(ticks), logs[-2000:])
+    for wid in cluster["workers"]["worker"]:
+        w = c2.get_worker(wid)
+        assert w["status"] == "succeeded" and w["exit_code"] == 0, w
 
 
 def test_kill9_during_a_running_ps_cluster(chaos):

@@ -228,7 +228,10 @@ def test_mpi_mode_runs_a_real_mpirun_across_two_slots(env):
     status, body, _ = api.text("/api/v1/clusters/c-no-such-cluster/logs")
     assert status == 404 and json.loads(body)["error"]["code"] == "not_found", body
     for wid in c["workers"]["worker"]:
-        assert api.worker(wid)["status"] == "stopped"
+        # The hosts end as their ranks did (torchrun's and ps's workers end with their scripts).
+        w = api.worker(wid)
+        assert w["status"] == "succeeded" and w["exit_code"] == 0, w
+        assert w["reason"] == "cluster %s succeeded" % c["id"], w
 
 
 RANK_SLEEPER = r'''#!/bin/bash
@@ -265,7 +268,10 @@ def test_mpi_worker_lost_aborts_mpirun(env):
     assert done["status"] == "failed", done
     assert done["reason"].startswith("worker 0 (id %s) was stopped" % lost), done["reason"]
     assert done["reason"].endswith("; mpirun was aborted"), done["reason"]
-    assert api.worker(c["workers"]["worker"][1])["status"] == "stopped"
+    # The surviving host's rank was ended by mpirun's abort: its worker failed with that signal's code.
+    survivor = api.worker(c["workers"]["worker"][1])
+    assert survivor["status"] == "failed" and survivor["exit_code"] > 128, survivor
+    assert survivor["reason"].startswith("cluster %s failed: worker 0" % c["id"]), survivor
     deadline = time.monotonic() + 10
     while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -2,6 +2,7 @@
 // and terminate() ending the whole tree, including children that put
 // themselves in other process groups the way mpirun's ranks can.
 #include "service/cluster_launcher.h"
+#include "service/launcher_keeper.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -70,7 +71,7 @@ class LauncherTest : public ::testing::Test {
 // the real mpirun in cluster_integration_test), and every last byte is in
 // the log once poll() reports the exit.
 TEST_F(LauncherTest, TaggedOutputIsWrittenAsWholeLines) {
-  auto launcher = make_process_launcher();
+  auto launcher = make_process_launcher({});
   LauncherSpec spec;
   spec.argv = {"bash", "-c",
                "printf '[1,1]<stdout>:rank'; sleep 0.2; printf '[1,0]<stdout>:rank 0 of 2\\n'; sleep 0.2; "
@@ -88,7 +89,7 @@ TEST_F(LauncherTest, TaggedOutputIsWrittenAsWholeLines) {
 }
 
 TEST_F(LauncherTest, ReportsExitCodeAndWritesTheLog) {
-  auto launcher = make_process_launcher();
+  auto launcher = make_process_launcher({});
   LauncherSpec spec;
   spec.argv = {"bash", "-c", "echo out-$GREETING; echo err >&2; exit 7"};
   spec.env = {{"GREETING", "hi"}};
@@ -105,7 +106,7 @@ TEST_F(LauncherTest, ReportsExitCodeAndWritesTheLog) {
 }
 
 TEST_F(LauncherTest, MissingProgramIsAnError) {
-  auto launcher = make_process_launcher();
+  auto launcher = make_process_launcher({});
   LauncherSpec spec;
   spec.argv = {"muster-no-such-program-xyz"};
   spec.working_dir = dir_;
@@ -116,7 +117,7 @@ TEST_F(LauncherTest, MissingProgramIsAnError) {
 }
 
 TEST_F(LauncherTest, TerminateEndsTheWholeTreeEvenOtherProcessGroups) {
-  auto launcher = make_process_launcher();
+  auto launcher = make_process_launcher({});
   LauncherSpec spec;
   // Two children: one in the launcher's group, one that moves to its own
   // group (setsid), as an MPI daemon's ranks may; the launcher ignores TERM.
@@ -142,6 +143,88 @@ TEST_F(LauncherTest, TerminateEndsTheWholeTreeEvenOtherProcessGroups) {
   }
   EXPECT_FALSE(alive(children[0]));
   EXPECT_FALSE(alive(children[1]));
+}
+
+// The job outlives the process object that started it once detached (the
+// daemon going away), and a later one adopts it by the keeper's identity:
+// its exit code comes from the keeper's exit file, its output all in the log.
+TEST_F(LauncherTest, ADetachedJobRunsOnAndIsAdopted) {
+  auto launcher = make_process_launcher({});
+  LauncherSpec spec;
+  spec.argv = {"bash", "-c", "for i in 1 2 3 4 5; do echo tick-$i; sleep 0.2; done; exit 5"};
+  spec.working_dir = dir_;
+  spec.log_path = dir_ / "launcher.log";
+  auto p = launcher->start(spec);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  const base::ProcessId keeper = p.value()->identity();
+  ASSERT_TRUE(keeper.valid());
+  p.value()->detach();
+  p.value().reset();  // the daemon's object is gone; the job is not
+  EXPECT_TRUE(alive(keeper.pid));
+  auto adopted = launcher->adopt(keeper, dir_ / "launcher.exit");
+  ASSERT_TRUE(adopted);
+  EXPECT_EQ(wait_exit(*adopted, 20s).value_or(-1), 5);
+  std::ifstream log(spec.log_path);
+  std::stringstream text;
+  text << log.rdbuf();
+  EXPECT_EQ(text.str(), "tick-1\ntick-2\ntick-3\ntick-4\ntick-5\n");
+  // A keeper that is gone and left an exit file is still adopted (it ended
+  // while no daemon ran); one that left none is not.
+  EXPECT_TRUE(launcher->adopt(keeper, dir_ / "launcher.exit"));
+  EXPECT_FALSE(launcher->adopt(keeper, dir_ / "no-such.exit"));
+}
+
+// Terminating an adopted job ends its whole session by identity.
+TEST_F(LauncherTest, AnAdoptedJobIsTerminatedByIdentity) {
+  auto launcher = make_process_launcher({});
+  LauncherSpec spec;
+  const fs::path pids = dir_ / "pids";
+  spec.argv = {"bash", "-c", "sleep 300 & echo $! >> " + pids.string() + "; wait"};
+  spec.working_dir = dir_;
+  spec.log_path = dir_ / "l.log";
+  auto p = launcher->start(spec);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  auto children = read_pids(pids, 1);
+  ASSERT_EQ(children.size(), 1u);
+  const base::ProcessId keeper = p.value()->identity();
+  p.value()->detach();
+  p.value().reset();
+  auto adopted = launcher->adopt(keeper, dir_ / "launcher.exit");
+  ASSERT_TRUE(adopted);
+  EXPECT_FALSE(adopted->poll().has_value());
+  adopted->terminate(500ms);
+  EXPECT_TRUE(adopted->poll().has_value());
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (alive(children[0]) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(alive(children[0]));
+}
+
+// The keeper's command line: every flag back as given, errors naming the flag.
+TEST(KeeperArgv, RoundTripsAndNamesBadFlags) {
+  KeeperOptions o;
+  o.log = "/tmp/x/launcher.log";
+  o.limits.max_bytes = 1 << 20;
+  o.limits.keep = 2;
+  o.exit_file = "/tmp/x/launcher.exit";
+  o.tagged = true;
+  o.argv = {"mpirun", "-np", "2", "--", "python3"};
+  auto back = parse_keeper_argv(to_keeper_argv("/bin/muster-launcher", o));
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->log, o.log);
+  EXPECT_EQ(back->limits.max_bytes, o.limits.max_bytes);
+  EXPECT_EQ(back->limits.keep, 2u);
+  EXPECT_EQ(back->exit_file, o.exit_file);
+  EXPECT_TRUE(back->tagged);
+  EXPECT_EQ(back->argv, o.argv);
+  auto bad = parse_keeper_argv({"k", "--log", "rel.log", "--exit-file", "/e", "--", "true"});
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().field(), "--log");
+  bad = parse_keeper_argv({"k", "--log", "/l", "--exit-file", "/e", "--keep", "x1", "--", "true"});
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().field(), "--keep");
+  bad = parse_keeper_argv({"k", "--log", "/l", "--exit-file", "/e", "--"});
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().field(), "--");
 }
 
 }  // namespace

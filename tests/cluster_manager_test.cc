@@ -385,7 +385,9 @@ TEST_F(ClusterManagerTest, MpiBuildsLinesAndRunsTheLauncher) {
   EXPECT_EQ(done.status, api::ClusterStatus::kSucceeded) << done.reason;
   EXPECT_EQ(done.launcher_exit_code.value_or(-1), 0);
   for (const auto& t : c.tasks) {
-    EXPECT_EQ(worker(t.worker_id).status, WorkerStatus::kStopped);
+    // The hosts end as their ranks did, as torchrun's and ps's workers do.
+    EXPECT_EQ(worker(t.worker_id).status, WorkerStatus::kSucceeded);
+    EXPECT_EQ(worker(t.worker_id).exit_code.value_or(-1), 0);
     EXPECT_EQ(worker(t.worker_id).reason, "cluster " + c.id + " succeeded");  // not "stopped through the API"
   }
 }
@@ -423,6 +425,45 @@ TEST_F(ClusterManagerTest, MpiFailureNamesTheFirstFailedRankWithItsLastLines) {
   ASSERT_TRUE(stored.is_ok());
   ASSERT_TRUE(stored->failed_rank);
   EXPECT_EQ(stored->failed_rank->log_tail, failed.failed_rank->log_tail);
+}
+
+// The rank that raised is named, not the one mpirun saw exit first, which
+// failed of it (its EngineStopped names rank 1); each host ends as its ranks
+// did, with their exit codes.
+TEST_F(ClusterManagerTest, MpiFailureNamesTheRankThatRaisedNotItsVictim) {
+  auto c = create(mpi_request(2, 1));
+  register_all(c, false);
+  ASSERT_EQ(now(c.id).status, api::ClusterStatus::kRunning);
+  std::ofstream(root_ / "state" / "clusters" / c.id / "launcher.log")
+      << "[1,0]<stdout>:step 3\n[1,1]<stderr>:Traceback (most recent call last):\n"
+         "[1,1]<stderr>:  File \"train.py\", line 9, in <module>\n"
+         "[1,0]<stderr>:Traceback (most recent call last):\n"
+         "[1,0]<stderr>:muster.torch.engine.EngineStopped: muster.torch was shut down on rank 1; collectives ...\n"
+         "[1,0]<stderr>:muster: rank 0 exited with code 1\n"
+         "[1,1]<stderr>:KeyError: 'config'\n"
+         "[1,1]<stderr>:muster-failure {\"rank\": 1, \"exception\": \"KeyError: 'config'\", \"blames\": null}\n"
+         "[1,1]<stderr>:muster: rank 1 exited with code 1\n"
+         "mpirun detected that one or more processes exited with non-zero status, thus causing\n"
+         "the job to be terminated. The first process to do so was:\n\n"
+         "  Process name: [[7052,1],0]\n  Exit code:    1\n";
+  launcher_->exit_code = 1;
+  auto failed = now(c.id);
+  EXPECT_EQ(failed.status, api::ClusterStatus::kFailed);
+  ASSERT_TRUE(failed.failed_rank);
+  EXPECT_EQ(failed.failed_rank->rank, 1);
+  EXPECT_EQ(failed.failed_rank->worker_id, c.tasks[1].worker_id);
+  EXPECT_EQ(failed.failed_rank->exception, "KeyError: 'config'");
+  EXPECT_EQ(failed.failed_rank->then_failed.rfind("rank 0 (muster.torch.engine.EngineStopped", 0), 0u)
+      << failed.failed_rank->then_failed;
+  EXPECT_EQ(failed.reason.rfind("rank 1 on 127.0.0.1 (worker " + c.tasks[1].worker_id +
+                                    ") exited with code 1: KeyError: 'config'; then failed: rank 0",
+                                0),
+            0u)
+      << failed.reason;
+  for (const auto& t : c.tasks) {
+    EXPECT_EQ(worker(t.worker_id).status, WorkerStatus::kFailed);
+    EXPECT_EQ(worker(t.worker_id).exit_code.value_or(-1), 1);
+  }
 }
 
 // kRankExitWrapper run for real by /bin/sh as rank 1, in a process group
@@ -1000,8 +1041,59 @@ TEST_F(ClusterManagerTest, TorchrunNamesTheRankThatDiedFirst) {
   ASSERT_TRUE(registry_->agent_exit(c.tasks[0].worker_id, 1).is_ok());
   c = now(c.id);
   EXPECT_EQ(c.status, api::ClusterStatus::kFailed);
-  EXPECT_EQ(c.reason, "worker 2 (id " + c.tasks[2].worker_id + ", rank 2) failed with exit code 137");
+  EXPECT_EQ(c.reason, "worker 2 (id " + c.tasks[2].worker_id + ", rank 2) failed with exit code 137; then failed: rank 0");
+  ASSERT_TRUE(c.failed_rank);
+  EXPECT_EQ(c.failed_rank->rank, 2);
+  EXPECT_EQ(c.failed_rank->signal, 9);
   EXPECT_TRUE(backend_.stopped.count(c.tasks[1].worker_id));  // the survivor is stopped
+}
+
+// Rank 0 ends first, of rank 1's failure (its exception names rank 1): the
+// cluster waits for rank 1, still printing its traceback, and names it with
+// its exception; rank 0 then failed.
+TEST_F(ClusterManagerTest, TorchrunWaitsForTheRankItsVictimBlames) {
+  auto c = create(torchrun_request(2, 1));
+  register_all(c, true);
+  ASSERT_EQ(now(c.id).status, api::ClusterStatus::kRunning);
+  auto log_of = [&](size_t task) { return registry_->log_path(c.tasks[task].worker_id).value(); };
+  std::ofstream(log_of(0)) << "Traceback (most recent call last):\n  File \"train.py\", line 7\n"
+                              "RuntimeError: muster backend: allreduce #3: rank 1 (pid 812, this host) has exited\n";
+  ASSERT_TRUE(registry_->agent_exit(c.tasks[0].worker_id, 1).is_ok());
+  EXPECT_EQ(now(c.id).status, api::ClusterStatus::kRunning);  // waiting for the rank it blames
+  clock_.advance(std::chrono::seconds(1));
+  std::ofstream(log_of(1)) << "Traceback (most recent call last):\n  File \"train.py\", line 5\n"
+                              "FileNotFoundError: [Errno 2] No such file or directory: 'config.json'\n";
+  ASSERT_TRUE(registry_->agent_exit(c.tasks[1].worker_id, 1).is_ok());
+  c = now(c.id);
+  EXPECT_EQ(c.status, api::ClusterStatus::kFailed);
+  ASSERT_TRUE(c.failed_rank);
+  EXPECT_EQ(c.failed_rank->rank, 1);
+  EXPECT_EQ(c.failed_rank->worker_id, c.tasks[1].worker_id);
+  EXPECT_EQ(c.failed_rank->exception, "FileNotFoundError: [Errno 2] No such file or directory: 'config.json'");
+  EXPECT_EQ(c.reason, "worker 1 (id " + c.tasks[1].worker_id +
+                          ", rank 1) failed with exit code 1: FileNotFoundError: [Errno 2] No such file or directory: "
+                          "'config.json'; then failed: rank 0 (RuntimeError: muster backend: allreduce #3: rank 1 "
+                          "(pid 812, this host) has exited)");
+  // The worker's own reason carries its exception line too.
+  EXPECT_EQ(worker(c.tasks[1].worker_id).reason,
+            "the script exited with code 1: FileNotFoundError: [Errno 2] No such file or directory: 'config.json'");
+}
+
+// A victim whose peer never ends: after kRootCauseGrace the cluster fails
+// with what it has, naming the rank that ended.
+TEST_F(ClusterManagerTest, TorchrunGivesUpWaitingAfterTheGrace) {
+  auto c = create(torchrun_request(2, 1));
+  register_all(c, true);
+  ASSERT_EQ(now(c.id).status, api::ClusterStatus::kRunning);
+  std::ofstream(registry_->log_path(c.tasks[0].worker_id).value())
+      << "Traceback (most recent call last):\nmuster.torch.engine.EngineStopped: muster.torch was shut down on rank 1\n";
+  ASSERT_TRUE(registry_->agent_exit(c.tasks[0].worker_id, 1).is_ok());
+  EXPECT_EQ(now(c.id).status, api::ClusterStatus::kRunning);
+  clock_.advance(kRootCauseGrace);
+  c = now(c.id);
+  EXPECT_EQ(c.status, api::ClusterStatus::kFailed);
+  ASSERT_TRUE(c.failed_rank);
+  EXPECT_EQ(c.failed_rank->rank, 0);
 }
 
 TEST_F(ClusterManagerTest, TorchrunScriptMustResolve) {

@@ -32,7 +32,7 @@ muster_gtest(registry_hardening_test SOURCES registry_hardening_test.cc DEPS mus
 muster_gtest(registry_launch_test SOURCES registry_launch_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
 # Chaos: kill -9 musterd during a 64-worker launch, an mpi cluster
 # and a ps cluster; restart on the same port and state dir.
-muster_python_test(chaos_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/chaos_test.py LABEL integration TIMEOUT 240)
+muster_python_test(chaos_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/chaos_test.py LABEL integration TIMEOUT 420)
 # The registry's stop path and clocks (a report racing a stop, a backend that
 # cannot stop, heartbeats stamped on arrival, a wall clock that jumps), and
 # its bounds and state integrity (retention, DELETE, the live cap, pages, a

@@ -261,6 +261,8 @@ Spawned fork_exec(const SpawnOptions& o, const std::string& exe, std::vector<std
 
 }  // namespace
 
+std::optional<std::string> find_on_path(const std::string& program) { return resolve(program); }
+
 Spawned spawn(const SpawnOptions& o) {
   if (o.argv.empty() || o.argv[0].empty()) return {{}, "cannot start a process: empty command line"};
   const auto exe = resolve(o.argv[0]);

@@ -126,4 +126,8 @@ struct Spawned {
 
 [[nodiscard]] Spawned spawn(const SpawnOptions& options);
 
+// `program` as spawn() would run it: itself when it has a '/', else the first
+// executable of that name on PATH; nullopt when there is none.
+std::optional<std::string> find_on_path(const std::string& program);
+
 }  // namespace muster::base

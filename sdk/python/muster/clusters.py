@@ -47,7 +47,24 @@ class ClusterResult(tuple):
 def _cluster_line(cluster: Dict[str, Any]) -> str:
     tasks = cluster.get("workers") or {}
     n = sum(len(v or []) for v in tasks.values()) if isinstance(tasks, dict) else len(tasks)
-    return "cluster %s (%s, %d tasks) %s" % (cluster.get("id"), cluster.get("mode"), n, cluster.get("status"))
+    line = "cluster %s (%s, %d tasks) %s" % (cluster.get("id"), cluster.get("mode"), n, cluster.get("status"))
+    gens = cluster.get("generations") or []
+    if cluster.get("mode") == "elastic" and gens:
+        line += ", generation %s of %d ranks" % (gens[-1].get("generation"), len(gens[-1].get("members") or []))
+    return line
+
+
+def show_events(bar, cluster):
+    """Shows on `bar` each of the cluster's events (its deaths, re-formations and restarts, as the
+    daemon words them in cluster["events"]) that it has not shown yet, with the time it happened."""
+    shown = bar.shown_events
+    for e in cluster.get("events") or []:
+        key = (e.get("at"), e.get("text"))
+        if key in shown:
+            continue
+        shown.add(key)
+        at = str(e.get("at") or "")
+        bar.event("cluster %s: %s%s" % (cluster.get("id"), e.get("text"), " at " + at[11:19] if len(at) >= 19 else ""))
 
 
 def await_cluster(client, cluster_id, timeout_seconds=60, wait_for_completion=True, progress=True,
@@ -75,6 +92,7 @@ def await_cluster(client, cluster_id, timeout_seconds=60, wait_for_completion=Tr
         while True:
             cluster = outage.call(lambda: client.get_cluster(cid))
             status = cluster.get("status")
+            show_events(bar, cluster)
             bar.update(_cluster_line(cluster))
             if status == "failed":
                 bar.close(_cluster_line(cluster))

@@ -75,6 +75,10 @@ class Progress:
         self._last = 0.0
         self._width = 0
         self._handle = None
+        self._enabled = enabled
+        self._events = []  # jupyter: the event lines kept below the status line
+        self.shown_events = set()  # keys of the events shown already (clusters.show_events)
+        self._text = ""
         self.mode = None
         if not enabled:
             return
@@ -100,13 +104,15 @@ class Progress:
         """
         if self.mode is None:
             return
+        self._text = text
         now = time.monotonic()
         if not force and now - self._last < self._min_interval:
             return
         self._last = now
         line = "muster: %s [%s]" % (text, elapsed_text(self.elapsed()))
         if self.mode == "jupyter":
-            shown = _Status(line + ("\n" + details if details else ""))
+            below = "\n".join(self._events + ([details] if details else []))
+            shown = _Status(line + ("\n" + below if below else ""))
             try:
                 if self._handle is None:
                     from IPython.display import display
@@ -133,6 +139,21 @@ class Progress:
             self._last = 0.0
             return
         print(text, file=sys.stderr, flush=True)
+
+    def event(self, text: str) -> None:
+        """One line about something that happened meanwhile (a rank died, a replacement joined), shown as
+        it happens: kept below the status line in a notebook, printed above it on a tty, and printed
+        plainly where there is no status line (output to a pipe); nothing with progress off."""
+        if not self._enabled:
+            return
+        line = "muster: " + text
+        if self.mode == "jupyter":
+            self._events = (self._events + [line])[-20:]
+            self.update(self._text, force=True)
+        elif self.mode == "tty":
+            self.note(line)
+        else:
+            print(line, file=self.stream, flush=True)
 
     def close(self, text: Optional[str] = None, details: str = "") -> None:
         """Shows the final text (if any, with `details` below it) and ends the line; later updates are ignored."""

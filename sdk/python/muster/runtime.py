@@ -44,8 +44,11 @@ import sys
 import threading
 import weakref
 
+from . import failure_record
 from .runtime_errors import (CommError, DataError, InvalidArgument, MismatchError,  # noqa: F401 (re-exported)
                              PeerTimeoutError, RuntimeFailure)
+
+failure_record.install()  # a rank's uncaught exception tells musterd which rank failed first
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "communicator",

@@ -392,7 +392,11 @@ function renderGenerations(c) {
   const title = c.mode === "elastic"
     ? `Generations (${c.resets || 0} resets; min_np ${c.min_np}, max_np ${c.max_np})`
     : `Generations (${c.restarts || 0} of ${c.max_restarts || 0} restarts)`;
-  $("cluster-generations").replaceChildren(...(gens.length ? [h("h2", {}, title), h("table", { id: "generations" },
+  // What happened, as it happens: the daemon's events (deaths, re-formations, restarts), newest last.
+  const events = (c.events || []).map((e) => h("li", { "data-kind": e.kind }, `${fmtTime(e.at)} ${e.text}`));
+  $("cluster-generations").replaceChildren(...(events.length ? [h("h2", {}, "Events"),
+    h("ul", { id: "cluster-events" }, ...events)] : []),
+  ...(gens.length ? [h("h2", {}, title), h("table", { id: "generations" },
     h("thead", {}, h("tr", {}, ...["Gen", "Cause", "Ranks", "Started", "Ended", "Recovery", "First step", "Redone",
       "Why it ended"].map((t) => h("th", {}, t)))), h("tbody", {}, ...rows))] : []));
 }
@@ -404,7 +408,8 @@ function renderCluster(id) {
   if (!c) return fieldRows(table, [["status", "unknown cluster"]]);
   const failure = $("cluster-failure");
   failure.hidden = !(c.status === "failed" && c.reason);
-  // An mpi job names the first rank that failed; its last lines show below.
+  // A failed cluster names the rank whose failure came first (its exception in
+  // the reason, the ranks that then failed after it); its last lines show below.
   const rank = c.status === "failed" ? c.failed_rank : null;
   failure.replaceChildren(...(c.status === "failed" ? [h("div", {}, `Failed: ${c.reason}`)] : []),
     ...(rank && rank.log_tail && rank.log_tail.length

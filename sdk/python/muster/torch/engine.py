@@ -216,7 +216,7 @@ class Engine:
                     self._break(EngineStopped(
                         "muster.torch was shut down on %s; collectives need every rank of the process set, so "
                         "none can run any more (Horovod's rule: once a rank shuts down, all do)"
-                        % negotiation.ranks_text(who)))
+                        % negotiation.ranks_text(who), rank=next((r for r in who if r != self.world_ranks[self.rank]), None)))
                     return
         except BaseException as e:  # noqa: BLE001 - a peer's death or a bug: every waiter must hear of it
             if not isinstance(e, RuntimeFailure):
