@@ -282,6 +282,7 @@ void ElasticRendezvous::apply_events(api::Cluster& c, State& st, Supervision& su
           g.ended_at = at;
           g.end_reason = e.reason;
         }
+        if (e.requested && e.joining.empty()) st.asked[e.generation] = e.reason;
         spdlog::info("cluster {}: generation {} broke: {}", c.id, e.generation, e.reason);
         if (c.request.reset_limit && c.resets >= *c.request.reset_limit && !sup.verdict) {
           sup.verdict = Verdict{api::ClusterStatus::kFailed,
@@ -307,6 +308,35 @@ void ElasticRendezvous::apply_events(api::Cluster& c, State& st, Supervision& su
         }
         break;
     }
+  }
+}
+
+// A member that saw a peer fail often asks for a new generation before the
+// manager learns of the death (the dead rank's agent reports a moment
+// later): the generation then ended "rank 0 asked to form a new generation".
+// Once a death of that generation is known (within kDeathWindow of the
+// break), it goes first: "rank 2 (worker ab12) was killed by signal 9; then
+// rank 0 (worker cd34) asked to form a new generation".
+void ElasticRendezvous::explain_breaks(api::Cluster& c, State& st, TimePoint now, Supervision& sup) {
+  constexpr std::chrono::seconds kDeathWindow{30};
+  for (auto it = st.asked.begin(); it != st.asked.end();) {
+    api::ClusterGeneration* g = nullptr;
+    for (auto& x : c.generations) {
+      if (x.generation == it->first) g = &x;
+    }
+    auto broke = st.broke_at.find(it->first);
+    const bool stale = broke == st.broke_at.end() || now - broke->second > kDeathWindow;
+    if (!g || g->end_reason != it->second || stale) {
+      it = st.asked.erase(it);
+      continue;
+    }
+    if (g->deaths.empty()) {
+      ++it;
+      continue;
+    }
+    g->end_reason = api::describe(g->deaths.front()) + "; then " + it->second;
+    sup.changed = true;
+    it = st.asked.erase(it);
   }
 }
 
@@ -365,7 +395,7 @@ Supervision ElasticRendezvous::supervise(api::Cluster& c, const std::vector<api:
     if (auto it = st.left_out.find(w.id); it != st.left_out.end()) reason = it->second;
     st.world->remove(w.id, reason);
     api::ClusterGeneration* g = generation_of(c, w.id);
-    if (g) g->deaths.push_back({w.id, rank_name(g, w.id, i), reason, format_time(to_wall(clock_, now))});
+    if (g) g->deaths.push_back({w.id, rank_name(g, w.id, i), reason, w.finished_at.value_or(format_time(to_wall(clock_, now)))});
     spdlog::warn("cluster {}: {} (worker {}) {}", c.id, rank_name(g, w.id, i), w.id, reason);
     const std::string host = w.ip_address.empty() || w.ip_address == "unknown" ? "(unregistered)" : w.ip_address;
     if (++st.host_failures[host] >= options_.failures_to_blacklist) blacklist(c, st, host, now);
@@ -377,6 +407,7 @@ Supervision ElasticRendezvous::supervise(api::Cluster& c, const std::vector<api:
     }
   }
   apply_events(c, st, sup);
+  explain_breaks(c, st, now, sup);
 
   // Who is left: the live ranks in the world, and whether one of them was a
   // member of the current generation (and so holds the training state).

@@ -92,6 +92,10 @@ class ElasticRendezvous final : public Rendezvous {
     std::map<std::string, int> host_blacklistings;       // for the cooldown's growth
     std::vector<std::pair<size_t, TimePoint>> deferred;  // task index, not before
     std::map<int, TimePoint> broke_at;             // generation -> when it broke
+    // generation -> the reason it broke, when a member asked for a new one
+    // having seen a peer fail: the death, once the manager learns of it,
+    // goes first in the generation's end_reason (explain_breaks()).
+    std::map<int, std::string> asked;
     std::optional<TimePoint> below_min_since;
     bool finishing = false;                        // a member succeeded
   };
@@ -104,6 +108,7 @@ class ElasticRendezvous final : public Rendezvous {
   void blacklist(const api::Cluster& c, State& st, const std::string& host, TimePoint now);
   bool blacklisted(const State& st, const std::string& host, TimePoint now) const;
   void apply_events(api::Cluster& c, State& st, Supervision& sup);
+  void explain_breaks(api::Cluster& c, State& st, TimePoint now, Supervision& sup);
   void save(api::Cluster& c, const State& st) const;
 
   ElasticRendezvousOptions options_;

@@ -280,6 +280,52 @@ TEST_F(ElasticClusterTest, AKilledRankIsRecordedReplacedAndTheSurvivorsReform) {
   EXPECT_EQ(restored.generations[0].deaths[0].reason, "was killed by signal 9");
 }
 
+// A survivor that saw its peer fail asks for a new generation before the
+// manager learns of the death: the history still puts the death first. A
+// replacement's join is worded as a join, and the cluster's events tell it
+// all in order, as they happen.
+TEST_F(ElasticClusterTest, TheDeathComesFirstAndAJoinIsAJoin) {
+  auto c = started(elastic(3, 2, 3));
+  const auto ids = ids_of(c);
+  // Rank 0 asks first (its collective failed on rank 2's broken link).
+  std::optional<api::Result<proto::Assignment>> asked;
+  world_of(ids[0])->join(ids[0], {1}, [&](api::Result<proto::Assignment> a) { asked = std::move(a); });
+  auto broke = now(c.id);
+  ASSERT_EQ(broke.generations.size(), 1u);
+  EXPECT_EQ(broke.generations[0].end_reason, "rank 0 (worker " + ids[0] + ") asked to form a new generation");
+  // 29 ms later its agent reports rank 2's death.
+  clock_.advance(29ms);
+  ASSERT_TRUE(registry_->agent_exit(ids[2], 137).is_ok());
+  auto died = now(c.id);
+  EXPECT_EQ(died.generations[0].end_reason, "rank 2 (worker " + ids[2] + ") was killed by signal 9; then rank 0 (worker " +
+                                               ids[0] + ") asked to form a new generation");
+  // The survivors re-form; the replacement joins afterwards.
+  std::optional<api::Result<proto::Assignment>> second;
+  world_of(ids[1])->join(ids[1], {1}, [&](api::Result<proto::Assignment> a) { second = std::move(a); });
+  ASSERT_TRUE(asked && asked->is_ok() && second && second->is_ok());
+  auto two = now(c.id);
+  ASSERT_EQ(two.generations.size(), 2u);
+  const std::string fresh = two.tasks[2].worker_id;
+  register_worker(fresh);
+  now(c.id);
+  ASSERT_TRUE(release_of(fresh).has_value());
+  std::optional<api::Result<proto::Assignment>> newcomer;
+  world_of(fresh)->join(fresh, {0}, [&](api::Result<proto::Assignment> a) { newcomer = std::move(a); });
+  auto three = join_all({ids[0], ids[1]}, 2);
+  ASSERT_TRUE(newcomer && newcomer->is_ok());
+  auto joined = now(c.id);
+  ASSERT_EQ(joined.generations.size(), 3u);
+  EXPECT_EQ(joined.generations[1].end_reason.rfind("replacement " + fresh + " is joining (rank ", 0), 0u)
+      << joined.generations[1].end_reason;
+  // The events: the death, going on without it, the replacement's join.
+  const auto events = joined.to_json()["events"];
+  ASSERT_EQ(events.size(), 3u) << events.dump();
+  EXPECT_EQ(events[0]["kind"], "death");
+  EXPECT_EQ(events[0]["text"], "rank 2 (worker " + ids[2] + ") was killed by signal 9");
+  EXPECT_EQ(events[1]["text"], "going on with 2 ranks (generation 2)");
+  EXPECT_EQ(events[2]["text"], "replacement " + fresh + " joined: 3 ranks (generation 3)");
+}
+
 TEST_F(ElasticClusterTest, PastResetLimitTheClusterFailsNamingTheDeaths) {
   auto r = elastic(2, 1, 2);
   r.reset_limit = 1;

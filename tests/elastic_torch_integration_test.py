@@ -157,6 +157,37 @@ def test_a_killed_rank_is_replaced_and_training_ends_in_step(env, n, rank):
     assert len(set(c["generations"][-1]["members"]) - first) == 1
 
 
+def test_elastic_events_show_live_in_the_wait(env):
+    """A notebook's (or a script's) muster.horovodrun(..., wait_for_completion=True) shows each event
+    as it happens: the death, going on without it, the replacement's join; and the
+    generation history puts the death first."""
+    logdir = env["tmp"] / "live-events"
+    logdir.mkdir()
+    sdk = os.path.join(os.path.dirname(HERE), "sdk", "python")
+    program = (
+        "import muster\n"
+        "c = muster.horovodrun(3, %r, min_np=2, max_np=3, cpu=0.5, memory=0.5, timeout_seconds=120,\n"
+        "                      args=['--logdir', %r, '--batches-per-commit', '%d', '--batch-wait', %r,\n"
+        "                            '--kill', '1:0:6'],\n"
+        "                      env={'PYTHONPATH': %r, 'MUSTER_BINARY_DIR': %r, 'OMP_NUM_THREADS': '1'},\n"
+        "                      wait_for_completion=True, completion_timeout_seconds=240)\n"
+        "print('END', c['id'], c['status'], flush=True)\n"
+        % (SCRIPT, str(logdir), PER_COMMIT, BATCH_WAIT, sdk, os.environ.get("MUSTER_BINARY_DIR", "")))
+    out = subprocess.run(["/usr/bin/python3", "-c", program], env=dict(os.environ, **env["daemon"].env()),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.startswith("muster: cluster ")]
+    death = [i for i, line in enumerate(lines) if "rank 1 (worker" in line and "was killed by signal 9" in line]
+    going = [i for i, line in enumerate(lines) if "going on with 2 ranks" in line]
+    joined = [i for i, line in enumerate(lines) if "joined: 3 ranks" in line]
+    assert death and going and joined and death[0] < going[0] < joined[0], out.stderr
+    cid = out.stdout.split()[1]
+    c = cluster(env, cid)
+    assert c["status"] == "succeeded", c
+    assert c["generations"][0]["end_reason"].startswith("rank 1 (worker "), c["generations"][0]
+    assert "was killed by signal 9" in c["generations"][0]["end_reason"].split(";")[0], c["generations"][0]
+
+
 def test_a_replacement_admitted_between_commits_redoes_nothing(env):
     # With check_host_updates() after every batch the replacement joins at
     # the next batch, not the next commit; the world it joins carries on

@@ -165,11 +165,13 @@ std::vector<WorldEvent> World::drain_events() {
 
 // ---- Generations.
 
-void World::break_locked(const std::string& worker_id, const std::string& reason, Effects& fx) {
+void World::break_locked(const std::string& worker_id, const std::string& reason, Effects& fx, bool requested,
+                         std::vector<std::string> joining) {
   if (broken_ || generation_ == 0) return;
   broken_ = reason;
   broken_at_ = clock_.now();
-  events_.push_back({WorldEvent::Kind::kBroken, *broken_at_, generation_, {}, worker_id, reason, 0});
+  events_.push_back(
+      {WorldEvent::Kind::kBroken, *broken_at_, generation_, {}, worker_id, reason, 0, requested, std::move(joining)});
   const api::Status out =
       api::conflict("generation " + std::to_string(generation_) + " broke: " + reason + "; join again");
   for (auto it = getters_.begin(); it != getters_.end();) {
@@ -361,7 +363,19 @@ void World::join(const std::string& worker_id, const proto::JoinRequest& request
     } else {
       // Into the round for generation_ + 1. A member asking breaks its generation.
       if (contains(members_, worker_id)) {
-        break_locked(worker_id, member_name_locked(worker_id) + " asked to form a new generation", fx);
+        // Newcomers already waiting make it a join; else the member saw a
+        // peer fail (whose death the manager may learn a moment later).
+        std::vector<std::string> joining;
+        for (const auto& [id, j] : round_) {
+          if (!contains(members_, id)) joining.push_back(id);
+        }
+        std::string why = member_name_locked(worker_id) + " asked to form a new generation";
+        if (!joining.empty()) {
+          std::string names;
+          for (const auto& id : joining) names += (names.empty() ? "" : ", ") + id;
+          why = "replacement " + names + " is joining (" + why + ")";
+        }
+        break_locked(worker_id, why, fx, true, std::move(joining));
       }
       enter_round_locked(worker_id, std::move(done), fx);
     }

@@ -84,6 +84,11 @@ struct WorldEvent {
   std::string worker_id;             // kBroken: who broke it (may be ""); kExcluded: who
   std::string reason;                // kBroken, kExcluded
   int batches_redone = 0;            // kReported
+  // kBroken: a member asked for a new generation (it saw a peer fail, or a
+  // newcomer waiting), rather than one of them leaving; `joining` names the
+  // newcomers waiting in the round then (a join, not a death).
+  bool requested = false;
+  std::vector<std::string> joining{};
 };
 
 class World {
@@ -157,7 +162,8 @@ class World {
   std::string member_name_locked(const std::string& worker_id) const;  // "rank 1 (worker ab12)"
   // Why a KV call of `worker_id` for `generation` is refused, if it is.
   api::Status check_kv_locked(const std::string& worker_id, int generation) const;
-  void break_locked(const std::string& worker_id, const std::string& reason, Effects& fx);
+  void break_locked(const std::string& worker_id, const std::string& reason, Effects& fx, bool requested = false,
+                    std::vector<std::string> joining = {});
   void form_locked(Effects& fx);
   // Parks `done` as worker_id's join of the next round, then tries to form.
   void enter_round_locked(const std::string& worker_id, JoinDone done, Effects& fx);
