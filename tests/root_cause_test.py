@@ -5,11 +5,14 @@ Each script's rank 1 raises while rank 0 sits in a collective waiting for it; ra
 then fails too, often first (EngineStopped naming rank 1, a backend error naming the
 rank that exited). Run many times with every core taken by spinners, the cluster
 must blame rank 1 every time, in ClusterFailed, the cluster's failed_rank and reason,
-and `muster clusters -a`; rank 0, when it ended first, is listed as "then failed".
+`muster clusters -a` and /metrics (muster_cluster_failed_rank); rank 0, when it ended
+first, is listed as "then failed".
 """
 import os
+import re
 import subprocess
 import sys
+import urllib.request
 
 import pytest
 
@@ -120,3 +123,14 @@ def test_cli_lists_the_root_cause(daemon):
     assert out.returncode == 0, out.stderr
     failed = [line for line in out.stdout.splitlines() if " failed " in line]
     assert len(failed) >= 3 * RUNS and all("rank 1" in line for line in failed), out.stdout
+
+
+def test_metrics_label_the_root_cause(daemon):
+    req = urllib.request.Request(daemon.url + "/metrics", headers={"Authorization": "Bearer " + daemon.token})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        text = r.read().decode()
+    samples = [line for line in text.splitlines() if line.startswith("muster_cluster_failed_rank{")]
+    assert len(samples) >= 3 * RUNS, text[-3000:]
+    assert all('rank="1"' in line for line in samples), samples
+    assert any(re.search(r'exception="KeyError: ', line) for line in samples), samples
+    assert any('exception="FileNotFoundError: ' in line for line in samples), samples

@@ -82,6 +82,21 @@ std::string DaemonMetrics::render(const Sources& src) const {
   out.family("muster_clusters", "gauge", "Clusters this daemon knows, by mode and status.");
   for (const auto& [key, n] : by_mode) out.sample("muster_clusters", {{"mode", key.first}, {"status", key.second}}, n);
   render_recoveries(out, clusters);
+  // The root cause of each failed cluster the daemon still keeps (retention
+  // bounds them): the rank whose failure came first, its host, how it ended
+  // and its exception line (cut at 200 bytes), for alerts that say why.
+  out.family("muster_cluster_failed_rank", "gauge",
+             "1 for each failed cluster: the rank whose failure came first, its host, exit and exception.");
+  for (const auto& c : clusters) {
+    if (c.status != api::ClusterStatus::kFailed || !c.failed_rank) continue;
+    const api::RankFailure& f = *c.failed_rank;
+    const std::string exit = f.signal ? "signal " + std::to_string(*f.signal)
+                                      : (f.exit_code ? std::to_string(*f.exit_code) : std::string());
+    out.sample("muster_cluster_failed_rank",
+               {{"cluster", c.id}, {"mode", api::cluster_mode_name(c.request.mode)}, {"rank", std::to_string(f.rank)},
+                {"host", f.host}, {"worker", f.worker_id}, {"exit", exit}, {"exception", utf8_prefix(f.exception, 200)}},
+               1);
+  }
 
   out.family("muster_http_requests_total", "counter", "API requests answered, by method, route pattern and status code.");
   std::vector<std::pair<Labels, metrics::Histogram::Snapshot>> snaps;
@@ -138,6 +153,13 @@ std::string DaemonMetrics::render(const Sources& src) const {
 // (a generation that formed after a failure) and deaths, by mode, counted
 // from the clusters' generations (they persist, so the counters never go
 // back), and the recovery times as a histogram.
+// At most `n` bytes of `text`, never cutting a UTF-8 character in two.
+std::string DaemonMetrics::utf8_prefix(const std::string& text, size_t n) {
+  if (text.size() <= n) return text;
+  while (n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) --n;
+  return text.substr(0, n);
+}
+
 void DaemonMetrics::render_recoveries(metrics::TextWriter& out, const std::vector<api::Cluster>& clusters) const {
   struct Counts {
     double resets = 0, restarts = 0, recoveries = 0, deaths = 0, replacements = 0;

@@ -49,6 +49,7 @@ class DaemonMetrics {
   std::string render(const Sources& sources) const;
 
  private:
+  static std::string utf8_prefix(const std::string& text, size_t n);
   void render_recoveries(metrics::TextWriter& out, const std::vector<api::Cluster>& clusters) const;
   using RequestKey = std::tuple<std::string, std::string, int>;  // method, route, code
   mutable std::mutex mu_;
