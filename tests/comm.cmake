@@ -83,6 +83,9 @@ muster_gtest(comm_checks_test SOURCES comm_checks_test.cc DEPS muster_comm LABEL
 # The small-message path of a one-host world (results at every limit,
 # mismatches across paths, departed and stalled peers, teardown): ranks on threads.
 muster_gtest(comm_small_world_test SOURCES comm_small_world_test.cc DEPS muster_comm LABEL unit TIMEOUT 300)
+# Point-to-point messages (send/recv outside the collectives' order): sizes, tags, any source,
+# unexpected messages, mismatches, timeouts, closed peers, on shm / tcp / two hosts: ranks on threads.
+muster_gtest(comm_point_to_point_test SOURCES comm_point_to_point_test.cc DEPS muster_comm LABEL unit TIMEOUT 300)
 
 # The mpirun suites again without mpirun: N processes started by
 # comm_store_launch.sh form their world over a file store (KvBootstrap).

@@ -90,4 +90,12 @@ void Communicator::alltoall(const void* send, const std::vector<std::size_t>& se
 
 void Communicator::barrier(const OpOptions& options) { barrier_async(options).wait(); }
 
+Handle Communicator::send_async(const void*, std::size_t, int, const P2pOptions&) {
+  throw InvalidArgument("send: this Communicator offers no point-to-point messages");
+}
+
+Handle Communicator::recv_async(void*, std::size_t, int, const P2pOptions&, int*) {
+  throw InvalidArgument("recv: this Communicator offers no point-to-point messages");
+}
+
 }  // namespace muster::runtime::comm

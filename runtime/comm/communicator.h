@@ -136,6 +136,17 @@ struct ReduceScatterOptions {
   std::vector<int64_t> shape = {};
 };
 
+// A point-to-point op's options (send_async / recv_async).
+//   tag:     messages match by (sender, tag); any value (torch's tags are
+//            ints; callers may keep a range of their own beyond them);
+//   timeout: how long the op may wait without a byte moving (a recv: for a
+//            message to arrive) before it fails with TimeoutError and is
+//            withdrawn; 0 = CommOptions::timeout.
+struct P2pOptions {
+  int64_t tag = 0;
+  std::chrono::milliseconds timeout{0};
+};
+
 struct CommOptions {
   // A peer silent this long -> TimeoutError naming it. The environment
   // variable MUSTER_COMM_TIMEOUT_MS overrides it. muster's own paths restart
@@ -362,6 +373,30 @@ class Communicator {
   // are not checked (their failure shows at the next op). Any thread.
   virtual void check_peers() {}
   virtual Handle barrier_async(const OpOptions& options = {}) = 0;
+
+  // Point to point (torch.distributed's send / recv / isend / irecv),
+  // outside the collectives' order: a send and its recv need no other rank,
+  // and may be issued before, after or between any collectives. Messages
+  // travel on links of their own (point_to_point.h has the contract): a
+  // byte ring each way in the host's shared-memory segment between ranks of
+  // one host, a TCP stream of their own between hosts.
+  // - Messages match by (sender, tag); between one pair with one tag they
+  //   are received in the order sent. recv from kAnySource takes the first
+  //   message with its tag to arrive from any rank and writes the sender to
+  //   *source (when not null) before its Handle completes.
+  // - `bytes` must equal the message's: otherwise that recv fails with
+  //   MismatchError naming the sender and both sizes (the message is
+  //   dropped; the send has completed).
+  // - A send completes once its bytes have left `data` (the receiver drains
+  //   every message as it arrives: into the recv's buffer when one is
+  //   posted, else into memory of its own until a recv claims it).
+  // - Errors: TimeoutError (P2pOptions::timeout), CommError naming a peer
+  //   that is gone; neither breaks the collectives, nor ops with other
+  //   ranks. InvalidArgument for a rank out of range or this rank itself.
+  static constexpr int kAnySource = -1;
+  virtual Handle send_async(const void* data, std::size_t bytes, int dst, const P2pOptions& options = {});
+  virtual Handle recv_async(void* data, std::size_t bytes, int src, const P2pOptions& options = {},
+                            int* source = nullptr);
 
   // A process set: collective over this Communicator (every rank calls it,
   // in the same order relative to its other collectives, with the same

@@ -42,6 +42,7 @@ WorldCommunicator::WorldCommunicator(std::unique_ptr<Bootstrap> bootstrap, const
 
 WorldCommunicator::~WorldCommunicator() {
   closing_.store(true);  // an op waiting on a peer ends now (CommError)
+  p2p_.reset();          // its pending ops fail; it writes nothing more before the peers see us closed
   if (monitor_) monitor_->mark_closed();  // and a local peer waiting on this rank learns it left
   progress_.reset();     // then the queue drains (each op fails at once) and the thread is joined
   control_.reset();
@@ -56,6 +57,14 @@ WorldCommunicator::~WorldCommunicator() {
   monitor_.reset();
   segment_.reset();
   bootstrap_.reset();
+}
+
+Handle WorldCommunicator::send_async(const void* data, std::size_t bytes, int dst, const P2pOptions& options) {
+  return p2p_->send(data, bytes, dst, options);
+}
+
+Handle WorldCommunicator::recv_async(void* data, std::size_t bytes, int src, const P2pOptions& options, int* source) {
+  return p2p_->recv(data, bytes, src, options, source);
 }
 
 bool WorldCommunicator::tcp_io_threads() const { return tcp_.ring && tcp_.ring->io_threads(); }

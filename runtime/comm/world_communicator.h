@@ -10,7 +10,8 @@
 // ShmSegment and peer monitor, the ring's two links and the TCP streams
 // under them, the mesh (a link to every peer: shm channels on this host,
 // TCP streams to others), the control plane, and the progress thread, which
-// alone touches the links after construction. Ops are closures queued on
+// alone touches the links after construction; and the point-to-point engine
+// (point_to_point.h), with rings, streams and a thread of its own. Ops are closures queued on
 // the progress thread; each gets a sequence number (the same on every rank)
 // and a Watchdog. The first CommError breaks the Communicator: later ops
 // rethrow it at once instead of talking to peers in an unknown state. A
@@ -34,6 +35,7 @@
 #include "runtime/comm/control_plane.h"
 #include "runtime/comm/host_map.h"
 #include "runtime/comm/link.h"
+#include "runtime/comm/point_to_point.h"
 #include "runtime/comm/progress_thread.h"
 #include "runtime/comm/ring_collectives.h"
 #include "runtime/comm/shm/shared_region.h"
@@ -74,6 +76,8 @@ class WorldCommunicator : public Communicator {
                          const std::vector<std::size_t>& recv_counts, DataType dtype,
                          const OpOptions& options) override;
   Handle barrier_async(const OpOptions& options) override;
+  Handle send_async(const void* data, std::size_t bytes, int dst, const P2pOptions& options) override;
+  Handle recv_async(void* data, std::size_t bytes, int src, const P2pOptions& options, int* source) override;
   // world_small.cc: without a Handle where the small path takes the op.
   void allreduce(void* data, std::size_t count, DataType dtype, const AllreduceOptions& options) override;
   void broadcast(void* data, std::size_t count, DataType dtype, int root, const OpOptions& options) override;
@@ -105,6 +109,7 @@ class WorldCommunicator : public Communicator {
   void form();
   void form_segment(const std::string& key_of_host, int host_size);
   void form_links(bool io_threads);
+  void form_p2p(const std::function<bool(int, int)>& shm_between);
 
   // Queues `body` under the sequence number, watchdog and broken-state rules.
   Handle submit(Call call, std::function<void(Call&, Watchdog&)> body);
@@ -191,6 +196,7 @@ class WorldCommunicator : public Communicator {
   std::size_t small_limit_ = 0;           // bytes per rank an op may have to run on small_
   bool pieces_over_ring_ = false;         // larger private allreduces, too (see above)
   std::unique_ptr<ControlPlane> control_;
+  std::unique_ptr<PointToPoint> p2p_;  // send/recv: links of their own, a thread of its own
   bool ring_all_shm_ = false;  // both ring links in shm: sleep on the doorbell
   bool ring_all_tcp_ = false;  // both ring links TCP: sleep in ppoll on the streams
   // Every rank's links TCP (same on all ranks); with tcp_io_threads(), which

@@ -31,6 +31,8 @@
 #include "runtime/comm/comm_env.h"
 #include "runtime/comm/mpi/mpi_bootstrap.h"
 #include "runtime/comm/mpi/mpi_link.h"
+#include "runtime/comm/shm/p2p_ring.h"
+#include "runtime/comm/tcp/p2p_stream.h"
 #include "runtime/comm/tcp/interfaces.h"
 #include "runtime/comm/world_communicator.h"
 
@@ -108,6 +110,14 @@ std::size_t mesh_slot_bytes(int local_size) {
   const auto pairs = static_cast<std::size_t>(local_size) * static_cast<std::size_t>(local_size);
   const std::size_t fit = (std::size_t{64} << 20) / (pairs * 4);
   return std::max<std::size_t>(4096, std::min<std::size_t>(256 * 1024, fit / 64 * 64));
+}
+
+// Point-to-point rings on one host: 1 MB each way per pair of ranks,
+// smaller when many ranks share the host (about 64 MB for all pairs at most).
+std::size_t p2p_ring_bytes(int local_size) {
+  const auto pairs = static_cast<std::size_t>(local_size) * static_cast<std::size_t>(local_size);
+  const std::size_t fit = (std::size_t{64} << 20) / pairs;
+  return std::max<std::size_t>(64 * 1024, std::min<std::size_t>(1u << 20, fit / 64 * 64));
 }
 
 }  // namespace
@@ -203,6 +213,7 @@ void WorldCommunicator::form_segment(const std::string& key_of_host, int host_si
   if (options_.ring_transport != RingTransport::kTcp) {
     layout.mesh_slots = 4;
     layout.mesh_slot_bytes = mesh_slot_bytes(host_size);
+    layout.p2p_bytes = p2p_ring_bytes(host_size);
   }
   // The whole world on this host: the SmallOps area (world_small.cc).
   if (hosts_.hosts() == 1 && host_size > 1 && options_.small_bytes > 0 &&
@@ -335,6 +346,42 @@ void WorldCommunicator::form_links(bool io_threads) {
   if (any_table) table_local[urank] = shm_local_;
   control_ = std::make_unique<ControlPlane>(rank_, size_, segment_.get(), std::move(table_local), std::move(mesh),
                                             options_.spin, small_.get());
+  form_p2p(mesh_shm);
+}
+
+// Point to point: a ring pair in the segment to each rank the mesh reaches
+// through shared memory, the point-to-point TCP stream to every other one.
+// The thread sleeps on its doorbell when every channel is a ring, else in
+// ppoll on the streams (at most 1 ms at a time where there are rings too).
+void WorldCommunicator::form_p2p(const std::function<bool(int, int)>& shm_between) {
+  std::vector<std::unique_ptr<P2pChannel>> channels(static_cast<std::size_t>(size_));
+  std::vector<tcp::TcpP2pChannel*> streams;
+  bool rings = false;
+  for (int r = 0; r < size_; ++r) {
+    const auto ur = static_cast<std::size_t>(r);
+    if (r == rank_) continue;
+    if (shm_between(rank_, r)) {
+      const int l = hosts_.local_of[ur];
+      channels[ur] = std::make_unique<shm::ShmP2pChannel>(segment_->p2p_ring(shm_local_, l),
+                                                          segment_->p2p_ring(l, shm_local_), segment_->p2p_bell(l),
+                                                          segment_->peer(l), r);
+      rings = true;
+    } else if (tcp_.p2p[ur].valid()) {
+      auto stream = std::make_unique<tcp::TcpP2pChannel>(std::move(tcp_.p2p[ur]), r);
+      streams.push_back(stream.get());
+      channels[ur] = std::move(stream);
+    }
+  }
+  std::unique_ptr<P2pWaiter> waiter;
+  if (rings && streams.empty()) {
+    waiter = std::make_unique<shm::P2pBellWaiter>(segment_->p2p_bell(shm_local_));
+  } else {
+    waiter = std::make_unique<tcp::P2pPollWaiter>(std::move(streams), rings ? std::chrono::microseconds(1000)
+                                                                            : std::chrono::microseconds(0));
+  }
+  // A short spin while ops wait: a peer's reply often comes within microseconds.
+  const auto spin = std::min(options_.spin, std::chrono::microseconds(50));
+  p2p_ = std::make_unique<PointToPoint>(rank_, size_, std::move(channels), std::move(waiter), options_.timeout, spin);
 }
 
 }  // namespace muster::runtime::comm

@@ -147,6 +147,35 @@ class ResultHandle {
   std::shared_ptr<std::vector<std::size_t>> counts_;
 };
 
+// A recv's completion: wait() returns the rank the message came from (the
+// one named, or the sender a recv from any source matched).
+class RecvHandle {
+ public:
+  RecvHandle(Handle handle, std::shared_ptr<int> source) : handle_(std::move(handle)), source_(std::move(source)) {}
+  RecvHandle(RecvHandle&&) = default;
+  // Dropped before the message came: the engine still writes the sender's
+  // rank into `source_` when it does, so that int outlives this handle.
+  ~RecvHandle() {
+    if (source_ && !handle_.done()) new std::shared_ptr<int>(source_);
+  }
+  bool done() const { return handle_.done(); }
+  int wait() {
+    handle_.wait();
+    return *source_;
+  }
+
+ private:
+  Handle handle_;
+  std::shared_ptr<int> source_;
+};
+
+comm::P2pOptions p2p_options(int64_t tag, int64_t timeout_ms) {
+  comm::P2pOptions o;
+  o.tag = tag;
+  o.timeout = std::chrono::milliseconds(timeout_ms > 0 ? timeout_ms : 0);
+  return o;
+}
+
 comm::OpOptions op_options(const std::string& name, const std::vector<int64_t>& shape) {
   comm::OpOptions o;
   o.name = name;
@@ -167,6 +196,10 @@ void bind_communicator(py::module_& m) {
   py::class_<ResultHandle>(m, "ResultHandle", "Completion of an op that returns data (allgatherv, alltoall).")
       .def("wait", &ResultHandle::wait, "Blocks until the op is done: (numpy uint8 array, per-rank counts).")
       .def("done", &ResultHandle::done, "True once wait() would return at once.");
+
+  py::class_<RecvHandle>(m, "RecvHandle", "Completion of a point-to-point recv.")
+      .def("wait", &RecvHandle::wait, Gil(), "Blocks until the message is in place; returns the sender's rank.")
+      .def("done", &RecvHandle::done, "True once wait() would return at once.");
 
   py::class_<PyCommunicator>(
       m, "Communicator",
@@ -294,6 +327,22 @@ void bind_communicator(py::module_& m) {
       .def(
           "barrier_async", [](PyCommunicator& c, const std::string& name) { return c.get().barrier_async(op_options(name, {})); },
           py::arg("name") = "", Gil())
+      .def(
+          "send_async",
+          [](PyCommunicator& c, std::uintptr_t data, std::size_t bytes, int dst, int64_t tag, int64_t timeout_ms) {
+            return c.get().send_async(address(data), bytes, dst, p2p_options(tag, timeout_ms));
+          },
+          py::arg("data"), py::arg("bytes"), py::arg("dst"), py::arg("tag") = 0, py::arg("timeout_ms") = 0, Gil(),
+          "Point to point: `bytes` at `data` to rank `dst`, outside the collectives' order (communicator.h).")
+      .def(
+          "recv_async",
+          [](PyCommunicator& c, std::uintptr_t data, std::size_t bytes, int src, int64_t tag, int64_t timeout_ms) {
+            auto source = std::make_shared<int>(src);
+            Handle h = c.get().recv_async(address(data), bytes, src, p2p_options(tag, timeout_ms), source.get());
+            return RecvHandle(std::move(h), source);
+          },
+          py::arg("data"), py::arg("bytes"), py::arg("src") = -1, py::arg("tag") = 0, py::arg("timeout_ms") = 0,
+          Gil(), "Point to point: a message of exactly `bytes` from rank `src` (-1: any rank) with `tag`.")
       .def(
           "split",
           [](PyCommunicator& c, const std::vector<int>& ranks, const std::string& name) -> py::object {

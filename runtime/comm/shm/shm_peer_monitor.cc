@@ -23,7 +23,8 @@ int64_t monotonic_ms() {
   return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
 
-// True when `pid` no longer runs: gone, or a zombie waiting to be reaped.
+}  // namespace
+
 bool process_exited(int64_t pid) {
   if (pid <= 0) return false;
   if (kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
@@ -33,8 +34,6 @@ bool process_exited(int64_t pid) {
   const auto close = line.rfind(')');
   return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
 }
-
-}  // namespace
 
 ShmPeerMonitor::ShmPeerMonitor(ShmSegment* segment, int local_rank, int world_rank)
     : segment_(segment), local_rank_(local_rank) {

@@ -13,6 +13,9 @@
 
 namespace muster::runtime::comm::shm {
 
+// True when `pid` no longer runs: gone, or a zombie waiting to be reaped.
+bool process_exited(int64_t pid);
+
 class ShmPeerMonitor : public PeerMonitor {
  public:
   ShmPeerMonitor(ShmSegment* segment, int local_rank, int world_rank);

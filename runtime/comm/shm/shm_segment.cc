@@ -11,8 +11,8 @@
 namespace muster::runtime::comm::shm {
 namespace {
 
-constexpr uint64_t kMagic = 0x326d737465727368ull;  // "hsretsm2"
-constexpr std::size_t kHeaderBytes = 64;
+constexpr uint64_t kMagic = 0x336d737465727368ull;  // "hsretsm3"
+constexpr std::size_t kHeaderBytes = 128;
 constexpr std::size_t kRecordHeaderBytes = 64;  // control_plane.h's record header
 
 struct Header {
@@ -24,6 +24,7 @@ struct Header {
   uint64_t mesh_slots;
   uint64_t mesh_slot_bytes;
   uint64_t small_bytes;
+  uint64_t p2p_bytes;
 };
 static_assert(sizeof(Header) <= kHeaderBytes, "the header fits its line");
 
@@ -37,6 +38,7 @@ SegmentLayout SegmentLayout::rounded() const {
   l.control_bytes = round_up(control_bytes, 64);
   l.mesh_slot_bytes = round_up(mesh_slot_bytes, 64);
   l.small_bytes = round_up(small_bytes, 64);
+  l.p2p_bytes = round_up(p2p_bytes, 64);
   return l;
 }
 
@@ -64,7 +66,13 @@ std::size_t SegmentLayout::small_offset() const {
   const auto n = static_cast<std::size_t>(local_size);
   return mesh_offset() + mesh_channel_bytes() * n * n;
 }
-std::size_t SegmentLayout::total_bytes() const { return small_offset() + small_bytes; }
+std::size_t SegmentLayout::p2p_offset() const { return small_offset() + small_bytes; }
+std::size_t SegmentLayout::p2p_ring_bytes() const { return p2p_bytes == 0 ? 0 : sizeof(ChannelHeader) + p2p_bytes; }
+std::size_t SegmentLayout::total_bytes() const {
+  if (p2p_bytes == 0) return p2p_offset();
+  const auto n = static_cast<std::size_t>(local_size);
+  return p2p_offset() + sizeof(P2pBell) * n + p2p_ring_bytes() * n * n;
+}
 
 char* map_shared_object(const char* name, std::size_t bytes, bool create) {
   const int fd = create ? shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600) : shm_open(name, O_RDWR, 0600);
@@ -96,6 +104,7 @@ std::unique_ptr<ShmSegment> ShmSegment::create(const SegmentLayout& requested, s
   h->mesh_slots = layout.mesh_slots;
   h->mesh_slot_bytes = layout.mesh_slot_bytes;
   h->small_bytes = layout.small_bytes;
+  h->p2p_bytes = layout.p2p_bytes;
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kMagic;
   *name = buf;
@@ -111,7 +120,8 @@ std::unique_ptr<ShmSegment> ShmSegment::open(const std::string& name, const Segm
   if (h->magic != kMagic || h->local_size != static_cast<uint64_t>(layout.local_size) ||
       h->ring_slots != layout.ring_slots || h->ring_slot_bytes != layout.ring_slot_bytes ||
       h->control_bytes != layout.control_bytes || h->mesh_slots != layout.mesh_slots ||
-      h->mesh_slot_bytes != layout.mesh_slot_bytes || h->small_bytes != layout.small_bytes) {
+      h->mesh_slot_bytes != layout.mesh_slot_bytes || h->small_bytes != layout.small_bytes ||
+      h->p2p_bytes != layout.p2p_bytes) {
     munmap(base, layout.total_bytes());
     return nullptr;
   }
@@ -155,5 +165,18 @@ ChannelView ShmSegment::mesh_channel(int producer, int consumer) const {
 }
 
 void* ShmSegment::small_area() const { return layout_.small_bytes ? base_ + layout_.small_offset() : nullptr; }
+
+P2pBell* ShmSegment::p2p_bell(int local_rank) const {
+  if (layout_.p2p_bytes == 0) return nullptr;
+  return reinterpret_cast<P2pBell*>(base_ + layout_.p2p_offset()) + local_rank;
+}
+
+ByteRingView ShmSegment::p2p_ring(int producer, int consumer) const {
+  if (layout_.p2p_bytes == 0) return {};
+  const auto n = static_cast<std::size_t>(layout_.local_size);
+  const std::size_t index = static_cast<std::size_t>(producer) * n + static_cast<std::size_t>(consumer);
+  char* at = base_ + layout_.p2p_offset() + sizeof(P2pBell) * n + layout_.p2p_ring_bytes() * index;
+  return ByteRingView{reinterpret_cast<ChannelHeader*>(at), at + sizeof(ChannelHeader), layout_.p2p_bytes};
+}
 
 }  // namespace muster::runtime::comm::shm

@@ -13,6 +13,9 @@
 //                                (i, j): local rank i to local rank j, alltoall)
 //   small ops     small_bytes    the SmallOps area (small_ops.h), when the
 //                                whole world shares this host
+//   p2p bell      x local_size   the point-to-point thread's futex word (p2p_ring.h)
+//   p2p ring      x local_size^2 head, tail + p2p_bytes of bytes (ring (i, j):
+//                                local rank i's messages to local rank j)
 //
 // Every channel has a single producer and a single consumer.
 //
@@ -66,6 +69,21 @@ struct ChannelHeader {
   alignas(64) std::atomic<uint64_t> tail;  // segments released (consumer)
 };
 
+// A point-to-point thread's doorbell: peers bump `bell` (and wake it, if
+// `sleeping`) when they write into or read out of a ring it uses.
+struct alignas(64) P2pBell {
+  std::atomic<uint32_t> bell;
+  std::atomic<uint32_t> sleeping;
+};
+
+// A single-producer single-consumer ring of bytes: `head` counts the bytes
+// ever written, `tail` those ever read.
+struct ByteRingView {
+  ChannelHeader* header = nullptr;
+  char* data = nullptr;
+  std::size_t capacity = 0;
+};
+
 // One single-producer single-consumer channel inside the segment.
 struct ChannelView {
   ChannelHeader* header = nullptr;
@@ -83,6 +101,7 @@ struct SegmentLayout {
   std::size_t mesh_slots = 0;                // 0: no mesh channels
   std::size_t mesh_slot_bytes = 0;
   std::size_t small_bytes = 0;               // 0: no SmallOps area
+  std::size_t p2p_bytes = 0;                 // per point-to-point ring; 0: none
   // Offsets of each area from the segment's start.
   std::size_t peers_offset() const;
   std::size_t direct_offset() const;
@@ -93,6 +112,8 @@ struct SegmentLayout {
   std::size_t mesh_offset() const;
   std::size_t mesh_channel_bytes() const;
   std::size_t small_offset() const;
+  std::size_t p2p_offset() const;
+  std::size_t p2p_ring_bytes() const;
   std::size_t total_bytes() const;
   SegmentLayout rounded() const;  // slot sizes rounded up to 64 bytes
 };
@@ -125,6 +146,10 @@ class ShmSegment {
   ChannelView mesh_channel(int producer, int consumer) const;
   // The SmallOps area (layout().small_bytes of them), or null.
   void* small_area() const;
+  // The point-to-point doorbell of a local rank, and the ring from
+  // `producer` to `consumer` (empty views without p2p_bytes).
+  P2pBell* p2p_bell(int local_rank) const;
+  ByteRingView p2p_ring(int producer, int consumer) const;
 
  private:
   ShmSegment(char* base, const SegmentLayout& layout);

@@ -157,6 +157,7 @@ TcpLinks connect_tcp(Bootstrap& bootstrap, const TcpPlan& plan, const TcpFormati
   agree(bootstrap, failure, "open its TCP listener or agree on the links", options.formation_timeout);
   TcpLinks links;
   links.mesh.resize(static_cast<std::size_t>(size));
+  links.p2p.resize(static_cast<std::size_t>(size));
   if (!any_tcp) {
     agree(bootstrap, nullptr, "connect its TCP streams", options.formation_timeout);
     return links;
@@ -165,7 +166,7 @@ TcpLinks connect_tcp(Bootstrap& bootstrap, const TcpPlan& plan, const TcpFormati
   // d) connect to the right and to higher mesh peers; accept the rest.
   const uint64_t token = all[0].token;
   std::vector<Socket> ring_out, ring_in;
-  std::vector<std::pair<int, Socket>> mesh;
+  std::vector<std::pair<int, Socket>> mesh, p2p;
   try {
     auto endpoint = [&](int peer) {
       in_addr a{};
@@ -184,18 +185,25 @@ TcpLinks connect_tcp(Bootstrap& bootstrap, const TcpPlan& plan, const TcpFormati
       const auto [address, port] = endpoint(p);
       mesh.emplace_back(p, connect_stream(address, port, p, hello(me, p, kMeshStream, token), deadline,
                                           options.socket_buffer_bytes));
+      p2p.emplace_back(p, connect_stream(address, port, p, hello(me, p, kP2pStream, token), deadline,
+                                         options.socket_buffer_bytes));
     }
     std::vector<ExpectedStream> expected;
     if (plan.ring_recv) {
       for (int s = 0; s < options.streams; ++s) expected.push_back(ExpectedStream{left, static_cast<uint32_t>(s)});
     }
     for (int p : plan.mesh_peers) {
-      if (p < me) expected.push_back(ExpectedStream{p, kMeshStream});
+      if (p < me) {
+        expected.push_back(ExpectedStream{p, kMeshStream});
+        expected.push_back(ExpectedStream{p, kP2pStream});
+      }
     }
     std::vector<Socket> in = accept_expected(listener, expected, me, token, deadline);
     for (std::size_t i = 0; i < expected.size(); ++i) {
       if (expected[i].stream == kMeshStream) {
         mesh.emplace_back(expected[i].from, std::move(in[i]));
+      } else if (expected[i].stream == kP2pStream) {
+        p2p.emplace_back(expected[i].from, std::move(in[i]));
       } else {
         ring_in.push_back(std::move(in[i]));
       }
@@ -203,6 +211,7 @@ TcpLinks connect_tcp(Bootstrap& bootstrap, const TcpPlan& plan, const TcpFormati
     for (const auto& s : ring_out) configure_stream(s, options.timeout);
     for (const auto& s : ring_in) configure_stream(s, options.timeout);
     for (const auto& [peer, s] : mesh) configure_stream(s, options.timeout);
+    for (const auto& [peer, s] : p2p) configure_stream(s, options.timeout);
   } catch (const Error&) {
     failure = std::current_exception();
   }
@@ -218,6 +227,7 @@ TcpLinks connect_tcp(Bootstrap& bootstrap, const TcpPlan& plan, const TcpFormati
     }
     links.ring = std::make_unique<TcpTransport>(std::move(sender), std::move(receiver), std::move(bell));
   }
+  for (auto& [peer, s] : p2p) links.p2p[static_cast<std::size_t>(peer)] = std::move(s);
   for (auto& [peer, s] : mesh) {
     links.mesh[static_cast<std::size_t>(peer)] =
         std::make_unique<MeshStream>(std::move(s), peer, options.mesh_segment_bytes, options.mesh_in_flight);

@@ -2,7 +2,8 @@
 // rank of the Bootstrap calls it, also one with no TCP link of its own):
 // the ring's streams to its neighbours (when they are on other hosts, or
 // under RingTransport::kTcp) and the mesh's one stream to every other rank
-// it reaches over TCP.
+// it reaches over TCP, and beside each mesh stream a point-to-point
+// stream (p2p_stream.h) that carries nothing but send/recv messages.
 //
 // Protocol:
 //   a) a rank with any TCP link listens on an ephemeral port on the address
@@ -18,7 +19,7 @@
 //   d) each rank connects its ring streams to its right neighbour and its
 //      mesh stream to every mesh peer of higher rank (each stream opens with
 //      a Hello: from, to, stream index, token; the mesh's index is
-//      kMeshStream), and accepts its left neighbour's ring streams and its
+//      kMeshStream, the point-to-point one's kP2pStream), and accepts its left neighbour's ring streams and its
 //      lower mesh peers' streams, checking their Hellos, before the deadline;
 //   e) agreement again: all or none, so no rank is left waiting on a
 //      half-built set of links.
@@ -39,6 +40,7 @@ namespace muster::runtime::comm::tcp {
 
 // The Hello stream index of a mesh stream (ring streams count from 0).
 constexpr uint32_t kMeshStream = 0x4d455348;  // "MESH"
+constexpr uint32_t kP2pStream = 0x50325053;   // "P2PS"
 
 // Which of this rank's links are TCP (decided alike on every rank from the
 // host map and the options).
@@ -67,6 +69,7 @@ struct TcpFormationOptions {
 struct TcpLinks {
   std::unique_ptr<TcpTransport> ring;              // null when neither ring link is TCP
   std::vector<std::unique_ptr<MeshStream>> mesh;   // by rank; null where not a mesh peer
+  std::vector<Socket> p2p;                         // by rank: the point-to-point streams (invalid where none)
 };
 
 TcpLinks connect_tcp(Bootstrap& bootstrap, const TcpPlan& plan, const TcpFormationOptions& options);
