@@ -234,7 +234,7 @@ def bench_allreduce(nbytes, reps):
             t = slowest(timed(run))
             # The first rep warms caches and the ring's slots. On the second
             # the muster group moves c's storage into shared memory and the
-            # ranks map each other's (distributed.py, _SharedStorages): a
+            # ranks map each other's (distributed_shared.py, SharedStorages): a
             # one-time cost, reported on its own.
             if i == 1 and name == "muster_pg":
                 move = t

@@ -33,7 +33,7 @@ How it is built
   C++ ProcessGroup would not change it.
 - Shared buckets: a storage allreduced a second time (DDP's buckets from
   the second step on, a script's long-lived buffer) moves into shared memory
-  and the runtime reduces it in place (_SharedStorages below): a repeated
+  and the runtime reduces it in place (distributed_shared.py): a repeated
   16 MB all_reduce ~1 ms against ~2.2 on the ring, 64 MB 2.7 against 6.8;
   once, ~0.2 s for 16 MB to move and map. The DDP step of bench/torch's
   25 M MLP gains 1-6%: what is left between DDP(muster) and muster.torch is
@@ -57,17 +57,33 @@ How it is built
   reducer crashes the process on one. Within DDP, the bucket allreduce
   after the failure raises from backward().
 
+- Point to point (distributed_p2p.py): send, recv, isend, irecv, recv from
+  any source and batch_isend_irecv run on the runtime's point-to-point
+  links (a byte ring each way in shared memory on a host, a TCP stream of
+  their own between hosts), outside the order of the collectives, at any
+  size, matched by (sender, tag). Their Works raise their own failures
+  from wait() and name a recv's sender (_source_rank()).
+- Timeouts: the group's timeout (init_process_group / new_group) is the
+  runtime's: a collective, a barrier or a recv with no progress for that
+  long raises an error that says "Timed out" and names the rank.
+
 Ops: allreduce (SUM, AVG, MIN, MAX on the runtime's dtypes float16/32/64,
 bfloat16, int32/64; PRODUCT, BAND, BOR, BXOR and the 8/16-bit integer and
-bool dtypes by an allgather and a local reduction), broadcast, allgather
-(and _allgather_base / all_gather_into_tensor), reduce_scatter (and
-_reduce_scatter_base / reduce_scatter_tensor), alltoall, alltoall_base
-(all_to_all_single, uneven splits too), barrier, reduce, gather, scatter;
-send / recv go through the store (small messages; recv waits in the call,
-recv from any source is not offered).
+bool dtypes by an allgather and a local reduction; PREMUL_SUM; sparse COO
+tensors, summed: distributed_reduce.py), allreduce_coalesced, broadcast,
+allgather (and _allgather_base / all_gather_into_tensor, allgather_coalesced),
+reduce_scatter (and _reduce_scatter_base / reduce_scatter_tensor),
+alltoall, alltoall_base (all_to_all_single, uneven splits too), barrier,
+monitored_barrier (dist.monitored_barrier, which torch 1.13 offers to gloo
+alone by name, accepts "muster" groups once this module is imported),
+reduce, gather, scatter, and with them torch's object collectives
+(all_gather_object, gather_object, broadcast_object_list,
+scatter_object_list); send, recv, recv from any source, isend, irecv,
+batch_isend_irecv. Work.get_future() on every op.
 """
 import atexit
 import datetime
+import functools
 import os
 import queue
 import sys
@@ -78,7 +94,9 @@ import torch
 import torch.distributed as dist
 
 from .. import runtime as _rt
-from . import settings as _settings
+from . import distributed_reduce as _reduce
+from .distributed_p2p import PointToPoint
+from .distributed_shared import SharedStorages as _SharedStorages
 from ..runtime_errors import CommError, InvalidArgument, MismatchError, PeerTimeoutError, RuntimeFailure
 
 __all__ = ["MusterProcessGroup", "BACKEND", "MusterBackendError"]
@@ -88,6 +106,7 @@ BACKEND = "muster"
 _c10d = torch._C._distributed_c10d
 _C10D_FILE = os.path.join("torch", "distributed", "distributed_c10d.py")
 _ReduceOp = dist.ReduceOp
+_ANY_SOURCE = -1  # the runtime's recv_async(src=-1): the first matching message from any rank
 
 # torch dtype -> the runtime's name, for dtypes the runtime reduces natively.
 _NATIVE = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
@@ -139,107 +158,6 @@ def _reduce_locally(stacked, op):
     raise InvalidArgument("all_reduce: the muster backend has no %s" % (op,))
 
 
-# A tensor of at least this many bytes that a group allreduces a second time
-# from the same storage (DDP's buckets, a script's long-lived buffers) has
-# that storage moved into shared memory, so the runtime reduces it in place.
-_SHARE_MIN_BYTES = 1 << 20
-
-
-def _storage_of(t):
-    return t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage().untyped()
-
-
-def _dev_shm_has_room(nbytes):
-    """Whether /dev/shm can take `nbytes` more with as much to spare: a full one
-    kills the process with SIGBUS on first touch instead of failing cleanly."""
-    try:
-        st = os.statvfs("/dev/shm")
-    except OSError:
-        return False
-    return st.f_bavail * st.f_frsize >= 2 * nbytes
-
-
-class _SharedStorages:
-    """The storages a group has moved into shared memory for the direct path.
-
-    The runtime's direct allreduce reads and writes every rank's buffer in
-    place, which needs the buffers in memory the peers can map. DDP's buckets
-    are private (the reducer allocates them), so the ring would move them
-    through its shared slots, in and out. A storage that comes back for a
-    second allreduce is moved, in place, into torch's shared memory
-    (share_memory_(): views and the reducer's references follow), and each
-    allreduce on it names its file to the runtime, which maps the peers'
-    files once and then reduces in place (AllreduceOptions::shared_fd).
-    Storages seen once (temporaries such as a torch.cat of gradients) are
-    left alone. Each entry holds a weak reference: when a storage dies (DDP
-    rebuilds its buckets after the first step) the runtime's mapping of its
-    file is dropped before the next op. A shared storage cannot be resized
-    afterwards. The DistributedOptimizer's rule decides whether to
-    (settings.shared_gradients(), MUSTER_SHARED_GRADIENTS): not where only
-    private memory gets transparent huge pages, since backward and DDP's
-    bucket copies then run slower on shared memory's 4 KiB pages than the
-    staging costs.
-    """
-
-    def __init__(self, comm):
-        self._comm = comm
-        self._on = comm.shares_host_memory and _settings.shared_gradients()
-        self._seen = {}  # storage's _cdata -> _Seen
-        self._lock = threading.Lock()
-
-    def offer(self, t):
-        """(fd, offset, entry) of contiguous `t`'s storage for the runtime, or (-1, 0, entry).
-
-        The caller hands `entry` to done() once the op has finished: a
-        storage is moved only while no op of this group uses it (moving frees
-        its old memory, which an op in flight would still read and write)."""
-        if not self._on or t.numel() * t.element_size() < _SHARE_MIN_BYTES:
-            return -1, 0, None
-        with self._lock:
-            self._forget_dead()
-            storage = _storage_of(t)
-            seen = self._seen.get(storage._cdata)
-            first = seen is None
-            if first:
-                seen = self._seen[storage._cdata] = _Seen(storage)
-            seen.busy += 1
-            if first or seen.refused or (seen.busy > 1 and not storage.is_shared()):
-                return -1, 0, seen
-            try:
-                if not storage.is_shared() and not _dev_shm_has_room(storage.nbytes()):
-                    raise RuntimeError("no room in /dev/shm")
-                fd, _ = storage._share_fd_cpu_()  # in place; the same fd once shared
-                if seen.file is None:
-                    st = os.fstat(fd)
-                    seen.file = (st.st_dev, st.st_ino)
-            except (RuntimeError, AttributeError, OSError):  # another sharing strategy, no room
-                seen.refused = True
-                return -1, 0, seen
-            return fd, t.data_ptr() - storage.data_ptr(), seen
-
-    def done(self, seen):
-        if seen is not None:
-            with self._lock:
-                seen.busy -= 1
-
-    def _forget_dead(self):
-        for key in [k for k, seen in self._seen.items() if seen.ref.expired()]:
-            seen = self._seen.pop(key)
-            if seen.file is not None:
-                self._comm.forget_shared_file(*seen.file)
-
-
-class _Seen:
-    __slots__ = ("ref", "file", "refused", "busy")
-
-    def __init__(self, storage):
-        from torch.multiprocessing.reductions import StorageWeakRef
-        self.ref = StorageWeakRef(storage)
-        self.file = None  # (st_dev, st_ino) once shared
-        self.refused = False
-        self.busy = 0  # this group's allreduces on it not yet finished
-
-
 class _StoreAdapter:
     """The c10d Store as the runtime's store: set(key, bytes), get(keys, timeout_ms) -> [bytes]."""
 
@@ -257,7 +175,11 @@ class _StoreAdapter:
 def _as_backend_error(err):
     if isinstance(err, MusterBackendError):
         return err
-    out = MusterBackendError("muster backend: %s" % err, getattr(err, "rank", None))
+    if isinstance(err, PeerTimeoutError):  # the group's timeout, in the words torch's callers look for
+        text = "muster backend: Timed out (the group's timeout passed with no progress): %s" % err
+    else:
+        text = "muster backend: %s" % err
+    out = MusterBackendError(text, getattr(err, "rank", None))
     out.__cause__ = err
     return out
 
@@ -351,7 +273,6 @@ class MusterProcessGroup(dist.ProcessGroup):
 
     def __init__(self, store, rank, size, timeout):
         super().__init__(rank, size)
-        self._store = store
         timeout_ms = int(timeout.total_seconds() * 1000) if timeout is not None else 0
         ext = _rt.extension()
         try:
@@ -361,7 +282,8 @@ class MusterProcessGroup(dist.ProcessGroup):
             raise _as_backend_error(err) from err
         self._done = _Completions("muster-pg-%d" % rank)
         self._shared = _SharedStorages(self._comm)
-        self._p2p_seq = {}
+        self._p2p = PointToPoint(self._comm, _as_backend_error)
+        self._timeout = timeout if timeout is not None else datetime.timedelta(milliseconds=self._comm.timeout_ms)
         self._closed = False
         _open_groups.add(self)
 
@@ -399,12 +321,14 @@ class MusterProcessGroup(dist.ProcessGroup):
         return _c10d._create_work_from_future(future)
 
     @staticmethod
-    def _one(tensors, what):
+    def _one(tensors, what, sparse_ok=False):
         if len(tensors) != 1:
             raise InvalidArgument("%s: the muster backend takes one tensor per process, got %d" % (what, len(tensors)))
         t = tensors[0]
         if t.device.type != "cpu":
             raise InvalidArgument("%s: the muster backend works on CPU tensors, got one on %s" % (what, t.device))
+        if t.is_sparse and not sparse_ok:
+            raise InvalidArgument("%s: the muster backend takes sparse tensors only in all_reduce, got one here" % what)
         return t
 
     @staticmethod
@@ -416,8 +340,15 @@ class MusterProcessGroup(dist.ProcessGroup):
     # --- allreduce -----------------------------------------------------------------------------------
 
     def allreduce(self, tensors, opts=None):
-        t = self._one(tensors, "all_reduce")
+        t = self._one(tensors, "all_reduce", sparse_ok=True)
         op = opts.reduceOp if opts is not None else _ReduceOp.SUM
+        if t.is_sparse:
+            return self._sparse_allreduce(t, op)
+        if _reduce.is_premul_sum(op):  # each rank's tensor times the factor, then the sum
+            if not t.is_floating_point():
+                raise InvalidArgument("all_reduce: PREMUL_SUM multiplies by a float; got a %s tensor" % t.dtype)
+            t.mul_(_reduce.premul_factor(op))
+            op = _ReduceOp.SUM
         name = _op_name(op)
         if name is not None and t.dtype in _NATIVE and t.is_contiguous():
             shared = self._shared
@@ -460,6 +391,22 @@ class MusterProcessGroup(dist.ProcessGroup):
             t.copy_(out)
             return [t]
         return self._submit(lambda: self._allgather_raw(mine, gathered), reduce_here)
+
+    def _sparse_allreduce(self, t, op):
+        """The sum of every rank's sparse COO tensor, into `t` (torch's gloo backend's sparse all_reduce):
+        every rank's indices and values (allgatherv, so the counts may differ), then the sum, coalesced."""
+        if op != _ReduceOp.SUM:
+            raise InvalidArgument("all_reduce of a sparse tensor: the muster backend sums them (ReduceOp.SUM), got %s"
+                                  % (op,))
+        mine = t.coalesce()
+        indices = mine.indices().contiguous()
+        values = mine.values().contiguous()
+        gather = _reduce.SparseGather(self._comm, indices, values)
+
+        def total():
+            t.copy_(gather.sum(t.shape, t.dtype))
+            return [t]
+        return self._submit(gather.start, total)
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = opts.reduceOp if opts is not None else _ReduceOp.SUM
@@ -552,6 +499,34 @@ class MusterProcessGroup(dist.ProcessGroup):
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         works = [self._allgather_base(o, i) for o, i in zip(outputs, inputs)]
         return works[-1] if works else self._completed([])
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        """all_gather_coalesced: every rank's list of tensors (sizes may differ within the list, alike on
+        every rank) into output_lists[rank]: one allgather of their bytes laid end to end."""
+        size = self.size()
+        if len(output_lists) != size or any(len(outs) != len(input_list) for outs in output_lists):
+            raise InvalidArgument("all_gather_coalesced: expected %d output lists of %d tensors each"
+                                  % (size, len(input_list)))
+        for outs in output_lists:
+            for i, (o, t) in enumerate(zip(outs, input_list)):
+                if o.numel() != t.numel() or o.dtype != t.dtype:
+                    raise InvalidArgument("all_gather_coalesced: output %d has %d elements of %s, input %d has %d of %s"
+                                          % (i, o.numel(), o.dtype, i, t.numel(), t.dtype))
+        for t in input_list:
+            self._one([t], "all_gather_coalesced")
+        parts = [t.contiguous().reshape(-1).view(torch.uint8) for t in input_list]
+        mine = torch.cat(parts) if parts else torch.empty(0, dtype=torch.uint8)
+        gathered = torch.empty((size, mine.numel()), dtype=torch.uint8)
+
+        def scatter_out():
+            for r, outs in enumerate(output_lists):
+                offset = 0
+                for o, part in zip(outs, parts):
+                    n = part.numel()
+                    o.copy_(gathered[r, offset:offset + n].view(o.dtype).view_as(o))
+                    offset += n
+            return [o for outs in output_lists for o in outs]
+        return self._submit(lambda: self._allgather_raw(mine, gathered), scatter_out)
 
     def gather(self, output_tensors, input_tensors, opts=None):
         t = self._one(input_tensors, "gather")
@@ -690,33 +665,36 @@ class MusterProcessGroup(dist.ProcessGroup):
     def barrier(self, opts=None):
         return self._submit(lambda: self._comm.barrier_async(), lambda: [])
 
-    # --- point to point, through the store ----------------------------------------------------------
-
-    def _p2p_key(self, src, dst, tag):
-        n = self._p2p_seq.get((src, dst, tag), 0)
-        self._p2p_seq[(src, dst, tag)] = n + 1
-        return "muster-p2p/%d/%d/%d/%d" % (src, dst, tag, n)
+    # --- point to point (distributed_p2p.py) -----------------------------------------------------------
 
     def send(self, tensors, dst, tag=0):
-        t = self._one(tensors, "send")
-        self._check()
-        self._store.set(self._p2p_key(self.rank(), int(dst), int(tag)), t.contiguous().numpy().tobytes())
-        return self._completed([t])
+        return self._p2p.send(tensors, dst, tag)
 
     def recv(self, tensors, src, tag=0):
-        t = self._one(tensors, "recv")
-        self._check()
-        key = self._p2p_key(int(src), self.rank(), int(tag))
-        data = self._store.get(key)
-        self._store.delete_key(key)
-        nbytes = t.numel() * t.element_size()
-        if len(data) != nbytes:
-            raise InvalidArgument("recv: rank %d sent %d bytes, this rank's tensor holds %d" % (src, len(data), nbytes))
-        t.copy_(torch.frombuffer(bytearray(data), dtype=t.dtype).view_as(t))
-        return self._completed([t])
+        return self._p2p.recv(tensors, src, tag)
 
     def recv_anysource(self, tensors, tag=0):
-        raise InvalidArgument("recv from any source is not offered by the muster backend: name the sender")
+        return self._p2p.recv(tensors, _ANY_SOURCE, tag)
+
+    # batch_isend_irecv wraps its isend/irecv in these: each op starts as it is issued (none waits on
+    # another), so the batch needs no grouping of its own.
+    def _start_coalescing(self):
+        pass
+
+    def _end_coalescing(self, reqs=None):
+        pass
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        """torch's monitored_barrier (dist.monitored_barrier on a "muster" group comes here): rank 0 waits up to
+        `timeout` (default: the group's) for every rank and raises naming those that did not arrive, the first
+        in rank order, or all of them with wait_all_ranks; the others pass only if all arrived.
+
+            dist.monitored_barrier(timeout=timedelta(seconds=30), wait_all_ranks=True)
+            # rank 0: RuntimeError "... Ranks 2, 3 failed to pass monitoredBarrier in 30000 ms ..."
+        """
+        timeout = timeout if timeout is not None else self._timeout
+        seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
+        self._p2p.monitored_barrier(self.rank(), self.size(), max(0.0, seconds), bool(wait_all_ranks))
 
     # --- lifetime -------------------------------------------------------------------------------------
 
@@ -736,7 +714,8 @@ class MusterProcessGroup(dist.ProcessGroup):
         if not self._done.close(grace_s):
             self._comm.close()  # fails the op the thread waits on (CommError), so it ends
             self._done.close(grace_s)
-        self._comm.close()
+        self._comm.close()  # ends the point-to-point ops still pending: their buffers may go now
+        self._p2p.orphans.clear()
 
     def __del__(self):
         try:
@@ -776,6 +755,28 @@ def _register():
     dist.Backend.register_backend(BACKEND, _create)
 
 
+def _offer_monitored_barrier():
+    """torch 1.13's dist.monitored_barrier refuses every backend but gloo by name, before it asks the group:
+    a "muster" group answers it itself (MusterProcessGroup.monitored_barrier); any other goes to torch's."""
+    original = dist.monitored_barrier
+    if getattr(original, "_muster", False):
+        return
+
+    @functools.wraps(original)
+    def monitored_barrier(group=dist.GroupMember.WORLD, timeout=None, wait_all_ranks=False):
+        from torch.distributed import distributed_c10d as c10d
+        if c10d._rank_not_in_group(group):
+            c10d._warn_not_in_group("monitored_barrier")
+            return None
+        target = c10d._get_default_group() if group is None else group
+        if isinstance(target, MusterProcessGroup):
+            return target.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+        return original(group, timeout, wait_all_ranks)
+    monitored_barrier._muster = True
+    dist.monitored_barrier = monitored_barrier
+    dist.distributed_c10d.monitored_barrier = monitored_barrier
+
+
 # Groups not yet shut down. At interpreter exit their completion threads must
 # have ended before finalization starts: a daemon thread still inside a call
 # that released the GIL (torch's Future.set_result does, and so does the
@@ -798,6 +799,7 @@ def _close_open_groups():
 
 atexit.register(_close_open_groups)
 _register()
+_offer_monitored_barrier()
 
 # Errors that callers may want by name.
 CommError = CommError
