@@ -164,7 +164,9 @@ def test_muster_horovodrun_takes_python_script_and_says_how_the_cluster_ended(da
     assert cluster["status"] == "succeeded", cluster
     for wid in cluster["workers"]["worker"]:
         w = muster.get_worker(wid)
-        assert w["status"] == "stopped" and w["reason"] == "cluster %s succeeded" % cluster["id"], w
+        # The hosts end as their ranks did: succeeded, exit code 0.
+        assert w["status"] == "succeeded" and w["exit_code"] == 0, w
+        assert w["reason"] == "cluster %s succeeded" % cluster["id"], w
     assert "[1,1]<stdout>:rank 1 of 2" in muster.cluster_logs(cluster).splitlines()
     table = run(daemon, ["muster", "ps", "-a"]).stdout
     assert all(re.search(r"^%s .*cluster %s succeeded$" % (wid, cluster["id"]), table, re.M)
