@@ -14,6 +14,8 @@
 //   it, yet what it sent before is still received;
 // - sends and recvs interleave with collectives in any order without
 //   deadlock (two ranks each receiving before their collective's peer sends);
+// - messages of 32 MB or more, copied once (from the sender's memory, each
+//   side half where the recv is posted), arrive byte for byte;
 // - invalid ranks are InvalidArgument.
 #include <gtest/gtest.h>
 
@@ -218,6 +220,42 @@ INSTANTIATE_TEST_SUITE_P(Transports, PointToPoint,
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param));
                          });
+
+// Single copy (sends of 32 MB or more between ranks of one host): the
+// receiver reads from the sender's memory, and where the recv is posted
+// first the sender writes half of it itself; where it is not (the message
+// waits unexpected) the receiver reads it all into memory of its own. Byte
+// for byte either way, and with single copy turned off (the ring).
+TEST(PointToPointSingleCopy, LargeMessagesArriveByteForByteWhetherTheRecvIsPostedOrNot) {
+  for (const bool single_copy : {true, false}) {
+    const auto errors = run_world_collect(3, "shm", [&](int rank, Communicator& comm) {
+      const std::size_t bytes = (std::size_t{40} << 20) + 3;
+      const int right = (rank + 1) % 3, left = (rank + 2) % 3;
+      const auto out = pattern(bytes, rank);
+      std::vector<uint8_t> in(bytes, 0);
+      // Posted first: the split copy.
+      Handle r = comm.recv_async(in.data(), bytes, left, tag(1));
+      comm.barrier();
+      comm.send_async(out.data(), bytes, right, tag(1)).wait();
+      r.wait();
+      EXPECT_TRUE(in == pattern(bytes, left)) << "posted recv, single copy " << single_copy;
+      // Sent first: the receiver takes it into memory of its own, then into the recv.
+      std::fill(in.begin(), in.end(), 0);
+      comm.send_async(out.data(), bytes, right, tag(2)).wait();
+      comm.barrier();
+      comm.recv_async(in.data(), bytes, left, tag(2)).wait();
+      EXPECT_TRUE(in == pattern(bytes, left)) << "unexpected message, single copy " << single_copy;
+    }, [&](int) {
+      CommOptions o;
+      o.timeout = std::chrono::milliseconds(30000);
+      o.p2p_single_copy = single_copy;
+      return o;
+    });
+    for (std::size_t r = 0; r < errors.size(); ++r) {
+      if (errors[r]) ADD_FAILURE() << "single copy " << single_copy << ", rank " << r << ": " << what(errors[r]);
+    }
+  }
+}
 
 // A peer that closes: what it sent before stays receivable, the recv still
 // waiting on it fails naming it (well within the timeout), and a send to it

@@ -81,6 +81,11 @@ CommOptions apply_env(CommOptions o) {
   } else {
     o.check_ops = v.value;
   }
+  if (const auto v = base::Settings::environment().boolean("MUSTER_COMM_P2P_SINGLE_COPY", o.p2p_single_copy); !v.ok()) {
+    throw InvalidArgument(v.error);
+  } else {
+    o.p2p_single_copy = v.value;
+  }
   if (o.timeout.count() <= 0) throw InvalidArgument("CommOptions.timeout must be positive");
   if (o.formation_timeout.count() < 0) throw InvalidArgument("CommOptions.formation_timeout must not be negative");
   if (o.formation_timeout.count() == 0) o.formation_timeout = std::max(o.timeout, std::chrono::milliseconds(60000));

@@ -218,6 +218,13 @@ struct CommOptions {
   // MUSTER_COMM_SPIN_US overrides it.
   std::chrono::microseconds spin = kAutoSpin;
   static constexpr std::chrono::microseconds kAutoSpin{-1};
+  // Point to point between ranks of one host: a send of 32 MB or more only
+  // names its buffer, and the receiver reads it straight from the sender's
+  // memory (process_vm_readv; the sender writes half into the recv's buffer
+  // when it is posted), where the kernel lets them; else, and with this
+  // off, every byte goes through the pair's shared-memory ring.
+  // MUSTER_COMM_P2P_SINGLE_COPY=0|1 overrides it.
+  bool p2p_single_copy = true;
   // Which ranks share a host, and with it shared memory and loopback: ranks
   // whose keys are equal. "" = this machine's (hostname, boot, network
   // namespace, /dev/shm: host_map.h). Tests give ranks on threads keys of

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace muster::runtime::comm {
@@ -30,6 +31,32 @@ class P2pChannel {
   // wrote before it went stays readable. May cost a system call or two:
   // the engine asks every 50 ms at most.
   virtual std::string gone() = 0;
+
+  // Single copy (point_to_point.h's kPull). Whether the peer can read this
+  // rank's memory directly, so a large send need only name its buffer.
+  virtual bool peer_pulls() { return false; }
+  // Reads `bytes` at address `from` of the peer's memory into `dst`; how many
+  // it read, 0 with *error set when it cannot.
+  virtual std::size_t pull(void* dst, uint64_t from, std::size_t bytes, std::string* error) {
+    (void)dst;
+    (void)from;
+    (void)bytes;
+    *error = "this channel cannot read its peer's memory";
+    return 0;
+  }
+  // Writes `bytes` from `src` to address `to` of the peer's memory; how many
+  // it wrote, 0 with *error set when it cannot.
+  virtual std::size_t push(uint64_t to, const void* src, std::size_t bytes, std::string* error) {
+    (void)to;
+    (void)src;
+    (void)bytes;
+    *error = "this channel cannot write its peer's memory";
+    return 0;
+  }
+  // Called by the engine's thread on every idle pass until it returns true:
+  // whatever the channel sets up once the peer is there (the shm channel
+  // checks that it can read the peer's memory and tells the peer so).
+  virtual bool settle() { return true; }
 };
 
 // How the engine's thread waits when nothing moved, and how a caller's

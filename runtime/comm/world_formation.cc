@@ -362,9 +362,9 @@ void WorldCommunicator::form_p2p(const std::function<bool(int, int)>& shm_betwee
     if (r == rank_) continue;
     if (shm_between(rank_, r)) {
       const int l = hosts_.local_of[ur];
-      channels[ur] = std::make_unique<shm::ShmP2pChannel>(segment_->p2p_ring(shm_local_, l),
-                                                          segment_->p2p_ring(l, shm_local_), segment_->p2p_bell(l),
-                                                          segment_->peer(l), r);
+      channels[ur] = std::make_unique<shm::ShmP2pChannel>(
+          segment_->p2p_ring(shm_local_, l), segment_->p2p_ring(l, shm_local_), segment_->p2p_bell(shm_local_),
+          segment_->p2p_bell(l), segment_->peer(l), shm_local_, l, r, options_.p2p_single_copy);
       rings = true;
     } else if (tcp_.p2p[ur].valid()) {
       auto stream = std::make_unique<tcp::TcpP2pChannel>(std::move(tcp_.p2p[ur]), r);
@@ -372,6 +372,7 @@ void WorldCommunicator::form_p2p(const std::function<bool(int, int)>& shm_betwee
       channels[ur] = std::move(stream);
     }
   }
+  if (rings && options_.p2p_single_copy) shm::publish_p2p_probe(segment_->p2p_bell(shm_local_));
   std::unique_ptr<P2pWaiter> waiter;
   if (rings && streams.empty()) {
     waiter = std::make_unique<shm::P2pBellWaiter>(segment_->p2p_bell(shm_local_));

@@ -69,11 +69,16 @@ struct ChannelHeader {
   alignas(64) std::atomic<uint64_t> tail;  // segments released (consumer)
 };
 
-// A point-to-point thread's doorbell: peers bump `bell` (and wake it, if
-// `sleeping`) when they write into or read out of a ring it uses.
+// A point-to-point thread's line: peers bump `bell` (and wake it, if
+// `sleeping`) when they write into or read out of a ring it uses. For
+// single-copy sends (p2p_ring.h): `probe` is the address of a word in this
+// rank's memory holding kP2pProbe, and bit j of `pulls_from` says this rank
+// has read local rank j's probe (so it can read that rank's buffers).
 struct alignas(64) P2pBell {
   std::atomic<uint32_t> bell;
   std::atomic<uint32_t> sleeping;
+  std::atomic<uint64_t> probe;
+  std::atomic<uint64_t> pulls_from;
 };
 
 // A single-producer single-consumer ring of bytes: `head` counts the bytes
