@@ -270,18 +270,19 @@ void PointToPoint::run() {
     }
     waiter_->sleep(wait);
   }
-  wait_for_pushes(std::chrono::milliseconds(2000));
+  wait_for_copies(std::chrono::milliseconds(2000));
   fail_all("the communicator was closed while it waited");
 }
 
-// At close: a recv a peer is still writing into is not handed back (failed)
-// before the peer has finished or gone, so its buffer is not written after.
-void PointToPoint::wait_for_pushes(std::chrono::milliseconds at_most) {
+// At close: a recv a peer is still writing into, or a send it is still
+// reading from, is not handed back (failed) before the peer has finished or
+// gone, so no buffer is touched after its op ended.
+void PointToPoint::wait_for_copies(std::chrono::milliseconds at_most) {
   const auto until = Clock::now() + at_most;
   for (;;) {
     bool any = false;
     for (auto& p : peers_) {
-      if (p.pushed_into.empty() || !p.channel || p.in_broken || !p.gone.empty()) continue;
+      if ((p.pushed_into.empty() && p.awaiting.empty()) || !p.channel || p.in_broken || !p.gone.empty()) continue;
       any = true;
       pump_in(p, Clock::now());
       if (!p.channel->gone().empty()) peer_gone(p, p.channel->gone());

@@ -117,7 +117,7 @@ class PointToPoint {
   bool pump_out(Peer& p, Clock::time_point now);
   bool pump_pushes(Peer& p, Clock::time_point now);
   void control(Peer& p, P2pHeader::Kind kind, uint64_t seq, uint64_t from = 0, uint64_t bytes = 0);
-  void wait_for_pushes(std::chrono::milliseconds at_most);
+  void wait_for_copies(std::chrono::milliseconds at_most);
   bool pump_in(Peer& p, Clock::time_point now);
   void on_header(Peer& p, Clock::time_point now);
   void complete_message(Peer& p);
