@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes bench/out/torch.md (the RESULTS.md section) from bench/out/torch.json.
 
-usage: report.py OUT_DIR [load_before load_after]
-Also records the load average in torch.json and whether each target was met.
+usage: report.py OUT_DIR [load_before load_after [p2p_load_before p2p_load_after]]
+Also records the load averages in torch.json / torch_p2p.json ("" keeps the one recorded) and
+whether each target was met.
 """
 import json
 import os
@@ -14,6 +15,7 @@ OVERHEAD_TARGET = 0.05
 # DDP on the "muster" backend (muster.torch.distributed), on the 25 M-parameter model:
 DDP_MUSTER_VS_GLOO = 1.3        # at least this many times DDP(gloo)'s speed per step
 DDP_MUSTER_OVER_MUSTER = 0.05   # at most this much slower than muster.torch's DistributedOptimizer
+P2P_64MB_VS_GLOO = 2.0          # send/recv of 64 MB on one host: at least this many times gloo's speed
 
 
 def main():
@@ -21,8 +23,20 @@ def main():
     path = os.path.join(out, "torch.json")
     with open(path) as f:
         r = json.load(f)
-    if len(sys.argv) > 3:
+    if len(sys.argv) > 3 and sys.argv[2] and sys.argv[3]:
         r["load_average"] = {"before": float(sys.argv[2]), "after": float(sys.argv[3])}
+    p2p = None
+    p2p_path = os.path.join(out, "torch_p2p.json")
+    if os.path.exists(p2p_path):
+        with open(p2p_path) as f:
+            p2p = json.load(f)
+        if len(sys.argv) > 5 and sys.argv[4] and sys.argv[5]:
+            p2p["load_average"] = {"before": float(sys.argv[4]), "after": float(sys.argv[5])}
+        big = p2p["p2p"].get(str(64 << 20))
+        if big:
+            p2p["target_64mb_vs_gloo"] = {"speedup": P2P_64MB_VS_GLOO, "met": big["speedup_vs_gloo"] >= P2P_64MB_VS_GLOO}
+        with open(p2p_path, "w") as f:
+            json.dump(p2p, f, indent=2, sort_keys=True)
     r["targets"] = {
         # "reachable": whether even a zero-cost averaging (the floor) could meet it.
         "models": {k: {"speedup_vs_ddp": v, "met": r["models"][k]["speedup_vs_ddp"] >= v,
@@ -147,8 +161,31 @@ def main():
                    if "extension_overhead_of_medians" in o else ""),
                   o["extension_overhead"] * 100, OVERHEAD_TARGET * 100,
                   mark(t["extension_overhead"]["met"]), o.get("runtime_numpy_s", float("nan")) * 1e3)]
+    if p2p is not None:
+        lines += p2p_section(p2p, mark)
     with open(os.path.join(out, "torch.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def p2p_section(p, mark):
+    """send/recv between the two ranks (bench/out/torch_p2p.json)."""
+    lines = ["", "Point to point (`dist.send` / `dist.recv`, float32 tensors, rank 0 to rank 1 and back; one-way "
+             "time = round trip / 2, the slowest rank's, medians; gloo over TCP on localhost, the muster backend "
+             "on its shared-memory rings, and from 32 MB on copied once, straight between the two tensors "
+             "(`process_vm_readv`/`writev`, each side half: runtime/comm/point_to_point.h)%s):" % (
+                 "; load average %.1f before, %.1f after" % (p["load_average"]["before"], p["load_average"]["after"])
+                 if "load_average" in p else ""), "",
+             "| message | muster backend | gloo | muster vs gloo | same, rep by rep |", "|---|---|---|---|---|"]
+    for nbytes, a in sorted(p["p2p"].items(), key=lambda kv: int(kv[0])):
+        n = int(nbytes)
+        size = "%d KB" % (n >> 10) if n < (1 << 20) else "%d MB" % (n >> 20)
+        lines.append("| %s | %.3f ms (%.2f GB/s) | %.3f ms (%.2f GB/s) | %.2fx | %.2fx |" % (
+            size, a["muster_s"] * 1e3, a["muster_gbs"], a["gloo_s"] * 1e3, a["gloo_gbs"], a["speedup_vs_gloo"],
+            a["speedup_vs_gloo_paired"]))
+    t = p.get("target_64mb_vs_gloo")
+    if t:
+        lines += ["", "Target: send/recv of 64 MB on one host >= %.0fx gloo: %s." % (t["speedup"], mark(t["met"]))]
+    return lines
 
 
 def huge_pages_section(r, thp, t, mark):

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # bench/torch: muster.torch and DDP on the "muster" backend vs PyTorch's DDP on gloo, side
 # by side in the same 2-rank job, one thread per rank (torch_bench.py).
-#   usage: bash bench/torch/run.sh <build-dir>       (make bench-torch)
-# Writes bench/out/torch.json ({"models": {...}, "allreduce": {...}, "overhead": {...}})
-# and bench/out/torch.md (the RESULTS.md section).
+#   usage: bash bench/torch/run.sh <build-dir> [p2p]   (make bench-torch)
+# Writes bench/out/torch.json ({"models": {...}, "allreduce": {...}, "overhead": {...}}),
+# bench/out/torch_p2p.json (send/recv 4 KB, 1 MB, 64 MB: {"p2p": {...}}) and bench/out/torch.md
+# (the RESULTS.md section). With `p2p`, only the point-to-point part runs (torch.json is kept).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD="${1:-build}"
+PART="${2:-all}"
 case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
 OUT="$ROOT/bench/out"
 mkdir -p "$OUT"
@@ -31,6 +33,15 @@ MPIRUN=(mpirun --allow-run-as-root --oversubscribe -mca btl self,vader,tcp
 
 # The machine is shared: record its load next to the figures.
 LOAD_BEFORE=$(cut -d' ' -f1 /proc/loadavg)
+echo "bench/torch: send/recv 4 KB, 1 MB, 64 MB between the two ranks, muster backend vs gloo"
+BENCH_TORCH_ONLY=p2p "${MPIRUN[@]}" -x BENCH_TORCH_ONLY /usr/bin/python3 "$ROOT/bench/torch/torch_bench.py" \
+  "$OUT/torch_p2p.json"
+if [ "$PART" = p2p ]; then
+  LOAD_AFTER=$(cut -d' ' -f1 /proc/loadavg)
+  /usr/bin/python3 "$ROOT/bench/torch/report.py" "$OUT" "" "" "$LOAD_BEFORE" "$LOAD_AFTER"
+  cat "$OUT/torch.md"
+  exit 0
+fi
 echo "bench/torch: muster.torch vs DDP/gloo (CNN, 25M MLP) and allreduce 1/16/64 MB, 2 ranks x 1 thread"
 "${MPIRUN[@]}" /usr/bin/python3 "$ROOT/bench/torch/torch_bench.py" "$OUT/torch.json"
 # The models again with glibc's malloc asking for transparent huge pages, for
@@ -41,5 +52,5 @@ GLIBC_TUNABLES=glibc.malloc.hugetlb=1 BENCH_TORCH_ONLY=models \
   "$OUT/torch_thp.json"
 LOAD_AFTER=$(cut -d' ' -f1 /proc/loadavg)
 
-/usr/bin/python3 "$ROOT/bench/torch/report.py" "$OUT" "$LOAD_BEFORE" "$LOAD_AFTER"
+/usr/bin/python3 "$ROOT/bench/torch/report.py" "$OUT" "$LOAD_BEFORE" "$LOAD_AFTER" "$LOAD_BEFORE" "$LOAD_AFTER"
 cat "$OUT/torch.md"

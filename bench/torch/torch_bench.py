@@ -19,6 +19,11 @@ hits all alike; figures are medians.
   allreduce.<b>   in-place float32 sum of b bytes: hvd.allreduce_ vs
                   torch.distributed.all_reduce on gloo and on muster
                   (algbw = bytes / time)
+  p2p.<b>         point to point between the two ranks: b bytes sent by
+                  dist.send and taken by dist.recv, there and back (rank 0
+                  sends, rank 1 receives and sends the same bytes back), on
+                  gloo and on the muster backend; one-way time = round trip / 2
+                  (BENCH_TORCH_ONLY=p2p runs only these, into torch_p2p.json)
   overhead        hvd.allreduce_ at 64 MB vs the C++ runtime's own ring
                   allreduce called directly on the same torch tensor (what
                   the Python layers add), and on a numpy array
@@ -259,6 +264,35 @@ def bench_allreduce(nbytes, reps):
             "reps": reps}
 
 
+def bench_p2p(nbytes, reps):
+    n = nbytes // 4
+    bufs = {"gloo": torch.ones(n), "muster": torch.ones(n)}
+    groups = {"gloo": None, "muster": MUSTER_PG}
+    times = {k: [] for k in groups}
+    names = list(groups)
+
+    def round_trip(name):
+        t, g = bufs[name], groups[name]
+        if hvd.rank() == 0:
+            dist.send(t, 1, group=g)
+            dist.recv(t, 1, group=g)
+        else:
+            dist.recv(t, 0, group=g)
+            dist.send(t, 0, group=g)
+    for i in range(reps + 2):
+        for name in names[i % 2:] + names[:i % 2]:  # alternate which goes first
+            t = slowest(timed(lambda: round_trip(name))) / 2
+            if i >= 2:
+                times[name].append(t)
+    for name, t in bufs.items():  # the bytes came back unchanged
+        assert torch.equal(t, torch.ones(n)), name
+    med = {k: statistics.median(v) for k, v in times.items()}
+    paired = statistics.median(g / m for g, m in zip(times["gloo"], times["muster"]))
+    return {"muster_s": med["muster"], "gloo_s": med["gloo"], "muster_gbs": nbytes / med["muster"] / 1e9,
+            "gloo_gbs": nbytes / med["gloo"] / 1e9, "speedup_vs_gloo": med["gloo"] / med["muster"],
+            "speedup_vs_gloo_paired": paired, "reps": reps}
+
+
 def main():
     global MUSTER_PG
     out_path = sys.argv[1]
@@ -270,7 +304,18 @@ def main():
     result = {"ranks": hvd.size(), "threads_per_rank": torch.get_num_threads(), "torch": torch.__version__,
               "models": {}, "allreduce": {}, "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
               "thp": {"enabled": settings._thp_mode("enabled"), "shmem_enabled": settings._thp_mode("shmem_enabled")}}
-    only = os.environ.get("BENCH_TORCH_ONLY", "")  # "models" or "allreduce": a quicker probe
+    only = os.environ.get("BENCH_TORCH_ONLY", "")  # "models", "allreduce" or "p2p": a part only
+    if only == "p2p":
+        result["p2p"] = {}
+        for nbytes, reps in ((4 << 10, 200), (1 * MB, 50), (64 * MB, 15)):
+            result["p2p"][str(nbytes)] = bench_p2p(nbytes, reps)
+            if hvd.rank() == 0:
+                print("send/recv %8d B: %s" % (nbytes, result["p2p"][str(nbytes)]), flush=True)
+        dist.destroy_process_group()
+        if hvd.rank() == 0:
+            with open(out_path, "w") as f:
+                json.dump(result, f, indent=2, sort_keys=True)
+        return
     for nbytes, reps in ((1 * MB, 21), (16 * MB, 11), (64 * MB, 15)) if only != "models" else ():
         result["allreduce"][str(nbytes)] = bench_allreduce(nbytes, reps)
         if hvd.rank() == 0:
