@@ -298,6 +298,12 @@ def p2p():
         dist.send(torch.full((3,), float(RANK)), 0)
         if RANK == SIZE - 1:
             dist.send(torch.ones(3) * 7, 0, tag=1)
+    # A point-to-point Work's future (Work.get_future()): completed with its tensors.
+    got = torch.zeros(4)
+    futs = [dist.isend(torch.full((4,), float(RANK)), right, tag=6).get_future(),
+            dist.irecv(got, left, tag=6).get_future()]
+    torch.futures.wait_all(futs)
+    check(torch.equal(futs[1].value()[0], torch.full((4,), float(left))), "irecv's future: %s" % futs[1].value())
     # Non-contiguous tensors both ways.
     out = torch.arange(12, dtype=torch.float32).view(3, 4).t()
     got = torch.zeros(3, 4).t()
