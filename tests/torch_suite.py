@@ -121,6 +121,10 @@ def prepare(backend, np):
     # The cases that form a group a second time (test_barrier_timeout_global) use this init_method, read at import.
     os.environ["INIT_METHOD"] = "file://" + os.path.join(tempfile.mkdtemp(prefix="torch-suite-init-"), "init_file")
     sys.path.insert(0, os.path.join(HERE, "torch_suite_shim"))
+    # From a plain shell, as the README has it: the repository's SDK (forked ranks inherit sys.path).
+    sdk = os.path.join(os.path.dirname(HERE), "sdk", "python")
+    if sdk not in sys.path:
+        sys.path.insert(0, sdk)
     import torch.nn.parallel._replicated_tensor_ddp_utils as replicated
     replicated._set_ddp_with_replicated_tensor = lambda value: None  # see the docstring
     from torch.testing._internal.common_distributed import DistTestCases
