@@ -8,10 +8,7 @@ whose wait() finishes it; several may be in flight, and the runtime runs
 them in the order they were started, on every rank the same.
 
 Alltoall and reducescatter use the runtime's own (point-to-point channels;
-the ring's reduce-scatter) where the extension has them (`has_alltoall`,
-`has_reducescatter`); an older extension gets them built from the others (an
-allgather of every rank's send buffer; an allreduce and a slice) by
-execution.py. `split()` forms a process set's communicator.
+the ring's reduce-scatter). `split()` forms a process set's communicator.
 """
 import numpy as np
 import torch
@@ -81,14 +78,6 @@ class Collectives:
 
     def close(self):
         self.comm.close()
-
-    @property
-    def has_reducescatter(self):
-        return hasattr(self.comm, "reducescatter_async")
-
-    @property
-    def has_alltoall(self):
-        return hasattr(self.comm, "alltoallv_async")
 
     def split(self, ranks, name):
         """A Collectives among `ranks` (ranks of this set) on its members, None on the others. Collective."""

@@ -25,6 +25,7 @@ import math
 
 import torch
 
+from .adasum import adasum_tree
 from .collectives import NATIVE, Pending, as_bytes
 
 _FLOATS = (torch.float32, torch.float64)
@@ -346,7 +347,6 @@ def _allreduce_gathered(plan, desc, work, dtypes, shapes):
             if op == "product":
                 red = every.prod(dim=0).to(wd)
             else:
-                from .adasum import adasum_tree
                 red = adasum_tree(list(every.unbind(0)))
             outs[i] = finish_reduced(red, work.outputs[i], post)
     plan.allgather([width] * plan.n, mine, finish)
@@ -354,7 +354,7 @@ def _allreduce_gathered(plan, desc, work, dtypes, shapes):
 
 
 def _reducescatter(plan, desc, work):
-    """The runtime's reduce-scatter per tensor (an older extension: reduce everything, keep this rank's rows)."""
+    """The runtime's reduce-scatter per tensor: this rank keeps its rows of the reduction."""
     op, pre, post = desc["op"], desc["pre"], desc["post"]
     dtypes = [dtype_of(d) for d in desc["dtypes"]]
     shapes = desc["shapes"]
@@ -364,21 +364,14 @@ def _reducescatter(plan, desc, work):
         source = prescale(work.inputs[i], pre).reshape(-1)
         if source.dtype != wire_dtype(dtype):
             source = source.to(wire_dtype(dtype))
-        offset, rows = scatter_rows(shape[0], plan.n, plan.me)
+        _, rows = scatter_rows(shape[0], plan.n, plan.me)
         row = numel(shape[1:])
-        if coll.has_reducescatter:
-            counts = [scatter_rows(shape[0], plan.n, k)[1] * row for k in range(plan.n)]
-            red = torch.empty(rows * row, dtype=source.dtype)
-            out = torch.empty([rows] + list(shape[1:]), dtype=dtype)
-            plan.starts.append(lambda source=source, counts=counts, red=red:
-                               coll.reducescatter(source.contiguous(), counts, op, red))
-            plan.post.append(lambda i=i, red=red, out=out: outs.__setitem__(i, finish_reduced(red, out, post)))
-            continue
-
-        def segment_done(red, i=i, dtype=dtype, shape=shape, offset=offset, rows=rows, row=row):
-            out = torch.empty([rows] + list(shape[1:]), dtype=dtype)
-            outs[i] = finish_reduced(red.narrow(0, offset * row, rows * row), out, post)
-        plan.reduce(op, dtype, numel(shape), source, segment_done)
+        counts = [scatter_rows(shape[0], plan.n, k)[1] * row for k in range(plan.n)]
+        red = torch.empty(rows * row, dtype=source.dtype)
+        out = torch.empty([rows] + list(shape[1:]), dtype=dtype)
+        plan.starts.append(lambda source=source, counts=counts, red=red:
+                           coll.reducescatter(source.contiguous(), counts, op, red))
+        plan.post.append(lambda i=i, red=red, out=out: outs.__setitem__(i, finish_reduced(red, out, post)))
     plan.finishers.append(lambda: _result(work, outs))
 
 
@@ -411,8 +404,8 @@ def _allgather(plan, ready, work):
 
 
 def _alltoall(plan, ready, work):
-    """The runtime's point-to-point alltoall (an older extension, or byte counts it cannot move: every rank's
-    send rows gathered, this rank keeps its own)."""
+    """The runtime's point-to-point alltoall; byte counts it cannot move (no dtype width divides them all)
+    go as an allgather of every rank's send rows, of which this rank keeps its own."""
     descs = ready.descs
     n, me = plan.n, plan.me
     dtype = dtype_of(descs[0]["dtypes"][0])
@@ -426,7 +419,7 @@ def _alltoall(plan, ready, work):
     received = [descs[r]["splits"][me] for r in range(n)]
     coll = plan.engine.coll
     # Every rank decides from every rank's splits alike whether the runtime can move these byte counts.
-    width = coll.alltoall_width([s * row for r in range(n) for s in descs[r]["splits"]]) if coll.has_alltoall else None
+    width = coll.alltoall_width([s * row for r in range(n) for s in descs[r]["splits"]])
     if width is not None:
         out = torch.empty([sum(received)] + trailing, dtype=dtype)
         send_bytes = [s * row for s in work.splits]

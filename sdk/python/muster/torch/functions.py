@@ -17,7 +17,7 @@ import torch
 
 from ..runtime_errors import MismatchError
 from . import mpi_ops
-from . import process_sets as ps
+from . import state as _state
 from .process_sets import global_process_set
 
 
@@ -44,7 +44,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     """Root's `obj` (anything torch.save can write) on every rank of the process set."""
     mpi_ops._check_root(root_rank, process_set, "broadcast_object")
     name = _name("broadcast_object", name, process_set)
-    if ps.world_rank() == root_rank:
+    if _state.world_rank() == root_rank:
         buf = io.BytesIO()
         torch.save(obj, buf)
         payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
@@ -52,10 +52,10 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     else:
         length = torch.zeros(1, dtype=torch.int64)
     mpi_ops.broadcast_(length, root_rank, name=name + ".sz", process_set=process_set)
-    if ps.world_rank() != root_rank:
+    if _state.world_rank() != root_rank:
         payload = torch.zeros(int(length[0]), dtype=torch.uint8)
     mpi_ops.broadcast_(payload, root_rank, name=name + ".t", process_set=process_set)
-    if ps.world_rank() == root_rank:
+    if _state.world_rank() == root_rank:
         return obj
     return torch.load(io.BytesIO(payload.numpy().tobytes()))
 
@@ -244,7 +244,7 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
     handles = [mpi_ops.broadcast_async_(t, root_rank) for _, t in tensors]
     for h in handles:
         mpi_ops.synchronize(h)
-    if ps.world_rank() == root_rank:
+    if _state.world_rank() == root_rank:
         return
     new_state = {}
     for pid, entry in root["skeleton"].items():

@@ -35,6 +35,7 @@ import torch
 
 from ..runtime_errors import InvalidArgument
 from . import process_sets as _ps
+from . import state as _state
 from .compression import Compression
 from .execution import Work, dtype_name
 from .process_sets import global_process_set
@@ -77,7 +78,7 @@ def poll(handle):
     return False
 
 
-def _forget_handles():
+def forget_handles():
     with _lock:
         _handles.clear()
 
@@ -108,7 +109,7 @@ def _op_of(average, op, what, default=Average):
 def _check_adasum(op, engine, what):
     if op != Adasum:
         return
-    if engine.world_ranks != list(range(_ps.world_size())):
+    if engine.world_ranks != list(range(_state.world_size())):
         raise NotImplementedError("%s: Adasum does not support non-global process sets (as in Horovod)" % what)
     n = engine.size
     if n & (n - 1):
@@ -377,7 +378,7 @@ class _BroadcastFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         reduced = allreduce(grad, average=True, process_set=ctx.process_set)
-        if _ps.world_rank() != ctx.root_rank:
+        if _state.world_rank() != ctx.root_rank:
             reduced = reduced * 0
         return reduced, None, None, None
 

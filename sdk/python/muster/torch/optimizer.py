@@ -43,7 +43,6 @@ Example::
         opt.step()
 """
 import contextlib
-import os
 import warnings
 import weakref
 
@@ -51,7 +50,8 @@ import torch
 
 from .. import runtime as _rt
 from ..runtime_errors import InvalidArgument
-from . import functions, mpi_ops, process_sets, settings, world
+from ..settings import Settings
+from . import functions, mpi_ops, process_sets, settings
 from .compression import Compression
 
 
@@ -113,14 +113,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # backward, and again after each re-formation, so that a rank joining
         # later meets the others' state sync with no collective of its own
         # first. Elsewhere it binds now (ranks that disagree fail here).
-        if not os.environ.get("MUSTER_RENDEZVOUS_URL"):
+        if Settings.environment().raw("MUSTER_RENDEZVOUS_URL") is None:
             self._bind()
 
     def _bind(self):
         """Registers the parameters with the runtime's optimizer of the current world (collective)."""
         process_set = self._process_set
-        if process_set is not None and process_set.ranks != list(range(world.size())):
-            comm = world.process_set_communicator(process_set, "DistributedOptimizer")
+        if process_set is not None and process_set.ranks != list(range(_rt.size())):
+            comm = process_sets.optimizer_communicator(process_set, "DistributedOptimizer")
         else:
             comm = _rt.communicator()
         functions._check_same(self._params, "DistributedOptimizer", process_set=process_set)
@@ -354,6 +354,43 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).zero_grad(set_to_none=set_to_none)
 
 
+class _DistributedAdasumOptimizer:
+    """The body of DistributedOptimizer(op=hvd.Adasum), mixed into the wrapped optimizer's class.
+
+    Horovod's rule for Adasum in an optimizer: combine the updates, not the
+    gradients. step() runs the wrapped optimizer on this rank's own
+    gradients, takes each parameter's change (the delta), combines the
+    ranks' deltas with Adasum (one grouped allreduce) and applies the
+    combination to the parameters as they were before the step.
+    synchronize() and skip_synchronize() exist for Horovod's interface;
+    there is nothing to synchronize before step().
+    """
+
+    def __init__(self, params, named_parameters):
+        super(self.__class__, self).__init__(params)
+        named = _DistributedOptimizer._names(named_parameters,
+                                                        [p for g in self.param_groups for p in g["params"]])
+        self._parameter_names = {p: n for n, p in named}
+
+    def synchronize(self):
+        pass
+
+    def skip_synchronize(self):
+        return contextlib.nullcontext()
+
+    def step(self, closure=None):
+        params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
+        start = [p.detach().clone() for p in params]
+        loss = super(self.__class__, self).step(closure)
+        deltas = [p.detach() - s for p, s in zip(params, start)]
+        if deltas:
+            combined = mpi_ops.grouped_allreduce(deltas, op=mpi_ops.Adasum, name="DistributedAdasumOptimizer")
+            with torch.no_grad():
+                for p, s, d in zip(params, start, combined):
+                    p.copy_(s + d)
+        return loss
+
+
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,  # noqa: N802 (Horovod's name)
                          backward_passes_per_step=1, op=mpi_ops.Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False, process_set=None):
@@ -366,9 +403,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if num_groups or groups:
         warnings.warn("muster.torch.DistributedOptimizer: num_groups/groups are ignored; buckets follow "
                       "HOROVOD_FUSION_THRESHOLD")
-    if op == mpi_ops.Adasum and world.size() > 1:
-        from .adasum import _DistributedAdasumOptimizer
-        if process_set is not None and process_set.ranks != list(range(world.size())):
+    if op == mpi_ops.Adasum and _rt.size() > 1:
+        if process_set is not None and process_set.ranks != list(range(_rt.size())):
             raise NotImplementedError("DistributedOptimizer: Adasum does not support non-global process sets "
                                       "(as in Horovod)")
         mpi_ops._check_adasum(op, process_sets.engine_of(None, "DistributedOptimizer"), "DistributedOptimizer")

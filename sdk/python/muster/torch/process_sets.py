@@ -13,12 +13,20 @@ set. An op on a set this rank is not in, or on a set that was removed,
 raises InvalidArgument (a ValueError): process_set= is never ignored.
 """
 from ..runtime_errors import InvalidArgument
+from . import state as _state
 
-_engines = {}        # process_set_id -> Engine (sets this rank belongs to)
-_runtime_comms = {}  # process_set_id -> the runtime's communicator among its ranks (its DistributedOptimizers')
-_sets = {}           # process_set_id -> ProcessSet (all sets added, members or not)
-_next_id = [1]
-_world = {"rank": 0, "size": 0}
+_engines = _state.engines
+_runtime_comms = _state.runtime_comms
+_sets = _state.sets
+_next_id = _state.next_id
+_world = _state.world
+_basics = None  # what init (world.py) hands down: make_engine(coll, ranks, name), split_runtime(ranks, name)
+
+
+def _setup(basics):
+    """Called once by world.py, the package's top, with the engine and communicator factories it owns."""
+    global _basics
+    _basics = basics
 
 
 class ProcessSet:
@@ -78,10 +86,10 @@ global_process_set.process_set_id = 0
 
 # --- the engines (muster.torch internal) -----------------------------------------
 
-def start(engine, world_rank, world_size):
+def start(engine, rank, size):
     """Installs the global set's engine (hvd.init)."""
-    _world.update(rank=world_rank, size=world_size)
-    global_process_set.ranks = list(range(world_size))
+    _world.update(rank=rank, size=size)
+    global_process_set.ranks = list(range(size))
     global_process_set.process_set_id = 0
     _engines[0] = engine
     _sets[0] = global_process_set
@@ -102,14 +110,6 @@ def stop():
         comm.close()
     _runtime_comms.clear()
     return stopped
-
-
-def world_rank():
-    return _world["rank"]
-
-
-def world_size():
-    return _world["size"]
 
 
 def engine_of(process_set, what):
@@ -152,7 +152,6 @@ def add_process_set(process_set):
     ValueError for ranks outside the world or a set that exists already;
     MismatchError on every rank when the ranks passed differ between ranks.
     """
-    from . import world
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
     ranks = process_set.ranks
@@ -163,15 +162,14 @@ def add_process_set(process_set):
         if ps.ranks == ranks:
             raise ValueError("Attempted to add a duplicate process set: %s" % process_set)
     engine = engine_of(global_process_set, "add_process_set")
-    world.check_can_split()
     psid = _next_id[0]
     name = "muster.torch.set%d" % psid
     # The engine thread splits its own communicator when the op runs (execution.py): in order with its rounds.
     coll = engine.submit("process_set", None, {"ranks": ranks, "action": "add", "name": name}, None).wait()
     _next_id[0] += 1
-    runtime_comm = world.split_runtime(ranks, name + ".optimizer")
+    runtime_comm = _basics.split_runtime(ranks, name + ".optimizer")
     if coll is not None:
-        _engines[psid] = world.make_engine(coll, ranks, "set%d" % psid)
+        _engines[psid] = _basics.make_engine(coll, ranks, "set%d" % psid)
         _runtime_comms[psid] = runtime_comm
     process_set.process_set_id = psid
     _sets[psid] = process_set

@@ -17,6 +17,8 @@ import os
 import threading
 import time
 
+from . import state as _state
+
 _lock = threading.Lock()
 _active = None   # the Timeline being written, or None
 
@@ -76,8 +78,7 @@ class Timeline:
 
 def start_timeline(file_path, mark_cycles=False):
     """Starts writing the timeline to `file_path` (rank 0), ending one already being written."""
-    from .process_sets import world_rank
-    if world_rank() != 0:
+    if _state.world_rank() != 0:
         return
     global _active
     path = os.fspath(file_path)

@@ -1,4 +1,4 @@
-"""The world of muster.torch: init/shutdown and who is who (Horovod's names).
+"""The top of muster.torch: init/shutdown, and who is who (Horovod's names).
 
 init() starts two Communicators of the runtime over the same ranks: under
 mpirun (or a muster mpi cluster) the world is Open MPI's (OMPI_COMM_WORLD_*),
@@ -9,10 +9,24 @@ collective called through this API. Each runs its ops in its own order, so
 an optimizer's buckets never interleave with a negotiation round.
 local_* count the ranks on this host; cross_* are Horovod's cross
 communicator: the ranks with the same local rank, one per host.
-"""
-from .. import runtime as _rt
 
-_world = {}  # cross_rank, cross_size (computed once per init)
+This module imports the others and none imports it (elastic/ aside, which
+sits above it): what it knows lives in state.py, the package's leaf, and
+what process_sets.py needs of it (the engine and communicator factories) is
+handed down once, below, through process_sets._setup().
+"""
+import types
+
+import numpy as np
+
+from .. import runtime as _rt
+from . import functions, mpi_ops, settings, timeline
+from . import state as _state
+from . import process_sets as ps
+from .collectives import Collectives
+from .engine import Engine, stall_seconds
+
+_world = _state.world  # cross_rank, cross_size (computed once per init)
 
 
 def init(comm=None, process_sets=None):
@@ -26,14 +40,12 @@ def init(comm=None, process_sets=None):
         raise ValueError("muster.torch.init(comm=...) supports only the whole world (pass nothing)")
     if _rt.is_initialized() and _engine_running():
         return
-    from . import settings
     settings.log_ignored()
-    c = _rt.init(settings.timeout_ms())
+    c = _rt.init()
     if comm is not None and len(comm) != c.size:
         raise ValueError("muster.torch.init(comm=%s): the world has %d ranks; pass nothing" % (comm, c.size))
     # Horovod's cross communicator: the ranks with the same local rank.
     if c.size > 1:
-        import numpy as np
         locals_ = np.zeros(c.size, dtype=np.int64)
         mine = np.array([c.local_rank], dtype=np.int64)
         c.allgather_async(mine.ctypes.data, 1, "int64", locals_.ctypes.data).wait()
@@ -41,8 +53,6 @@ def init(comm=None, process_sets=None):
         _world.update(cross_rank=same.index(c.rank), cross_size=len(same))
     else:
         _world.update(cross_rank=0, cross_size=1)
-    from . import process_sets as ps
-    from .collectives import Collectives
     ps.start(make_engine(Collectives(_engine_communicator(c)), list(range(c.size)), "global"), c.rank, c.size)
     _rt.on_shutdown(_stop_engines)
     for p in process_sets or ():
@@ -50,35 +60,18 @@ def init(comm=None, process_sets=None):
 
 
 def _engine_running():
-    from . import process_sets as ps
-    return 0 in ps._engines
+    return _state.engine_running()
 
 
 def _engine_communicator(comm):
-    """The global engine's communicator: split from the runtime's (formed the same way: MPI, musterd, a store),
-    or, from an extension without split, a second world from the environment."""
-    from . import settings
-    if hasattr(comm, "split"):
-        return comm.split(list(range(comm.size)), "muster.torch.global")
-    return _rt.extension().Communicator(settings.timeout_ms())
+    """The global engine's communicator: split from the runtime's (formed the same way: MPI, musterd, a store)."""
+    return comm.split(list(range(comm.size)), "muster.torch.global")
 
 
 def make_engine(coll, ranks, name):
     """An Engine over `coll` (a Collectives) for the global ranks `ranks`."""
-    from . import settings
-    from .engine import Engine, stall_seconds
     return Engine(coll, ranks, name=name, cycle_s=settings.cycle_seconds(), stall_s=stall_seconds(),
                   fusion_bytes=settings.fusion_threshold_bytes() or (64 << 20), timeline=_timeline())
-
-
-def check_can_split():
-    """InvalidArgument unless the runtime can form a communicator among a subset of the ranks."""
-    from ..runtime_errors import InvalidArgument
-    if not hasattr(_rt.communicator(), "split"):
-        raise InvalidArgument(
-            "process sets need the runtime's Communicator.split, which this build of _muster_runtime does not "
-            "have (rebuild it: make build); run collectives on the global process set "
-            "(process_set=hvd.global_process_set)")
 
 
 def split_runtime(ranks, name):
@@ -86,23 +79,17 @@ def split_runtime(ranks, name):
     return _rt.collective_communicator().split(list(ranks), name)
 
 
-def process_set_communicator(process_set, what):
-    """The runtime communicator among `process_set`'s ranks that its DistributedOptimizers reduce on."""
-    from . import process_sets as ps
-    return ps.optimizer_communicator(process_set, what)
+ps._setup(types.SimpleNamespace(make_engine=make_engine, split_runtime=split_runtime))
 
 
 def _timeline():
-    from . import timeline
     return timeline.current()
 
 
 def _stop_engines():
-    from . import functions, mpi_ops
-    from . import process_sets as ps
     for engine in ps.stop():
         engine.coll.close()
-    mpi_ops._forget_handles()
+    mpi_ops.forget_handles()
     functions.forget_calls()
 
 
