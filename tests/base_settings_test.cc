@@ -5,7 +5,15 @@
 
 #include <stdlib.h>
 
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 namespace muster::base {
 namespace {
@@ -69,6 +77,68 @@ TEST(Settings, TheEnvironmentTreatsEmptyAsUnset) {
   EXPECT_EQ(ms.error, "environment variable MUSTER_SETTINGS_TEST_MS is '12abc': expected a whole number in 1..86400000");
   ::unsetenv("MUSTER_SETTINGS_TEST_EMPTY");
   ::unsetenv("MUSTER_SETTINGS_TEST_MS");
+}
+
+// The cases the Python reader runs too (tests/settings_dialect.json): one
+// dialect on both sides of the package.
+nlohmann::json dialect_cases() {
+  const char* source = std::getenv("MUSTER_SOURCE_DIR");
+  std::ifstream in(std::string(source ? source : ".") + "/tests/settings_dialect.json");
+  return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+}
+
+Setting<std::string> read_case(const nlohmann::json& cases, const std::string& kind, const std::string& text) {
+  const auto s = Settings::of({{"X", text}}, "test setting");
+  Setting<std::string> out;
+  auto take = [&](const auto& v) {
+    out.error = v.error;
+    out.given = v.given;
+    if constexpr (std::is_same_v<std::decay_t<decltype(v.value)>, std::string>) {
+      out.value = v.value;
+    } else {
+      out.value = std::to_string(v.value);
+    }
+  };
+  const auto& spec = cases[kind];
+  if (kind == "boolean") take(s.boolean("X", false));
+  if (kind == "integer") take(s.integer("X", 0, spec["min"].get<long long>(), spec["max"].get<long long>()));
+  if (kind == "number") take(s.number("X", 0, spec["min"].get<double>(), spec["max"].get<double>()));
+  if (kind == "choice") take(s.choice("X", "", spec["allowed"].get<std::vector<std::string>>()));
+  return out;
+}
+
+TEST(Settings, DialectCasesSharedWithPython) {
+  const auto cases = dialect_cases();
+  ASSERT_TRUE(cases.is_object()) << "tests/settings_dialect.json not found or not JSON (MUSTER_SOURCE_DIR)";
+  for (const std::string kind : {"boolean", "integer", "number"}) {
+    for (const auto& [text, expected] : cases[kind]["ok"].items()) {
+      const auto s = Settings::of({{"X", text}}, "test setting");
+      if (kind == "boolean") {
+        const auto v = s.boolean("X", !expected.get<bool>());
+        EXPECT_TRUE(v.ok() && v.value == expected.get<bool>()) << text << ": " << v.error;
+      } else if (kind == "integer") {
+        const auto v = s.integer("X", 0, cases[kind]["min"], cases[kind]["max"]);
+        EXPECT_TRUE(v.ok() && v.value == expected.get<long long>()) << text << ": " << v.error;
+      } else {
+        const auto v = s.number("X", 0, cases[kind]["min"], cases[kind]["max"]);
+        EXPECT_TRUE(v.ok() && std::abs(v.value - expected.get<double>()) < 1e-12) << text << ": " << v.error;
+      }
+    }
+  }
+  for (const std::string kind : {"boolean", "integer", "number", "choice"}) {
+    for (const auto& bad : cases[kind]["bad"]) {
+      const auto v = read_case(cases, kind, bad.get<std::string>());
+      EXPECT_FALSE(v.ok()) << kind << " '" << bad.get<std::string>() << "' was accepted as " << v.value;
+      EXPECT_NE(v.error.find("test setting X is '" + bad.get<std::string>() + "'"), std::string::npos) << v.error;
+    }
+  }
+  for (const auto& text : cases["choice"]["ok"]) {
+    const auto v = read_case(cases, "choice", text.get<std::string>());
+    EXPECT_TRUE(v.ok() && v.value == text.get<std::string>()) << v.error;
+  }
+  for (const auto& e : cases["errors"]) {
+    EXPECT_EQ(read_case(cases, e["type"], e["text"]).error, e["message"].get<std::string>());
+  }
 }
 
 }  // namespace

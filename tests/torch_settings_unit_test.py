@@ -48,5 +48,22 @@ def test_without_sysfs_gradients_are_shared(tmp_path):
 
 
 def test_a_bad_setting_is_named():
-    with pytest.raises(ValueError, match="MUSTER_SHARED_GRADIENTS must be 1, 0 or auto, got 'maybe'"):
-        settings.shared_gradients({"MUSTER_SHARED_GRADIENTS": "maybe"})
+    # muster's one dialect (muster.settings, as the daemon's): yes/no are not booleans.
+    for bad in ("maybe", "yes", "TRUE", " 1"):
+        with pytest.raises(ValueError, match="environment variable MUSTER_SHARED_GRADIENTS is '%s': expected auto, "
+                                             "true, false, 1 or 0" % bad):
+            settings.shared_gradients({"MUSTER_SHARED_GRADIENTS": bad})
+
+
+def test_horovod_numbers_are_read_strictly(monkeypatch):
+    monkeypatch.setenv("HOROVOD_CYCLE_TIME", "2.5")
+    assert settings.cycle_seconds() == 0.0025
+    monkeypatch.setenv("HOROVOD_CYCLE_TIME", "fast")
+    with pytest.raises(ValueError, match="environment variable HOROVOD_CYCLE_TIME is 'fast': expected a number in "
+                                         "0..10000"):
+        settings.cycle_seconds()
+    monkeypatch.setenv("HOROVOD_FUSION_THRESHOLD", "0")
+    assert settings.fusion_threshold_bytes() == 1  # Horovod's 0: no fusion, one tensor per bucket
+    monkeypatch.setenv("HOROVOD_FUSION_THRESHOLD", "64MB")
+    with pytest.raises(ValueError, match="HOROVOD_FUSION_THRESHOLD is '64MB': expected a whole number"):
+        settings.fusion_threshold_bytes()

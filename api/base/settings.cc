@@ -41,7 +41,8 @@ std::optional<long long> parse_integer(const std::string& text) {
 }
 
 std::optional<double> parse_number(const std::string& text) {
-  if (text.empty() || text.find_first_of(" \t\n") != std::string::npos) return std::nullopt;
+  // Decimal only: strtod would also take hex ("0x1p3"), inf and nan.
+  if (text.empty() || text.find_first_not_of("0123456789+-.eE") != std::string::npos) return std::nullopt;
   char* end = nullptr;
   errno = 0;
   const double v = std::strtod(text.c_str(), &end);

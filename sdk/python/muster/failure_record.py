@@ -21,16 +21,20 @@ import sys
 import time
 import traceback
 
+from .settings import parse_integer
+
 PREFIX = "muster-failure "
 _RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "PMI_RANK")
 _installed = False
 
 
 def _rank():
+    # Never raises (it runs in sys.excepthook): a rank variable that is not a
+    # whole number >= 0 is passed over.
     for name in _RANK_VARIABLES:
-        value = os.environ.get(name, "")
-        if value.isdigit():
-            return int(value)
+        value = parse_integer(os.environ.get(name, ""))
+        if value is not None and value >= 0:
+            return value
     return None
 
 

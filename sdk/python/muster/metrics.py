@@ -41,6 +41,11 @@ import time
 import urllib.error
 import urllib.request
 
+from ._http import opener
+from .errors import MusterError
+from .settings import Settings
+from .tls import TlsVerify
+
 __all__ = ["report", "Reporter", "reporter", "SummaryWriter"]
 
 INTERVAL = 1.0
@@ -110,8 +115,8 @@ class Reporter:
     """Sends points to one daemon for one worker; see the module docstring."""
 
     def __init__(self, url, worker_id, token, interval=INTERVAL, timeout=TIMEOUT, max_queued=MAX_QUEUED,
-                 max_batch=MAX_BATCH):
-        self.enabled = bool(url and worker_id and token and url.startswith("http://"))
+                 max_batch=MAX_BATCH, tls=None):
+        self.enabled = bool(url and worker_id and token and url.startswith(("http://", "https://")))
         self._url = (url or "").rstrip("/") + "/api/v1/agent/workers/%s/metrics" % worker_id
         self._token = token
         self._interval, self._timeout = interval, timeout
@@ -122,7 +127,11 @@ class Reporter:
         self._flush_now = False
         self.sent = self.dropped = self.failed_requests = 0
         self._thread = None
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        if tls is None and self.enabled and url.startswith("https://"):
+            # What musterd gives each worker: the pin of its certificate.
+            tls = TlsVerify(os.environ.get("MUSTER_CA_FILE"), os.environ.get("MUSTER_TLS_FINGERPRINT"),
+                            "MUSTER_CA_FILE / MUSTER_TLS_FINGERPRINT")
+        self._opener = opener(self._url, tls)
 
     def report(self, step, **fields):
         """Queues one point (make_point's arguments); never blocks."""
@@ -181,7 +190,7 @@ class Reporter:
                                                   "Content-Type": "application/json"})
             with self._opener.open(req, timeout=self._timeout) as resp:
                 ok = 200 <= resp.status < 300
-        except (urllib.error.URLError, OSError, ValueError):
+        except (urllib.error.URLError, OSError, ValueError, MusterError):  # MusterError: the certificate refused
             ok = False
         finally:
             self._lock.acquire()
@@ -201,8 +210,9 @@ def reporter():
     global _reporter
     with _reporter_lock:
         if _reporter is None:
-            _reporter = Reporter(os.environ.get("MUSTER_URL"), os.environ.get("MUSTER_WORKER_ID"),
-                                 os.environ.get("MUSTER_METRICS_TOKEN") or os.environ.get("MUSTER_AGENT_TOKEN"))
+            env = Settings.environment()
+            _reporter = Reporter(env.raw("MUSTER_URL"), env.raw("MUSTER_WORKER_ID"),
+                                 env.raw("MUSTER_METRICS_TOKEN") or env.raw("MUSTER_AGENT_TOKEN"))
             if _reporter.enabled:
                 atexit.register(_reporter.close)
         return _reporter

@@ -28,11 +28,11 @@ thread exchanges, negotiates and runs ops. Handles are waited on from any
 thread.
 """
 import logging
-import os
 import threading
 import time
 
 from ..runtime_errors import CommError, InvalidArgument, MismatchError, RuntimeFailure
+from ..settings import Settings
 from . import negotiation
 from .execution import run_ready
 
@@ -341,8 +341,5 @@ def _again(error):
 
 def stall_seconds():
     """How long a request may wait for the other ranks to start it: the runtime's peer timeout."""
-    raw = os.environ.get("MUSTER_COMM_TIMEOUT_MS", "").strip()
-    try:
-        return max(int(raw), 1) / 1000.0 if raw else 60.0
-    except ValueError:
-        raise InvalidArgument("MUSTER_COMM_TIMEOUT_MS must be a number of milliseconds, got %r" % raw) from None
+    ms = Settings.environment().integer("MUSTER_COMM_TIMEOUT_MS", None, 0, (1 << 31) - 1)
+    return 60.0 if ms is None else max(ms, 1) / 1000.0

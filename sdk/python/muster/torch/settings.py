@@ -13,16 +13,22 @@
   MUSTER_COMM_TIMEOUT_MS    how long a silent peer is waited for (runtime's own),
                             and how long an op waits for the other ranks to start
                             it before it fails naming them
-  MUSTER_SHARED_GRADIENTS   where the DistributedOptimizer keeps gradients: 1 in
-                            the runtime's shared memory (the direct allreduce
-                            reads them in place), 0 in the process's own memory,
+  MUSTER_SHARED_GRADIENTS   where the DistributedOptimizer keeps gradients: 1 (or
+                            true) in the runtime's shared memory (the direct
+                            allreduce reads them in place), 0 (or false) in the
+                            process's own memory,
                             auto (default) shared unless only the process's own
                             memory gets transparent huge pages (shared_gradients());
                             the same for DDP's buckets on the "muster" backend
                             (muster.torch.distributed)
+
+Every one is read with muster.settings' strict reader (the daemon's dialect):
+a value that does not parse is a SettingError (a ValueError) naming it.
 """
 import logging
 import os
+
+from ..settings import Settings
 
 log = logging.getLogger("muster.torch")
 
@@ -34,25 +40,21 @@ _IGNORED = {
 
 
 def log_ignored():
+    env = Settings.environment()
     for name, why in _IGNORED.items():
-        if os.environ.get(name):
+        if env.raw(name) is not None:
             logging.getLogger("muster.torch").warning("muster.torch: %s=%s accepted and ignored (%s)",
-                                                      name, os.environ[name], why)
+                                                      name, env.raw(name), why)
 
 
 def fusion_threshold_bytes():
     """The fusion threshold in bytes; 0 leaves it to the runtime (MUSTER_FUSION_THRESHOLD_MB, else 64 MB)."""
-    if os.environ.get("MUSTER_FUSION_THRESHOLD_MB"):
+    env = Settings.environment()
+    if env.raw("MUSTER_FUSION_THRESHOLD_MB") is not None:
         return 0
-    raw = os.environ.get("HOROVOD_FUSION_THRESHOLD", "").strip()
-    if not raw:
+    value = env.integer("HOROVOD_FUSION_THRESHOLD", None, 0, (1 << 63) - 1)
+    if value is None:
         return 0
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError("HOROVOD_FUSION_THRESHOLD must be a number of bytes, got %r" % raw) from None
-    if value < 0:
-        raise ValueError("HOROVOD_FUSION_THRESHOLD must be >= 0, got %d" % value)
     return max(value, 1)  # 0 in Horovod: no fusion, i.e. one tensor per bucket
 
 
@@ -63,26 +65,14 @@ def timeline_path():
     C++ optimizer reads HOROVOD_TIMELINE itself when given "", and would
     create a file named DYNAMIC.
     """
-    path = os.environ.get("MUSTER_TIMELINE") or os.environ.get("HOROVOD_TIMELINE") or ""
+    env = Settings.environment()
+    path = env.text("MUSTER_TIMELINE") or env.text("HOROVOD_TIMELINE")
     return os.devnull if path.strip().upper() == "DYNAMIC" else path
 
 
 def cycle_seconds():
     """HOROVOD_CYCLE_TIME (milliseconds, default 1) in seconds."""
-    raw = os.environ.get("HOROVOD_CYCLE_TIME", "").strip()
-    if not raw:
-        return 0.001
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError("HOROVOD_CYCLE_TIME must be a number of milliseconds, got %r" % raw) from None
-    if not 0 <= value <= 10000:
-        raise ValueError("HOROVOD_CYCLE_TIME must be between 0 and 10000 milliseconds, got %r" % raw)
-    return value / 1000.0
-
-
-def timeout_ms():
-    return 0  # the runtime reads MUSTER_COMM_TIMEOUT_MS itself
+    return Settings.environment().number("HOROVOD_CYCLE_TIME", 1.0, 0, 10000) / 1000.0
 
 
 _THP = "/sys/kernel/mm/transparent_hugepage/"
@@ -133,13 +123,9 @@ def shared_gradients(environ=None, thp_root=_THP):
     glibc.malloc.hugetlb=1: 256 ms a step shared against 169 ms private.
     """
     env = os.environ if environ is None else environ
-    raw = env.get("MUSTER_SHARED_GRADIENTS", "auto").strip().lower()
-    if raw in ("1", "true", "yes"):
-        return True
-    if raw in ("0", "false", "no"):
-        return False
-    if raw not in ("", "auto"):
-        raise ValueError("MUSTER_SHARED_GRADIENTS must be 1, 0 or auto, got %r" % raw)
+    choice = Settings.environment(env).choice("MUSTER_SHARED_GRADIENTS", "auto", ["auto", "true", "false", "1", "0"])
+    if choice != "auto":
+        return choice in ("true", "1")
     private = private_memory_huge(_thp_mode("enabled", thp_root), env.get("GLIBC_TUNABLES", ""),
                                   env.get("THP_MEM_ALLOC_ENABLE", ""))
     return not private or shared_memory_huge(_thp_mode("shmem_enabled", thp_root))

@@ -7,10 +7,10 @@ check() is then one small broadcast from rank 0 of what it last saw, so all
 ranks raise HostsUpdatedInterrupt at the same call (or none does). Outside
 an elastic cluster nothing can join, and check() costs nothing.
 """
-import os
 import threading
 
 from ... import runtime as _rt
+from ...settings import Settings
 
 ELASTIC_ENV = "MUSTER_RENDEZVOUS_URL"
 _POLL_MS = 25000
@@ -18,7 +18,7 @@ _POLL_MS = 25000
 
 def in_elastic_cluster():
     """True for a rank musterd launched into an elastic cluster."""
-    return bool(os.environ.get(ELASTIC_ENV))
+    return Settings.environment().raw(ELASTIC_ENV) is not None
 
 
 def generation():
