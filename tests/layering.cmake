@@ -15,3 +15,10 @@ set_tests_properties(layering PROPERTIES LABELS unit TIMEOUT 120)
 # violation is caught and named.
 muster_python_test(layering_checker SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/layering/check_layering_test.py
   LABEL unit TIMEOUT 60)
+# The Python package's layers and import cycles (sdk REST-only, the runtime's
+# module and its extension), and the checker itself on fabricated packages.
+add_test(NAME layering_python COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/layering/check_python_imports.py
+  --package ${CMAKE_SOURCE_DIR}/sdk/python)
+set_tests_properties(layering_python PROPERTIES LABELS unit TIMEOUT 60)
+muster_python_test(layering_python_checker SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/layering/check_python_imports_test.py
+  LABEL unit TIMEOUT 60)

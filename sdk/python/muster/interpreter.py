@@ -25,15 +25,16 @@ import os
 import sys
 from typing import Optional
 
+from . import extension_path
+
 # What the daemon runs when the request names no interpreter.
 DAEMON_DEFAULT = "/usr/bin/python3"
 
 
 def _extension_files():
-    from . import runtime  # standard library only at import; never loads the extension here
     here = os.path.dirname(os.path.abspath(__file__))
     found = []
-    for d in [here] + runtime._candidates():
+    for d in [here] + extension_path.candidates():
         found.extend(glob.glob(os.path.join(d, "_muster_runtime*.so")))
     return found
 

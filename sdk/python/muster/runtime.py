@@ -36,7 +36,6 @@ beside this package (installed), else in $MUSTER_RUNTIME_PATH,
 $MUSTER_BINARY_DIR/python/muster, or the repository's build folder.
 """
 import atexit
-import glob
 import importlib.machinery
 import importlib.util
 import os
@@ -44,7 +43,7 @@ import sys
 import threading
 import weakref
 
-from . import failure_record
+from . import extension_path, failure_record
 from .runtime_errors import (CommError, DataError, InvalidArgument, MismatchError,  # noqa: F401 (re-exported)
                              PeerTimeoutError, RuntimeFailure)
 
@@ -64,22 +63,8 @@ _comm = None
 _closers = []  # callables run at shutdown before the communicator closes (optimizers)
 
 
-def _candidates():
-    here = os.path.dirname(os.path.abspath(__file__))
-    dirs = []
-    if os.environ.get("MUSTER_RUNTIME_PATH"):
-        dirs.append(os.environ["MUSTER_RUNTIME_PATH"])
-    if os.environ.get("MUSTER_BINARY_DIR"):
-        dirs.append(os.path.join(os.environ["MUSTER_BINARY_DIR"], "python", "muster"))
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(here)))  # <repo>/sdk/python/muster -> <repo>
-    dirs.append(os.path.join(repo, "build", "python", "muster"))
-    others = glob.glob(os.path.join(repo, "build*", "python", "muster"))
-    dirs.extend(sorted(others, key=os.path.getmtime, reverse=True))
-    return dirs
-
-
 def _locate():
-    for d in _candidates():
+    for d in extension_path.candidates():
         for suffix in importlib.machinery.EXTENSION_SUFFIXES:
             path = os.path.join(d, "_muster_runtime" + suffix)
             if os.path.exists(path):
@@ -87,7 +72,7 @@ def _locate():
     raise ImportError(
         "muster's runtime extension _muster_runtime is not built for this Python (%s): run `make build` "
         "(or `cmake --build build --target _muster_runtime`), or set MUSTER_RUNTIME_PATH to the folder "
-        "holding _muster_runtime*.so; looked in %s" % (sys.executable, ", ".join(_candidates())))
+        "holding _muster_runtime*.so; looked in %s" % (sys.executable, ", ".join(extension_path.candidates())))
 
 
 def extension():

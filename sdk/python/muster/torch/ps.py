@@ -50,7 +50,7 @@ import sys
 
 import torch
 
-from .. import runtime as _runtime
+from .. import extension_path as _extension_path
 from ..runtime_errors import InvalidArgument
 
 __all__ = ["SyncReplicasOptimizer"]
@@ -65,7 +65,7 @@ def _load_extension():
         return ext
     except ImportError:
         pass
-    for d in _runtime._candidates():
+    for d in _extension_path.candidates():
         for suffix in importlib.machinery.EXTENSION_SUFFIXES:
             path = os.path.join(d, "_muster_ps" + suffix)
             if os.path.exists(path):
@@ -76,7 +76,7 @@ def _load_extension():
                 return ext
     raise ImportError("muster.torch.ps needs the _muster_ps extension for this Python (%s): run `make build` (or "
                       "`cmake --build build --target _muster_ps`), or set MUSTER_RUNTIME_PATH to the folder holding "
-                      "_muster_ps*.so; looked in %s" % (sys.executable, ", ".join(_runtime._candidates())))
+                      "_muster_ps*.so; looked in %s" % (sys.executable, ", ".join(_extension_path.candidates())))
 
 
 _ps = _load_extension()
