@@ -148,6 +148,8 @@ std::map<std::string, std::string> to_env(const AgentEnvironment& e) {
   if (e.orphan_timeout) env[kEnvOrphanTimeoutSeconds] = format_seconds(*e.orphan_timeout);
   if (!e.metrics_token.empty()) env[kEnvMetricsToken] = e.metrics_token;
   if (!e.cgroup.empty()) env[kEnvCgroup] = e.cgroup;
+  if (!e.limits_enforced_by.empty()) env[kEnvLimitsEnforcedBy] = e.limits_enforced_by;
+  if (!e.cgroup_root.empty()) env[kEnvCgroupRoot] = e.cgroup_root;
   if (!e.gpu_devices.empty()) {
     env[kEnvGpuDevices] = e.gpu_devices;
     env["CUDA_VISIBLE_DEVICES"] = e.gpu_devices;
@@ -205,6 +207,8 @@ Result<AgentEnvironment> parse_agent_env(const std::map<std::string, std::string
   e.project_dir = settings.text(kEnvProjectDir).value;
   e.gpu_devices = settings.text(kEnvGpuDevices).value;
   e.cgroup = settings.text(kEnvCgroup).value;
+  e.limits_enforced_by = settings.text(kEnvLimitsEnforcedBy).value;
+  e.cgroup_root = settings.text(kEnvCgroupRoot).value;
   return e;
 }
 
@@ -221,6 +225,7 @@ std::map<std::string, std::string> process_env() {
 json to_json(const AgentRegistration& r) {
   json j = {{"ip_address", r.ip_address}};
   if (r.port) j["port"] = *r.port;
+  if (!r.limits.empty()) j["limits"] = r.limits;
   return j;
 }
 
@@ -236,6 +241,17 @@ Result<AgentRegistration> registration_from_json(const json& j) {
     if (!p || *p < 1 || *p > 65535) return invalid_argument("port must be an integer in 1..65535", "port");
     r.port = static_cast<int>(*p);
   }
+  if (j.contains("limits")) {
+    const char* form = "limits must be an object {cpu, memory} of \"enforced ...\" or \"not enforced: ...\" texts";
+    if (!j["limits"].is_object()) return invalid_argument(form, "limits");
+    for (const auto& [resource, how] : j["limits"].items()) {
+      const bool known = resource == "cpu" || resource == "memory";
+      const bool text = how.is_string() && (how.get<std::string>().rfind("enforced", 0) == 0 ||
+                                            how.get<std::string>().rfind("not enforced: ", 0) == 0);
+      if (!known || !text) return invalid_argument(form, "limits");
+      r.limits[resource] = how.get<std::string>();
+    }
+  }
   return r;
 }
 
@@ -247,7 +263,11 @@ Result<AgentRegistered> registered_from_json(const json& j) {
   return AgentRegistered{j["hold"].get<bool>()};
 }
 
-json to_json(const AgentExit& e) { return {{"exit_code", e.exit_code}}; }
+json to_json(const AgentExit& e) {
+  json j = {{"exit_code", e.exit_code}};
+  if (e.out_of_memory) j["out_of_memory"] = true;
+  return j;
+}
 
 Result<AgentExit> exit_from_json(const json& j) {
   if (auto s = require_object(j, "the exit report", "exit_code"); !s) return s;
@@ -255,7 +275,12 @@ Result<AgentExit> exit_from_json(const json& j) {
   if (!code || *code < 0 || *code > 255) {
     return invalid_argument("exit_code must be an integer in 0..255 (128+signal when killed)", "exit_code");
   }
-  return AgentExit{static_cast<int>(*code)};
+  AgentExit e{static_cast<int>(*code)};
+  if (j.contains("out_of_memory")) {
+    if (!j["out_of_memory"].is_boolean()) return invalid_argument("out_of_memory must be a boolean", "out_of_memory");
+    e.out_of_memory = j["out_of_memory"].get<bool>();
+  }
+  return e;
 }
 
 json to_json(const Release& r) {

@@ -12,10 +12,10 @@
 //   write (tests/agent_protocol_test.cc round-trips each) and reject anything
 //   else with invalid_argument whose `field` names the argument, variable or
 //   JSON field at fault and whose message says what it must be.
-// - The protocol, as the agent runs it: a) register {ip_address, port?} ->
+// - The protocol, as the agent runs it: a) register {ip_address, port?, limits?} ->
 //   {hold}; b) if hold, wait-release (long-poll; 204 = ask again) until 200
 //   Release {env, files}; c) heartbeat {} every MUSTER_HEARTBEAT_S (409: the
-//   worker was stopped or lost, end the script); d) exit {exit_code}.
+//   worker was stopped or lost, end the script); d) exit {exit_code, out_of_memory?}.
 #pragma once
 
 #include <chrono>
@@ -75,6 +75,16 @@ inline constexpr const char* kEnvCgroup = "MUSTER_CGROUP";
 // limit they would have had (select() in old code breaks above 1,024).
 inline constexpr const char* kEnvFileLimit = "MUSTER_NOFILE_SOFT";
 inline constexpr const char* kCgroupNone = "none";
+// A backend whose runtime enforces cpu and memory itself (a Kubernetes pod's
+// limits) names it here ("the pod"): the agent then makes no cgroup for the
+// limits and reports them "enforced by <value>".
+inline constexpr const char* kEnvLimitsEnforcedBy = "MUSTER_LIMITS_ENFORCED_BY";
+// For tests only, never set by the daemon: a directory standing in for
+// /sys/fs/cgroup when limits are set (api/base/cgroup_limits.h,
+// CgroupMounts::under), e.g. an empty one to make every limit unenforceable.
+// musterd reads it too, for its launch warnings; a local backend's agent
+// inherits it from musterd.
+inline constexpr const char* kEnvCgroupRoot = "MUSTER_CGROUP_ROOT";
 // Variables for the script only (the agent passes them through).
 inline constexpr const char* kEnvMetricsToken = "MUSTER_METRICS_TOKEN";
 inline constexpr const char* kEnvProjectDir = "MUSTER_PROJECT_DIR";
@@ -92,6 +102,8 @@ struct AgentEnvironment {
   std::optional<std::chrono::milliseconds> orphan_timeout;  // unset: the agent's default
   std::chrono::milliseconds stop_grace{3000};  // SIGTERM -> SIGKILL for the script's leftovers
   std::string cgroup;         // "" = none (the backend made no cgroup)
+  std::string limits_enforced_by;  // "" = the agent enforces them (cgroups)
+  std::string cgroup_root;    // "" = the real hierarchies (tests only)
   std::string metrics_token;  // "" = none given
   std::string project_dir;
   std::string gpu_devices;    // "0,1" (also CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES); "" = none
@@ -119,6 +131,10 @@ std::map<std::string, std::string> process_env();
 struct AgentRegistration {
   std::string ip_address;   // IPv4: the worker's address that routes to the daemon
   std::optional<int> port;  // 1..65535, the port reserved with MUSTER_RESERVE_PORT=1
+  // How each limit is enforced on the worker's host: "cpu"/"memory" ->
+  // "enforced by ..." or "not enforced: <why>" (api/base/cgroup_limits.h).
+  // Optional: an older agent sends none; no other keys.
+  std::map<std::string, std::string> limits{};
 };
 // The reply: hold = wait for a release before running the script.
 struct AgentRegistered {
@@ -127,6 +143,9 @@ struct AgentRegistered {
 // POST .../exit
 struct AgentExit {
   int exit_code = 0;  // 0..255; 128+signal when the script was killed
+  // The kernel's OOM killer ended a process of the worker (read from its
+  // cgroup's OOM events). Optional: absent means false.
+  bool out_of_memory = false;
 };
 // POST .../wait-release, 200: what a held worker's agent receives; env is
 // added to the script's, files are written (atomically) into the worker's

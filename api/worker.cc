@@ -129,6 +129,7 @@ nlohmann::json to_json(const Worker& w, std::chrono::system_clock::time_point no
       {"exit_code", or_null(w.exit_code)},
       {"reason", w.reason},
       {"gpu_devices", w.gpu_devices},
+      {"limits", w.limits},
   };
 }
 
@@ -154,6 +155,8 @@ Result<Worker> worker_from_json(const nlohmann::json& j) {
     const nlohmann::json& running = j.contains("running_at") ? j.at("running_at") : j.at("started_at");
     if (!running.is_null()) w.running_at = running.get<std::string>();
     w.gpu_devices = j.value("gpu_devices", "");
+    // Records of an older daemon have none.
+    if (j.contains("limits")) w.limits = j.at("limits").get<std::map<std::string, std::string>>();
     if (!j.at("finished_at").is_null()) w.finished_at = j.at("finished_at").get<std::string>();
     if (!j.at("exit_code").is_null()) w.exit_code = j.at("exit_code").get<int>();
     w.reason = j.at("reason").get<std::string>();

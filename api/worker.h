@@ -64,6 +64,10 @@ struct Worker {
   // GPU device indices reserved on the worker's host ("" = none); what its
   // CUDA_VISIBLE_DEVICES says, e.g. "0,1".
   std::string gpu_devices;
+  // How its cpu and memory limits are enforced on its host, as its agent
+  // reported at register (empty before): "cpu"/"memory" -> "enforced by
+  // cgroup v1" (or v2, or "by the pod") or "not enforced: <why>".
+  std::map<std::string, std::string> limits{};
 };
 
 // The worker as JSON. `duration` (seconds, cdsw's field) is derived here:

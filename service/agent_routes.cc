@@ -13,7 +13,8 @@ void register_agent_routes(Router& router, WorkerRegistry& registry) {
              [&registry](const Request& req, Reply reply) {
                auto registration = api::registration_from_json(req.body);
                if (!registration) return reply(error_response(registration.status()));
-               auto hold = registry.agent_register(req.params.at("id"), registration->ip_address, registration->port);
+               auto hold = registry.agent_register(req.params.at("id"), registration->ip_address, registration->port,
+                                                   registration->limits);
                if (!hold) return reply(error_response(hold.status()));
                reply(json_response(200, api::to_json(api::AgentRegistered{hold.value()})));
              });
@@ -30,7 +31,7 @@ void register_agent_routes(Router& router, WorkerRegistry& registry) {
              [&registry](const Request& req, Reply reply) {
                auto report = api::exit_from_json(req.body);
                if (!report) return reply(error_response(report.status()));
-               auto s = registry.agent_exit(req.params.at("id"), report->exit_code);
+               auto s = registry.agent_exit(req.params.at("id"), report->exit_code, report->out_of_memory);
                if (!s) return reply(error_response(s));
                reply(json_response(200, json::object()));
              });

@@ -1,6 +1,7 @@
 #include "service/cluster_routes.h"
 
 #include "service/rendezvous_routes.h"
+#include "service/worker_limits.h"
 #include "service/worker_routes.h"
 
 namespace muster::service {
@@ -18,7 +19,8 @@ void register_cluster_routes(Router& router, ClusterManager& clusters, int max_w
                json body = created->to_json();
                // New tasks only: the notebook's own workers were asked for already.
                if (parsed->workers.empty()) {
-                 const auto warnings = resource_warnings(parsed->cpu, parsed->memory, host);
+                 auto warnings = resource_warnings(parsed->cpu, parsed->memory, host);
+                 for (auto& w : limit_warnings(parsed->cpu, parsed->memory, host.has_value())) warnings.push_back(std::move(w));
                  if (!warnings.empty()) body["warnings"] = warnings;
                }
                reply(json_response(201, body));

@@ -250,9 +250,14 @@ class WorkerRegistry {
 
   // Agent calls; each is authorised for `id` already. A heartbeat counts from
   // when it arrived: `waited` is how long its request waited before this call.
-  api::Result<bool> agent_register(const std::string& id, const std::string& ip, std::optional<int> port);
+  // `limits`: how the agent enforces them (api::AgentRegistration); none
+  // from an older agent keeps the record's.
+  api::Result<bool> agent_register(const std::string& id, const std::string& ip, std::optional<int> port,
+                                   const std::map<std::string, std::string>& limits = {});
   api::Status agent_heartbeat(const std::string& id, std::chrono::nanoseconds waited = {});
-  api::Status agent_exit(const std::string& id, int exit_code);
+  // `out_of_memory`: the kernel's OOM killer ended a process of the worker
+  // (its cgroup said so); a failure then reads "out of memory (limit N GiB)".
+  api::Status agent_exit(const std::string& id, int exit_code, bool out_of_memory = false);
   api::Status agent_wait_release(const std::string& id, ReleaseCallback done);
   std::optional<std::string> worker_for_agent_token(const std::string& token) const;
   // The daemon URL agents use (MUSTER_URL), and a worker's metrics token

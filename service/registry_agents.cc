@@ -4,6 +4,7 @@
 #include "service/registry.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "service/failure_report.h"
 
@@ -21,13 +22,20 @@ std::string exit_reason(int code) {
   return "the script exited with code " + std::to_string(code);
 }
 
+std::string out_of_memory_reason(double memory_gb) {
+  char gib[32];
+  std::snprintf(gib, sizeof gib, "%.6g", memory_gb);
+  return std::string("out of memory (limit ") + gib + " GiB): the kernel's OOM killer ended a process of the worker";
+}
+
 }  // namespace
 
 // Every agent call changes memory first and then writes (registry.h,
 // "Persistence"): a store that refuses the write never makes an agent retry
 // or fail its worker.
 api::Result<bool> WorkerRegistry::agent_register(const std::string& id, const std::string& ip,
-                                                 std::optional<int> port) {
+                                                 std::optional<int> port,
+                                                 const std::map<std::string, std::string>& limits) {
   Effects fx;
   bool hold = false;
   {
@@ -42,6 +50,7 @@ api::Result<bool> WorkerRegistry::agent_register(const std::string& id, const st
     }
     r.worker.ip_address = ip;
     r.worker.port = port;
+    if (!limits.empty()) r.worker.limits = limits;
     r.last_heartbeat = clock_.now();
     if (r.worker.status == WorkerStatus::kRunning) {
       mark_dirty(r);  // re-registration (e.g. after a daemon restart)
@@ -85,7 +94,7 @@ api::Status WorkerRegistry::agent_heartbeat(const std::string& id, std::chrono::
 // An exit reported while stop() signals the worker ends it `stopped` (the
 // script died of the stop's SIGTERM); otherwise 0 from a running worker is
 // success and anything else a failure.
-api::Status WorkerRegistry::agent_exit(const std::string& id, int exit_code) {
+api::Status WorkerRegistry::agent_exit(const std::string& id, int exit_code, bool out_of_memory) {
   // A failed script's last exception line goes into its reason (read before
   // the lock: file I/O never runs under it).
   std::string exception;
@@ -107,7 +116,10 @@ api::Status WorkerRegistry::agent_exit(const std::string& id, int exit_code) {
     } else if (exit_code == 0 && r.worker.status == WorkerStatus::kRunning) {
       transition(r, WorkerStatus::kSucceeded, "", fx);
     } else {
-      transition(r, WorkerStatus::kFailed, exit_reason(exit_code) + (exception.empty() ? "" : ": " + exception), fx);
+      // The cgroup's OOM kill counter said so: no guess from the signal.
+      const std::string cause = out_of_memory && exit_code != 0 ? out_of_memory_reason(r.worker.memory) + "; " : "";
+      transition(r, WorkerStatus::kFailed,
+                 cause + exit_reason(exit_code) + (exception.empty() ? "" : ": " + exception), fx);
     }
     write_dirty_locked();
     settle_waiters(fx, false);

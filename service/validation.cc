@@ -11,6 +11,7 @@
 #include "api/body_reader.h"
 #include "api/json_integer.h"
 #include "api/kernel.h"
+#include "service/worker_limits.h"
 
 namespace muster::service {
 
@@ -155,6 +156,7 @@ api::Result<api::LaunchRequest> parse_launch_request(const json& body, const Val
     }
   }
   for (auto& w : resource_warnings(req.cpu, req.memory, options.host)) req.warnings.push_back(std::move(w));
+  for (auto& w : limit_warnings(req.cpu, req.memory, options.host.has_value())) req.warnings.push_back(std::move(w));
   if (auto s = in.string("python", &req.python); !s) return s;
   if (auto s = api::check_python(req.python, "python"); !s) return s;
   if (auto s = in.env("env", &req.env); !s) return s;

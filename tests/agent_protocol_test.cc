@@ -228,4 +228,40 @@ TEST(AgentJson, RefusesBadBodiesNamingTheField) {
                  "processes");
 }
 
+
+TEST(AgentJson, LimitsAndOutOfMemoryAreOptionalFields) {
+  api::AgentRegistration reg{"10.0.0.7", std::nullopt,
+                             {{"cpu", "enforced by cgroup v1"}, {"memory", "not enforced: no controller"}}};
+  auto back = api::registration_from_json(api::to_json(reg));
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->limits, reg.limits);
+  // An older agent sends none; an older daemon's reader ignores them.
+  EXPECT_FALSE(api::to_json(api::AgentRegistration{"10.0.0.7", std::nullopt}).contains("limits"));
+  for (const json& bad : {json{{"cpu", 1}}, json{{"gpu", "enforced"}}, json{{"cpu", "maybe"}}, json(nullptr),
+                          json::array()}) {
+    expect_refused(api::registration_from_json(json{{"ip_address", "1.2.3.4"}, {"limits", bad}}).status(), "limits");
+  }
+
+  EXPECT_FALSE(api::to_json(api::AgentExit{137}).contains("out_of_memory"));
+  auto e = api::exit_from_json(api::to_json(api::AgentExit{137, true}));
+  ASSERT_TRUE(e.is_ok());
+  EXPECT_TRUE(e->out_of_memory);
+  EXPECT_FALSE(api::exit_from_json(json{{"exit_code", 1}})->out_of_memory);
+  expect_refused(api::exit_from_json(json{{"exit_code", 1}, {"out_of_memory", "yes"}}).status(), "out_of_memory");
+}
+
+TEST(AgentEnv, LimitsEnforcedByAndTheTestCgroupRootRoundTrip) {
+  api::AgentEnvironment e;
+  e.url = "http://127.0.0.1:1";
+  e.worker_id = "w";
+  e.token = "t";
+  EXPECT_EQ(api::to_env(e).count("MUSTER_LIMITS_ENFORCED_BY"), 0u);
+  e.limits_enforced_by = "the pod";
+  e.cgroup_root = "/tmp/fake-cgroup";
+  auto back = api::parse_agent_env(api::to_env(e));
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->limits_enforced_by, "the pod");
+  EXPECT_EQ(back->cgroup_root, "/tmp/fake-cgroup");
+}
+
 }  // namespace

@@ -181,6 +181,27 @@ TEST_F(RegistryTest, NonZeroExitFailsWithReason) {
   EXPECT_NE(w.reason.find("code 3"), std::string::npos) << w.reason;
 }
 
+// The agent's cgroup said the OOM killer struck: the reason names the limit;
+// a SIGKILL alone is no out of memory.
+TEST_F(RegistryTest, OutOfMemoryExitNamesTheLimitAndLimitsAreRecorded) {
+  auto ids = launch(2);
+  const std::map<std::string, std::string> limits = {{"cpu", "enforced by cgroup v1"},
+                                                     {"memory", "enforced by cgroup v1"}};
+  ASSERT_TRUE(registry_->agent_register(ids[0], "127.0.0.1", std::nullopt, limits).is_ok());
+  EXPECT_EQ(registry_->get(ids[0])->limits, limits);
+  EXPECT_EQ(muster::api::to_json(*registry_->get(ids[0]))["limits"]["cpu"], "enforced by cgroup v1");
+  ASSERT_TRUE(registry_->agent_exit(ids[0], 137, true).is_ok());
+  auto w = registry_->get(ids[0]).value();
+  EXPECT_EQ(w.status, WorkerStatus::kFailed);
+  EXPECT_EQ(w.reason.rfind("out of memory (limit 2 GiB)", 0), 0u) << w.reason;
+  EXPECT_NE(w.reason.find("signal 9"), std::string::npos) << w.reason;
+  // An older agent: no limits reported, none recorded; SIGKILL is not guessed to be OOM.
+  ASSERT_TRUE(registry_->agent_register(ids[1], "127.0.0.1", std::nullopt).is_ok());
+  EXPECT_TRUE(registry_->get(ids[1])->limits.empty());
+  ASSERT_TRUE(registry_->agent_exit(ids[1], 137).is_ok());
+  EXPECT_EQ(registry_->get(ids[1])->reason.find("out of memory"), std::string::npos);
+}
+
 TEST_F(RegistryTest, AwaitRunningNeedsIp) {
   auto ids = launch(2);
   auto slot = await(ids, /*completion=*/false, 60);

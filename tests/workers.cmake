@@ -14,3 +14,21 @@ muster_python_test(agent_unauthorized_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/ag
 # under a fast writer (512 MB through a 1 MiB cap).
 muster_gtest(agent_log_relay_test SOURCES agent_log_relay_test.cc DEPS muster_api muster_base LABEL unit TIMEOUT 120)
 add_dependencies(agent_log_relay_test muster_agent)
+# Workers' cpu/memory limits end to end (cgroup v1 or v2, whichever this host
+# offers): an out-of-memory kill named as such, half a core for cpu=0.5, a
+# launch warning where no controller exists, no cgroup left behind. Exit 77:
+# the host has no usable controller (a skip, with the reason in the output).
+muster_python_test(limits_integration_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/limits_integration_test.py
+  LABEL integration TIMEOUT 240)
+set_tests_properties(limits_integration_test PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+# api/base/cgroup_limits.h against the real kernel: each layout in its own
+# entry, skipped (GTEST_SKIP, with the reason) where this host lacks it.
+add_executable(cgroup_limits_kernel_test cgroup_limits_kernel_test.cc)
+muster_target_defaults(cgroup_limits_kernel_test)
+target_link_libraries(cgroup_limits_kernel_test PRIVATE muster_base GTest::gtest GTest::gtest_main)
+foreach(layout v1 v2)
+  string(TOUPPER ${layout} suite)
+  add_test(NAME cgroup_limits_${layout}_test COMMAND cgroup_limits_kernel_test --gtest_filter=Cgroup${suite}.*)
+  set_tests_properties(cgroup_limits_${layout}_test PROPERTIES LABELS integration TIMEOUT 60 RUN_SERIAL TRUE
+    SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+endforeach()

@@ -41,6 +41,9 @@ volatile sig_atomic_t g_signal = 0;
 // slot is 0 once its process was reaped.
 volatile sig_atomic_t g_group_pids[api::kMaxReleaseProcesses] = {};
 volatile sig_atomic_t g_group_size = 0;
+// The worker's cgroup v1 limits, which every script process joins between
+// fork and exec (null: none to join).
+const base::CgroupLimits* g_limits = nullptr;
 
 void forward_signal(int sig) {
   g_signal = sig;
@@ -100,6 +103,7 @@ pid_t spawn_script(const std::vector<std::string>& command, const std::map<std::
   o.unset_env = {api::kEnvAgentToken};  // the script has no business with the agent's credentials
   o.stdin_null = false;
   o.new_session = false;
+  if (g_limits && !g_limits->v1_dirs().empty()) o.child_setup = [] { return g_limits->join_child(); };
   auto spawned = base::spawn(o);
   if (spawned.failure) {
     log_line(*spawned.failure);
@@ -217,6 +221,10 @@ int run_agent(const AgentOptions& o) {
   Leftovers leftovers;
   leftovers.spare(o.log_relay);
   log_line(leftovers.adopt_process(o.env.cgroup, o.env.worker_id));
+  // The limits too, so that registering can say which are enforced.
+  AgentLimits limits = set_up_limits(o.env, leftovers.cgroup());
+  g_limits = &limits.cgroup;
+  log_line(describe_limits(o.env, limits.report));
   // 1. The IP that routes to the daemon, and maybe a reserved port.
   const std::string master = o.env.master_ip.empty() ? endpoint->host : o.env.master_ip;
   const auto local = base::local_address_towards(master, endpoint->port);
@@ -230,7 +238,7 @@ int run_agent(const AgentOptions& o) {
     if (!port) log_line("could not reserve a port on " + ip + "; registering without one");
   }
   // 2. Register.
-  api::AgentRegistration registration{ip, std::nullopt};
+  api::AgentRegistration registration{ip, std::nullopt, limits.report};
   if (port) registration.port = port->port();
   auto reply = client.post_retrying("register", api::to_json(registration), 30s);
   if (!reply || reply->status != 200) {
@@ -304,6 +312,7 @@ int run_agent(const AgentOptions& o) {
     cv.notify_all();
     heartbeat.join();
     leftovers.release();
+    if (!limits.cgroup.remove()) log_line("could not remove the worker's cgroup v1 directories");
     return code;
   };
 
@@ -349,8 +358,7 @@ int run_agent(const AgentOptions& o) {
   }
   if (g_signal || stopped_by_daemon) return finish(128 + (g_signal ? g_signal : SIGTERM));
 
-  // 4. Limits, then the script.
-  log_line(apply_limits(leftovers.cgroup(), o.env.cpu, o.env.memory_gb));
+  // 4. The script, each of its processes joining the limits' cgroups (step 0).
   if (port) port->release();
   const auto command = script_command(o);
   const pid_t child = processes.empty() ? spawn_script(command, env) : 0;
@@ -381,7 +389,9 @@ int run_agent(const AgentOptions& o) {
   // must not keep a stopped agent alive.
   if (!stopped_by_daemon) {
     exit_reporting = true;
-    const auto body = api::to_json(api::AgentExit{exit_code});
+    const bool out_of_memory = exit_code != 0 && limits.cgroup.out_of_memory();
+    if (out_of_memory) log_line("the kernel's OOM killer ended a process of this worker (memory limit reached)");
+    const auto body = api::to_json(api::AgentExit{exit_code, out_of_memory});
     auto r = g_signal ? client.post("exit", body, 2s) : client.post_retrying("exit", body, 60s);
     if (!r && !g_signal) log_line("could not report the exit code to the daemon");
   }

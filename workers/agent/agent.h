@@ -2,16 +2,17 @@
 // the protocol is service/agent_routes.h; the steps, as run() performs them:
 //  0. become a child subreaper and join the worker's cgroup (MUSTER_CGROUP,
 //     else one of its own where cgroup v2 allows; leftovers.h), before
-//     anything forks;
+//     anything forks; set up the cpu/memory limits there or in cgroup v1
+//     directories (limits.h), which the registration reports;
 //  1. find the local IP that routes to MUSTER_MASTER_IP; reserve a port on
 //     it when MUSTER_RESERVE_PORT=1;
-//  2. register {ip_address, port} (retrying while the daemon is unreachable);
+//  2. register {ip_address, port, limits} (retrying while the daemon is unreachable);
 //     a 404/409 means the worker is gone or finished: exit without running;
 //  3. if the reply says hold: long-poll wait-release until the daemon hands
 //     over env and files; write the files into the working dir atomically
 //     (tmp + rename) and add the env;
-//  4. apply cpu/memory limits where possible (limits.h) and start the script
-//     by kernel, in the agent's process group, output to the agent's stdout
+//  4. start the script by kernel (each process joins the limits' v1
+//     directories between fork and exec), in the agent's process group, output to the agent's stdout
 //     (the worker's log), MUSTER_IP_ADDRESS and CDSW_IP_ADDRESS set; a
 //     release with `processes` (torchrun's nproc_per_node) starts the script
 //     once per entry, with the entry's variables: when one fails the others
@@ -25,8 +26,8 @@
 //     group and the agent, with a log line saying which;
 //  6. when the script ends, end what it left running (SIGTERM, up to
 //     MUSTER_STOP_GRACE_S, SIGKILL: background children, setsid or
-//     double-forked escapees), report exit {exit_code} (128+signal when
-//     killed; after a stop only once, briefly: the daemon has recorded the
+//     double-forked escapees), report exit {exit_code, out_of_memory} (128+signal when killed;
+//     out_of_memory from the cgroup's OOM kill counter; after a stop only once, briefly: the daemon has recorded the
 //     stop already) and exit with the same code. SIGTERM/SIGINT are
 //     forwarded to the script.
 #pragma once

@@ -1,34 +1,32 @@
 #include "workers/agent/limits.h"
 
-#include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 
 namespace muster::workers::agent {
 
-namespace {
-bool write_file(const std::filesystem::path& path, const std::string& text) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return false;  // the controller is not enabled there
-  std::ofstream out(path);
-  out << text;
-  out.flush();
-  return static_cast<bool>(out);
+AgentLimits set_up_limits(const api::AgentEnvironment& env, const base::Cgroup& v2) {
+  AgentLimits out;
+  base::LimitsRequest request{env.worker_id, env.cpu, env.memory_gb};
+  if (!env.limits_enforced_by.empty()) {
+    if (request.cpu > 0) out.report[base::kLimitCpu] = "enforced by " + env.limits_enforced_by;
+    if (request.memory_gb > 0) out.report[base::kLimitMemory] = "enforced by " + env.limits_enforced_by;
+    return out;
+  }
+  out.cgroup = base::CgroupLimits::apply(base::CgroupMounts::for_limits(env.cgroup_root), v2, request);
+  out.report = out.cgroup.report();
+  return out;
 }
-}  // namespace
 
-std::string apply_limits(const base::Cgroup& cgroup, double cpu, double memory_gb) {
+std::string describe_limits(const api::AgentEnvironment& env, const base::LimitReport& report) {
   std::ostringstream what;
-  what << "cpu=" << cpu << " memory=" << memory_gb << "GiB";
-  if (!cgroup.valid()) return what.str() + " recorded, not enforced (the worker has no cgroup)";
-  const long period = 100000;
-  const long quota = std::lround(cpu * period);
-  const long long bytes = std::llround(memory_gb * 1024.0 * 1024.0 * 1024.0);
-  const bool cpu_ok = write_file(cgroup.path() / "cpu.max", std::to_string(quota) + " " + std::to_string(period));
-  const bool mem_ok = write_file(cgroup.path() / "memory.max", std::to_string(bytes));
-  return what.str() + ": cpu " + (cpu_ok ? "enforced" : "not enforced") + ", memory " +
-         (mem_ok ? "enforced" : "not enforced") + " by cgroup " + cgroup.path().string();
+  what << "cpu=" << env.cpu << " memory=" << env.memory_gb << "GiB:";
+  bool first = true;
+  for (const auto& [resource, how] : report) {
+    what << (first ? " " : ", ") << resource << " " << how;
+    first = false;
+  }
+  if (first) what << " none asked";
+  return what.str();
 }
 
 }  // namespace muster::workers::agent

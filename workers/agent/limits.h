@@ -1,15 +1,28 @@
-// Resource limits for the worker's script: written into the worker's cgroup
-// (cpu.max from cpu cores, memory.max from GiB) where its controllers are
-// enabled, otherwise recorded only. Never fails the launch; returns one line
-// saying what was enforced, which the agent prints to the worker's log.
+// The worker's cpu and memory limits as the agent sets them up, first thing
+// (agent.h, step 0): MUSTER_CPU cores and MUSTER_MEMORY_GB GiB, enforced in
+// the worker's cgroup v2 (the one leftovers.h joined) or in cgroup v1
+// directories of its own (api/base/cgroup_limits.h), under MUSTER_CGROUP_ROOT
+// when set (tests). A backend whose runtime enforces the limits itself (a
+// pod's) sets MUSTER_LIMITS_ENFORCED_BY: the agent then makes nothing and
+// reports "enforced by <it>". Never fails the launch; the report goes to the
+// daemon at register (the worker record's `limits`) and a line to the log.
 #pragma once
 
 #include <string>
 
-#include "api/base/cgroup.h"
+#include "api/agent_protocol.h"
+#include "api/base/cgroup_limits.h"
 
 namespace muster::workers::agent {
 
-std::string apply_limits(const base::Cgroup& cgroup, double cpu, double memory_gb);
+struct AgentLimits {
+  base::CgroupLimits cgroup;  // none made with enforced_by
+  base::LimitReport report;
+};
+
+AgentLimits set_up_limits(const api::AgentEnvironment& env, const base::Cgroup& v2);
+
+// "cpu=0.5 memory=1GiB: cpu enforced by cgroup v1, memory not enforced: ..."
+std::string describe_limits(const api::AgentEnvironment& env, const base::LimitReport& report);
 
 }  // namespace muster::workers::agent

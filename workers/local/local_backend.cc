@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "api/agent_protocol.h"
+#include "api/base/cgroup_limits.h"
 
 namespace muster::workers::local {
 
@@ -166,8 +167,12 @@ void LocalBackend::reaper_pass() {
         }
       }
       // Nothing of the tree is left to kill: its deadline is over too (a
-      // deadline left behind would wake the reaper at once, forever).
-      if (child.cleaned) child.kill_at.reset();
+      // deadline left behind would wake the reaper at once, forever). The
+      // limits' v1 directories go too, where a killed agent left them.
+      if (child.cleaned) {
+        child.kill_at.reset();
+        base::remove_leftover_limits(base::CgroupMounts::of_this_process(), it->first);
+      }
     }
     if (child.cleaned && child.forgotten) {
       unwatch_locked(child);

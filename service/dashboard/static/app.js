@@ -207,6 +207,14 @@ async function stopWorker(id, button) {
   }
 }
 
+// A "not enforced" mark beside a limit the worker's host does not enforce
+// (w.limits, as its agent reported; the reason in the tooltip), else "".
+function limitMark(w, resource) {
+  const how = (w.limits || {})[resource] || "";
+  if (!how.startsWith("not enforced")) return "";
+  return h("span", { class: "not-enforced", title: `${resource} ${how}` }, "not enforced");
+}
+
 function renderWorkers() {
   const body = $("workers-body");
   if (!body) return;
@@ -217,7 +225,8 @@ function renderWorkers() {
     h("td", {}, h("a", { href: `#/workers/${encodeURIComponent(w.id)}`, class: "worker-link" }, w.id)),
     h("td", {}, statusBadge(w.status)),
     h("td", {}, w.ip_address + (w.port ? `:${w.port}` : "")),
-    h("td", { class: "num" }, w.cpu), h("td", { class: "num" }, `${w.memory} GiB`), h("td", { class: "num" }, w.nvidia_gpu),
+    h("td", { class: "num" }, w.cpu, limitMark(w, "cpu")), h("td", { class: "num" }, `${w.memory} GiB`, limitMark(w, "memory")),
+    h("td", { class: "num" }, w.nvidia_gpu),
     h("td", {}, w.cluster_id ? h("a", { href: `#/clusters/${encodeURIComponent(w.cluster_id)}` }, w.cluster_id) : ""),
     h("td", {}, fmtTime(w.started_at)), h("td", { class: "num duration", "data-id": w.id }, duration(w)),
     h("td", { class: "num" }, w.exit_code ?? ""), h("td", {}, w.reason || ""),
@@ -269,7 +278,9 @@ function renderWorker(id) {
   if (!table) return;
   if (!w) return fieldRows(table, [["status", "unknown worker"]]);
   fieldRows(table, [["status", statusBadge(w.status)], ["host / IP", w.ip_address], ["port", w.port],
-    ["script", w.script], ["kernel", w.kernel], ["cpu", w.cpu], ["memory", `${w.memory} GiB`], ["gpu", w.nvidia_gpu],
+    ["script", w.script], ["kernel", w.kernel], ["cpu", h("span", {}, `${w.cpu}`, limitMark(w, "cpu"))],
+    ["memory", h("span", {}, `${w.memory} GiB`, limitMark(w, "memory"))], ["gpu", w.nvidia_gpu],
+    ["limits", Object.entries(w.limits || {}).map(([k, how]) => `${k} ${how}`).join("; ")],
     ["cluster", w.cluster_id ? h("a", { href: `#/clusters/${encodeURIComponent(w.cluster_id)}` }, w.cluster_id) : ""],
     ["created", fmtTime(w.created_at)], ["started", fmtTime(w.started_at)], ["finished", fmtTime(w.finished_at)],
     ["duration", duration(w)], ["exit code", w.exit_code], ["reason", w.reason],
