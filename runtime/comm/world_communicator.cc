@@ -8,6 +8,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "api/base/settings.h"
 #include "runtime/comm/comm_env.h"
 #include "runtime/comm/mpi/mpi_world.h"
 #include "runtime/comm/reduce.h"
@@ -30,13 +31,16 @@ WorldCommunicator::WorldCommunicator(std::unique_ptr<Bootstrap> bootstrap, const
     : options_(apply_env(options)), bootstrap_(std::move(bootstrap)) {
   if (!bootstrap_) throw InvalidArgument("Communicator::create: no Bootstrap given");
   form();
-  if (const char* v = std::getenv("MUSTER_COMM_DEBUG"); v && *v && std::string(v) != "0") {
+  const auto env = base::Settings::environment();
+  const auto debug = env.boolean("MUSTER_COMM_DEBUG", false);
+  if (!debug.ok()) throw InvalidArgument(debug.error);
+  if (debug.value) {
     // One line per rank saying how its world is wired (tests and operators check it).
     std::fprintf(stderr, "muster comm: rank %d of %d, %d on this host, ring links %s%s, formed by %s\n", rank_, size_,
                  local_size_, ring_transport_name().c_str(), tcp_io_threads() ? " (TCP I/O threads)" : "",
                  bootstrap_kind_.c_str());
   }
-  block_from_env_ = std::getenv("MUSTER_COMM_BLOCK_BYTES") != nullptr;
+  block_from_env_ = env.raw("MUSTER_COMM_BLOCK_BYTES").has_value();
   progress_ = std::make_unique<ProgressThread>();
 }
 

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "api/base/settings.h"
 #include "runtime/comm/musterd/rendezvous_client.h"
 #include "runtime/elastic/membership.h"
 
@@ -32,8 +33,7 @@ class CommWorld final : public World {
 };
 
 bool in_elastic_cluster() {
-  const char* url = std::getenv(clusterspec::rendezvous::kEnvUrl);
-  return url != nullptr && *url != '\0';
+  return base::Settings::environment().raw(clusterspec::rendezvous::kEnvUrl).has_value();
 }
 
 void fill_defaults(RunOptions& o) {

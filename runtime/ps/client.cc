@@ -113,8 +113,7 @@ SyncReplicasClient::SyncReplicasClient(PsCluster cluster, ClientOptions options)
   }
   if (options_.streams < 1 || options_.streams > static_cast<int>(kMaxStreams)) {
     throw InvalidArgument("ps client: streams per PS task (MUSTER_PS_STREAMS) must be 1.." + std::to_string(kMaxStreams) +
-                          (std::getenv("MUSTER_PS_STREAMS") ? ", got MUSTER_PS_STREAMS=" + std::string(std::getenv("MUSTER_PS_STREAMS"))
-                                                           : ", got " + std::to_string(options_.streams)));
+                          ", got " + std::to_string(options_.streams));
   }
   links_ = std::make_unique<Links>(cluster_.ps, options_.timeout_ms, options_.socket_buffer_bytes);
 }

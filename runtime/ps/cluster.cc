@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "api/base/settings.h"
 #include "clusterspec/tf_config.h"
 
 #include "runtime/error.h"
@@ -46,9 +47,9 @@ PsCluster PsCluster::from_tf_config(const std::string& text) {
 }
 
 PsCluster PsCluster::from_env() {
-  const char* s = std::getenv("TF_CONFIG");
-  if (s == nullptr || *s == '\0') throw InvalidArgument("TF_CONFIG is not set: start this task from a muster ps-mode cluster or set it by hand");
-  return from_tf_config(s);
+  const auto s = base::Settings::environment().raw("TF_CONFIG");
+  if (!s) throw InvalidArgument("TF_CONFIG is not set: start this task from a muster ps-mode cluster or set it by hand");
+  return from_tf_config(*s);
 }
 
 }  // namespace muster::runtime::ps

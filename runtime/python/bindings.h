@@ -1,4 +1,5 @@
-// The pieces of the _muster_runtime extension (module.cc puts them together).
+// The pieces of the _muster_runtime extension (module.cc puts them together;
+// the enum parsers they share are parsers.h).
 //
 // Layers: this extension binds the C++ runtime as it is (buffers are raw
 // addresses plus counts, dtypes and ops are their names); sdk/python/muster/
@@ -23,7 +24,6 @@
 #include <string>
 
 #include "runtime/comm/communicator.h"
-#include "runtime/dtype.h"
 
 namespace muster::runtime::python {
 
@@ -36,10 +36,5 @@ void bind_rendezvous(py::module_& m);  // rendezvous_binding.cc: elastic cluster
 // The comm::Communicator behind a _muster_runtime.Communicator object (shared:
 // an optimizer keeps it alive).
 std::shared_ptr<comm::Communicator> communicator_of(py::handle obj);
-
-// "float32", "float16", ... -> DataType; throws InvalidArgument naming the choices.
-DataType parse_dtype(const std::string& name);
-// "sum", "average", "min", "max" -> ReduceOp.
-comm::ReduceOp parse_op(const std::string& name);
 
 }  // namespace muster::runtime::python

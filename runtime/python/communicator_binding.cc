@@ -17,6 +17,7 @@
 #include "runtime/comm/kv_bootstrap.h"
 #include "runtime/error.h"
 #include "runtime/python/bindings.h"
+#include "runtime/python/parsers.h"
 
 namespace muster::runtime::python {
 namespace {

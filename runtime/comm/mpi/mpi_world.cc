@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "api/base/settings.h"
 #include "runtime/comm/reduce.h"
 
 namespace muster::runtime::comm::mpi {
@@ -52,8 +53,11 @@ bool launched_with_mpi() {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized) return true;
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr ||
-         std::getenv("PMI_RANK") != nullptr;
+  const auto env = base::Settings::environment();
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"}) {
+    if (env.raw(name)) return true;  // a process manager started this process
+  }
+  return false;
 }
 
 void ensure_initialized() {

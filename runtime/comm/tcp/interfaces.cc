@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "api/base/settings.h"
 #include "runtime/comm/tcp/socket.h"
 #include "runtime/error.h"
 
@@ -32,8 +33,9 @@ std::vector<Interface> local_interfaces() {
 }
 
 std::string interface_spec_from_env(const std::string& configured) {
+  const auto env = base::Settings::environment();
   for (const char* name : {"MUSTER_COMM_TCP_IFACE", "OMPI_MCA_btl_tcp_if_include"}) {
-    if (const char* v = std::getenv(name); v && *v) return v;
+    if (auto v = env.raw(name)) return *v;
   }
   return configured;
 }
