@@ -35,9 +35,9 @@ bool is_ipv4(const std::string& s) {
   return ::inet_pton(AF_INET, s.c_str(), &a) == 1;
 }
 
-// http://host:port[/...] with a port in 1..65535.
+// http(s)://host:port[/...] with a port in 1..65535.
 bool is_agent_url(const std::string& url) {
-  const std::string prefix = "http://";
+  const std::string prefix = url.compare(0, 8, "https://") == 0 ? "https://" : "http://";
   if (url.compare(0, prefix.size(), prefix) != 0) return false;
   const std::string authority = url.substr(prefix.size(), url.find('/', prefix.size()) - prefix.size());
   const auto colon = authority.rfind(':');
@@ -123,7 +123,9 @@ Result<AgentCommand> parse_agent_argv(const std::vector<std::string>& argv) {
   return c;
 }
 
-std::string agent_url(const std::string& host, int port) { return "http://" + host + ":" + std::to_string(port); }
+std::string agent_url(const std::string& host, int port, bool tls) {
+  return (tls ? "https://" : "http://") + host + ":" + std::to_string(port);
+}
 
 std::map<std::string, std::string> to_env(const AgentEnvironment& e) {
   std::map<std::string, std::string> env = {
@@ -150,6 +152,8 @@ std::map<std::string, std::string> to_env(const AgentEnvironment& e) {
   if (!e.cgroup.empty()) env[kEnvCgroup] = e.cgroup;
   if (!e.limits_enforced_by.empty()) env[kEnvLimitsEnforcedBy] = e.limits_enforced_by;
   if (!e.cgroup_root.empty()) env[kEnvCgroupRoot] = e.cgroup_root;
+  if (!e.tls_fingerprint.empty()) env[kEnvTlsFingerprint] = e.tls_fingerprint;
+  if (!e.ca_file.empty()) env[kEnvCaFile] = e.ca_file;
   if (!e.gpu_devices.empty()) {
     env[kEnvGpuDevices] = e.gpu_devices;
     env["CUDA_VISIBLE_DEVICES"] = e.gpu_devices;
@@ -176,8 +180,12 @@ Result<AgentEnvironment> parse_agent_env(const std::map<std::string, std::string
   AgentEnvironment e;
   e.url = settings.text(kEnvUrl).value;
   if (!is_agent_url(e.url)) {
-    return invalid_argument(std::string(kEnvUrl) + " must be http://host:port, not '" + e.url + "'", kEnvUrl);
+    return invalid_argument(std::string(kEnvUrl) + " must be http://host:port or https://host:port, not '" + e.url +
+                                "'",
+                            kEnvUrl);
   }
+  e.tls_fingerprint = settings.text(kEnvTlsFingerprint).value;
+  e.ca_file = settings.text(kEnvCaFile).value;
   e.worker_id = settings.text(kEnvWorkerId).value;
   if (e.worker_id.empty()) return invalid_argument(std::string(kEnvWorkerId) + " is required", kEnvWorkerId);
   e.token = settings.text(kEnvAgentToken).value;

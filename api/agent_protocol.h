@@ -26,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/base/tls_env.h"
 #include "api/status.h"
 #include "api/worker.h"
 
@@ -85,13 +86,20 @@ inline constexpr const char* kEnvLimitsEnforcedBy = "MUSTER_LIMITS_ENFORCED_BY";
 // musterd reads it too, for its launch warnings; a local backend's agent
 // inherits it from musterd.
 inline constexpr const char* kEnvCgroupRoot = "MUSTER_CGROUP_ROOT";
+// How the agent verifies an https:// MUSTER_URL: musterd's certificate's
+// SHA-256 fingerprint (what the daemon sets: pinning needs no file on the
+// worker's host, container or pod) and/or a CA file there. The names are
+// api/base/tls_env.h's, which the runtime's clients read too; the script
+// inherits both.
+inline constexpr const char* kEnvTlsFingerprint = base::kEnvTlsFingerprint;
+inline constexpr const char* kEnvCaFile = base::kEnvCaFile;
 // Variables for the script only (the agent passes them through).
 inline constexpr const char* kEnvMetricsToken = "MUSTER_METRICS_TOKEN";
 inline constexpr const char* kEnvProjectDir = "MUSTER_PROJECT_DIR";
 inline constexpr const char* kEnvGpuDevices = "MUSTER_GPU_DEVICES";
 
 struct AgentEnvironment {
-  std::string url;          // the daemon as the worker reaches it: http://<master_ip>:<port>
+  std::string url;          // the daemon as the worker reaches it: http(s)://<master_ip>:<port>
   std::string worker_id;
   std::string token;        // the worker's agent token (the agent hides it from the script)
   std::string master_ip;    // the daemon's address on the workers' network
@@ -107,17 +115,19 @@ struct AgentEnvironment {
   std::string metrics_token;  // "" = none given
   std::string project_dir;
   std::string gpu_devices;    // "0,1" (also CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES); "" = none
+  std::string tls_fingerprint;  // https: the pinned SHA-256 of musterd's certificate; "" = none
+  std::string ca_file;          // https: a CA file on the worker's host; "" = none
 };
 
-// http://<host>:<port>, the one way MUSTER_URL is formed.
-std::string agent_url(const std::string& host, int port);
+// http://<host>:<port> (https:// when tls), the one way MUSTER_URL is formed.
+std::string agent_url(const std::string& host, int port, bool tls = false);
 
 // Every variable of `e`, plus cdsw's engine variables that mean something
 // here (CDSW_ENGINE_ID, CDSW_MASTER_IP, CML_MASTER_IP, CDSW_PROJECT,
 // CDSW_CPU_MILLICORES, CDSW_MEMORY_MB). The agent adds MUSTER_IP_ADDRESS,
 // CDSW_IP_ADDRESS and MUSTER_PORT once it knows them.
 std::map<std::string, std::string> to_env(const AgentEnvironment& e);
-// What the agent needs from its environment. url (http://host:port),
+// What the agent needs from its environment. url (http(s)://host:port),
 // worker id and token are required; the numbers must be numbers (heartbeat
 // and orphan timeout > 0, cpu and memory >= 0); MUSTER_RESERVE_PORT is "1" or
 // "0"/unset. The field of an error is the variable's name.

@@ -109,6 +109,7 @@ api::Status Daemon::build() {
   }
   http.host = options_.listen.substr(0, colon);
   http.port = std::atoi(options_.listen.c_str() + colon + 1);
+  if (auto s = choose_tls(http); !s) return failed("TLS", s);
   http.on_response = [this](const std::string& method, const std::string& route, int status, double s) {
     metrics_.observe_request(method, route.empty() ? "(unmatched)" : route, status, s);
   };
@@ -141,6 +142,7 @@ api::Status Daemon::build() {
   ropts.project_dir = project;
   ropts.agent_path = options_.agent_path;
   ropts.daemon_port = port;
+  if (tls_) ropts.daemon_tls_fingerprint = tls_->fingerprint;
   ropts.worker_log = options_.worker_log;
   ropts.startup_timeout = options_.startup_timeout;
   ropts.heartbeat_timeout = options_.heartbeat_timeout;
@@ -164,6 +166,7 @@ api::Status Daemon::build() {
 
   SessionOptions session_options;
   session_options.cookie_name = "muster_session_" + std::to_string(port);
+  session_options.secure = tls_.has_value();
   sessions_ = std::make_unique<SessionStore>(session_options);
   EventHubOptions hub_options;
   hub_options.max_streams = options_.max_event_streams;
@@ -233,8 +236,12 @@ api::Status Daemon::build() {
 
   // 5. Serve.
   if (auto s = server_->start(); !s) return failed("listen", s);
-  url_ = "http://" + (http.host == "0.0.0.0" ? std::string("127.0.0.1") : http.host) + ":" + std::to_string(port);
-  const std::string daemon_file = nlohmann::json{{"url", url_}, {"pid", ::getpid()}}.dump() + "\n";
+  url_ = std::string(tls_ ? "https://" : "http://") + (http.host == "0.0.0.0" ? std::string("127.0.0.1") : http.host) +
+         ":" + std::to_string(port);
+  nlohmann::json daemon_json = {{"url", url_}, {"pid", ::getpid()}};
+  // What a client verifies the certificate with (the SDKs pin the fingerprint).
+  if (tls_) daemon_json["tls"] = {{"cert", tls_->cert_file.string()}, {"fingerprint", tls_->fingerprint}};
+  const std::string daemon_file = daemon_json.dump() + "\n";
   if (auto err = base::write_file_atomically(state_ / "musterd.json", daemon_file)) {
     spdlog::warn("cannot write {}/musterd.json: {}", state_.string(), *err);
   }
@@ -260,6 +267,41 @@ api::Status Daemon::build() {
   }
   spdlog::info("backend {} (workers reach the daemon at {}), project {}, state {}, GPUs [{}]", backend_->name(),
                registry_->agent_url(), project.string(), state_.string(), device_list(gpu_devices));
+  return api::Status::ok();
+}
+
+// Plain HTTP on loopback; TLS beyond it or with --tls-cert, with the given
+// certificate or the state dir's self-signed one (named for every address a
+// client or worker may use: loopback, the listen address, the workers'
+// master address, this host's name).
+api::Status Daemon::choose_tls(HttpServerOptions& http) {
+  const bool given = !options_.tls_cert.empty() || !options_.tls_key.empty();
+  if (!given && (is_loopback_host(http.host) || options_.insecure_http)) {
+    if (!is_loopback_host(http.host)) {
+      spdlog::warn("--insecure-http: serving plain HTTP on {}: the token and every agent's token cross the network "
+                   "in the clear; drop --insecure-http to serve TLS",
+                   options_.listen);
+    }
+    return api::Status::ok();
+  }
+  if (given) {
+    auto id = given_tls_identity(options_.tls_cert, options_.tls_key);
+    if (!id) return id.status();
+    tls_ = std::move(id).value();
+  } else {
+    std::vector<std::string> names = {"127.0.0.1", "localhost"};
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) == 0 && host[0]) names.push_back(host);
+    for (const std::string& n : {http.host, backend_->master_address()}) {
+      if (!n.empty() && n != "0.0.0.0" && std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+    }
+    auto id = self_signed_tls_identity(state_, names);
+    if (!id) return id.status();
+    tls_ = std::move(id).value();
+  }
+  http.tls = TlsServerFiles{tls_->cert_file.string(), tls_->key_file.string()};
+  spdlog::info("serving TLS on {} with {} (SHA-256 {})", options_.listen, tls_->cert_file.string(),
+               tls_->fingerprint);
   return api::Status::ok();
 }
 

@@ -7,13 +7,17 @@
 //  2. the backend (before listening: a container bridge must exist before
 //     agents call in) and the GPU inventory;
 //  3. the listening socket (port 0: the kernel picks one), bound but not
-//     served yet, so that the port is final before anything needs it;
+//     served yet, so that the port is final before anything needs it; TLS
+//     (service/tls_identity.h) when the address is not loopback or a
+//     certificate is given: plain HTTP beyond loopback only with
+//     --insecure-http;
 //  4. the state store (refused when it can only be read or is damaged), the
 //     registry (restoring the workers of an earlier daemon; refusing a
 //     database that lost workers unless told to adopt them), the clusters,
 //     the dashboard and the routes, built once;
-//  5. serving; then <state-dir>/musterd.json and the line
-//     "musterd listening on http://HOST:PORT" on stdout (SDKs and tests
+//  5. serving; then <state-dir>/musterd.json ({url, pid, and with TLS
+//     tls: {cert, fingerprint}}) and the line
+//     "musterd listening on http(s)://HOST:PORT" on stdout (SDKs and tests
 //     wait for it), the dashboard's login URL, and what a notebook or
 //     shell on this host exports to use this daemon.
 // run() ticks the registry every 100 ms on the calling thread until SIGTERM
@@ -46,6 +50,7 @@
 #include "service/state_dir_lock.h"
 #include "service/store.h"
 #include "service/store_health.h"
+#include "service/tls_identity.h"
 #include "workers/backend.h"
 
 namespace muster::service {
@@ -69,6 +74,12 @@ struct DaemonOptions {
   // Each worker's output.log and each cluster's launcher.log (cap, rotation).
   base::RotatingLogOptions worker_log;
   HttpServerOptions http;
+  // --tls-cert/--tls-key: the certificate served; neither: a self-signed one
+  // in <state>/tls when TLS is needed. --insecure-http: plain HTTP on a
+  // non-loopback address (a warning).
+  std::filesystem::path tls_cert;
+  std::filesystem::path tls_key;
+  bool insecure_http = false;
   std::filesystem::path agent_path;   // "": muster-agent beside musterd
   std::string dashboard_dir;          // "": find_dashboard_dir's default
   size_t max_event_streams = 32;
@@ -94,10 +105,12 @@ class Daemon {
  private:
   explicit Daemon(DaemonOptions options) : options_(std::move(options)) {}
   api::Status build();  // steps 1-5
+  api::Status choose_tls(HttpServerOptions& http);  // step 3: sets tls_ and http.tls, or neither
 
   DaemonOptions options_;
   std::filesystem::path state_;
   std::string url_;
+  std::optional<TlsIdentity> tls_;  // set: the port speaks only TLS
   // Declared in the order they are built; the destructor ends them in the
   // order written out above, then they are destroyed in reverse.
   std::optional<StateDirLock> lock_;

@@ -109,6 +109,12 @@ int main(int argc, char** argv) {
   app.add_option("--http-agent-threads", http.agent_handler_threads,
                  "threads running agent requests (register, heartbeat, exit), apart from users'")
       ->check(CLI::Range(1, 1024));
+  app.add_option("--tls-cert", o.tls_cert,
+                 "PEM certificate (chain) to serve HTTPS with; default beyond loopback: a self-signed one made in "
+                 "<state-dir>/tls and kept (its SHA-256 in musterd.json)");
+  app.add_option("--tls-key", o.tls_key, "PEM private key of --tls-cert");
+  app.add_flag("--insecure-http", o.insecure_http,
+               "serve plain HTTP on a non-loopback --listen address (tokens cross the network in the clear)");
   app.add_option("--agent-path", agent_path, "the agent program (default: muster-agent beside musterd)");
   app.add_option("--dashboard-dir", o.dashboard_dir, "the dashboard's files (default: installed beside musterd)");
   app.add_option("--max-event-streams", o.max_event_streams, "open dashboard event streams (503 above)")

@@ -242,6 +242,10 @@ api::Result<std::unique_ptr<LauncherProcess>> MpiRendezvous::start_mpirun(const 
     const std::vector<std::string> forward = {"-x", "MUSTER_URL", "-x", "MUSTER_WORKER_ID", "-x",
                                               "MUSTER_METRICS_TOKEN"};
     spec.argv.insert(spec.argv.begin() + 1, forward.begin(), forward.end());
+    if (const auto& pin = registry_.agent_tls_fingerprint(); !pin.empty()) {  // https: what rank 0 pins
+      spec.env[api::kEnvTlsFingerprint] = pin;
+      spec.argv.insert(spec.argv.begin() + 1, {"-x", api::kEnvTlsFingerprint});
+    }
   }
   // Every rank finds muster's Python package and runtime extension as the
   // workers' scripts do (worker_python.h), also on hosts that do not share

@@ -40,7 +40,7 @@ WorkerRegistry::~WorkerRegistry() {
 }
 
 std::string WorkerRegistry::agent_url() const {
-  return api::agent_url(backend_.master_address(), options_.daemon_port);
+  return api::agent_url(backend_.master_address(), options_.daemon_port, !options_.daemon_tls_fingerprint.empty());
 }
 
 void WorkerRegistry::wait_for_launches() {

@@ -116,6 +116,10 @@ struct RegistryOptions {
   // api::agent_url(backend.master_address(), daemon_port): the backend is the
   // one that says which address its workers can reach.
   int daemon_port = 0;
+  // The SHA-256 of the daemon's TLS certificate when it serves https
+  // (service/tls_identity.h): agents get an https:// MUSTER_URL and pin it
+  // (MUSTER_TLS_FINGERPRINT). "": plain http.
+  std::string daemon_tls_fingerprint;
   // Each worker's output.log: its size cap and rotated files kept (musterd
   // --worker-log-max-size, --worker-log-keep; api/log_capture.h). Clusters
   // cap their launcher's log the same.
@@ -264,6 +268,8 @@ class WorkerRegistry {
   // (clusters hand both to mpirun's ranks so that rank 0 can report
   // training metrics).
   std::string agent_url() const;
+  // "" or what agents pin (RegistryOptions::daemon_tls_fingerprint).
+  const std::string& agent_tls_fingerprint() const { return options_.daemon_tls_fingerprint; }
   std::string metrics_token(const std::string& id) const {
     return options_.metrics_token ? options_.metrics_token(id) : std::string();
   }

@@ -172,6 +172,7 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::launch(const LaunchBatch& 
     if (options_.metrics_token) env.metrics_token = options_.metrics_token(ids[i]);
     env.project_dir = options_.project_dir.string();
     env.gpu_devices = devices_of[i];
+    env.tls_fingerprint = options_.daemon_tls_fingerprint;
     env.token = tokens[i];
     for (auto& [k, v] : api::to_env(env)) spec.env[k] = std::move(v);
     api::add_log_capture_env(spec.env, {spec.log_path.string(), options_.worker_log});

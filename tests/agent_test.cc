@@ -92,7 +92,9 @@ TEST(HttpUrl, Parses) {
   EXPECT_EQ(e->host, "10.1.2.3");
   EXPECT_EQ(e->port, 7878);
   EXPECT_EQ(muster::workers::agent::parse_http_url("http://h/x")->port, 80);
-  EXPECT_FALSE(muster::workers::agent::parse_http_url("https://h:1").has_value());
+  EXPECT_TRUE(muster::workers::agent::parse_http_url("https://h:1")->tls);
+  EXPECT_FALSE(muster::workers::agent::parse_http_url("http://h:1")->tls);
+  EXPECT_FALSE(muster::workers::agent::parse_http_url("ftp://h:1").has_value());
   EXPECT_FALSE(muster::workers::agent::parse_http_url("http://:1").has_value());
   EXPECT_FALSE(muster::workers::agent::parse_http_url("http://h:x").has_value());
 }

@@ -83,6 +83,10 @@ class ContainerDaemonTest : public ::testing::Test {
 
 TEST_F(ContainerDaemonTest, OwnAddressesLinkCutIsLostAndNothingIsLeft) {
   ASSERT_TRUE(start_daemon()) << daemon_->stderr_text();
+  // Beyond loopback musterd speaks only TLS: the agents in their network
+  // namespaces registered over https, pinning the daemon's certificate.
+  ASSERT_EQ(daemon_->url().rfind("https://", 0), 0u) << daemon_->url();
+  ASSERT_EQ(daemon_->tls_fingerprint().size(), 64u);
   auto workers = launch_running(2);
   ASSERT_EQ(workers.size(), 2u);
   std::string ip0 = workers[0]["ip_address"], ip1 = workers[1]["ip_address"];

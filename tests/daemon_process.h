@@ -109,11 +109,24 @@ class DaemonProcess {
     std::getline(in, token_);
     web::http::client::http_client_config cfg;
     cfg.set_timeout(std::chrono::seconds(90));
+    if (url_.rfind("https://", 0) == 0) {
+      // Beyond loopback musterd serves TLS: its certificate (musterd.json's
+      // tls.cert, self-signed) is the CA, and the host is checked.
+      std::ifstream info(state_ / "musterd.json");
+      const auto j = nlohmann::json::parse(info, nullptr, false);
+      if (!j.is_object() || !j.contains("tls")) return false;
+      cert_ = j["tls"].value("cert", "");
+      fingerprint_ = j["tls"].value("fingerprint", "");
+      cfg.set_ssl_context_callback([cert = cert_](boost::asio::ssl::context& ctx) { ctx.load_verify_file(cert); });
+    }
     client_ = std::make_unique<web::http::client::http_client>(url_, cfg);
     return true;
   }
 
   std::string port() const { return url_.substr(url_.rfind(':') + 1); }
+  // https: musterd.json's tls.cert and tls.fingerprint ("" over http).
+  const std::string& tls_cert() const { return cert_; }
+  const std::string& tls_fingerprint() const { return fingerprint_; }
   bool alive() const { return pid_ > 0 && ::kill(pid_, 0) == 0; }
 
   // Sends `sig` and reaps the daemon (SIGKILL after 10 s).
@@ -155,7 +168,7 @@ class DaemonProcess {
  private:
   std::filesystem::path root_, project_, state_;
   pid_t pid_ = -1;
-  std::string url_, token_;
+  std::string url_, token_, cert_, fingerprint_;
   std::unique_ptr<web::http::client::http_client> client_;
 };
 

@@ -9,6 +9,8 @@ muster_python_test(dashboard_api SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/dashboard_ap
   LABEL integration TIMEOUT 180)
 muster_python_test(dashboard_browser SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/dashboard_browser_test.py
   LABEL integration TIMEOUT 240)
+muster_python_test(dashboard_https SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/dashboard_https_test.py
+  LABEL integration TIMEOUT 180)
 muster_python_test(dashboard_prometheus SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/dashboard_prometheus_test.py
   LABEL integration TIMEOUT 180)
 muster_python_test(sdk_python_metrics SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/sdk_python_metrics_test.py LABEL unit TIMEOUT 60)

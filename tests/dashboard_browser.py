@@ -20,7 +20,9 @@ def available():
 
 
 class Browser:
-    def __init__(self, width=1400, height=1000):
+    """`extra_args`: more Chromium switches (e.g. --ignore-certificate-errors-spki-list=<pin>)."""
+
+    def __init__(self, width=1400, height=1000, extra_args=()):
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
         self.profile = tempfile.mkdtemp(prefix="muster-dash-chromium-")
@@ -28,7 +30,8 @@ class Browser:
         opts.binary_location = CHROMIUM
         for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                     "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                    "--no-first-run", "--user-data-dir=" + self.profile, "--window-size=%d,%d" % (width, height)):
+                    "--no-first-run", "--user-data-dir=" + self.profile, "--window-size=%d,%d" % (width, height),
+                    *extra_args):
             opts.add_argument(arg)
         opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
         self.driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)

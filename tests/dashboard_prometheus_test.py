@@ -1,6 +1,8 @@
 """Debian's Prometheus server scraping a real musterd's /metrics with a bearer token file:
 label integration. Prometheus's own HTTP API must report muster_workers{status="running"}
-equal to the number of workers running, before and after a change."""
+equal to the number of workers running, before and after a change; over plain HTTP (a
+loopback musterd) and over HTTPS (musterd beyond loopback), verified with tls_config's
+ca_file: the daemon's self-signed certificate, its address checked."""
 import json
 import os
 import shutil
@@ -11,7 +13,6 @@ import urllib.request
 
 import pytest
 
-import muster
 from dashboard_common import write_project
 from testutil import free_port, wait_for
 from sdk_daemon import Daemon
@@ -20,11 +21,13 @@ PROMETHEUS = "/usr/bin/prometheus"
 pytestmark = pytest.mark.skipif(not os.path.exists(PROMETHEUS), reason="prometheus is not installed")
 
 
-@pytest.fixture
-def daemon(tmp_path):
+@pytest.fixture(params=["http", "https"])
+def daemon(tmp_path, request):
     (tmp_path / "project").mkdir()
     project = write_project(tmp_path / "project")
-    with Daemon(project, tmp_path / "state") as d:
+    listen = "127.0.0.1:0" if request.param == "http" else "0.0.0.0:0"
+    with Daemon(project, tmp_path / "state", listen=listen) as d:
+        assert d.url.startswith(request.param + "://")
         yield d
 
 
@@ -35,16 +38,21 @@ def prometheus(daemon, tmp_path):
     with open(token_file, "w") as f:
         f.write(daemon.token)
     os.chmod(token_file, 0o600)
-    target = daemon.url[len("http://"):]
+    scheme, target = daemon.url.split("://")
+    tls = ""
+    if scheme == "https":
+        with open(os.path.join(daemon.state_dir, "musterd.json")) as f:
+            tls = "    tls_config:\n      ca_file: %s\n" % json.load(f)["tls"]["cert"]
     config = os.path.join(work, "prometheus.yml")
     with open(config, "w") as f:
         f.write(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
             "scrape_configs:\n"
             "  - job_name: musterd\n"
+            "    scheme: %s\n"
             "    metrics_path: /metrics\n"
-            "    authorization:\n      type: Bearer\n      credentials_file: %s\n"
-            "    static_configs:\n      - targets: ['%s']\n" % (token_file, target))
+            "    authorization:\n      type: Bearer\n      credentials_file: %s\n%s"
+            "    static_configs:\n      - targets: ['%s']\n" % (scheme, token_file, tls, target))
     port = free_port()
     log = open(os.path.join(work, "prometheus.log"), "wb")
     proc = subprocess.Popen([PROMETHEUS, "--config.file=" + config, "--storage.tsdb.path=" + os.path.join(work, "data"),
@@ -84,7 +92,7 @@ def running_value(base):
 
 def test_prometheus_scrapes_the_running_workers(daemon, prometheus):
     base, log = prometheus
-    client = muster.Client(daemon.url, daemon.token)
+    client = daemon.client()
     workers = client.launch_workers(n=3, cpu=0.1, memory=0.1, script="sleep.py")
     client.await_workers([w["id"] for w in workers], wait_for_completion=False, timeout_seconds=30)
     try:

@@ -132,7 +132,18 @@ TEST(MetricsReporter, DisabledWithoutTheEnvironment) {
   report::Point p;
   r->report(p);
   EXPECT_EQ(r->dropped(), 0u);
-  EXPECT_FALSE(report::parse_http_url("https://x:1"));
+  EXPECT_FALSE(report::parse_http_url("ftp://x:1"));
   EXPECT_FALSE(report::parse_http_url("http://x:99999"));
+  // https: verified as the environment says (MUSTER_TLS_FINGERPRINT); a bad pin is an error naming it.
+  ::setenv("MUSTER_TLS_FINGERPRINT", std::string(64, 'A').c_str(), 1);
+  const auto tls = report::parse_http_url("https://x:1");
+  ASSERT_TRUE(tls);
+  EXPECT_TRUE(tls->tls);
+  EXPECT_EQ(tls->verify.fingerprint, std::string(64, 'a'));
+  ::setenv("MUSTER_TLS_FINGERPRINT", "not-hex", 1);
+  std::string error;
+  EXPECT_FALSE(report::parse_http_url("https://x:1", &error));
+  EXPECT_NE(error.find("MUSTER_TLS_FINGERPRINT"), std::string::npos) << error;
+  ::unsetenv("MUSTER_TLS_FINGERPRINT");
   EXPECT_EQ(report::parse_http_url("http://10.0.0.1:7878/")->port, 7878);
 }

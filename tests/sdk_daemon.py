@@ -4,6 +4,9 @@ Daemon(project_dir, state_dir).start() runs $MUSTER_BINARY_DIR/bin/musterd
 on 127.0.0.1 with a port the OS picks (--listen 127.0.0.1:0) and the local
 backend, waits until it has written <state>/musterd.json and answers
 /healthz, and sets nothing global: callers read .url / .token / .env().
+A daemon listening beyond loopback serves https: .tls (a muster.tls.TlsVerify
+pinning musterd.json's fingerprint) verifies it, and .opener() is a urllib
+opener that does.
 stop() first stops every worker through the API, then ends the daemon (its
 process group), then kills, by pid, any leftover process that carries this
 daemon's MUSTER_URL in its environment (workers outlive the daemon by design:
@@ -58,6 +61,7 @@ class Daemon:
         self.proc = None
         self.url = None
         self.token = None
+        self.tls = None  # https: what verifies the daemon's certificate
         self.log_path = os.path.join(self.state_dir, "musterd.log")
 
     def env(self):
@@ -96,19 +100,33 @@ class Daemon:
         self.stop()
         raise RuntimeError("musterd not ready within %s s:\n%s" % (timeout, self.log()))
 
+    def client(self, **kwargs):
+        """A muster.Client for this daemon (its certificate pinned over https)."""
+        import muster
+        return muster.Client(self.url, self.token, tls_fingerprint=self.tls.fingerprint if self.tls else None,
+                             **kwargs)
+
+    def opener(self):
+        """A urllib opener without proxies that verifies this daemon's certificate (https)."""
+        from muster._http import opener
+        return opener(self.url, self.tls)
+
     def _ready(self, info):
+        from muster.tls import TlsVerify
         try:
             with open(info) as f:
-                url = json.load(f)["url"].rstrip("/")
+                data = json.load(f)
+            url = data["url"].rstrip("/")
             with open(os.path.join(self.state_dir, "token")) as f:
                 token = f.read().strip()
-            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-            with opener.open(url + "/healthz", timeout=2) as resp:
+            self.url = url
+            self.tls = TlsVerify(None, data["tls"]["fingerprint"], info) if data.get("tls") else None
+            with self.opener().open(url + "/healthz", timeout=2) as resp:
                 if resp.status != 200:
                     return False
         except (OSError, ValueError, KeyError):
             return False
-        self.url, self.token = url, token
+        self.token = token
         return bool(token)
 
     def stop(self):
@@ -117,7 +135,8 @@ class Daemon:
         if self.url and self.token and self.proc.poll() is None:
             try:
                 import muster
-                muster.Client(self.url, self.token).stop_workers()
+                muster.Client(self.url, self.token,
+                              tls_fingerprint=self.tls.fingerprint if self.tls else None).stop_workers()
             except Exception:  # noqa: BLE001 - best effort; the sweep below is the safety net
                 pass
         if self.proc.poll() is None:
@@ -148,7 +167,7 @@ class RestApi:
 
     def __init__(self, daemon, observer=None, timeout=60):
         self.url, self.token, self.timeout = daemon.url, daemon.token, timeout
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        opener = daemon.opener()
         self.opener = observer.wrap(opener) if observer else opener
 
     def call(self, method, path, body=None, token=None):

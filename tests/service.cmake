@@ -21,6 +21,13 @@ muster_python_test(notebook_daemon_integration_test
 # The HTTP server against hostile clients and its streamed responses.
 muster_gtest(http_server_limits_test SOURCES http_server_limits_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
 muster_gtest(http_server_stream_test SOURCES http_server_stream_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
+# ... and over TLS: the same limits, stuck handshakes, the self-signed certificate, pins and CA files.
+muster_gtest(http_server_tls_test SOURCES http_server_tls_test.cc DEPS muster_service muster_client_socket
+  LABEL unit TIMEOUT 60)
+# musterd beyond loopback: TLS only; the SDK, the CLI and muster-agent pin or
+# CA-verify it, refuse a wrong fingerprint; no token in a capture of the traffic.
+muster_python_test(musterd_tls_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/musterd_tls_test.py
+  LABEL integration TIMEOUT 240)
 muster_gtest(musterd_load_test SOURCES musterd_load_test.cc
   DEPS cpprestsdk::cpprest OpenSSL::SSL OpenSSL::Crypto nlohmann_json::nlohmann_json
   LABEL integration TIMEOUT 120)

@@ -71,7 +71,7 @@ def daemon(bed, project, tmp_path_factory):
 
 
 def client(d):
-    return muster.Client(d.url, d.token)
+    return d.client()
 
 
 def squeue(bed):

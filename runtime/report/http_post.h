@@ -8,16 +8,23 @@
 #include <optional>
 #include <string>
 
+#include "api/base/client_socket.h"
+
 namespace muster::runtime::report {
 
 struct HttpTarget {
   std::string host;
   int port = 80;
   std::string base_path;  // "" or "/prefix" without the trailing slash
+  bool tls = false;        // https://
+  base::TlsVerify verify{};  // with tls: the pinned fingerprint and/or CA file
 };
 
-// Parses "http://host[:port][/path]"; nullopt for anything else.
-std::optional<HttpTarget> parse_http_url(const std::string& url);
+// Parses "http(s)://host[:port][/path]"; nullopt for anything else. An
+// https:// target takes its verification from this process's environment
+// (MUSTER_TLS_FINGERPRINT, MUSTER_CA_FILE: what musterd gives each worker);
+// a malformed fingerprint there makes it nullopt, with *error saying so.
+std::optional<HttpTarget> parse_http_url(const std::string& url, std::string* error = nullptr);
 
 struct HttpResult {
   int status = 0;           // 0: no answer (connect failed, timeout)

@@ -1,4 +1,5 @@
 #include "sdk/cpp/client.h"
+#include "sdk/cpp/tls.h"
 
 #include <chrono>
 #include <system_error>
@@ -64,7 +65,7 @@ MusterError error_from_response(int http_status, const std::string& body) {
 }
 
 Client::Client(ClientOptions options)
-    : endpoint_(discover(Endpoint{options.url, options.token})),
+    : endpoint_(discover(Endpoint{options.url, options.token, options.ca_file, options.tls_fingerprint})),
       request_timeout_seconds_(options.request_timeout_seconds) {}
 
 Client::Answer Client::send(const std::string& method, const std::string& path_and_query, const json* body,
@@ -73,6 +74,7 @@ Client::Answer Client::send(const std::string& method, const std::string& path_a
   config.set_proxy(web::web_proxy(web::web_proxy::disabled));
   double limit = timeout_seconds > 0 ? timeout_seconds : kForeverSeconds;
   config.set_timeout(std::chrono::milliseconds(static_cast<long long>(limit * 1000)));
+  const auto tls = verify_tls(config, endpoint_);
   try {
     http::client::http_client client(endpoint_.url, config);
     http::http_request request(method);
@@ -99,6 +101,7 @@ Client::Answer Client::send(const std::string& method, const std::string& path_a
     if (answer.status < 200 || answer.status >= 300) throw error_from_response(answer.status, answer.body);
     return answer;
   } catch (const http::http_exception& e) {
+    if (auto refused = certificate_refused(endpoint_, tls.get(), e.what())) throw *refused;
     if (e.error_code() == std::errc::timed_out)
       throw MusterError("deadline_exceeded", method + " " + path_and_query + ": no answer from musterd within " +
                                                  std::to_string(static_cast<long long>(limit)) + " s");

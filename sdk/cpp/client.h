@@ -58,6 +58,11 @@ struct ClientOptions {
   std::string url;     // empty: discover (MUSTER_URL, state dir)
   std::string token;   // empty: discover (MUSTER_TOKEN, state dir)
   double request_timeout_seconds = 30;  // every call but the awaits
+  // https: verify with this PEM CA file and/or pin this SHA-256 of the
+  // certificate (empty: discover, config.h). Example:
+  //   muster::sdk::Client c({"https://10.0.0.5:7878", token, 30, "", "3f1c..."});
+  std::string ca_file{};
+  std::string tls_fingerprint{};
 };
 
 class Client {

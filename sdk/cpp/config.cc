@@ -1,5 +1,6 @@
 #include "sdk/cpp/config.h"
 
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -30,6 +31,48 @@ std::string trim(std::string s) {
   s.erase(0, s.find_first_not_of(ws));
   s.erase(s.find_last_not_of(ws) + 1);
   return s;
+}
+
+// 64 hex digits, colons and case ignored -> lowercase; throws naming `source`.
+std::string fingerprint(const std::string& text, const std::string& source) {
+  std::string out;
+  bool hex = true;
+  for (char c : text) {
+    if (c == ':') continue;
+    hex = hex && std::isxdigit(static_cast<unsigned char>(c));
+    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  if (!hex || out.size() != 64) {
+    throw MusterError("invalid_argument", source + " must be the SHA-256 fingerprint of musterd's certificate (64 hex "
+                                          "digits, colons allowed), not '" + text + "'");
+  }
+  return out;
+}
+
+void discover_tls(const std::string& dir, Endpoint& e) {
+  if (e.url.compare(0, 8, "https://") != 0) return;
+  if (!e.ca_file.empty() || !e.tls_fingerprint.empty()) {
+    e.tls_source = "ClientOptions";
+  } else if (!env("MUSTER_CA_FILE").empty() || !env("MUSTER_TLS_FINGERPRINT").empty()) {
+    e.ca_file = env("MUSTER_CA_FILE");
+    e.tls_fingerprint = env("MUSTER_TLS_FINGERPRINT");
+    e.tls_source = "MUSTER_CA_FILE / MUSTER_TLS_FINGERPRINT";
+  } else {
+    std::string text;
+    const std::string path = dir + "/musterd.json";
+    if (read_file(path, &text)) {
+      auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+      std::string url = j.is_object() && j.contains("url") && j["url"].is_string() ? j["url"].get<std::string>() : "";
+      while (!url.empty() && url.back() == '/') url.pop_back();
+      if (url == e.url && j.contains("tls") && j["tls"].is_object() && j["tls"].contains("fingerprint") &&
+          j["tls"]["fingerprint"].is_string()) {
+        e.tls_fingerprint = j["tls"]["fingerprint"].get<std::string>();
+        e.tls_source = path + " (tls.fingerprint)";
+      }
+    }
+  }
+  if (!e.tls_fingerprint.empty()) e.tls_fingerprint = fingerprint(e.tls_fingerprint, e.tls_source);
+  if (e.tls_source.empty()) e.tls_source = "the system's CAs";
 }
 
 }  // namespace
@@ -65,6 +108,7 @@ Endpoint discover(Endpoint given) {
     throw MusterError("unconfigured", "no musterd token: set MUSTER_TOKEN or start musterd (it writes " + dir +
                                           "/token)");
   while (!given.url.empty() && given.url.back() == '/') given.url.pop_back();
+  discover_tls(dir, given);
   return given;
 }
 

@@ -24,6 +24,7 @@
 #include <cpprest/uri.h>
 
 #include "sdk/cpp/client.h"
+#include "sdk/cpp/tls.h"
 
 namespace muster::sdk {
 namespace {
@@ -90,6 +91,7 @@ std::uint64_t Client::follow_log(const std::string& path, const std::function<bo
   http::client::http_client_config config;
   config.set_proxy(web::web_proxy(web::web_proxy::disabled));
   config.set_timeout(std::chrono::milliseconds(static_cast<long long>(opts.read_timeout_seconds * 1000)));
+  const auto tls = verify_tls(config, endpoint_);
   for (;;) {
     const bool done_before = streaming ? false : is_done();
     bool clean = false;
@@ -164,8 +166,12 @@ std::uint64_t Client::follow_log(const std::string& path, const std::function<bo
         clean = true;
       }
     } catch (const MusterError& e) {
-      if (e.http_status() != 0 || e.code() == "unconfigured" || ++failures > opts.retries) throw;
-    } catch (const std::exception&) {
+      if (e.http_status() != 0 || e.code() == "unconfigured" || e.code() == "untrusted_certificate" ||
+          ++failures > opts.retries) {
+        throw;
+      }
+    } catch (const std::exception& e) {
+      if (auto refused = certificate_refused(endpoint_, tls.get(), e.what())) throw *refused;
       if (++failures > opts.retries)
         throw MusterError("unavailable", "lost the log stream of " + path + " after " +
                                              std::to_string(opts.retries) + " reconnects");

@@ -68,12 +68,13 @@ std::optional<SessionStore::Session> SessionStore::from_cookie_header(const std:
 }
 
 std::string SessionStore::set_cookie(const Session& s) const {
-  return options_.cookie_name + "=" + s.id + "; Path=/; HttpOnly; SameSite=Strict; Max-Age=" +
-         std::to_string(options_.ttl.count());
+  return options_.cookie_name + "=" + s.id + "; Path=/; HttpOnly; SameSite=Strict" +
+         (options_.secure ? "; Secure" : "") + "; Max-Age=" + std::to_string(options_.ttl.count());
 }
 
 std::string SessionStore::clear_cookie() const {
-  return options_.cookie_name + "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0";
+  return options_.cookie_name + "=; Path=/; HttpOnly; SameSite=Strict" + (options_.secure ? "; Secure" : "") +
+         "; Max-Age=0";
 }
 
 }  // namespace muster::service

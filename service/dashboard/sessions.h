@@ -25,6 +25,8 @@ struct SessionOptions {
   std::string cookie_name = "muster_session";
   std::chrono::seconds ttl{7 * 24 * 3600};
   size_t max_sessions = 256;
+  // The daemon serves https: the cookie is Secure (never sent over plain http).
+  bool secure = false;
 };
 
 // The value of cookie `name` in a Cookie header ("a=1; b=2"), if present.

@@ -69,55 +69,98 @@ constexpr const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
 }  // namespace
 
-Connection::Connection(net::ip::tcp::socket socket, std::shared_ptr<ServerContext> ctx)
-    : ctx_(std::move(ctx)), stream_(std::move(socket)) {
+template <class Stream>
+Stream open_stream(net::ip::tcp::socket socket, ServerContext& ctx) {
+  if constexpr (std::is_same_v<Stream, TlsStream>) {
+    return Stream(std::move(socket), *ctx.tls);
+  } else {
+    return Stream(std::move(socket));
+  }
+}
+
+std::shared_ptr<Connection> make_connection(net::ip::tcp::socket socket, std::shared_ptr<ServerContext> ctx) {
+  if (ctx->tls) return std::make_shared<StreamConnection<TlsStream>>(std::move(socket), std::move(ctx));
+  return std::make_shared<StreamConnection<PlainStream>>(std::move(socket), std::move(ctx));
+}
+
+template <class Stream>
+StreamConnection<Stream>::StreamConnection(net::ip::tcp::socket socket, std::shared_ptr<ServerContext> ctx)
+    : ctx_(std::move(ctx)), stream_(open_stream<Stream>(std::move(socket), *ctx_)) {
   boost::system::error_code ec;
-  const auto peer = stream_.socket().remote_endpoint(ec);
+  const auto peer = tcp().socket().remote_endpoint(ec);
   if (!ec) remote_address_ = peer.address().to_string();
 }
 
-Connection::~Connection() = default;
+template <class Stream>
+StreamConnection<Stream>::~StreamConnection() = default;
 
-void Connection::start() {
-  net::post(stream_.get_executor(), [self = shared_from_this()] { self->wait_for_request(); });
+template <class Stream>
+void StreamConnection<Stream>::start() {
+  net::post(stream_.get_executor(), [self = shared()] {
+    if constexpr (kTls) {
+      self->handshake();
+    } else {
+      self->wait_for_request();
+    }
+  });
 }
 
-void Connection::close() {
-  net::post(stream_.get_executor(), [self = shared_from_this()] { self->shutdown(); });
+// TLS, before a): the handshake within read_timeout of the accept.
+template <class Stream>
+void StreamConnection<Stream>::handshake() {
+  if constexpr (kTls) {
+    tcp().expires_after(ctx_->options.read_timeout);
+    stream_.async_handshake(boost::asio::ssl::stream_base::server, [self = shared()](beast::error_code ec) {
+      if (ec) {
+        spdlog::debug("TLS handshake with {} failed: {}", self->remote_address_, ec.message());
+        return self->shutdown();
+      }
+      self->wait_for_request();
+    });
+  }
 }
 
-void Connection::deliver(Response response) {
-  auto self = shared_from_this();
+template <class Stream>
+void StreamConnection<Stream>::close() {
+  net::post(stream_.get_executor(), [self = shared()] { self->shutdown(); });
+}
+
+template <class Stream>
+void StreamConnection<Stream>::deliver(Response response) {
+  auto self = shared();
   ctx_->gate.run([&] {
     net::post(stream_.get_executor(), [self, r = std::move(response)]() mutable { self->respond(std::move(r)); });
   });
 }
 
-void Connection::shutdown() {
+template <class Stream>
+void StreamConnection<Stream>::shutdown() {
   if (closed_) return;
-  auto self = shared_from_this();
+  auto self = shared();
   closed_ = true;
   if (chunked_) chunked_->abort();
   boost::system::error_code ec;
-  stream_.socket().shutdown(net::ip::tcp::socket::shutdown_both, ec);
-  stream_.close();
+  tcp().socket().shutdown(net::ip::tcp::socket::shutdown_both, ec);
+  tcp().close();
   std::lock_guard<std::mutex> lock(ctx_->connections_mu);
   ctx_->connections.erase(this);
 }
 
 // a) Wait (idle_timeout) for the first byte of the next request.
-void Connection::wait_for_request() {
+template <class Stream>
+void StreamConnection<Stream>::wait_for_request() {
   if (closed_) return;
   if (buffer_.size() > 0) return read_header();  // pipelined
-  stream_.expires_after(ctx_->options.idle_timeout);
-  stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+  tcp().expires_after(ctx_->options.idle_timeout);
+  stream_.async_read_some(buffer_.prepare(4096), [self = shared()](beast::error_code ec, size_t n) {
     if (ec) return self->shutdown();
     self->buffer_.commit(n);
     self->read_header();
   });
 }
 
-void Connection::read_header() {
+template <class Stream>
+void StreamConnection<Stream>::read_header() {
   header_parser_.emplace();
   header_parser_->header_limit(static_cast<std::uint32_t>(ctx_->options.max_header_bytes));
   // Checked in on_header and by the body parser (not boost::none: Beast
@@ -127,13 +170,14 @@ void Connection::read_header() {
   request_method_.clear();
   route_ = nullptr;
   keep_alive_ = true;
-  stream_.expires_after(ctx_->options.read_timeout);
+  tcp().expires_after(ctx_->options.read_timeout);
   bhttp::async_read_header(stream_, buffer_, *header_parser_,
-                           [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+                           [self = shared()](beast::error_code ec, size_t) { self->on_header(ec); });
 }
 
 // b) Route, credentials and declared size, from the headers alone.
-void Connection::on_header(beast::error_code ec) {
+template <class Stream>
+void StreamConnection<Stream>::on_header(beast::error_code ec) {
   if (ec == bhttp::error::header_limit) return respond_and_close(headers_too_large(ctx_->options.max_header_bytes));
   if (ec && is_protocol_error(ec)) {
     return respond_and_close(error_response(api::invalid_argument("malformed HTTP request: " + ec.message())));
@@ -176,7 +220,7 @@ void Connection::on_header(beast::error_code ec) {
   const auto expect = request_.headers.find("expect");
   if (expect != request_.headers.end() && lower(expect->second) == "100-continue") {
     return net::async_write(stream_, net::buffer(kContinue, sizeof kContinue - 1),
-                            [self = shared_from_this()](beast::error_code ec, size_t) {
+                            [self = shared()](beast::error_code ec, size_t) {
                               if (ec) return self->shutdown();
                               self->read_body();
                             });
@@ -185,15 +229,17 @@ void Connection::on_header(beast::error_code ec) {
 }
 
 // c) The body, within the same deadline and at most max_body_bytes.
-void Connection::read_body() {
+template <class Stream>
+void StreamConnection<Stream>::read_body() {
   body_parser_.emplace(std::move(*header_parser_));
   header_parser_.reset();
   body_parser_->body_limit(ctx_->options.max_body_bytes);
   bhttp::async_read(stream_, buffer_, *body_parser_,
-                    [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
+                    [self = shared()](beast::error_code ec, size_t) { self->on_body(ec); });
 }
 
-void Connection::on_body(beast::error_code ec) {
+template <class Stream>
+void StreamConnection<Stream>::on_body(beast::error_code ec) {
   if (ec == bhttp::error::body_limit) {
     return respond_and_close(too_large("the request body", ctx_->options.max_body_bytes));
   }
@@ -213,8 +259,9 @@ void Connection::on_body(beast::error_code ec) {
 }
 
 // d) To the handler pool; the Reply comes back through deliver().
-void Connection::dispatch(const Route* route, Request request) {
-  stream_.expires_never();
+template <class Stream>
+void StreamConnection<Stream>::dispatch(const Route* route, Request request) {
+  tcp().expires_never();
   auto slot = std::make_shared<ReplySlot>(weak_from_this());
   Reply reply = [slot](Response r) { slot->send(std::move(r)); };
   const bool queued = ctx_->lane_of(*route).post([route, request = std::move(request), reply]() {
@@ -231,7 +278,8 @@ void Connection::dispatch(const Route* route, Request request) {
 }
 
 // e) The response.
-void Connection::respond(Response response) {
+template <class Stream>
+void StreamConnection<Stream>::respond(Response response) {
   if (closed_) return;
   if (ctx_->options.on_response && !request_method_.empty()) {
     ctx_->options.on_response(request_method_, route_ ? route_->pattern : std::string(), response.http_status,
@@ -249,30 +297,35 @@ void Connection::respond(Response response) {
   res->keep_alive(keep_alive_);
   res->prepare_payload();
   out_message_ = res;
-  stream_.expires_after(ctx_->options.idle_timeout);
-  bhttp::async_write(stream_, *res, [self = shared_from_this()](beast::error_code ec, size_t) {
+  tcp().expires_after(ctx_->options.idle_timeout);
+  bhttp::async_write(stream_, *res, [self = shared()](beast::error_code ec, size_t) {
     self->out_message_.reset();
     self->on_written(ec);
   });
 }
 
-void Connection::on_written(beast::error_code ec) {
+template <class Stream>
+void StreamConnection<Stream>::on_written(beast::error_code ec) {
   if (ec || closed_) return shutdown();
   if (keep_alive_) return wait_for_request();
   // Close gracefully: FIN first, then discard what the client still sends
   // (a body we refused), up to max_drain_bytes within read_timeout, so that
   // it reads our answer instead of a reset (nginx's lingering close).
   boost::system::error_code ignored;
-  stream_.socket().shutdown(net::ip::tcp::socket::shutdown_send, ignored);
-  stream_.expires_after(ctx_->options.read_timeout);
+  tcp().socket().shutdown(net::ip::tcp::socket::shutdown_send, ignored);
+  tcp().expires_after(ctx_->options.read_timeout);
   linger(0);
 }
 
-void Connection::linger(size_t discarded) {
-  stream_.async_read_some(net::buffer(discard_), [self = shared_from_this(), discarded](beast::error_code ec, size_t n) {
+template <class Stream>
+void StreamConnection<Stream>::linger(size_t discarded) {
+  stream_.async_read_some(net::buffer(discard_), [self = shared(), discarded](beast::error_code ec, size_t n) {
     if (ec || discarded + n > self->ctx_->options.max_drain_bytes) return self->shutdown();
     self->linger(discarded + n);
   });
 }
+
+template class StreamConnection<PlainStream>;
+template class StreamConnection<TlsStream>;
 
 }  // namespace muster::service::http

@@ -1,4 +1,5 @@
-// Connection: one client's TCP connection, from accept to close.
+// Connection: one client's TCP connection, from accept to close, over plain
+// TCP or TLS (StreamConnection<Stream>: the same steps over either stream).
 //
 // The steps of one request, all on the connection's strand (no handler code
 // runs there, and nothing there waits):
@@ -21,6 +22,11 @@
 //     A streamed response (Response::stream) sends its headers and chunks as
 //     they are written and ends the connection with the stream; while it
 //     streams, the connection reads only to notice the client leaving.
+// Over TLS, a) starts with the handshake, within read_timeout of the accept:
+// a client that never finishes it (silence, garbage bytes, plain HTTP on the
+// TLS port) is disconnected when it passes, and holds no thread meanwhile.
+// A TLS connection ends without close_notify (the socket is closed, as for
+// plain TCP): every response is delimited by its length or its last chunk.
 #pragma once
 
 #include <atomic>
@@ -28,10 +34,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -41,19 +49,43 @@
 
 namespace muster::service::http {
 
+// What the server and the handlers' replies see of a connection.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(boost::asio::ip::tcp::socket socket, std::shared_ptr<ServerContext> ctx);
-  ~Connection();
-
+  virtual ~Connection() = default;
   // Starts reading the first request (on the connection's strand).
-  void start();
+  virtual void start() = 0;
   // Closes the socket and any stream; from any thread.
-  void close();
+  virtual void close() = 0;
   // Answers the request being handled; from any thread (through the gate).
-  void deliver(Response response);
+  virtual void deliver(Response response) = 0;
+};
+
+using PlainStream = boost::beast::tcp_stream;
+using TlsStream = boost::beast::ssl_stream<boost::beast::tcp_stream>;
+
+// A connection on an accepted socket: TLS when the server has a TLS context.
+std::shared_ptr<Connection> make_connection(boost::asio::ip::tcp::socket socket, std::shared_ptr<ServerContext> ctx);
+
+// Stream: PlainStream or TlsStream (both instantiated in connection.cc).
+template <class Stream>
+class StreamConnection final : public Connection {
+ public:
+  StreamConnection(boost::asio::ip::tcp::socket socket, std::shared_ptr<ServerContext> ctx);
+  ~StreamConnection() override;
+
+  void start() override;
+  void close() override;
+  void deliver(Response response) override;
 
  private:
+  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
+  std::shared_ptr<StreamConnection> shared() {
+    return std::static_pointer_cast<StreamConnection>(shared_from_this());
+  }
+  std::weak_ptr<StreamConnection> weak_self() { return shared(); }
+  auto& tcp() { return boost::beast::get_lowest_layer(stream_); }
+  void handshake();
   using error_code = boost::system::error_code;
   void wait_for_request();
   void read_header();
@@ -74,7 +106,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void shutdown();  // on the strand
 
   std::shared_ptr<ServerContext> ctx_;
-  boost::beast::tcp_stream stream_;
+  Stream stream_;
   boost::beast::flat_buffer buffer_;
   std::string remote_address_;
   std::optional<boost::beast::http::request_parser<boost::beast::http::empty_body>> header_parser_;

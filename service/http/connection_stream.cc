@@ -13,9 +13,10 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 
-void Connection::start_stream(Response response) {
+template <class Stream>
+void StreamConnection<Stream>::start_stream(Response response) {
   keep_alive_ = false;
-  stream_.expires_never();
+  tcp().expires_never();
   const auto reason = bhttp::obsolete_reason(static_cast<bhttp::status>(response.http_status));
   out_ = "HTTP/1.1 " + std::to_string(response.http_status) + " " + std::string(reason) + "\r\n";
   out_ += "Content-Type: " + response.content_type + "\r\n";
@@ -25,7 +26,7 @@ void Connection::start_stream(Response response) {
 
   // Producers reach the connection only through the gate, by a weak
   // reference: a stream kept by a producer does not keep the connection.
-  std::weak_ptr<Connection> weak = weak_from_this();
+  std::weak_ptr<StreamConnection> weak = weak_self();
   auto ctx = ctx_;
   chunked_ = std::make_shared<ChunkedStream>(ctx_->options.max_stream_queue_bytes, [weak, ctx](bool drop) {
     auto self = weak.lock();
@@ -38,7 +39,7 @@ void Connection::start_stream(Response response) {
     });
   });
   writing_ = true;
-  net::async_write(stream_, net::buffer(out_), [self = shared_from_this()](beast::error_code ec, size_t) {
+  net::async_write(stream_, net::buffer(out_), [self = shared()](beast::error_code ec, size_t) {
     self->writing_ = false;
     if (ec) return self->shutdown();
     self->pump();
@@ -51,14 +52,16 @@ void Connection::start_stream(Response response) {
 }
 
 // Reads while streaming only to notice the client leaving (EOF, reset).
-void Connection::watch_client() {
-  stream_.async_read_some(net::buffer(discard_), [self = shared_from_this()](beast::error_code ec, size_t) {
+template <class Stream>
+void StreamConnection<Stream>::watch_client() {
+  stream_.async_read_some(net::buffer(discard_), [self = shared()](beast::error_code ec, size_t) {
     if (ec) return self->shutdown();
     self->watch_client();
   });
 }
 
-void Connection::pump() {
+template <class Stream>
+void StreamConnection<Stream>::pump() {
   if (closed_ || writing_ || !chunked_) return;
   auto taken = chunked_->take();
   out_.clear();
@@ -67,11 +70,20 @@ void Connection::pump() {
   if (out_.empty()) return;
   writing_ = true;
   net::async_write(stream_, net::buffer(out_),
-                   [self = shared_from_this(), ended = taken.ended](beast::error_code ec, size_t) {
+                   [self = shared(), ended = taken.ended](beast::error_code ec, size_t) {
                      self->writing_ = false;
                      if (ec || ended) return self->shutdown();
                      self->pump();
                    });
 }
+
+// The members of this file, for both streams (the class is instantiated in
+// connection.cc).
+template void StreamConnection<PlainStream>::start_stream(Response);
+template void StreamConnection<PlainStream>::watch_client();
+template void StreamConnection<PlainStream>::pump();
+template void StreamConnection<TlsStream>::start_stream(Response);
+template void StreamConnection<TlsStream>::watch_client();
+template void StreamConnection<TlsStream>::pump();
 
 }  // namespace muster::service::http

@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ssl/context.hpp>
 
 #include "service/auth.h"
 #include "api/base/task_queue.h"
@@ -66,6 +67,8 @@ struct ServerContext {
   const Router& router;
   const Authenticator& auth;
   boost::asio::io_context io{options.io_threads};
+  // Set (HttpServer::listen, from options.tls): every connection is TLS.
+  std::unique_ptr<boost::asio::ssl::context> tls;
   base::TaskQueue user_lane;
   base::TaskQueue agent_lane;
   base::TaskQueue& lane_of(const Route& route) { return route.lane == Lane::kAgent ? agent_lane : user_lane; }

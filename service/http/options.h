@@ -6,13 +6,22 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace muster::service {
 
+// The server's certificate and key (PEM files): set, the server speaks only
+// TLS (1.2 or later) on its port.
+struct TlsServerFiles {
+  std::string cert_file;  // the certificate, then any intermediates
+  std::string key_file;
+};
+
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 7878;  // 0: any free port (HttpServer::port() tells which)
+  std::optional<TlsServerFiles> tls;
   // Largest request body, Content-Length or chunked (413 above, checked
   // before the body is read or while it is read, never after buffering).
   size_t max_body_bytes = 1 << 20;

@@ -14,6 +14,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
+#include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 
 #include "service/http/connection.h"
@@ -42,6 +43,31 @@ api::Result<sockaddr_in> ipv4(const std::string& host, int port) {
     return api::invalid_argument("--listen host must be an IPv4 address, not '" + host + "'", "listen");
   }
   return addr;
+}
+
+// TLS 1.2 or later, with the certificate chain and key of `files`.
+api::Result<std::unique_ptr<net::ssl::context>> tls_context(const TlsServerFiles& files) {
+  auto tls = std::make_unique<net::ssl::context>(net::ssl::context::tls_server);
+  boost::system::error_code ec;
+  tls->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                       net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1 |
+                       net::ssl::context::single_dh_use,
+                   ec);
+  tls->use_certificate_chain_file(files.cert_file, ec);
+  if (ec) {
+    return api::invalid_argument("cannot use the TLS certificate " + files.cert_file + ": " + ec.message(),
+                                 "tls-cert");
+  }
+  tls->use_private_key_file(files.key_file, net::ssl::context::pem, ec);
+  if (ec || ::SSL_CTX_check_private_key(tls->native_handle()) != 1) {
+    if (ec && ec.message().find("mismatch") == std::string::npos) {
+      return api::invalid_argument("cannot use the TLS key " + files.key_file + ": " + ec.message(), "tls-key");
+    }
+    return api::invalid_argument("the TLS key " + files.key_file + " does not match the certificate " +
+                                     files.cert_file,
+                                 "tls-key");
+  }
+  return tls;
 }
 
 }  // namespace
@@ -75,13 +101,18 @@ HttpServer::HttpServer(HttpServerOptions options, const Router& router, const Au
 
 HttpServer::~HttpServer() { stop(); }
 
-std::string HttpServer::url() const { return "http://" + ctx_->options.host + ":" + std::to_string(port_); }
+std::string HttpServer::url() const { return std::string(ctx_->options.tls ? "https://" : "http://") + ctx_->options.host + ":" + std::to_string(port_); }
 
 size_t HttpServer::connection_count() const { return ctx_->connection_count(); }
 
 api::Status HttpServer::listen() {
   if (listen_fd_ >= 0 || started_) return api::Status::ok();
   const auto& o = ctx_->options;
+  if (o.tls && !ctx_->tls) {
+    auto tls = tls_context(*o.tls);
+    if (!tls) return tls.status();
+    ctx_->tls = std::move(tls).value();
+  }
   auto addr = ipv4(o.host, o.port);
   if (!addr) return addr.status();
   // Our own socket, so that it is CLOEXEC from its first instant.
@@ -144,7 +175,8 @@ void HttpServer::on_readable(const boost::system::error_code& ec) {
       return;
     }
     if (ctx_->connection_count() >= ctx_->options.max_connections) {
-      (void)!::send(fd, kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      // Over TLS the plain answer would be noise before a handshake: close only.
+      if (!ctx_->tls) (void)!::send(fd, kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
       ::close(fd);
       continue;
     }
@@ -157,7 +189,7 @@ void HttpServer::on_readable(const boost::system::error_code& ec) {
       ::close(fd);
       continue;
     }
-    auto connection = std::make_shared<http::Connection>(std::move(socket), ctx_);
+    auto connection = http::make_connection(std::move(socket), ctx_);
     {
       std::lock_guard<std::mutex> lock(ctx_->connections_mu);
       ctx_->connections.emplace(connection.get(), connection);

@@ -6,7 +6,9 @@
 // registrations, heartbeats and exit reports never queue behind user
 // requests, and `handler_threads` for everything else. A connection's life
 // is written out in connection.h; the limits are in HttpServerOptions
-// (options.h).
+// (options.h). With options.tls the port speaks only TLS (https://): the
+// certificate and key are loaded by listen(), which fails naming the file at
+// fault.
 //
 // Contract: listen() binds and listens (SOCK_CLOEXEC: launched programs do
 // not inherit the port) without serving: connections wait in the kernel's

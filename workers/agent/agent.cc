@@ -62,9 +62,11 @@ class Client {
  public:
   explicit Client(const AgentOptions& o) : options_(o) {
     if (auto e = parse_http_url(o.env.url)) endpoint_ = *e;
+    endpoint_.verify = {o.env.tls_fingerprint, o.env.ca_file};
   }
-  std::optional<HttpReply> post(const std::string& call, const json& body, std::chrono::milliseconds timeout = 10s) {
-    return post_json(endpoint_, path(call), options_.env.token, body.dump(), timeout);
+  std::optional<HttpReply> post(const std::string& call, const json& body, std::chrono::milliseconds timeout = 10s,
+                                CallError* error = nullptr) {
+    return post_json(endpoint_, path(call), options_.env.token, body.dump(), timeout, error);
   }
   // The same over a connection kept open between calls (the heartbeats).
   std::optional<HttpReply> post(HttpConnection& kept, const std::string& call, const json& body,
@@ -72,14 +74,20 @@ class Client {
     return kept.post(path(call), options_.env.token, body.dump(), timeout);
   }
   const Endpoint& endpoint() const { return endpoint_; }
-  // Retries while the daemon is unreachable (e.g. restarting) until `patience` ran out.
+  // Retries while the daemon is unreachable (e.g. restarting) until `patience`
+  // ran out; not a certificate that fails verification (it is logged).
   std::optional<HttpReply> post_retrying(const std::string& call, const json& body,
                                          std::chrono::milliseconds patience) {
     const auto deadline = std::chrono::steady_clock::now() + patience;
     auto backoff = 50ms;
     for (;;) {
-      auto r = post(call, body);
+      CallError error;
+      auto r = post(call, body, 10s, &error);
       if (r && r->status < 500) return r;
+      if (!r && error.certificate_refused) {
+        log_line(error.message);
+        return r;
+      }
       if (std::chrono::steady_clock::now() >= deadline) return r;
       std::this_thread::sleep_for(backoff);
       backoff = std::min<std::chrono::milliseconds>(backoff * 2, 1s);
@@ -214,7 +222,7 @@ int run_agent(const AgentOptions& o) {
   Client client(o);
   auto endpoint = parse_http_url(o.env.url);
   if (!endpoint || o.env.worker_id.empty() || o.env.token.empty()) {
-    log_line("MUSTER_URL (http://host:port), MUSTER_WORKER_ID and MUSTER_AGENT_TOKEN are required");
+    log_line("MUSTER_URL (http(s)://host:port), MUSTER_WORKER_ID and MUSTER_AGENT_TOKEN are required");
     return 2;
   }
   // 0. Before anything forks: a child subreaper, in the worker's cgroup.

@@ -1,10 +1,5 @@
 #include "workers/agent/http_client.h"
 
-#include <netdb.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -12,71 +7,32 @@
 namespace muster::workers::agent {
 
 std::optional<Endpoint> parse_http_url(const std::string& url) {
-  const std::string prefix = "http://";
-  if (url.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
-  std::string rest = url.substr(prefix.size());
-  rest = rest.substr(0, rest.find('/'));
+  const auto parts = base::parse_url(url);
+  if (!parts) return std::nullopt;
   Endpoint e;
-  const auto colon = rest.rfind(':');
-  if (colon == std::string::npos) {
-    e.host = rest;
-  } else {
-    e.host = rest.substr(0, colon);
-    try {
-      e.port = std::stoi(rest.substr(colon + 1));
-    } catch (const std::exception&) {
-      return std::nullopt;
-    }
-  }
-  if (e.host.empty()) return std::nullopt;
+  e.host = parts->host;
+  e.port = parts->port;
+  e.tls = parts->tls;
   return e;
 }
-
-namespace {
-
-bool wait_fd(int fd, short events, std::chrono::steady_clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-  if (left.count() <= 0) return false;
-  pollfd p{fd, events, 0};
-  return ::poll(&p, 1, static_cast<int>(left.count())) == 1;
-}
-
-}  // namespace
 
 HttpConnection::HttpConnection(Endpoint endpoint, bool keep_alive)
     : endpoint_(std::move(endpoint)), keep_alive_(keep_alive) {}
 
 HttpConnection::~HttpConnection() { drop(); }
 
-void HttpConnection::drop() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
+void HttpConnection::drop() { socket_.close(); }
 
-bool HttpConnection::connect(std::chrono::steady_clock::time_point deadline) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(endpoint_.host.c_str(), std::to_string(endpoint_.port).c_str(), &hints, &res) != 0 || !res) {
-    return false;
-  }
-  fd_ = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  const int rc = fd_ < 0 ? -1 : ::connect(fd_, res->ai_addr, res->ai_addrlen);
-  const bool in_progress = rc != 0 && errno == EINPROGRESS;  // read before freeaddrinfo, which may change errno
-  ::freeaddrinfo(res);
-  bool connected = fd_ >= 0 && rc == 0;
-  if (fd_ >= 0 && in_progress && wait_fd(fd_, POLLOUT, deadline)) {
-    int err = 0;
-    socklen_t len = sizeof err;
-    connected = ::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
-  }
-  if (!connected) drop();
-  return connected;
+bool HttpConnection::connect(std::chrono::steady_clock::time_point deadline, CallError* error) {
+  socket_ = base::ClientSocket::connect(endpoint_.host, endpoint_.port, endpoint_.tls ? &endpoint_.verify : nullptr,
+                                        deadline);
+  if (!socket_.is_open() && error) *error = CallError{socket_.error(), socket_.certificate_refused()};
+  return socket_.is_open();
 }
 
 std::optional<HttpReply> HttpConnection::post(const std::string& path, const std::string& token,
-                                              const std::string& json_body, std::chrono::milliseconds timeout) {
+                                              const std::string& json_body, std::chrono::milliseconds timeout,
+                                              CallError* error) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const std::string request = "POST " + path + " HTTP/1.1\r\nHost: " + endpoint_.host + ":" +
                               std::to_string(endpoint_.port) + "\r\nAuthorization: Bearer " + token +
@@ -84,8 +40,8 @@ std::optional<HttpReply> HttpConnection::post(const std::string& path, const std
                               std::to_string(json_body.size()) +
                               (keep_alive_ ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n") + json_body;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    const bool reused = fd_ >= 0;
-    if (!reused && !connect(deadline)) return std::nullopt;
+    const bool reused = socket_.is_open();
+    if (!reused && !connect(deadline, error)) return std::nullopt;
     HttpReply reply;
     switch (exchange(request, deadline, &reply)) {
       case Outcome::kReply:
@@ -93,8 +49,12 @@ std::optional<HttpReply> HttpConnection::post(const std::string& path, const std
       case Outcome::kStale:
         drop();
         if (reused) continue;  // closed while idle: once more on a new connection
+        if (error) *error = CallError{"the daemon closed the connection before answering"};
         return std::nullopt;
       case Outcome::kFailed:
+        if (error) {
+          *error = CallError{socket_.error().empty() ? "no complete answer in time" : socket_.error()};
+        }
         drop();
         return std::nullopt;
     }
@@ -107,15 +67,14 @@ std::optional<HttpReply> HttpConnection::post(const std::string& path, const std
 // reply came (a kept connection the daemon had closed).
 HttpConnection::Outcome HttpConnection::exchange(const std::string& request,
                                                  std::chrono::steady_clock::time_point deadline, HttpReply* reply) {
-  size_t sent = 0;
-  while (sent < request.size()) {
-    if (!wait_fd(fd_, POLLOUT, deadline)) return Outcome::kFailed;
-    const ssize_t n = ::send(fd_, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) {
-      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-      return n < 0 && (errno == EPIPE || errno == ECONNRESET) ? Outcome::kStale : Outcome::kFailed;
-    }
-    sent += static_cast<size_t>(n);
+  using Io = base::ClientSocket::Io;
+  switch (socket_.send_all(request.data(), request.size(), deadline)) {
+    case Io::kOk:
+      break;
+    case Io::kClosed:
+      return Outcome::kStale;
+    default:
+      return Outcome::kFailed;
   }
   std::string in;
   char buf[4096];
@@ -127,18 +86,15 @@ HttpConnection::Outcome HttpConnection::exchange(const std::string& request,
         in.size() >= header_end + 4 + content_length) {
       break;
     }
-    if (!wait_fd(fd_, POLLIN, deadline)) return Outcome::kFailed;
-    const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EINTR) continue;
-      return in.empty() && errno == ECONNRESET ? Outcome::kStale : Outcome::kFailed;
-    }
-    if (n == 0) {
+    size_t n = 0;
+    const Io got = socket_.recv_some(buf, sizeof buf, &n, deadline);
+    if (got == Io::kTimeout || got == Io::kError) return Outcome::kFailed;
+    if (got == Io::kClosed) {
       if (in.empty()) return Outcome::kStale;
       close_after = true;
       break;
     }
-    in.append(buf, static_cast<size_t>(n));
+    in.append(buf, n);
     if (header_end == std::string::npos) {
       header_end = in.find("\r\n\r\n");
       if (header_end != std::string::npos) {
@@ -168,9 +124,10 @@ HttpConnection::Outcome HttpConnection::exchange(const std::string& request,
 }
 
 std::optional<HttpReply> post_json(const Endpoint& endpoint, const std::string& path, const std::string& token,
-                                   const std::string& json_body, std::chrono::milliseconds timeout) {
+                                   const std::string& json_body, std::chrono::milliseconds timeout,
+                                   CallError* error) {
   HttpConnection connection(endpoint, /*keep_alive=*/false);
-  return connection.post(path, token, json_body, timeout);
+  return connection.post(path, token, json_body, timeout, error);
 }
 
 }  // namespace muster::workers::agent

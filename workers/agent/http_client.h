@@ -1,5 +1,7 @@
-// A tiny blocking HTTP/1.1 client for the agent, http:// URLs only: one
-// call per connection (post_json), or an HttpConnection kept open from call
+// A tiny blocking HTTP/1.1 client for the agent, http:// or https:// (TLS
+// verified by api/base/client_socket.h: the pinned fingerprint or a CA
+// file, never skipped): one call per connection (post_json), or an
+// HttpConnection kept open from call
 // to call (the heartbeats: a TCP handshake and teardown every 2 s per agent
 // were most of what 1,024 idle workers cost the machine). It keeps the agent
 // a small program that starts fast (many agents start at once on one machine).
@@ -9,19 +11,30 @@
 #include <optional>
 #include <string>
 
+#include "api/base/client_socket.h"
+
 namespace muster::workers::agent {
 
 struct Endpoint {
   std::string host;  // IPv4 address or a name
   int port = 80;
+  bool tls = false;       // https://
+  base::TlsVerify verify{};  // with tls: how the certificate is checked
 };
 
-// Parses "http://host:port[/...]"; nullopt if malformed.
+// Parses "http://host:port[/...]" or "https://..."; nullopt if malformed.
+// The caller sets `verify` (the agent: MUSTER_TLS_FINGERPRINT, MUSTER_CA_FILE).
 std::optional<Endpoint> parse_http_url(const std::string& url);
 
 struct HttpReply {
   int status = 0;
   std::string body;
+};
+
+// Why a call got no reply.
+struct CallError {
+  std::string message{};
+  bool certificate_refused = false;  // TLS verification failed: retrying will not help
 };
 
 // A connection to the daemon that stays open between calls (HTTP/1.1
@@ -41,21 +54,22 @@ class HttpConnection {
   // cut or the timeout passed (the caller retries); the connection is
   // dropped then.
   std::optional<HttpReply> post(const std::string& path, const std::string& token, const std::string& json_body,
-                                std::chrono::milliseconds timeout);
+                                std::chrono::milliseconds timeout, CallError* error = nullptr);
 
  private:
   enum class Outcome { kReply, kStale, kFailed };
-  bool connect(std::chrono::steady_clock::time_point deadline);
+  bool connect(std::chrono::steady_clock::time_point deadline, CallError* error);
   Outcome exchange(const std::string& request, std::chrono::steady_clock::time_point deadline, HttpReply* reply);
   void drop();
 
   Endpoint endpoint_;
   bool keep_alive_;
-  int fd_ = -1;
+  base::ClientSocket socket_;
 };
 
 // One call on a connection of its own (Connection: close).
 std::optional<HttpReply> post_json(const Endpoint& endpoint, const std::string& path, const std::string& token,
-                                   const std::string& json_body, std::chrono::milliseconds timeout);
+                                   const std::string& json_body, std::chrono::milliseconds timeout,
+                                   CallError* error = nullptr);
 
 }  // namespace muster::workers::agent

@@ -37,7 +37,7 @@ std::optional<RendezvousSettings> RendezvousSettings::from_env() {
   RendezvousSettings s;
   s.url = url;
   auto target = report::parse_http_url(url);
-  if (!target) throw InvalidArgument(std::string(proto::kEnvUrl) + "='" + url + "' is not an http://host:port URL");
+  if (!target) throw InvalidArgument(std::string(proto::kEnvUrl) + "='" + url + "' is not an http(s)://host:port URL");
   s.target = *target;
   s.worker_id = env_or(proto::kEnvWorkerId);
   s.token = env_or(proto::kEnvToken);

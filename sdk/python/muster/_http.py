@@ -1,12 +1,17 @@
-"""JSON over HTTP to musterd, standard library only (urllib).
+"""JSON over HTTP(S) to musterd, standard library only (urllib, ssl).
 
 One Transport per Client. Each call opens its own connection, so a Client can
 be shared by threads. Proxies from the environment are ignored on purpose:
 musterd is local or on the cluster's own network, never behind a web proxy.
+An https:// URL is verified as its TlsVerify says (muster.tls): the pin is
+checked right after the handshake, before a byte of the request (the token)
+is sent.
 """
 import http.client
 import json
+import functools
 import socket
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -14,6 +19,7 @@ import urllib.request
 from typing import Callable, Optional, Tuple
 
 from .errors import MusterError
+from .tls import TlsVerify
 
 # HTTP status -> error code, for answers whose body is not our JSON error.
 _CODES = {
@@ -53,14 +59,64 @@ def error_from_response(status, body):
     return MusterError(message, code=_CODES.get(status, "unknown"), http_status=status)
 
 
+class VerifiedHTTPSConnection(http.client.HTTPSConnection):
+    """An HTTPSConnection whose peer certificate is checked against a TlsVerify as soon as it connects."""
+
+    def __init__(self, host, port=None, *, tls: TlsVerify, **kwargs):
+        kwargs.pop("check_hostname", None)  # the context decides
+        kwargs["context"] = tls.context()
+        super().__init__(host, port, **kwargs)
+        self._tls = tls
+
+    def connect(self):
+        where = "%s:%s" % (self.host, self.port)
+        try:
+            super().connect()
+        except ssl.SSLCertVerificationError as err:
+            raise self._tls.refused(where, err) from None
+        try:
+            self._tls.check(self.sock, where)
+        except MusterError:
+            self.close()
+            raise
+
+
+class _VerifiedHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, tls: TlsVerify) -> None:
+        super().__init__()
+        self._tls = tls
+
+    def https_open(self, req):
+        return self.do_open(functools.partial(VerifiedHTTPSConnection, tls=self._tls), req)
+
+
+def https_connection(url: str, tls: Optional[TlsVerify], timeout=None) -> http.client.HTTPConnection:
+    """A connection to `url`'s host: verified HTTPS for https://, plain for http://."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "https":
+        return VerifiedHTTPSConnection(parts.hostname, parts.port, tls=tls or TlsVerify(source="the system's CAs"),
+                                       timeout=timeout)
+    return http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+
+
+def opener(url: str, tls: Optional[TlsVerify]) -> urllib.request.OpenerDirector:
+    """A urllib opener without proxies that verifies https:// as `tls` says."""
+    handlers = [urllib.request.ProxyHandler({})]
+    if url.startswith("https://"):
+        handlers.append(_VerifiedHTTPSHandler(tls or TlsVerify(source="the system's CAs")))
+    return urllib.request.build_opener(*handlers)
+
+
 class Transport:
     """Sends one request and returns the decoded answer (JSON or text)."""
 
-    def __init__(self, url: str, token: str, source: Callable[[], str] = lambda: "MUSTER_URL") -> None:
+    def __init__(self, url: str, token: str, source: Callable[[], str] = lambda: "MUSTER_URL",
+                 tls: Optional[TlsVerify] = None) -> None:
         self.url = url.rstrip("/")
         self.token = token
         self.source = source  # where the URL came from (muster.config.source_of_url), asked on errors
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self.tls = tls
+        self._opener = opener(self.url, tls)
 
     def unreachable(self, reason) -> MusterError:
         """Nothing answered at the URL (refused, reset, no route): code "unavailable", no HTTP status,
@@ -69,6 +125,12 @@ class Transport:
                           % (self.url, reason, self.source()), code="unavailable")
         err.detail = str(reason)
         return err
+
+    def tls_failed(self, err) -> MusterError:
+        """A TLS handshake that failed (not a certificate refused: that raises in VerifiedHTTPSConnection)."""
+        hint = "" if self.url.startswith("https://") else " (musterd serves https beyond loopback: use https://)"
+        return MusterError("TLS with musterd at %s failed: %s%s (the URL came from %s)"
+                           % (self.url, err, hint, self.source()), code="unavailable")
 
     def open_stream(self, path: str, query: Optional[dict] = None,
                     timeout: Optional[float] = DEFAULT_TIMEOUT_S) -> Tuple[http.client.HTTPConnection,
@@ -81,9 +143,8 @@ class Transport:
         be made raises MusterError(code="unavailable").
         """
         parts = urllib.parse.urlsplit(self.url)
-        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         target = (parts.path.rstrip("/") + path) + ("?" + urllib.parse.urlencode(query) if query else "")
-        conn = cls(parts.hostname, parts.port, timeout=timeout)
+        conn = https_connection(self.url, self.tls, timeout=timeout)
         try:
             conn.request("GET", target, headers={"Authorization": "Bearer " + self.token, "Accept": "text/plain"})
             resp = conn.getresponse()
@@ -93,6 +154,8 @@ class Transport:
                               code="deadline_exceeded") from None
         except (ConnectionError, OSError, http.client.HTTPException) as err:
             conn.close()
+            if isinstance(err, ssl.SSLError):
+                raise self.tls_failed(err) from None
             raise self.unreachable(err) from None
         if resp.status >= 400:
             body = resp.read()
@@ -128,7 +191,10 @@ class Transport:
                               code="deadline_exceeded") from None
         except (urllib.error.URLError, ConnectionError, OSError, http.client.HTTPException) as err:
             # HTTPException: the connection ended mid-answer (a daemon that died while answering).
-            raise self.unreachable(getattr(err, "reason", err) or type(err).__name__) from None
+            reason = getattr(err, "reason", err)
+            if isinstance(reason, ssl.SSLError):
+                raise self.tls_failed(reason) from None
+            raise self.unreachable(reason or type(err).__name__) from None
         if text:
             return payload.decode("utf-8", "replace")
         if not payload:

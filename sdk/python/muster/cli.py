@@ -285,6 +285,10 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--url", help="musterd's URL (default: MUSTER_URL, else the state dir's musterd.json)",
                        **extra)
         p.add_argument("--token", help="bearer token (default: MUSTER_TOKEN, else the state dir's token)", **extra)
+        p.add_argument("--ca-file", help="https: verify musterd's certificate with this PEM CA file (default: "
+                       "MUSTER_CA_FILE)", **extra)
+        p.add_argument("--tls-fingerprint", help="https: pin musterd's certificate by its SHA-256 (default: "
+                       "MUSTER_TLS_FINGERPRINT, else musterd.json's)", **extra)
         return p
 
     common = common_options(True)
@@ -391,7 +395,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if getattr(args, "args", None) and args.args[0] == "--":
         args.args = args.args[1:]
     try:
-        client = Client(args.url, args.token)
+        client = Client(args.url, args.token, ca_file=getattr(args, "ca_file", None),
+                        tls_fingerprint=getattr(args, "tls_fingerprint", None))
         return args.run(client, args)
     except KeyboardInterrupt as interrupt:
         print(interrupt if isinstance(interrupt, MusterInterrupted) else "muster: interrupted", file=sys.stderr)

@@ -14,7 +14,7 @@ from . import clusters as _clusters
 from . import interpreter as _interpreter
 from . import records as _records
 from ._http import DEFAULT_TIMEOUT_S, Transport
-from .config import discover, source_of_url
+from .config import discover, source_of_url, tls_settings
 from .config import reconnect_seconds as reconnect_seconds_of
 from .errors import MusterError, MusterWarning
 from .follow import WORKER_TERMINAL, follow_log, log_path
@@ -124,21 +124,26 @@ def describe_failures(failures: Sequence[Mapping[str, Any]]) -> str:
 
 
 class Client:
-    """A musterd connection. url/token default to discovery (see muster.config).
+    """A musterd connection. url/token default to discovery (see muster.config); an https:// daemon's
+    certificate is verified with ca_file and/or the pinned tls_fingerprint, else as muster.tls says
+    (MUSTER_CA_FILE, MUSTER_TLS_FINGERPRINT, musterd.json).
 
     Example::
 
         c = muster.Client("http://127.0.0.1:7878", token="...")
         workers = c.launch_workers(n=2, cpu=1, memory=1, script="train.py")
+        remote = muster.Client("https://10.0.0.5:7878", token="...", tls_fingerprint="3f1c...")
     """
 
     def __init__(self, url: Optional[str] = None, token: Optional[str] = None,
-                 timeout_seconds: float = DEFAULT_TIMEOUT_S, reconnect_seconds: Optional[float] = None) -> None:
+                 timeout_seconds: float = DEFAULT_TIMEOUT_S, reconnect_seconds: Optional[float] = None,
+                 ca_file: Optional[str] = None, tls_fingerprint: Optional[str] = None) -> None:
         self.url, self.token = discover(url, token)
         self.timeout_seconds = timeout_seconds
         # How long a wait rides through an unreachable musterd (muster.outage).
         self.reconnect_seconds = reconnect_seconds_of(reconnect_seconds)
-        self._http = Transport(self.url, self.token, lambda: source_of_url(url))
+        self.tls = tls_settings(self.url, ca_file, tls_fingerprint)
+        self._http = Transport(self.url, self.token, lambda: source_of_url(url), self.tls)
 
     def __repr__(self):
         return "muster.Client(%r)" % self.url

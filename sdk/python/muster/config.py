@@ -1,4 +1,5 @@
-"""Finding the daemon: its URL and bearer token.
+"""Finding the daemon: its URL and bearer token (and, for https, how its
+certificate is verified: tls_settings(), muster.tls).
 
 Order, for each of the two values separately:
   1. an explicit argument (Client(url=..., token=...));
@@ -13,6 +14,7 @@ import os
 from typing import Optional, Tuple
 
 from .errors import MusterError
+from .tls import TlsVerify
 
 
 def state_dir() -> str:
@@ -102,6 +104,33 @@ def reconnect_seconds(given: Optional[float] = None) -> float:
         raise MusterError("%s must be a number of seconds >= 0 (0: fail at once), got %r" % (source, value),
                           code="invalid_argument", field=source)
     return seconds
+
+
+def tls_settings(url: str, ca_file: Optional[str] = None, fingerprint: Optional[str] = None) -> Optional[TlsVerify]:
+    """How the certificate of the daemon at `url` is verified (muster.tls gives the order); None for http://.
+
+    Example::
+
+        muster.config.tls_settings("https://10.0.0.5:7878")   # MUSTER_CA_FILE / MUSTER_TLS_FINGERPRINT / musterd.json
+    """
+    if not url.startswith("https://"):
+        return None
+    if ca_file or fingerprint:
+        return TlsVerify(ca_file, fingerprint, "the ca_file/tls_fingerprint given")
+    env_ca, env_pin = os.environ.get("MUSTER_CA_FILE"), os.environ.get("MUSTER_TLS_FINGERPRINT")
+    if env_ca or env_pin:
+        names = [n for n, v in (("MUSTER_CA_FILE", env_ca), ("MUSTER_TLS_FINGERPRINT", env_pin)) if v]
+        return TlsVerify(env_ca, env_pin, " and ".join(names))
+    path = os.path.join(state_dir(), "musterd.json")
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        data = None
+    tls = data.get("tls") if isinstance(data, dict) else None
+    if isinstance(tls, dict) and str(data.get("url", "")).rstrip("/") == url.rstrip("/") and tls.get("fingerprint"):
+        return TlsVerify(None, str(tls["fingerprint"]), "%s (tls.fingerprint)" % path)
+    return TlsVerify(None, None, "the system's CAs")
 
 
 def discover(url: Optional[str] = None, token: Optional[str] = None) -> Tuple[str, str]:
