@@ -94,7 +94,8 @@ void ClusterManager::unsubscribe(int handle) {
   listeners_.erase(handle);
 }
 
-api::Result<api::Cluster> ClusterManager::create(const api::ClusterRequest& request) {
+api::Result<api::Cluster> ClusterManager::create(const api::ClusterRequest& request,
+                                                 std::vector<std::string>* warnings) {
   Entry e;
   e.cluster.request = request;
   e.cluster.created_at = format_time(clock_.wall());
@@ -123,30 +124,30 @@ api::Result<api::Cluster> ClusterManager::create(const api::ClusterRequest& requ
     clusters_[id] = std::move(e);
   }
   std::vector<api::ClusterTask> tasks;
-  std::vector<std::string> launched_ids;
+  // The one launch call of the cluster side: every batch at once, all or
+  // nothing, and admitted whole (registry.h, "Admission").
+  std::vector<LaunchBatch> to_launch;
   for (const auto& b : batches) {
-    if (!b.existing.empty()) {  // running workers play these tasks: nothing to launch
-      int index = 0;
-      for (const auto& wid : b.existing) tasks.push_back({b.type, index++, wid});
-      continue;
-    }
-    // The one launch call of the cluster side: all or nothing across batches.
-    auto launched = registry_.launch(b.batch);
+    if (b.existing.empty()) to_launch.push_back(b.batch);
+  }
+  std::vector<std::vector<api::Worker>> launched_batches;
+  if (!to_launch.empty()) {
+    auto launched = registry_.launch_together(to_launch, warnings);
     if (!launched) {
-      if (!launched_ids.empty()) {
-        if (auto stopped = registry_.stop(launched_ids, "its cluster could not be launched"); !stopped) {
-          spdlog::error("cluster {}: {}", id, stopped.status().message());
-        }
-      }
       std::lock_guard<std::mutex> lock(mu_);
       clusters_.erase(id);
       return launched.status();
     }
+    launched_batches = std::move(launched).value();
+  }
+  size_t next_launched = 0;
+  for (const auto& b : batches) {
     int index = 0;
-    for (const auto& w : launched.value()) {
-      tasks.push_back({b.type, index++, w.id});
-      launched_ids.push_back(w.id);
+    if (!b.existing.empty()) {  // running workers play these tasks: nothing to launch
+      for (const auto& wid : b.existing) tasks.push_back({b.type, index++, wid});
+      continue;
     }
+    for (const auto& w : launched_batches[next_launched++]) tasks.push_back({b.type, index++, w.id});
   }
 
   api::Cluster out;

@@ -115,9 +115,11 @@ class ClusterManager {
   // cluster, whose agents come back to this daemon).
   api::Status restore();
 
-  // Validates the scripts, launches every task (all or nothing) and returns
-  // the cluster in status "starting".
-  api::Result<api::Cluster> create(const api::ClusterRequest& request);
+  // Validates the scripts, launches every task (all or nothing, and admitted
+  // as one: WorkerRegistry::launch_together) and returns the cluster in
+  // status "starting". `warnings`, when given, receives the registry's
+  // (the host overcommitted, or the tasks waiting for room).
+  api::Result<api::Cluster> create(const api::ClusterRequest& request, std::vector<std::string>* warnings = nullptr);
   std::vector<api::Cluster> list() const;
   api::Result<api::Cluster> get(const std::string& id) const;
   // Stops the launcher and every task; a cluster that already ended is

@@ -48,20 +48,18 @@ api::Result<std::vector<api::ClusterTask>> ClusterManager::relaunch(const api::C
     if (one.empty()) return api::internal_error("no launch batch of type " + t.type + " to replace " + c.task_name(t));
     batches = std::move(one);
   }
-  std::vector<api::ClusterTask> tasks;
-  std::vector<std::string> launched_ids;
+  // One launch of every batch: all or nothing, admitted whole.
+  std::vector<LaunchBatch> to_launch;
   for (auto& b : batches) {
     for (auto& extras : b.batch.per_worker) extras.env["MUSTER_RESTART_COUNT"] = std::to_string(restart_count);
-    auto launched = registry_.launch(b.batch);
-    if (!launched) {
-      if (!launched_ids.empty()) (void)registry_.stop(launched_ids);
-      return launched.status();
-    }
+    to_launch.push_back(b.batch);
+  }
+  auto launched = registry_.launch_together(to_launch);
+  if (!launched) return launched.status();
+  std::vector<api::ClusterTask> tasks;
+  for (size_t i = 0; i < batches.size(); ++i) {
     int index = only_task ? c.tasks[*only_task].index : 0;
-    for (const auto& w : launched.value()) {
-      tasks.push_back({b.type, index++, w.id});
-      launched_ids.push_back(w.id);
-    }
+    for (const auto& w : launched.value()[i]) tasks.push_back({batches[i].type, index++, w.id});
   }
   return tasks;
 }

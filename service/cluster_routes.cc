@@ -14,15 +14,16 @@ void register_cluster_routes(Router& router, ClusterManager& clusters, int max_w
              [&clusters, max_workers, host](const Request& req, Reply reply) {
                auto parsed = api::parse_cluster_request(req.body, max_workers);
                if (!parsed) return reply(error_response(parsed.status()));
-               auto created = clusters.create(parsed.value());
+               // New tasks only: the notebook's own workers were asked for already.
+               std::vector<std::string> warnings;
+               if (parsed->workers.empty()) warnings = resource_warnings(parsed->cpu, parsed->memory, host);
+               if (parsed->workers.empty()) {
+                 for (auto& w : limit_warnings(parsed->cpu, parsed->memory, host.has_value())) warnings.push_back(std::move(w));
+               }
+               auto created = clusters.create(parsed.value(), &warnings);  // + admission's
                if (!created) return reply(error_response(created.status()));
                json body = created->to_json();
-               // New tasks only: the notebook's own workers were asked for already.
-               if (parsed->workers.empty()) {
-                 auto warnings = resource_warnings(parsed->cpu, parsed->memory, host);
-                 for (auto& w : limit_warnings(parsed->cpu, parsed->memory, host.has_value())) warnings.push_back(std::move(w));
-                 if (!warnings.empty()) body["warnings"] = warnings;
-               }
+               if (!warnings.empty()) body["warnings"] = warnings;
                reply(json_response(201, body));
              });
 

@@ -152,6 +152,17 @@ api::Status Daemon::build() {
   ropts.worker_python = find_worker_python();
   ropts.retention = options_.retention;
   ropts.gpus = gpus_.get();
+  // Workers of these backends run on this host: launches are admitted
+  // against it (registry.h, "Admission"); ssh and slurm place or queue
+  // workers themselves.
+  if (options_.backend == "local" || options_.backend == "container") {
+    ropts.capacity = host_capacity();
+    spdlog::info("admission: this host has {} CPUs and {:.1f} GB; past them a launch {}", ropts.capacity->cpus,
+                 ropts.capacity->memory_gb,
+                 options_.overcommit ? "runs with a warning (--overcommit=true)"
+                                     : "waits in scheduling until there is room (--overcommit=false)");
+  }
+  ropts.overcommit = options_.overcommit;
   ropts.on_heartbeat_gap = [this](double s) { metrics_.observe_heartbeat_gap(s); };
   ropts.metrics_token = [t = token_](const std::string& id) { return metrics_token(t, id); };
 
@@ -191,8 +202,7 @@ api::Status Daemon::build() {
   registry_ = std::make_unique<WorkerRegistry>(ropts, *backend_, store_.get(), clock_);
   if (auto s = registry_->restore(options_.restore); !s) return failed("restoring state", s);
   // Workers of these backends run on this host: asks beyond it get a warning.
-  std::optional<HostCapacity> host;
-  if (options_.backend == "local" || options_.backend == "container") host = host_capacity();
+  const std::optional<HostCapacity> host = ropts.capacity;
   register_worker_routes(router_, *registry_, {options_.max_workers, project, host}, follower_.get(), &health_);
   register_agent_routes(router_, *registry_);
   StartClustersOptions copts;

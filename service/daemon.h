@@ -86,6 +86,9 @@ struct DaemonOptions {
   std::optional<std::string> gpus;    // --gpus, else nvidia-smi
   size_t max_log_followers = 256;
   RetentionOptions retention;         // workers
+  // Past the host's CPUs or memory (local, container): a launch runs with a
+  // warning (true), or its workers wait in scheduling (false).
+  bool overcommit = true;
   size_t max_finished_clusters = 1000;
   RestoreOptions restore;
 };

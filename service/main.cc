@@ -91,6 +91,12 @@ int main(int argc, char** argv) {
   app.add_option("--retain-finished", retain_finished,
                  "seconds a finished worker or cluster is kept (default 604800: a week)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--overcommit", o.overcommit,
+                 "true: a launch that takes this host's CPUs or memory (local, container backends) past what it "
+                 "has runs, shared, with a warning naming the totals; false: such workers wait in scheduling "
+                 "(\"waiting for 2 CPUs: 4 of 2 requested\") until others end, a cluster whole")
+      ->check(CLI::IsMember({"true", "false"}))
+      ->default_str("true");
   app.add_flag("--adopt-orphaned-workers", o.restore.adopt_orphans,
                "start although worker directories have no record in the state database, listing them as lost");
   app.add_option("--max-body-bytes", http.max_body_bytes, "largest request body accepted (413 above)");

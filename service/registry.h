@@ -17,6 +17,22 @@
 // dies in between leaves `scheduling` records, which restore() fails (their
 // agents, if any started, are refused at registration and exit).
 //
+// Admission (service/admission.h): with a `capacity` (the local and
+// container backends' host), launch() counts the CPUs and memory of the
+// workers there that have not ended (a waiting worker holds nothing) against
+// it. A plain launch is admitted worker by worker, as a scheduler places
+// pods; a cluster's launch (launch_together(), every batch of it) as one, so
+// a cluster never runs half. With `overcommit` (musterd's default) every
+// worker is admitted and a launch past the capacity is answered with a
+// warning naming the totals. Without it, a worker (or cluster) that does
+// not fit stays `scheduling` with the reason ("waiting for 2 CPUs: 4 of 2
+// requested") and the answer says so; tick() admits the waiting ones, in
+// launch order, each as soon as it fits (a later, smaller one may start
+// first); one that could not fit on the empty host is refused (409). A
+// waiting worker is not with the backend yet: it has no startup timeout,
+// and a stop ends it at once. A restarted daemon fails it like any
+// `scheduling` worker.
+//
 // Stop: stop() marks the workers `stopping`, asks the backend to signal
 // their process trees (Backend::stop returns once they are signalled; the
 // grace period and SIGKILL run on the backend's own threads), then records
@@ -61,7 +77,8 @@
 // registry_agents.cc (agent calls), registry_tick.cc (timeouts),
 // registry_retention.cc (retention, remove).
 //
-// For clusters (service/cluster_*.cc): launch() takes a cluster_id and
+// For clusters (service/cluster_*.cc): launch_together() takes every batch
+// of a cluster (its task types) as one launch; each batch has a cluster_id and
 // per-worker extras (env, hold, reserve_port); a held worker's agent
 // registers (status running, ip and reserved port known) and then waits
 // until release() hands it env and files; subscribe() reports every status
@@ -86,6 +103,7 @@
 #include "api/base/task_queue.h"
 #include "api/status.h"
 #include "api/worker.h"
+#include "service/admission.h"
 #include "service/clock.h"
 #include "service/gpu_inventory.h"
 #include "service/store.h"
@@ -152,6 +170,13 @@ struct RegistryOptions {
   // gpu_devices) until it ends; a restarted daemon takes back the devices of
   // the workers it adopts.
   GpuInventory* gpus = nullptr;
+  // The workers' host, for admission (see "Admission" above); none: every
+  // launch is admitted (ssh places workers by its inventory's slots, Slurm
+  // queues them itself).
+  std::optional<HostCapacity> capacity{};
+  // Past the capacity: admitted with a warning (true), or waiting (false;
+  // musterd --overcommit=false).
+  bool overcommit = true;
   // Where workers find muster's Python package and runtime extension
   // (worker_python.h): added to every worker's PYTHONPATH and
   // MUSTER_RUNTIME_PATH, after what the user set. Empty: nothing is added.
@@ -218,7 +243,13 @@ class WorkerRegistry {
   // backend work is queued (see "Launch" above). An error (bad per-worker
   // options, too few GPUs, too many live workers, a store or directory
   // failure) means no worker of the batch exists, and no directory either.
-  api::Result<std::vector<api::Worker>> launch(const LaunchBatch& batch);
+  // `warnings`, when given, receives what the caller should be told (the
+  // host overcommitted, workers waiting for room; see "Admission").
+  api::Result<std::vector<api::Worker>> launch(const LaunchBatch& batch, std::vector<std::string>* warnings = nullptr);
+  // Several batches as one launch (a cluster's task types): all or nothing,
+  // admitted as one. The workers of each batch, in the batches' order.
+  api::Result<std::vector<std::vector<api::Worker>>> launch_together(const std::vector<LaunchBatch>& batches,
+                                                                     std::vector<std::string>* warnings = nullptr);
   std::vector<api::Worker> list() const;
   // Up to `limit` workers in launch order from cursor `from` (0: the start).
   WorkerPage page(uint64_t from, size_t limit) const;
@@ -338,6 +369,13 @@ class WorkerRegistry {
   // The launch thread's step for one batch (registry_launch.cc).
   void start_batch(const std::vector<std::string>& ids, std::vector<workers::LaunchSpec> specs);
   void fail_batch(const std::vector<std::string>& ids, const std::string& reason);
+  // Admission: the CPUs and memory held by workers that have not ended and
+  // are not waiting; admit_waiting_locked() admits what fits now, in launch
+  // order, and updates the others' reasons.
+  Demand in_use_locked() const;
+  void admit_waiting_locked(Effects& fx);
+  // The backend step of admitted workers, queued once the mutex is released.
+  void queue_start(std::vector<std::string> ids, std::vector<workers::LaunchSpec> specs, Effects& fx);
   // Removes the records of a launch that failed before it was queued.
   void forget(const std::vector<std::string>& ids);
   // Drops finished records from memory (retention, remove); their rows and
@@ -371,6 +409,13 @@ class WorkerRegistry {
   std::list<std::shared_ptr<Waiter>> waiters_;
   std::list<ReleaseWaiter> release_waiters_;
   std::map<int, Listener> listeners_;
+  // Launches waiting for room (admission), in launch order: one entry per
+  // plain worker, one per cluster launch.
+  struct Waiting {
+    std::vector<std::string> ids;
+    std::vector<workers::LaunchSpec> specs;
+  };
+  std::list<Waiting> waiting_;
   int next_listener_ = 1;
 
   // Last, so that their threads end before anything they use goes.

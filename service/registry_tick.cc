@@ -49,7 +49,8 @@ void WorkerRegistry::tick_queued(Record& r, const workers::ProcessStatus& proces
 // b) without it, poll the backend for each (a backend may take seconds: the
 // container backend tears namespaces down there); c) under the mutex again,
 // apply what was seen and the timeouts to the workers that are still in the
-// state they were in at a), and settle the long-polls. A queueing backend's
+// state they were in at a), admit the waiting workers that fit now, and
+// settle the long-polls. A queueing backend's
 // `scheduling` workers are watched too (tick_queued()).
 void WorkerRegistry::tick() {
   std::vector<std::pair<std::string, WorkerStatus>> watched;
@@ -116,6 +117,7 @@ void WorkerRegistry::tick() {
                          process.reason.empty() ? "the backend lost the worker" : process.reason, fx);
       }
     }
+    admit_waiting_locked(fx);  // what ended this pass (or since the last) made room
     expire_release_waiters(now, fx);
     settle_waiters(fx, /*at_tick=*/true);
     apply_retention(fx);

@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <set>
 #include <system_error>
 
@@ -45,22 +44,6 @@ api::Status get_ids(const api::BodyReader& in, std::vector<std::string>* out) {
 }
 
 }  // namespace
-
-HostCapacity host_capacity() {
-  HostCapacity h;
-  h.cpus = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  double kib = 0;
-  while (meminfo >> key >> kib) {
-    if (key == "MemTotal:") {
-      h.memory_gb = kib / (1024.0 * 1024.0);
-      break;
-    }
-    meminfo.ignore(1 << 10, '\n');
-  }
-  return h;
-}
 
 std::vector<std::string> resource_warnings(double cpu, double memory_gb, const std::optional<HostCapacity>& host) {
   std::vector<std::string> out;

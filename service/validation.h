@@ -29,17 +29,12 @@
 
 #include "api/status.h"
 #include "api/worker.h"
+#include "service/admission.h"
 
 namespace muster::service {
 
-// What the daemon's own host has, for backends that place workers on it
-// (local, container): asks beyond it are accepted with a warning.
-struct HostCapacity {
-  int cpus = 0;
-  double memory_gb = 0;  // GiB
-};
-// This host's online CPUs and MemTotal.
-HostCapacity host_capacity();
+// HostCapacity, host_capacity(): service/admission.h (the host of the local
+// and container backends' workers; asks beyond it get a warning here).
 // One warning per per-worker ask (cpu, memory in GiB) beyond `host`; none
 // without a host (remote backends: their hosts are not this one).
 std::vector<std::string> resource_warnings(double cpu, double memory_gb, const std::optional<HostCapacity>& host);

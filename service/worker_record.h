@@ -8,7 +8,8 @@
 // stored field of r; the monotonic times (launched_at, last_heartbeat,
 // finished) are not stored (a restarted daemon counts its timeouts from its
 // own start, and a finished worker's age from its finished_at), nor are
-// `launching` and `stopping` (work in flight does not survive a restart).
+// `launching`, `waiting` and `stopping` (work in flight does not survive a
+// restart).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,7 @@ struct WorkerRecord {
   std::filesystem::path log_path;
   std::string process;       // Backend::process_identity(), for a later daemon
   bool launching = false;    // its batch is with the backend right now
+  bool waiting = false;      // `scheduling` until its host has room (admission, registry.h)
   bool stopping = false;     // stop() is signalling its process tree right now
   std::string stop_reason;   // ... and the reason it gives
   // ... and the status it ends in: `stopped`, or (a cluster's host whose

@@ -105,10 +105,11 @@ void register_worker_routes(Router& router, WorkerRegistry& registry, Validation
     if (!parsed) return reply(error_response(parsed.status()));
     LaunchBatch batch;
     batch.request = std::move(parsed).value();
-    auto launched = registry.launch(batch);
+    std::vector<std::string> warnings = batch.request.warnings;
+    auto launched = registry.launch(batch, &warnings);  // + admission's (the host overcommitted, or waiting)
     if (!launched) return reply(error_response(launched.status()));
     json body = {{"workers", workers_json(launched.value())}};
-    if (!batch.request.warnings.empty()) body["warnings"] = batch.request.warnings;
+    if (!warnings.empty()) body["warnings"] = warnings;
     reply(json_response(201, body));
   });
 

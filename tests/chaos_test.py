@@ -145,6 +145,7 @@ def test_kill9_during_a_64_worker_launch(chaos):
 
     def launch():
         try:
+            # 6.4 CPUs on a 2-core host, on purpose (musterd's default --overcommit=true runs them, warning).
             client.launch_workers(n=64, cpu=0.1, memory=0.1, code=SLEEPER)
         except Exception as e:  # noqa: BLE001 - the daemon dies under it
             errors.append(e)

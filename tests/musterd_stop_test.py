@@ -67,6 +67,7 @@ def daemon(tmp_path_factory):
 
 def test_32_concurrent_stops_answer_at_once_and_healthy_workers_live_on(daemon):
     client = muster.Client()
+    # 4.8 CPUs in all on a 2-core host, on purpose: musterd's default --overcommit=true runs them (with a warning).
     healthy = client.launch_workers(n=16, cpu=0.1, memory=0.1, kernel="bash", script="healthy.sh")
     stubborn = client.launch_workers(n=32, cpu=0.1, memory=0.1, kernel="bash", script="stubborn.sh")
     ready = client.await_workers(healthy + stubborn, wait_for_completion=False, timeout_seconds=120, progress=False)

@@ -37,6 +37,12 @@ add_dependencies(musterd_load_test musterd muster_agent)
 muster_gtest(registry_hardening_test SOURCES registry_hardening_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
 # Launch answers before the backend works, and stays all-or-nothing.
 muster_gtest(registry_launch_test SOURCES registry_launch_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
+# Admission: a launch counted against the host's CPUs and memory with the
+# workers already there (a warning, or waiting in scheduling; clusters whole).
+muster_gtest(registry_admission_test SOURCES registry_admission_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
+# ... and through musterd and the Python SDK: the warning, --overcommit=false.
+muster_python_test(admission_integration SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/admission_integration_test.py
+  LABEL integration TIMEOUT 180)
 # Chaos: kill -9 musterd during a 64-worker launch, an mpi cluster
 # and a ps cluster; restart on the same port and state dir.
 muster_python_test(chaos_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/chaos_test.py LABEL integration TIMEOUT 420)
