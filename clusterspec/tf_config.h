@@ -5,8 +5,8 @@
 //    "environment": "cloud"}
 //
 // musterd builds one per task of a ps-mode cluster and hands it to the task as
-// TF_CONFIG (and as cluster.json in its working directory). Programs read it
-// back with from_env():
+// TF_CONFIG (and as cluster.json in its worker directory, MUSTER_WORKER_DIR).
+// Programs read it back with from_env():
 //
 //   #include "clusterspec/tf_config.h"
 //   using muster::clusterspec::TfConfig;

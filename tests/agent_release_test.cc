@@ -95,8 +95,11 @@ TEST(AgentRelease, HeldWorkerGetsEnvAndFilesThenRuns) {
   batch.request.n = 1;
   batch.request.code =
       "import json, os\n"
-      "spec = json.load(open('cluster.json'))\n"
+      // Released files lie in the worker's directory; the script runs in the project.
+      "spec = json.load(open(os.path.join(os.environ['MUSTER_WORKER_DIR'], 'cluster.json')))\n"
       "print('TF_CONFIG', os.environ['TF_CONFIG'], 'cluster', spec['ps'][0], 'port', os.environ['MUSTER_PORT'])\n"
+      "print('cwd', os.getcwd(), 'worker dir', os.environ['MUSTER_WORKER_DIR'])\n"
+      "assert not os.path.exists('cluster.json')\n"
       "assert 'MUSTER_AGENT_TOKEN' not in os.environ\n";
   batch.cluster_id = "c1";
   batch.per_worker = {service::WorkerExtras{{{"ROLE", "ps"}}, /*hold=*/true, /*reserve_port=*/true}};
@@ -130,6 +133,10 @@ TEST(AgentRelease, HeldWorkerGetsEnvAndFilesThenRuns) {
   const std::string text((std::istreambuf_iterator<char>(log)), {});
   EXPECT_NE(text.find("TF_CONFIG {\"task\":{\"type\":\"ps\"}} cluster 127.0.0.1:" + std::to_string(*port) + " port " +
                       std::to_string(*port)),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("cwd " + fs::canonical(dir).string() + " worker dir " +
+                      fs::canonical(dir / "workers" / id).string()),
             std::string::npos)
       << text;
   server.stop();

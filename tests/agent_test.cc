@@ -86,6 +86,24 @@ TEST(ScriptCommand, BangLinesRunInTheShell) {
   EXPECT_EQ(out, "a'b 3\nin-block\npy True\n");
 }
 
+// The script starts in the project directory where this host has it, else
+// in the worker's directory with a line saying why; an agent started by hand
+// (no MUSTER_PROJECT_DIR) stays where it is, silently.
+TEST(ScriptDirectory, TheProjectWhereItExists) {
+  using muster::workers::agent::script_directory;
+  const auto here = script_directory("/tmp", "/state/workers/ab12");
+  EXPECT_EQ(here.path, "/tmp");
+  EXPECT_EQ(here.note, "");
+  const auto elsewhere = script_directory("/nonexistent/project", "/state/workers/ab12");
+  EXPECT_EQ(elsewhere.path, "/state/workers/ab12");
+  EXPECT_EQ(elsewhere.note,
+            "the project directory /nonexistent/project is not on this host (No such file or directory); the script "
+            "starts in the worker's directory /state/workers/ab12");
+  const auto none = script_directory("", "/state/workers/ab12");
+  EXPECT_EQ(none.path, "/state/workers/ab12");
+  EXPECT_EQ(none.note, "");
+}
+
 TEST(HttpUrl, Parses) {
   auto e = muster::workers::agent::parse_http_url("http://10.1.2.3:7878");
   ASSERT_TRUE(e.has_value());

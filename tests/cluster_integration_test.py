@@ -1,8 +1,9 @@
 """Clusters against a real musterd on the local backend.
 
 - ps mode, 1 PS + 2 workers: every task sees a valid TF_CONFIG with a
-  distinct type/index and the same cluster; cluster.json matches; the PS is
-  stopped once the workers are done and the cluster succeeds.
+  distinct type/index and the same cluster; cluster.json (in the task's
+  MUSTER_WORKER_DIR) matches; the PS is stopped once the workers are done
+  and the cluster succeeds.
 - a crashing worker fails the cluster with a reason naming it, and the other
   tasks are stopped (their processes are gone).
 - mpi mode with launch=true runs a real mpirun of tests/mpi_hello.cc across
@@ -32,7 +33,7 @@ WRITE_TF_CONFIG = r'''
 import json, os, sys, time
 out = os.environ["OUT_DIR"]
 wid = os.environ["MUSTER_WORKER_ID"]
-with open("cluster.json") as f:
+with open(os.path.join(os.environ["MUSTER_WORKER_DIR"], "cluster.json")) as f:  # released beside the task
     file_config = json.load(f)
 record = {"worker_id": wid, "pid": os.getpid(), "tf_config": os.environ.get("TF_CONFIG"),
           "cluster_json": file_config, "task_type": os.environ.get("MUSTER_TASK_TYPE"),

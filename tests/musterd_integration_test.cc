@@ -123,10 +123,11 @@ TEST(MusterdIntegration, AgentThatNeverRegistersTimesOut) {
 TEST(MusterdIntegration, StopKillsTheProcessTree) {
   DaemonProcess d;
   d.write_script("tree.py",
-                 "import subprocess, time\n"
+                 "import os, subprocess, time\n"
+                 "os.chdir(os.environ['MUSTER_WORKER_DIR'])  # the script starts in the project\n"
                  "child = subprocess.Popen(['sleep', '300'])\n"
                  "open('grandchild.pid.tmp', 'w').write(str(child.pid))\n"
-                 "import os; os.rename('grandchild.pid.tmp', 'grandchild.pid')\n"
+                 "os.rename('grandchild.pid.tmp', 'grandchild.pid')\n"
                  "time.sleep(300)\n");
   ASSERT_TRUE(d.start({"--stop-grace", "2"})) << d.stderr_text();
   auto r = d.post("/api/v1/workers", {{"n", 1}, {"cpu", 1}, {"memory", 1}, {"script", "tree.py"}});
@@ -158,6 +159,7 @@ TEST(MusterdIntegration, SilentAgentBecomesLost) {
   DaemonProcess d;
   d.write_script("long.py",
                  "import os, time\n"
+                 "os.chdir(os.environ['MUSTER_WORKER_DIR'])  # the script starts in the project\n"
                  "open('agent.pid.tmp', 'w').write(str(os.getppid()))\n"
                  "os.rename('agent.pid.tmp', 'agent.pid')\n"
                  "time.sleep(300)\n");

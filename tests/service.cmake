@@ -43,6 +43,13 @@ muster_gtest(registry_admission_test SOURCES registry_admission_test.cc DEPS mus
 # ... and through musterd and the Python SDK: the warning, --overcommit=false.
 muster_python_test(admission_integration SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/admission_integration_test.py
   LABEL integration TIMEOUT 180)
+# Workers start in the project directory, MUSTER_WORKER_DIR their scratch,
+# on the local and container backends (the latter root only: 77 = skipped).
+muster_python_test(worker_directory_local SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/worker_directory_test.py
+  LABEL integration TIMEOUT 120 ENV MUSTER_TEST_BACKEND=local)
+muster_python_test(worker_directory_container SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/worker_directory_test.py
+  LABEL integration TIMEOUT 180 ENV MUSTER_TEST_BACKEND=container)
+set_tests_properties(worker_directory_container PROPERTIES SKIP_RETURN_CODE 77 RESOURCE_LOCK container_network)
 # Chaos: kill -9 musterd during a 64-worker launch, an mpi cluster
 # and a ps cluster; restart on the same port and state dir.
 muster_python_test(chaos_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/chaos_test.py LABEL integration TIMEOUT 420)

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <thread>
@@ -104,10 +105,12 @@ class Client {
 // The script in the agent's own process group (so one signal to the group
 // ends both), output onto the agent's (the worker's log), starting clean:
 // no blocked or ignored signals, no descriptor of the agent's but 0-2.
-pid_t spawn_script(const std::vector<std::string>& command, const std::map<std::string, std::string>& extra_env) {
+pid_t spawn_script(const std::vector<std::string>& command, const std::map<std::string, std::string>& extra_env,
+                   const std::string& cwd) {
   base::SpawnOptions o;
   o.argv = command;
   o.env = extra_env;
+  o.cwd = cwd;
   o.unset_env = {api::kEnvAgentToken};  // the script has no business with the agent's credentials
   o.stdin_null = false;
   o.new_session = false;
@@ -135,7 +138,7 @@ std::string describe_exit(int status) {
 constexpr auto kProcessGrace = 5s;
 
 int run_processes(const std::vector<std::string>& command, const std::map<std::string, std::string>& env,
-                  const std::vector<std::map<std::string, std::string>>& processes) {
+                  const std::vector<std::map<std::string, std::string>>& processes, const std::string& cwd) {
   const int n = static_cast<int>(processes.size());
   auto label = [&](int i) {
     std::string text = "process " + std::to_string(i) + " of " + std::to_string(n);
@@ -153,7 +156,7 @@ int run_processes(const std::vector<std::string>& command, const std::map<std::s
   for (int i = 0; i < n; ++i) {
     auto process_env = env;
     for (const auto& [k, v] : processes[static_cast<size_t>(i)]) process_env[k] = v;
-    const pid_t pid = spawn_script(command, process_env);
+    const pid_t pid = spawn_script(command, process_env, cwd);
     if (pid <= 0) {
       log_line("could not start " + label(i) + "; ending the " + std::to_string(running) + " started");
       first_failure = 127;
@@ -207,6 +210,15 @@ int run_processes(const std::vector<std::string>& command, const std::map<std::s
 }
 
 }  // namespace
+
+ScriptDirectory script_directory(const std::string& project_dir, const std::string& worker_dir) {
+  if (project_dir.empty()) return {worker_dir, ""};
+  std::error_code ec;
+  if (std::filesystem::is_directory(project_dir, ec)) return {project_dir, ""};
+  return {worker_dir, "the project directory " + project_dir + " is not on this host (" +
+                          (ec ? ec.message() : std::string("not a directory")) +
+                          "); the script starts in the worker's directory " + worker_dir};
+}
 
 std::vector<std::string> script_command(const AgentOptions& o) {
   api::KernelCommandOptions k;
@@ -262,8 +274,15 @@ int run_agent(const AgentOptions& o) {
     return 3;
   }
   const bool hold = registered->hold;
-  std::map<std::string, std::string> env = {
-      {"MUSTER_IP_ADDRESS", ip}, {"CDSW_IP_ADDRESS", ip}, {"PYTHONUNBUFFERED", "1"}};
+  // The backend started the agent in the worker's directory: the script's
+  // scratch space and where released files go (absolute paths, since the
+  // script itself starts in the project).
+  std::error_code cwd_error;
+  const std::filesystem::path worker_dir = std::filesystem::current_path(cwd_error);
+  std::map<std::string, std::string> env = {{"MUSTER_IP_ADDRESS", ip},
+                                            {"CDSW_IP_ADDRESS", ip},
+                                            {"PYTHONUNBUFFERED", "1"},
+                                            {kEnvWorkerDir, worker_dir.string()}};
   if (port) env["MUSTER_PORT"] = std::to_string(port->port());
 
   // 5 (early). Heartbeats run from registration on, also while held.
@@ -348,7 +367,7 @@ int run_agent(const AgentOptions& o) {
       return finish(3);
     }
     for (const auto& [name, content] : release->files) {
-      if (auto err = base::write_file_atomically(name, content)) log_line(*err);
+      if (auto err = base::write_file_atomically(worker_dir / name, content)) log_line(*err);
     }
     for (const auto& [k, v] : release->env) env[k] = v;
     processes = release->processes;
@@ -369,8 +388,10 @@ int run_agent(const AgentOptions& o) {
   // 4. The script, each of its processes joining the limits' cgroups (step 0).
   if (port) port->release();
   const auto command = script_command(o);
-  const pid_t child = processes.empty() ? spawn_script(command, env) : 0;
-  int exit_code = processes.empty() ? 127 : run_processes(command, env, processes);
+  const ScriptDirectory cwd = script_directory(o.env.project_dir, worker_dir.string());
+  if (!cwd.note.empty()) log_line(cwd.note);
+  const pid_t child = processes.empty() ? spawn_script(command, env, cwd.path) : 0;
+  int exit_code = processes.empty() ? 127 : run_processes(command, env, processes, cwd.path);
   if (child > 0) {
     g_child_pid = child;
     if (g_signal) ::kill(child, g_signal);

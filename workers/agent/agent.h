@@ -9,11 +9,15 @@
 //  2. register {ip_address, port, limits} (retrying while the daemon is unreachable);
 //     a 404/409 means the worker is gone or finished: exit without running;
 //  3. if the reply says hold: long-poll wait-release until the daemon hands
-//     over env and files; write the files into the working dir atomically
-//     (tmp + rename) and add the env;
+//     over env and files; write the files into the worker's directory (the
+//     agent's own working directory, MUSTER_WORKER_DIR) atomically (tmp +
+//     rename) and add the env;
 //  4. start the script by kernel (each process joins the limits' v1
 //     directories between fork and exec), in the agent's process group, output to the agent's stdout
-//     (the worker's log), MUSTER_IP_ADDRESS and CDSW_IP_ADDRESS set; a
+//     (the worker's log), MUSTER_IP_ADDRESS, CDSW_IP_ADDRESS and
+//     MUSTER_WORKER_DIR set; its working directory is MUSTER_PROJECT_DIR
+//     when that directory exists on this host (script_directory()), else
+//     the worker's directory, with a log line saying so; a
 //     release with `processes` (torchrun's nproc_per_node) starts the script
 //     once per entry, with the entry's variables: when one fails the others
 //     get SIGTERM (SIGKILL 5 s later), its exit code is the agent's, and
@@ -62,6 +66,21 @@ inline constexpr std::chrono::milliseconds kDefaultOrphanTimeout{300'000};
 // The script's command line for `options`: api/kernel.h's rules (the same
 // the cluster manager runs MPI ranks with).
 std::vector<std::string> script_command(const AgentOptions& options);
+
+// The script's scratch directory: the agent's working directory, where the
+// backend started it (<state-dir>/workers/<id>), given to the script as
+// MUSTER_WORKER_DIR.
+inline constexpr const char* kEnvWorkerDir = "MUSTER_WORKER_DIR";
+
+// Where the script starts: `project_dir` when it is a directory on this host
+// (as a notebook's workers start in the project), else `worker_dir` and
+// `note` says why (an ssh host without the project). An empty project_dir
+// (an agent started by hand) keeps `worker_dir` without a note.
+struct ScriptDirectory {
+  std::string path;
+  std::string note;  // "" when the project directory was used or none was given
+};
+ScriptDirectory script_directory(const std::string& project_dir, const std::string& worker_dir);
 
 // Runs steps 1-6; returns the agent's exit code.
 int run_agent(const AgentOptions& options);

@@ -186,7 +186,7 @@ def run_cluster(n_workers: int, n_ps: int, cpu: float, memory: float, nvidia_gpu
 
     musterd launches n_ps parameter servers and n_workers workers, collects
     each task's host:port, and hands every task its own TF_CONFIG (and a
-    cluster.json in its working directory) before the task's program starts.
+    cluster.json in its MUSTER_WORKER_DIR) before the task's program starts.
     PS tasks run `ps_script` if given, else the runtime's parameter server.
 
     - With no worker_script: returns once every task is up.
