@@ -35,6 +35,9 @@ muster_python_test(sdk_cpp_install SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/sdk_cpp_in
   LABEL integration TIMEOUT 300)
 muster_gtest(sdk_cpp_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/sdk_cpp_test.cc DEPS muster_sdk
   LABEL integration TIMEOUT 240)
+# ... and over https: the pin from musterd.json, a CA file, a wrong pin refused.
+muster_gtest(sdk_cpp_tls_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/sdk_cpp_tls_test.cc DEPS muster_sdk
+  LABEL integration TIMEOUT 120)
 # Every answer sdk_cpp_test's clients got (recorded through
 # Client::set_response_observer) against api/openapi.yaml.
 set_tests_properties(sdk_cpp_test PROPERTIES FIXTURES_SETUP sdk_cpp_responses)
