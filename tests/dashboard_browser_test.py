@@ -6,7 +6,8 @@ through the page (confirmation + CSRF), follows a worker's log (with markup in i
 text), opens an mpi cluster running fashion_mnist under horovodrun's mpirun line with 2
 ranks, sees its launch line and a loss curve per rank with a point per step and summary cards,
 an accuracy axis set from its one value, a worker's curves of SummaryWriter's custom scalars, a
-long log that opens at its end with a marker, and finds no errors in the browser console.
+long log that opens at its end with a marker, marks a worker whose host does not enforce its
+limits "not enforced", and finds no errors in the browser console.
 """
 import os
 import re
@@ -256,3 +257,37 @@ def test_a_failed_mpi_cluster_names_its_rank_and_shows_the_ranks_last_lines(daem
 def daemon_project(daemon):
     import pathlib
     return pathlib.Path(daemon.project_dir)
+
+
+def test_a_limit_the_host_does_not_enforce_is_marked_on_the_worker(daemon, browser, tmp_path):
+    # A second musterd whose host offers no cgroup controller at all
+    # (MUSTER_CGROUP_ROOT, meant for tests, points at an empty directory).
+    empty = tmp_path / "no-cgroups"
+    empty.mkdir()
+    (tmp_path / "project").mkdir()
+    project = write_project(tmp_path / "project")
+    saved = os.environ.get("MUSTER_CGROUP_ROOT")
+    os.environ["MUSTER_CGROUP_ROOT"] = str(empty)
+    try:
+        with Daemon(project, tmp_path / "state") as other:
+            d = browser.driver
+            d.get(dashboard_url(other))
+            wait_for(lambda: "token=" not in d.current_url, what="the token to leave the URL")
+            client = muster.Client(other.url, other.token)
+            with pytest.warns(muster.MusterWarning, match="not enforced"):
+                [w] = client.launch_workers(n=1, cpu=0.1, memory=0.1, script="sleep.py")
+            wait_for(lambda: row_status(d, w["id"]) == "running", timeout=15, what="worker running")
+            marks = wait_for(lambda: d.execute_script(
+                "return [...document.querySelectorAll('tr[data-id=\"' + arguments[0] + '\"] .not-enforced')]"
+                ".map((e) => e.title);", w["id"]), what="the not-enforced marks")
+            assert len(marks) == 2 and all("not enforced: " in t for t in marks), marks
+            client.stop_workers(w["id"])
+            # Leaving the module daemon's page cut its event stream; this one's goes before its daemon does.
+            errors = [e for e in browser.errors() if daemon.url not in e.get("message", "")]
+            d.get("about:blank")
+    finally:
+        if saved is None:
+            os.environ.pop("MUSTER_CGROUP_ROOT", None)
+        else:
+            os.environ["MUSTER_CGROUP_ROOT"] = saved
+    assert errors == []
