@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "api/base/rotating_log.h"
+#include "service/query.h"
 
 namespace muster::service {
 
@@ -181,24 +183,18 @@ bool LogFollower::poll_once() {
 }
 
 api::Result<std::optional<uint64_t>> parse_offset(const Request& req) {
-  auto it = req.query.find("offset");
-  if (it == req.query.end()) return std::optional<uint64_t>();
-  const std::string& v = it->second;
+  const QueryReader query(req);
+  if (!query.given("offset")) return std::optional<uint64_t>();
   // At most 2^63-1, what the document (and a signed 64-bit client) allows.
-  if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos ||
-      (v.size() == 19 && v > "9223372036854775807")) {
-    return api::invalid_argument("offset must be a whole number in 0..9223372036854775807 (a byte offset into the log)", "offset");
+  auto offset = query.integer("offset", 0, 0, std::numeric_limits<long long>::max());
+  if (!offset) {
+    return api::invalid_argument(offset.status().message() + " (a byte offset into the log)", "offset");
   }
-  return std::optional<uint64_t>(std::stoull(v));
+  return std::optional<uint64_t>(static_cast<uint64_t>(offset.value()));
 }
 
 api::Result<bool> parse_follow(const Request& req) {
-  auto it = req.query.find("follow");
-  if (it == req.query.end()) return false;
-  const std::string& v = it->second;
-  if (v == "true" || v == "1") return true;
-  if (v == "false" || v == "0" || v.empty()) return false;
-  return api::invalid_argument("follow must be true or false", "follow");
+  return QueryReader(req).boolean("follow");
 }
 
 Response follow_response(LogFollower& follower, std::shared_ptr<LogFollower::Slot> slot, const fs::path& path,

@@ -3,23 +3,16 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 
 #include "service/log_follower.h"
+#include "service/query.h"
 
 namespace muster::service {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-api::Result<bool> parse_bool(const Request& req, const char* name) {
-  auto it = req.query.find(name);
-  if (it == req.query.end()) return false;
-  const std::string& v = it->second;
-  if (v == "true" || v == "1") return true;
-  if (v == "false" || v == "0" || v.empty()) return false;
-  return api::invalid_argument(std::string(name) + " must be true or false", name);
-}
 
 // "/state/workers/w1/output.log (earlier output in output.log.1; 3.0 MiB
 // dropped by the 64.0 MiB cap)".
@@ -65,23 +58,18 @@ std::string human_bytes(uint64_t bytes) {
 
 api::Result<LogQuery> parse_log_query(const Request& req) {
   LogQuery q;
-  if (auto it = req.query.find("tail"); it != req.query.end()) {
-    // Digits only: stoull alone would also take " 3" and "+3".
-    const std::string& v = it->second;
-    if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos ||
-        (v.size() == 19 && v > "9223372036854775807")) {
-      return api::invalid_argument("tail must be a whole number >= 0 (lines)", "tail");
-    }
-    q.tail = static_cast<size_t>(std::stoull(v));
-    q.tail_given = true;
-  }
+  const QueryReader query(req);
+  auto tail = query.integer("tail", static_cast<long long>(q.tail), 0, std::numeric_limits<long long>::max());
+  if (!tail) return tail.status();
+  q.tail = static_cast<size_t>(tail.value());
+  q.tail_given = query.given("tail");
   auto follow = parse_follow(req);
   if (!follow) return follow.status();
   q.follow = follow.value();
   auto offset = parse_offset(req);
   if (!offset) return offset.status();
   q.offset = offset.value();
-  auto from_start = parse_bool(req, "from_start");
+  auto from_start = query.boolean("from_start");
   if (!from_start) return from_start.status();
   q.from_start = from_start.value();
   if (!q.follow && q.offset) return api::invalid_argument("offset needs follow=true", "offset");

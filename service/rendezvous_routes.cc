@@ -1,8 +1,8 @@
 #include "service/rendezvous_routes.h"
 
-#include "api/json_integer.h"
 #include "clusterspec/rendezvous_protocol.h"
 #include "clusterspec/spec_error.h"
+#include "service/query.h"
 
 namespace muster::service {
 
@@ -22,16 +22,9 @@ api::Result<T> parse(const Request& req, Parse parse_body) {
 }
 
 api::Result<int> query_int(const Request& req, const char* name, int lo, int hi, int fallback) {
-  auto it = req.query.find(name);
-  if (it == req.query.end()) return fallback;
-  const json v = json::parse(it->second, nullptr, false);
-  const auto n = v.is_discarded() ? std::nullopt : api::json_integer(v);
-  if (!n || *n < lo || *n > hi) {
-    return api::invalid_argument(std::string(name) + " must be an integer in " + std::to_string(lo) + ".." +
-                                     std::to_string(hi) + ", got '" + it->second + "'",
-                                 name);
-  }
-  return static_cast<int>(*n);
+  auto n = QueryReader(req).integer(name, fallback, lo, hi);
+  if (!n) return n.status();
+  return static_cast<int>(n.value());
 }
 
 // Answers with `to_json(value)` or the error.

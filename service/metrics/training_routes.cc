@@ -6,6 +6,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "service/query.h"
+
 namespace muster::service {
 
 using nlohmann::json;
@@ -13,10 +15,9 @@ using nlohmann::json;
 namespace {
 
 api::Result<bool> wants_csv(const Request& req) {
-  auto it = req.query.find("format");
-  if (it == req.query.end() || it->second == "json") return false;
-  if (it->second == "csv") return true;
-  return api::invalid_argument("format must be json or csv, not '" + it->second + "'", "format");
+  auto format = QueryReader(req).choice("format", "json", {"json", "csv"});
+  if (!format) return format.status();
+  return format.value() == "csv";
 }
 
 Response points_response(const std::vector<ScalarSeries>& series, bool csv, const std::string& name) {
