@@ -15,5 +15,3 @@ muster_python_test(settings_dialect_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/sett
 muster_gtest(base_task_queue_test SOURCES base_task_queue_test.cc DEPS muster_base LABEL unit TIMEOUT 60)
 # A worker's cpu/memory limits on both cgroup layouts, against a fake cgroup root.
 muster_gtest(base_cgroup_limits_test SOURCES base_cgroup_limits_test.cc DEPS muster_base LABEL unit TIMEOUT 60)
-# A worker's cpu/memory limits on both cgroup layouts, against a fake cgroup root.
-muster_gtest(base_cgroup_limits_test SOURCES base_cgroup_limits_test.cc DEPS muster_base LABEL unit TIMEOUT 60)
