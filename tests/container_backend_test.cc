@@ -333,6 +333,11 @@ TEST(ContainerOptionsTest, ParsesAndRejectsBackendOpts) {
   EXPECT_EQ(bad_key.status().field(), "brdge");
   EXPECT_FALSE(ContainerOptions::from_map("/s", {{"bridge", "this-name-is-too-long"}}).is_ok());
   EXPECT_FALSE(ContainerOptions::from_map("/s", {{"ssh_port", "70000"}}).is_ok());
+  // The one integer dialect: "22x" is not port 22, nor " 22" nor "+22".
+  for (const char* bad : {"22x", " 22", "+22", "0x16"}) {
+    EXPECT_FALSE(ContainerOptions::from_map("/s", {{"ssh_port", bad}}).is_ok()) << bad;
+  }
+  EXPECT_FALSE(ContainerOptions::from_map("/s", {{"subnet", "10.9.0.0/16x"}}).is_ok());
   EXPECT_FALSE(ContainerOptions::from_map("/s", {{"subnet", "10.0.0.1/24"}}).is_ok());
 }
 

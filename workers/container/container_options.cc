@@ -35,12 +35,9 @@ api::Result<ContainerOptions> ContainerOptions::from_map(const fs::path& state_d
         return api::invalid_argument("--backend-opt prefix='" + value + "': use 1-4 letters or digits", "prefix");
       o.prefix = value;
     } else if (key == "ssh_port") {
-      try {
-        o.ssh_port = std::stoi(value);
-      } catch (...) {
-        o.ssh_port = 0;
-      }
-      if (o.ssh_port < 1 || o.ssh_port > 65535)
+      const auto port = base::parse_integer(value);  // the one integer dialect: 22x is not 22
+      o.ssh_port = port && *port >= 1 && *port <= 65535 ? static_cast<int>(*port) : 0;
+      if (o.ssh_port == 0)
         return api::invalid_argument("--backend-opt ssh_port='" + value + "': not a port number", "ssh_port");
     } else if (key == "sshd") {
       const auto on = base::parse_bool(value);  // the one boolean dialect

@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 
+#include "api/base/settings.h"
+
 namespace muster::workers::container {
 
 std::string format_ipv4(uint32_t address) {
@@ -18,19 +20,12 @@ api::Result<Subnet> Subnet::parse(const std::string& cidr) {
   in_addr parsed{};
   if (inet_pton(AF_INET, addr.c_str(), &parsed) != 1)
     return api::invalid_argument("subnet '" + cidr + "': '" + addr + "' is not an IPv4 address", "subnet");
-  int prefix = -1;
-  try {
-    size_t used = 0;
-    prefix = std::stoi(bits, &used);
-    if (used != bits.size()) prefix = -1;
-  } catch (...) {
-    prefix = -1;
-  }
+  const long long prefix = base::parse_integer(bits).value_or(-1);  // the one integer dialect
   if (prefix < 8 || prefix > 30)
     return api::invalid_argument("subnet '" + cidr + "': prefix length must be 8..30", "subnet");
   Subnet s;
   s.network_ = ntohl(parsed.s_addr);
-  s.prefix_ = prefix;
+  s.prefix_ = static_cast<int>(prefix);
   uint32_t host_mask = (prefix == 32) ? 0 : ((1u << (32 - prefix)) - 1);
   if (s.network_ & host_mask)
     return api::invalid_argument("subnet '" + cidr + "': host bits are set; use " +

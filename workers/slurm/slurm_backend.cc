@@ -60,9 +60,8 @@ api::Result<SlurmOptions> SlurmOptions::from_map(const fs::path& state_dir,
     } else if (key == "time") {
       o.time_limit = value;
     } else if (key == "poll_ms") {
-      char* end = nullptr;
-      const long ms = std::strtol(value.c_str(), &end, 10);
-      if (end == value.c_str() || *end != '\0' || ms < 50 || ms > 60000) {
+      const long long ms = base::parse_integer(value).value_or(0);  // the one integer dialect
+      if (ms < 50 || ms > 60000) {
         return api::invalid_argument("--backend-opt poll_ms must be 50..60000, not '" + value + "'", "backend-opt");
       }
       o.poll_interval = std::chrono::milliseconds(ms);

@@ -4,6 +4,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "api/base/settings.h"
+
 namespace muster::workers::ssh {
 namespace {
 
@@ -18,11 +20,10 @@ std::string expand_home(const std::string& p) {
 }
 
 bool parse_int(const std::string& s, int lo, int hi, int& out) {
-  if (s.empty() || s.size() > 9) return false;
-  for (char c : s)
-    if (c < '0' || c > '9') return false;
-  out = std::stoi(s);
-  return out >= lo && out <= hi;
+  const auto v = base::parse_integer(s);  // the one integer dialect (api/base/settings.h)
+  if (!v || *v < lo || *v > hi) return false;
+  out = static_cast<int>(*v);
+  return true;
 }
 
 bool valid_address(const std::string& a) {

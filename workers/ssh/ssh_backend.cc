@@ -54,14 +54,7 @@ bool on_off(const std::string& key, const std::string& value, bool& out, api::St
 
 bool positive_ms(const std::string& key, const std::string& value, std::chrono::milliseconds& out,
                  api::Status& error) {
-  long v = 0;
-  try {
-    size_t used = 0;
-    v = std::stol(value, &used);
-    if (used != value.size()) v = 0;
-  } catch (...) {
-    v = 0;
-  }
+  const long long v = base::parse_integer(value).value_or(0);  // the one integer dialect
   if (v <= 0) error = api::invalid_argument("--backend-opt " + key + "='" + value + "': not a positive number", key);
   else out = std::chrono::milliseconds(v);
   return error.is_ok();
