@@ -216,6 +216,31 @@ TEST_F(HttpServerTlsTest, HandshakesThatNeverFinishHoldNoThread) {
   EXPECT_LE(server.server().connection_count(), 1u);
 }
 
+// After the handshake the plain limits hold: a request sent too slowly is
+// cut at read_timeout (600 ms), an idle kept connection at idle_timeout.
+TEST_F(HttpServerTlsTest, SlowAndIdleClientsAreDisconnectedOverTls) {
+  auto o = tls_options(id_);
+  o.idle_timeout = std::chrono::milliseconds(800);
+  testing::TestServer server(o);
+  auto slow = ClientSocket::connect("127.0.0.1", server.port(), &pin_, Clock::now() + 5s);
+  ASSERT_TRUE(slow.is_open()) << slow.error();
+  const std::string part = "POST /api/v1/echo HTTP/1.1\r\nHost: x\r\n";
+  ASSERT_EQ(slow.send_all(part.data(), part.size(), Clock::now() + 5s), ClientSocket::Io::kOk);
+  const auto t0 = Clock::now();
+  char buf[512];
+  size_t n = 0;
+  EXPECT_EQ(slow.recv_some(buf, sizeof buf, &n, Clock::now() + 5s), ClientSocket::Io::kClosed);
+  EXPECT_LT(Clock::now() - t0, 3s);
+
+  auto idle = ClientSocket::connect("127.0.0.1", server.port(), &pin_, Clock::now() + 5s);
+  ASSERT_TRUE(idle.is_open()) << idle.error();
+  EXPECT_EQ(round_trip(idle, post_echo("{}")).rfind("HTTP/1.1 200", 0), 0u);
+  const auto t1 = Clock::now();
+  EXPECT_EQ(idle.recv_some(buf, sizeof buf, &n, Clock::now() + 5s), ClientSocket::Io::kClosed);
+  EXPECT_GE(Clock::now() - t1, 500ms);
+  EXPECT_LT(Clock::now() - t1, 3s);
+}
+
 TEST_F(HttpServerTlsTest, OverTheConnectionLimitClosesWithoutPlaintext) {
   auto o = tls_options(id_);
   o.max_connections = 1;
