@@ -4,6 +4,7 @@
 #include "api/base/cgroup_limits.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -205,6 +206,30 @@ TEST_F(FakeRoot, ProbeOfAParentNotMadeYetReadsWhatItsParentPassesDown) {
   EXPECT_EQ(nested.at("memory"), "not enforced: cgroup v2 " + (v2 / "daemon").string() +
                                      " does not pass the memory controller down (it has: memory); "
                                      "no cgroup v1 memory hierarchy is mounted");
+}
+
+// What a killed agent left goes; a live owner's directory, empty or not, stays.
+TEST_F(FakeRoot, SweepRemovesOnlyEmptyDirectoriesOfOwnersThatEnded) {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);  // now an ended pid
+  const std::string dead = std::to_string(child), alive = std::to_string(::getpid());
+  for (const char* c : {"memory", "cpu"}) {
+    fs::create_directories(root_ / c / ("muster-w1-" + dead));
+    fs::create_directories(root_ / c / ("muster-w2-" + alive));
+  }
+  put(root_ / "memory" / ("muster-w3-" + dead) / "cgroup.procs", "77\n");  // not empty: rmdir refuses
+  fs::create_directories(root_ / "memory" / "muster-notapid");
+  fs::create_directories(root_ / "memory" / ("other-" + dead));
+  EXPECT_EQ(sweep_abandoned_limits(CgroupMounts::under(root_)), 2u);
+  for (const char* c : {"memory", "cpu"}) {
+    EXPECT_FALSE(fs::exists(root_ / c / ("muster-w1-" + dead))) << c;
+    EXPECT_TRUE(fs::exists(root_ / c / ("muster-w2-" + alive))) << c;
+  }
+  EXPECT_TRUE(fs::exists(root_ / "memory" / ("muster-w3-" + dead)));
+  EXPECT_TRUE(fs::exists(root_ / "memory" / "muster-notapid"));
+  EXPECT_TRUE(fs::exists(root_ / "memory" / ("other-" + dead)));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "api/base/cgroup_limits.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -242,13 +243,22 @@ LimitReport probe_limits(const CgroupMounts& mounts, const std::optional<fs::pat
   return report;
 }
 
-bool remove_leftover_limits(const CgroupMounts& mounts, const std::string& name) {
-  bool gone = true;
+size_t sweep_abandoned_limits(const CgroupMounts& mounts) {
+  size_t removed = 0;
   for (const auto& [controller, own] : mounts.v1_own) {
-    const fs::path dir = own / ("muster-" + name);
-    if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) gone = false;
+    std::error_code ec;
+    for (fs::directory_iterator it(own, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      const auto dash = name.rfind('-');
+      if (name.rfind("muster-", 0) != 0 || dash <= 6 || dash + 1 >= name.size()) continue;
+      const std::string digits = name.substr(dash + 1);
+      if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
+      const pid_t owner = static_cast<pid_t>(std::stol(digits));
+      if (owner <= 1 || ::kill(owner, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
+      if (::rmdir(it->path().c_str()) == 0) ++removed;
+    }
   }
-  return gone;
+  return removed;
 }
 
 CgroupLimits CgroupLimits::apply(const CgroupMounts& mounts, const Cgroup& v2, const LimitsRequest& request) {

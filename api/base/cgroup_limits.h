@@ -37,7 +37,8 @@
 //   memory.oom_control oom_kill. Never guessed from a SIGKILL.
 // - remove() deletes the v1 directories (false while a process is still in
 //   one); the destructor does the same, best effort. The v2 cgroup belongs to
-//   whoever made it.
+//   whoever made it. What a killed owner left, sweep_abandoned_limits() takes
+//   away (the agent at its start, the local backend when a worker ends).
 // Move-only (it holds the descriptors). Not thread-safe; never throws.
 #pragma once
 
@@ -75,14 +76,16 @@ struct CgroupMounts {
 };
 
 struct LimitsRequest {
-  std::string name;   // the v1 directories are muster-<name>
+  std::string name;   // the v1 directories are muster-<name> (the agent's: <worker id>-<its pid>)
   double cpu = 0;     // cores; 0: no cpu limit
   double memory_gb = 0;  // GiB; 0: no memory limit
 };
 
-// Removes the v1 directories apply() makes for `name` where they are empty
-// (what an agent killed before its remove() left); false when one remains.
-bool remove_leftover_limits(const CgroupMounts& mounts, const std::string& name);
+// Removes the v1 directories muster-<anything>-<pid> (the agent names them
+// <worker id>-<its pid>) whose pid has ended and that hold no process: what
+// an agent killed before its remove() left. A live owner's directory, empty
+// or not, is never touched. Returns how many went.
+size_t sweep_abandoned_limits(const CgroupMounts& mounts);
 
 // How apply() would enforce `request` for a worker whose v2 cgroup is made in
 // `v2_parent` (nullopt: it gets none), without writing anything.

@@ -171,7 +171,7 @@ void LocalBackend::reaper_pass() {
       // limits' v1 directories go too, where a killed agent left them.
       if (child.cleaned) {
         child.kill_at.reset();
-        base::remove_leftover_limits(base::CgroupMounts::of_this_process(), it->first);
+        base::sweep_abandoned_limits(base::CgroupMounts::of_this_process());
       }
     }
     if (child.cleaned && child.forgotten) {
