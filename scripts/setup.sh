@@ -23,6 +23,7 @@ packages=(
   wrk                                          # bench/api: load against musterd's REST API
   chromium chromium-driver python3-selenium   # the dashboard's tests drive a real browser
   prometheus                                   # ... and a real Prometheus scrapes /metrics
+  libnss3-tools                                # certutil: Chromium trusts musterd's certificate (tests/dashboard_https_test.py)
   python3-cloudpickle python3-mock             # imported by Horovod's test utilities (tests/horovod_suite.py)
 )
 

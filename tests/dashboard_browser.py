@@ -20,9 +20,10 @@ def available():
 
 
 class Browser:
-    """`extra_args`: more Chromium switches (e.g. --ignore-certificate-errors-spki-list=<pin>)."""
+    """`extra_args`: more Chromium switches (e.g. --ignore-certificate-errors-spki-list=<pin>);
+    `env`: chromedriver's and Chromium's environment (e.g. a HOME whose ~/.pki/nssdb trusts a CA)."""
 
-    def __init__(self, width=1400, height=1000, extra_args=()):
+    def __init__(self, width=1400, height=1000, extra_args=(), env=None):
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
         self.profile = tempfile.mkdtemp(prefix="muster-dash-chromium-")
@@ -34,7 +35,7 @@ class Browser:
                     *extra_args):
             opts.add_argument(arg)
         opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-        self.driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+        self.driver = webdriver.Chrome(service=Service(CHROMEDRIVER, env=env), options=opts)
         self.driver.set_page_load_timeout(30)
 
     def errors(self):

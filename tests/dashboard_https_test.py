@@ -1,19 +1,23 @@
 """The dashboard over HTTPS in a real browser (headless Chromium): label integration.
 
 A musterd on 0.0.0.0 serves TLS with its self-signed certificate. Chromium
-trusts exactly that certificate's key, by its SPKI pin
+trusts it as a user would make it: the certificate imported as a CA into the
+profile's NSS database (certutil, libnss3-tools), with no flag at all; and,
+for a machine without certutil, by the SPKI pin of exactly that key
 (--ignore-certificate-errors-spki-list, a pin and not a blanket
---ignore-certificate-errors): the login URL musterd printed opens, the token
-leaves the address bar, the session cookie is Secure, the event stream goes
-live, and a worker launched through the SDK appears and turns running
-without a reload, with no error in the browser console.
+--ignore-certificate-errors). Either way the login URL musterd printed opens,
+the token leaves the address bar, the session cookie is Secure, the event
+stream goes live, and a worker launched through the SDK appears and turns
+running without a reload, with no error in the browser console.
 """
 import base64
 import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 
 import pytest
 
@@ -40,14 +44,35 @@ def daemon(tmp_path_factory):
         yield d
 
 
+def daemon_cert(daemon):
+    with open(os.path.join(daemon.state_dir, "musterd.json")) as f:
+        return json.load(f)["tls"]["cert"]
+
+
+@pytest.mark.skipif(shutil.which("certutil") is None, reason="certutil (libnss3-tools) is not installed")
+def test_dashboard_over_https_with_the_certificate_imported_as_a_ca(daemon):
+    home = tempfile.mkdtemp(prefix="muster-dash-home-")
+    try:
+        nssdb = os.path.join(home, ".pki", "nssdb")
+        os.makedirs(nssdb)
+        subprocess.run(["certutil", "-d", "sql:" + nssdb, "-N", "--empty-password"], check=True, capture_output=True)
+        subprocess.run(["certutil", "-d", "sql:" + nssdb, "-A", "-t", "C,,", "-n", "musterd", "-i",
+                        daemon_cert(daemon)], check=True, capture_output=True)
+        use_the_dashboard(daemon, Browser(env=dict(os.environ, HOME=home)))
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def test_dashboard_over_https_with_the_pinned_certificate(daemon):
+    use_the_dashboard(daemon, Browser(extra_args=["--ignore-certificate-errors-spki-list=" + spki_pin(
+        daemon_cert(daemon))]))
+
+
+def use_the_dashboard(daemon, browser):
     from selenium.webdriver.common.by import By
     assert daemon.url.startswith("https://")
-    with open(os.path.join(daemon.state_dir, "musterd.json")) as f:
-        cert = json.load(f)["tls"]["cert"]
     login = wait_for(lambda: re.search(r"musterd dashboard: (\S+)", daemon.log()), what="dashboard line").group(1)
     assert login.startswith("https://")
-    browser = Browser(extra_args=["--ignore-certificate-errors-spki-list=" + spki_pin(cert)])
     try:
         d = browser.driver
         d.get(login)
