@@ -188,3 +188,23 @@ def test_processes_over_a_file_store(n):
         for r, (p, out) in enumerate(zip(procs, outs)):
             assert p.returncode == 0, "rank %d:\n%s" % (r, out)
             assert "WORKER rank %d ok" % r in out, out
+
+
+def test_file_store_is_the_runtimes_own_layout(tmp_path):
+    """rt.FileStore is the C++ file store: its documented layout on disk, written once, a clear timeout."""
+    store = rt.FileStore(tmp_path / "job")
+    assert type(store) is rt.extension().FileStore and store.path == str(tmp_path / "job")
+    store.set("a/b", b"\x00value")
+    assert (tmp_path / "job" / "a" / "b").read_bytes() == b"\x00value"
+    assert not [p for p in (tmp_path / "job" / "a").iterdir() if ".tmp-" in p.name]
+    # A file another process (or the C++ store in a C++ program) wrote in that layout is read as a key.
+    (tmp_path / "job" / "c").write_bytes(b"from elsewhere")
+    assert store.get(["a/b", "c"], 1000) == [b"\x00value", b"from elsewhere"]
+    with pytest.raises(InvalidArgument, match="was set before"):
+        store.set("a/b", b"again")
+    for bad in ("", "../x", "a//b", "/abs"):
+        with pytest.raises(InvalidArgument):
+            store.set(bad, b"v")
+    from muster.runtime_errors import PeerTimeoutError
+    with pytest.raises(PeerTimeoutError, match="missing"):
+        store.get(["a/b", "never"], 50)

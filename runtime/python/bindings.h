@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/comm/bootstrap.h"
 #include "runtime/comm/communicator.h"
 
 namespace muster::runtime::python {
@@ -32,6 +33,11 @@ namespace py = pybind11;
 void bind_communicator(py::module_& m);
 void bind_optimizer(py::module_& m);
 void bind_rendezvous(py::module_& m);  // rendezvous_binding.cc: elastic clusters
+void bind_store(py::module_& m);       // store_binding.cc: FileStore
+
+// The runtime KvStore behind a _muster_runtime.FileStore, or nullptr for any
+// other object (a Python store, called back through PyKvStore).
+std::shared_ptr<comm::KvStore> native_store_of(py::handle obj);
 
 // The comm::Communicator behind a _muster_runtime.Communicator object (shared:
 // an optimizer keeps it alive).

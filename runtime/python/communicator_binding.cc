@@ -102,8 +102,10 @@ class PyCommunicator {
         throw InvalidArgument("Communicator: with store=, give rank and size (0 <= rank < size); got rank " +
                               std::to_string(rank) + ", size " + std::to_string(size));
       }
-      bootstrap = std::make_unique<comm::KvBootstrap>(std::make_shared<PyKvStore>(std::move(store)), rank, size,
-                                                      prefix.empty() ? "muster" : prefix, "store");
+      std::shared_ptr<comm::KvStore> kv = native_store_of(store);
+      if (!kv) kv = std::make_shared<PyKvStore>(std::move(store));
+      bootstrap = std::make_unique<comm::KvBootstrap>(std::move(kv), rank, size, prefix.empty() ? "muster" : prefix,
+                                                      "store");
     }
     py::gil_scoped_release release;
     auto c = bootstrap ? Communicator::create(std::move(bootstrap), options) : Communicator::create(options);

@@ -8,6 +8,7 @@
 PYBIND11_MODULE(_muster_runtime, m) {
   m.doc() = "muster's C++ training runtime (collectives, DistributedOptimizer); use muster.runtime or muster.torch";
   muster::runtime::python::install_error_translation(m);
+  muster::runtime::python::bind_store(m);
   muster::runtime::python::bind_communicator(m);
   muster::runtime::python::bind_optimizer(m);
   muster::runtime::python::bind_rendezvous(m);

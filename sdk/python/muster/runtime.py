@@ -119,59 +119,17 @@ def init(timeout_ms=0, store=None, rank=-1, size=-1, prefix=""):
         return _comm
 
 
-class FileStore:
+def FileStore(path):  # noqa: N802 (a class of the extension)
     """A store in a directory every process reaches (one machine, or a shared file system).
 
-    The same layout as the runtime's C++ file store (key "a/b" is the file
-    <path>/a/b, written once, atomically), so both can share a directory::
+    It is the runtime's C++ file store itself (_muster_runtime.FileStore):
+    key "a/b" is the file <path>/a/b, written once, atomically, so a world
+    formed from Python and one formed from C++ share a directory; given to
+    init(store=...), it is used without calling back into Python::
 
         rt.init(store=rt.FileStore("/tmp/job-7"), rank=r, size=n)
     """
-
-    def __init__(self, path):
-        self.path = os.path.abspath(str(path))
-        os.makedirs(self.path, exist_ok=True)
-
-    def _file(self, key):
-        parts = key.split("/")
-        if not key or any(p in ("", ".", "..") for p in parts) or ".tmp-" in key:
-            raise InvalidArgument("FileStore: key %r is not a relative path of plain parts" % key)
-        return os.path.join(self.path, *parts)
-
-    def set(self, key, value):
-        path = self._file(key)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = "%s.tmp-%d-%d" % (path, os.getpid(), threading.get_ident())
-        with open(tmp, "wb") as f:
-            f.write(bytes(value))
-        try:
-            os.link(tmp, path)  # refuses an existing key: the first writer wins
-        except FileExistsError:
-            raise InvalidArgument("FileStore: key %r was set before (keys are written once)" % key)
-        finally:
-            os.unlink(tmp)
-
-    def get(self, keys, timeout_ms):
-        import time
-        deadline = time.monotonic() + timeout_ms / 1000.0
-        values = {}
-        pause = 0.0001
-        while True:
-            for k in keys:
-                if k not in values:
-                    try:
-                        with open(self._file(k), "rb") as f:
-                            values[k] = f.read()
-                    except FileNotFoundError:
-                        pass
-            if len(values) == len(keys):
-                return [values[k] for k in keys]
-            if time.monotonic() >= deadline:
-                missing = [k for k in keys if k not in values]
-                raise TimeoutError("FileStore %s: keys missing after %d ms: %s"
-                                   % (self.path, timeout_ms, ", ".join(missing)))
-            time.sleep(pause)
-            pause = min(pause * 2, 0.005)
+    return extension().FileStore(os.path.abspath(str(path)))
 
 
 def is_initialized():
