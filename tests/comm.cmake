@@ -114,3 +114,5 @@ add_dependencies(comm_reform_test comm_reform_worker)
 # The Python binding and muster.runtime without mpirun: ranks on threads
 # over a store object, and processes over muster.runtime.FileStore.
 muster_python_test(runtime_python SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/runtime_python_test.py LABEL unit TIMEOUT 600)
+# The KvStore contract, one typed suite every store passes (memory, file).
+muster_gtest(kv_store_contract_test SOURCES kv_store_contract_test.cc DEPS muster_comm LABEL unit TIMEOUT 120)
