@@ -93,6 +93,7 @@ def worker(c, wid):
 
 def test_launch_await_stop_on_both_nodes(bed, daemon):
     c = client(daemon)
+    assert c.url.startswith("https://") and c.tls.fingerprint, "beyond loopback musterd speaks only TLS"
     ws = c.launch_workers(n=2, cpu=2, memory=0.5, code="import muster.torch, muster.runtime; "
                           "muster.runtime.extension(); print('imports ok', flush=True); "
                           "import time; time.sleep(120)")

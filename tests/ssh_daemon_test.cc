@@ -80,6 +80,8 @@ const char* const kImports =
     "/usr/bin/python3 -c 'import muster.torch, muster.runtime; muster.runtime.extension(); print(\"imports ok\")'\n";
 
 TEST_F(SshDaemonTest, WorkersOnHostsLogsStopAndAnMpiJob) {
+  // Beyond loopback musterd speaks only TLS: the agents on the hosts register over https, pinning it.
+  ASSERT_EQ(daemon_->url().rfind("https://", 0), 0u) << daemon_->url();
   daemon_->write_script("w.sh", std::string(kImports) + "echo \"on $(hostname) pid $$\"\nexec sleep 300\n");
   auto r = daemon_->post("/api/v1/workers", {{"n", 2}, {"cpu", 0.25}, {"memory", 0.25}, {"script", "w.sh"}});
   ASSERT_EQ(r.status, 201) << r.body << daemon_->stderr_text();
