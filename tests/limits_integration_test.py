@@ -9,6 +9,8 @@ integration).
 - the worker's `limits` says how each was enforced, and no muster-<id>
   directory is left in the cgroup v1 memory and cpu hierarchies (nor the v2
   one) once the worker ended;
+- the same on the container backend, whose agents run in network
+  namespaces on this host (root and iproute2 needed; skipped otherwise);
 - with MUSTER_CGROUP_ROOT (meant for tests) pointing at an empty directory,
   no controller exists: the launch warns (MusterWarning) which limit is not
   enforced and why, and the worker's `limits` says "not enforced".
@@ -18,8 +20,8 @@ can write skips the whole module with the reason (exit code 77, which ctest
 counts as a skip, not a pass).
 """
 import os
-import pathlib
 import re
+import shutil
 import warnings
 
 import pytest
@@ -95,8 +97,9 @@ def leftovers(worker_id):
     """The cgroup directories of `worker_id` that still exist, in every hierarchy."""
     found = []
     for base in CGROUPS.values():
-        for p in pathlib.Path(base).rglob("*%s*" % worker_id) if os.path.isdir(base) else []:
-            found.append(str(p))
+        # os.walk ignores directories that go while it walks (cgroups of other workers ending).
+        for parent, dirs, _ in os.walk(base):
+            found += [os.path.join(parent, d) for d in dirs if worker_id in d]
     return found
 
 
@@ -208,3 +211,22 @@ def test_an_unenforceable_limit_warns_at_launch(tmp_path):
         else:
             os.environ["MUSTER_CGROUP_ROOT"] = saved
     assert list(empty.iterdir()) == []  # nothing was made there
+
+
+def test_a_container_worker_over_its_memory_limit_fails_as_out_of_memory(tmp_path):
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("the container backend needs root and iproute2 (it creates network namespaces)")
+    (tmp_path / "project").mkdir()
+    project = write_scripts(tmp_path / "project", SCRIPTS)
+    pid = os.getpid()
+    args = ["--backend-opt", "bridge=mlim%d" % (pid % 10000), "--backend-opt", "subnet=10.224.%d.0/24" % (pid % 200),
+            "--backend-opt", "prefix=mlm", "--stop-grace", "1"]
+    with Daemon(project, tmp_path / "state", extra_args=args, listen="0.0.0.0:0", backend="container") as d, \
+            sdk_session(d):
+        w, = muster.launch_workers(1, cpu=0.5, memory=0.5, script="hog.py")
+        res = muster.await_workers([w], timeout_seconds=120)
+        assert [f["id"] for f in res["failures"]] == [w["id"]], res
+        failed = muster.get_worker(w)
+        enforced_limits(failed)
+        assert "out of memory (limit 0.5 GiB)" in failed["reason"], failed["reason"]
+        no_cgroup_left(w["id"])

@@ -32,3 +32,5 @@ foreach(layout v1 v2)
   set_tests_properties(cgroup_limits_${layout}_test PROPERTIES LABELS integration TIMEOUT 60 RUN_SERIAL TRUE
     SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
 endforeach()
+# It starts container-backend workers too.
+set_tests_properties(limits_integration_test PROPERTIES RESOURCE_LOCK container_network)
