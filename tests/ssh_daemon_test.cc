@@ -96,6 +96,12 @@ TEST_F(SshDaemonTest, WorkersOnHostsLogsStopAndAnMpiJob) {
   std::vector<long> pids;
   for (const auto& w : awaited["workers"]) {
     EXPECT_TRUE(hosts.count(w["ip_address"].get<std::string>())) << w.dump();
+    // The agent on the host says how it enforces the limits (no launch warning can know there).
+    for (const char* resource : {"cpu", "memory"}) {
+      const std::string how = w["limits"].value(resource, "");
+      EXPECT_TRUE(how.rfind("enforced by ", 0) == 0 || how.rfind("not enforced: ", 0) == 0) << w.dump();
+      std::printf("ssh worker %s: %s %s\n", w["id"].get<std::string>().c_str(), resource, how.c_str());
+    }
     std::string log;
     for (int i = 0; i < 100 && log.find("pid ") == std::string::npos; ++i) {
       log = daemon_->get("/api/v1/workers/" + w["id"].get<std::string>() + "/logs").body;
