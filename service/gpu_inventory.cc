@@ -1,9 +1,12 @@
 #include "service/gpu_inventory.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <set>
 #include <sstream>
+
+#include "api/base/run_capture.h"
 
 namespace muster::service {
 
@@ -106,14 +109,10 @@ std::vector<int> parse_nvidia_smi_list(const std::string& output) {
 }
 
 std::vector<int> discover_gpus() {
-  FILE* pipe = ::popen("nvidia-smi -L 2>/dev/null", "r");
-  if (!pipe) return {};
-  std::string output;
-  char buf[512];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) output.append(buf, n);
-  if (::pclose(pipe) != 0) return {};
-  return parse_nvidia_smi_list(output);
+  // No nvidia-smi, or one that fails or hangs (a driver without a GPU): no GPUs.
+  const base::Captured c = base::run_capture({"nvidia-smi", "-L"}, {std::chrono::seconds(30), false});
+  if (c.failure || c.exit_code != 0) return {};
+  return parse_nvidia_smi_list(c.out);
 }
 
 std::string device_list(const std::vector<int>& devices) {

@@ -12,6 +12,8 @@ muster_gtest(base_rotating_log_test SOURCES base_rotating_log_test.cc DEPS muste
 muster_gtest(base_settings_test SOURCES base_settings_test.cc DEPS muster_base nlohmann_json::nlohmann_json
   LABEL unit TIMEOUT 60)
 muster_python_test(settings_dialect_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/settings_dialect_test.py LABEL unit TIMEOUT 60)
+# The one way to run a program and keep its output.
+muster_gtest(base_run_capture_test SOURCES base_run_capture_test.cc DEPS muster_base LABEL unit TIMEOUT 60)
 muster_gtest(base_task_queue_test SOURCES base_task_queue_test.cc DEPS muster_base LABEL unit TIMEOUT 60)
 # A worker's cpu/memory limits on both cgroup layouts, against a fake cgroup root.
 muster_gtest(base_cgroup_limits_test SOURCES base_cgroup_limits_test.cc DEPS muster_base LABEL unit TIMEOUT 60)

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "api/base/process.h"
+#include "api/base/run_capture.h"
 #include "workers/container/executor.h"
 
 namespace muster::workers::container {
@@ -26,30 +27,14 @@ class SystemExecutor final : public Executor {
   CommandResult run(const std::vector<std::string>& argv) override {
     CommandResult result;
     if (argv.empty()) return result;
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) {
-      result.output = std::string("pipe: ") + std::strerror(errno);
-      return result;
-    }
-    base::SpawnOptions o;
-    o.argv = argv;
-    o.output_fd = fds[1];
-    o.new_session = false;
-    auto spawned = base::spawn(o);
-    close(fds[1]);
-    if (spawned.failure) {
-      close(fds[0]);
-      result.output = *spawned.failure;
+    const base::Captured c = base::run_capture(argv, {std::chrono::milliseconds(0), /*merge_stderr=*/true});
+    if (c.failure) {
+      result.output = *c.failure;
       result.exit_code = 127;
       return result;
     }
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(fds[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
-      if (n > 0) result.output.append(buf, static_cast<size_t>(n));
-    }
-    close(fds[0]);
-    result.exit_code = base::wait_exit(spawned.id.pid);
+    result.output = c.out;
+    result.exit_code = c.exit_code;
     return result;
   }
 

@@ -1,13 +1,8 @@
 // The real SlurmClient: Slurm's own commands with machine-readable output.
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstring>
 
-#include "api/base/process.h"
+#include "api/base/run_capture.h"
 #include "workers/slurm/slurm_client.h"
 
 namespace muster::workers::slurm {
@@ -20,69 +15,14 @@ struct Output {
 };
 
 // Runs argv (looked up on PATH) with stdin /dev/null, collecting stdout and
-// stderr; kills it after `limit`.
+// stderr apart (base::run_capture); kills it after `limit`.
 Output run(const std::vector<std::string>& argv, std::chrono::milliseconds limit) {
+  const base::Captured c = base::run_capture(argv, {limit, false});
   Output result;
-  int out_pipe[2], err_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0) return result;
-  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
-    ::close(out_pipe[0]);
-    ::close(out_pipe[1]);
-    return result;
-  }
-  // The floor's spawn: no blocked signals (musterd blocks SIGTERM/SIGINT),
-  // no inherited descriptors.
-  base::SpawnOptions o;
-  o.argv = argv;
-  o.output_fd = out_pipe[1];
-  o.error_fd = err_pipe[1];
-  o.new_session = false;
-  const base::Spawned spawned = base::spawn(o);
-  ::close(out_pipe[1]);
-  ::close(err_pipe[1]);
-  if (spawned.failure) {
-    ::close(out_pipe[0]);
-    ::close(err_pipe[0]);
-    result.err = *spawned.failure;
-    return result;
-  }
-  const pid_t pid = spawned.id.pid;
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
-  std::string* sinks[2] = {&result.out, &result.err};
-  int open_fds = 2;
-  bool killed = false;
-  while (open_fds > 0) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      ::kill(pid, SIGKILL);
-      killed = true;
-      break;
-    }
-    if (::poll(fds, 2, static_cast<int>(left.count())) < 0 && errno != EINTR) break;
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      char buf[8192];
-      const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
-      if (n > 0) {
-        sinks[i]->append(buf, static_cast<size_t>(n));
-      } else if (n == 0 || errno != EINTR) {
-        ::close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_fds;
-      }
-    }
-  }
-  for (auto& f : fds) {
-    if (f.fd >= 0) ::close(f.fd);
-  }
-  const int code = base::wait_exit(pid);
-  if (killed) {
-    result.exit_code = -1;
-    result.err += argv[0] + " did not finish within " + std::to_string(limit.count() / 1000) + " s";
-  } else {
-    result.exit_code = code;
-  }
+  result.exit_code = c.exit_code;
+  result.out = c.out;
+  result.err = c.failure ? *c.failure : c.err;
+  if (c.timed_out) result.err += argv[0] + " did not finish within " + std::to_string(limit.count() / 1000) + " s";
   return result;
 }
 
