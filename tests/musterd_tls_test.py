@@ -134,10 +134,12 @@ def test_workers_agents_and_metrics_go_over_pinned_tls(daemon):
         c.await_workers([w["id"]], wait_for_completion=True, timeout_seconds=60)
         status = c.get_worker(w["id"])["status"]
         log = c.worker_logs(w["id"])
+        followed = "".join(c.worker_logs(w["id"], follow=True, from_start=True))  # a chunked stream over TLS
     assert status == "succeeded", log
     assert "url https://127.0.0.1:%d" % port_of(daemon.url) in log
     assert "pin " + fingerprint in log
     assert "metrics sent 1 failed 0" in log
+    assert "metrics sent 1 failed 0" in followed, followed
 
 
 def test_cli_pins_musterd_json_and_refuses_a_wrong_fingerprint(daemon):
