@@ -1,5 +1,6 @@
 #include "service/cluster_tasks.h"
 
+#include "clusterspec/rendezvous_protocol.h"
 #include "service/validation.h"
 
 namespace muster::service {
@@ -32,7 +33,9 @@ LaunchBatch task_batch(const std::string& cluster_id, api::LaunchRequest request
   LaunchBatch batch;
   batch.cluster_id = cluster_id;
   batch.per_worker.assign(static_cast<size_t>(request.n), WorkerExtras{{}, hold, reserve_port});
-  for (auto& extras : batch.per_worker) extras.env["MUSTER_CLUSTER_ID"] = cluster_id;
+  // The one place a task learns its cluster: every mode's workers, and their
+  // replacements, are launched through here.
+  for (auto& extras : batch.per_worker) extras.env[clusterspec::rendezvous::kEnvClusterId] = cluster_id;
   batch.request = std::move(request);
   return batch;
 }

@@ -114,7 +114,6 @@ std::map<std::string, std::string> ElasticRendezvous::rank_env(const api::Cluste
   std::map<std::string, std::string> env = {
       {proto::kEnvUrl, registry_.agent_url()},
       {proto::kEnvToken, registry_.metrics_token(id)},
-      {proto::kEnvClusterId, c.id},
       {proto::kEnvTimeoutMs, std::to_string(timeout.count())},
       {proto::kEnvMinNp, std::to_string(c.request.min_np.value_or(c.request.n_workers))},
       {proto::kEnvMaxNp, std::to_string(c.request.max_np.value_or(c.request.n_workers))}};

@@ -82,7 +82,6 @@ api::Result<Wiring> PsRendezvous::wire(const api::Cluster& c, const std::vector<
     config.task_index = t.index;
     Release release;
     release.env["TF_CONFIG"] = config.dump();
-    release.env["MUSTER_CLUSTER_ID"] = c.id;
     release.env["MUSTER_TASK_TYPE"] = t.type;
     release.env["MUSTER_TASK_INDEX"] = std::to_string(t.index);
     release.env["MUSTER_PS_SECRET"] = secret;

@@ -79,7 +79,6 @@ api::Result<Wiring> TorchrunRendezvous::wire(const api::Cluster& c, const std::v
       // gloo, NCCL and muster's TCP transport listen on the interface of the
       // address the worker registered (its hostname may resolve to loopback).
       release.interface_env = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "MUSTER_COMM_TCP_IFACE"};
-      release.env["MUSTER_CLUSTER_ID"] = c.id;
       release.env["MUSTER_TASK_TYPE"] = t.type;
       release.env["MUSTER_TASK_INDEX"] = std::to_string(t.index);
       wiring.releases.emplace_back(t.worker_id, std::move(release));

@@ -185,6 +185,7 @@ TEST_F(ElasticClusterTest, RanksAreReleasedIntoTheRendezvousAndFormGenerationOne
   auto c = create(elastic(3, 2, 4));
   ASSERT_EQ(c.tasks.size(), 3u);
   ASSERT_EQ(backend_.launched.size(), 3u);  // one worker per rank, no launcher
+  for (const auto& spec : backend_.launched) EXPECT_EQ(spec.env.at("MUSTER_CLUSTER_ID"), c.id);  // set at launch
   for (const auto& t : c.tasks) register_worker(t.worker_id);
   auto running = now(c.id);
   ASSERT_EQ(running.status, api::ClusterStatus::kRunning) << running.reason;
@@ -194,7 +195,6 @@ TEST_F(ElasticClusterTest, RanksAreReleasedIntoTheRendezvousAndFormGenerationOne
     ASSERT_TRUE(r.has_value());
     EXPECT_EQ(r->env.at("MUSTER_RENDEZVOUS_URL"), "http://127.0.0.1:7000");
     EXPECT_EQ(r->env.at("MUSTER_RENDEZVOUS_TOKEN"), "token-of-" + t.worker_id);
-    EXPECT_EQ(r->env.at("MUSTER_CLUSTER_ID"), c.id);
     EXPECT_EQ(r->env.at("MUSTER_ELASTIC_MIN_NP"), "2");
     EXPECT_EQ(r->env.at("MUSTER_ELASTIC_MAX_NP"), "4");
     EXPECT_EQ(r->env.at("MUSTER_RENDEZVOUS_TIMEOUT_MS"), "30000");
