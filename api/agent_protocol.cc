@@ -184,7 +184,16 @@ Result<AgentEnvironment> parse_agent_env(const std::map<std::string, std::string
                                 "'",
                             kEnvUrl);
   }
-  e.tls_fingerprint = settings.text(kEnvTlsFingerprint).value;
+  if (const std::string pin = settings.text(kEnvTlsFingerprint).value; !pin.empty()) {
+    const auto parsed = base::parse_fingerprint(pin);
+    if (!parsed) {
+      return invalid_argument(std::string(kEnvTlsFingerprint) +
+                                  " must be the SHA-256 fingerprint of musterd's certificate (64 hex digits, colons "
+                                  "allowed), not '" + pin + "'",
+                              kEnvTlsFingerprint);
+    }
+    e.tls_fingerprint = *parsed;
+  }
   e.ca_file = settings.text(kEnvCaFile).value;
   e.worker_id = settings.text(kEnvWorkerId).value;
   if (e.worker_id.empty()) return invalid_argument(std::string(kEnvWorkerId) + " is required", kEnvWorkerId);

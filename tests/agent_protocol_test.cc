@@ -264,4 +264,30 @@ TEST(AgentEnv, LimitsEnforcedByAndTheTestCgroupRootRoundTrip) {
   EXPECT_EQ(back->cgroup_root, "/tmp/fake-cgroup");
 }
 
+// https: the daemon's pin and a CA file round-trip; a pin is read in any
+// spelling (colons, upper case) and compared in one; a malformed one is
+// refused naming the variable.
+TEST(AgentEnv, TlsPinAndCaFileRoundTrip) {
+  api::AgentEnvironment e;
+  e.url = "https://10.0.0.1:7878";
+  e.worker_id = "w";
+  e.token = "t";
+  EXPECT_EQ(api::to_env(e).count("MUSTER_TLS_FINGERPRINT"), 0u);
+  e.tls_fingerprint = std::string(64, 'a');
+  e.ca_file = "/etc/muster/ca.crt";
+  auto env = api::to_env(e);
+  auto back = api::parse_agent_env(env);
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->url, "https://10.0.0.1:7878");
+  EXPECT_EQ(back->tls_fingerprint, std::string(64, 'a'));
+  EXPECT_EQ(back->ca_file, "/etc/muster/ca.crt");
+  std::string spelled;
+  for (int i = 0; i < 32; ++i) spelled += std::string(i ? ":" : "") + "AA";
+  env["MUSTER_TLS_FINGERPRINT"] = spelled;
+  EXPECT_EQ(api::parse_agent_env(env)->tls_fingerprint, std::string(64, 'a'));
+  env["MUSTER_TLS_FINGERPRINT"] = "sha256-of-something";
+  expect_refused(api::parse_agent_env(env).status(), "MUSTER_TLS_FINGERPRINT");
+  EXPECT_EQ(api::agent_url("10.0.0.1", 7878, /*tls=*/true), "https://10.0.0.1:7878");
+}
+
 }  // namespace

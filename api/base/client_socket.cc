@@ -57,17 +57,6 @@ bool is_ipv4(const std::string& s) {
 
 }  // namespace
 
-std::optional<std::string> parse_fingerprint(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == ':') continue;
-    if (!std::isxdigit(static_cast<unsigned char>(c))) return std::nullopt;
-    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  }
-  if (out.size() != 64) return std::nullopt;
-  return out;
-}
-
 std::string tls_verify_from_env(const std::map<std::string, std::string>& env, TlsVerify* out) {
   *out = TlsVerify{};
   if (auto it = env.find(kEnvTlsFingerprint); it != env.end() && !it->second.empty()) {

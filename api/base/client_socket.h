@@ -29,10 +29,6 @@ struct TlsVerify {
   std::string ca_file{};      // PEM; "" = none
 };
 
-// 64 hex digits, with or without colons, either case -> lowercase without
-// colons; nullopt for anything else.
-std::optional<std::string> parse_fingerprint(const std::string& text);
-
 // MUSTER_TLS_FINGERPRINT and MUSTER_CA_FILE from `env`; "" or an error
 // naming the variable.
 std::string tls_verify_from_env(const std::map<std::string, std::string>& env, TlsVerify* out);
