@@ -1,8 +1,9 @@
 # muster: the two commands of the README, plus benchmarks.
 #   make demo   set up, build what the demo runs (CMake target demo_programs),
 #               start musterd and run the notebook examples
-#   make test   set up, build everything (tests included), run every test
-#               (ctest: unit, mpi, integration)
+#   make test   set up, build everything (tests included, and once per machine
+#               the Kubernetes control plane: scripts/kubernetes.sh), run
+#               every test (ctest: unit, mpi, integration)
 #   make bench  run every benchmark, rewrite bench/RESULTS.md
 #   make fuzz   run every libFuzzer target for FUZZ_SECONDS (default 60) each
 MAKEFLAGS += --no-print-directory
@@ -26,6 +27,7 @@ demo: configure
 	@bash scripts/demo.sh $(BUILD)
 
 test: build
+	@bash scripts/kubernetes.sh
 	@cd $(BUILD) && ctest --output-on-failure --timeout 900 $(CTEST_ARGS)
 
 fuzz: setup

@@ -25,6 +25,9 @@ packages=(
   prometheus                                   # ... and a real Prometheus scrapes /metrics
   libnss3-tools                                # certutil: Chromium trusts musterd's certificate (tests/dashboard_https_test.py)
   python3-cloudpickle python3-mock             # imported by Horovod's test utilities (tests/horovod_suite.py)
+  golang-go rsync jq dpkg-dev                  # scripts/kubernetes.sh builds Kubernetes from Debian's source package
+  etcd-server containerd runc                  # tests/kubernetes_testbed.py: etcd under the apiserver, the kubelets' runtime
+  containernetworking-plugins openssl          # ... the pods' network (bridge, host-local) and the testbed's certificates
 )
 
 missing=()
