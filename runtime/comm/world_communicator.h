@@ -3,8 +3,9 @@
 // Files: world_formation.cc forms the world (host map, shared-memory
 // segment, TCP ring and mesh, control plane); world_communicator.cc queues
 // ops, checks their descriptors and picks the path each runs; world_ops.cc
-// holds the ops' bodies; world_small.cc the small path of a world whose
-// ranks all share one host (shm/small_ops.h), which skips the Call.
+// holds the ops' bodies; world_small.cc the small paths: an op whose data
+// came inline with its descriptors (run_small), and the path of a world
+// whose ranks all share one host (shm/small_ops.h), which skips the Call.
 //
 // Ownership: it owns the Bootstrap (kept for split()), this host's
 // ShmSegment and peer monitor, the ring's two links and the TCP streams
@@ -105,7 +106,7 @@ class WorldCommunicator : public Communicator {
   };
   using Body = std::function<void(Watchdog&)>;
 
-  // world_formation.cc
+  // world_formation.cc (with ring_peers())
   void form();
   void form_segment(const std::string& key_of_host, int host_size);
   void form_links(bool io_threads);
@@ -120,7 +121,7 @@ class WorldCommunicator : public Communicator {
                                                             Watchdog& watchdog);
   // Where a small op (its data within options().inline_bytes) runs: its
   // data came with the descriptors, so the op finishes from the records.
-  // The small-message engine plugs in here.
+  // The small-message engine plugs in here (world_small.cc).
   void run_small(const Call& call, const std::vector<ControlPlane::Record>& records, void* data, void* recv);
   bool inline_fits(std::size_t bytes) const;
 

@@ -385,4 +385,12 @@ void WorldCommunicator::form_p2p(const std::function<bool(int, int)>& shm_betwee
   p2p_ = std::make_unique<PointToPoint>(rank_, size_, std::move(channels), std::move(waiter), options_.timeout, spin);
 }
 
+RingPeers WorldCommunicator::ring_peers() const {
+  RingPeers ring;
+  ring.rank = rank_;
+  ring.size = size_;
+  ring.segment_bytes = options_.segment_bytes;
+  return ring;
+}
+
 }  // namespace muster::runtime::comm

@@ -1,14 +1,18 @@
-// WorldCommunicator's small path on a world whose ranks all share this host
-// (world_communicator.h names the other files; shm/small_ops.h the engine).
+// WorldCommunicator's small paths: an op whose data came inline with the
+// descriptors, and the single-host path of a world whose ranks all share
+// this host (world_communicator.h names the other files; shm/small_ops.h the
+// engine).
 //
 // Where a latency-bound op's microseconds went before this path, and what
 // each step below saves, is in runtime/comm/README.md ("Small messages").
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <utility>
 
+#include "runtime/comm/reduce.h"
 #include "runtime/comm/world_communicator.h"
 
 namespace muster::runtime::comm {
@@ -211,6 +215,48 @@ void WorldCommunicator::barrier(const OpOptions& options) {
     if (progress_->run_if_idle([&] { run_lean(d, "barrier", [&] { small_->barrier(d, &options.name); }); })) return;
   }
   barrier_async(options).wait();
+}
+
+// The small path: the data came with the descriptors (at most inline_bytes
+// per rank), so the op ends here. Every rank reduces the payloads in rank
+// order, so every rank gets the same bits.
+void WorldCommunicator::run_small(const Call& call, const std::vector<ControlPlane::Record>& records, void* data,
+                                  void* recv) {
+  const auto kind = static_cast<OpKind>(call.desc.kind);
+  const auto dtype = static_cast<DataType>(call.desc.dtype);
+  const std::size_t count = call.desc.count;
+  const std::size_t bytes = count * dtype_size(dtype);
+  switch (kind) {
+    case OpKind::kAllreduce: {
+      if (bytes == 0) return;
+      const auto op = static_cast<ReduceOp>(call.desc.reduce_op - 1);
+      // The sum builds in scratch: this rank's own payload is `data` itself.
+      if (scratch_.size() < bytes) scratch_.resize(bytes);
+      std::memcpy(scratch_.data(), records[0].payload, bytes);
+      for (int r = 1; r < size_; ++r) {
+        reduce_into(scratch_.data(), records[static_cast<std::size_t>(r)].payload, count, dtype, op);
+      }
+      if (op == ReduceOp::kAverage) divide(scratch_.data(), count, dtype, size_);
+      std::memcpy(data, scratch_.data(), bytes);
+      return;
+    }
+    case OpKind::kBroadcast: {
+      const auto root = static_cast<std::size_t>(call.desc.root);
+      if (bytes && static_cast<int>(root) != rank_) std::memcpy(data, records[root].payload, bytes);
+      return;
+    }
+    case OpKind::kAllgather: {
+      if (bytes == 0) return;
+      // This rank's own block first: `data` may lie inside `recv`.
+      char* out = static_cast<char*>(recv);
+      std::memmove(out + static_cast<std::size_t>(rank_) * bytes, data, bytes);
+      for (int r = 0; r < size_; ++r) {
+        if (r != rank_) std::memcpy(out + static_cast<std::size_t>(r) * bytes, records[static_cast<std::size_t>(r)].payload, bytes);
+      }
+      return;
+    }
+    default: return;
+  }
 }
 
 }  // namespace muster::runtime::comm
