@@ -4,6 +4,7 @@
 #include "workers/container/container_backend.h"
 
 #include "api/base/settings.h"
+#include "workers/backend_options.h"
 
 namespace muster::workers::container {
 namespace fs = std::filesystem;
@@ -35,13 +36,12 @@ api::Result<ContainerOptions> ContainerOptions::from_map(const fs::path& state_d
         return api::invalid_argument("--backend-opt prefix='" + value + "': use 1-4 letters or digits", "prefix");
       o.prefix = value;
     } else if (key == "ssh_port") {
-      const auto port = base::parse_integer(value);  // the one integer dialect: 22x is not 22
-      o.ssh_port = port && *port >= 1 && *port <= 65535 ? static_cast<int>(*port) : 0;
-      if (o.ssh_port == 0)
-        return api::invalid_argument("--backend-opt ssh_port='" + value + "': not a port number", "ssh_port");
+      auto port = integer_option(key, value, 1, 65535, "a port number");  // 22x is not 22
+      if (!port) return port.status();
+      o.ssh_port = static_cast<int>(*port);
     } else if (key == "sshd") {
-      const auto on = base::parse_bool(value);  // the one boolean dialect
-      if (!on) return api::invalid_argument("--backend-opt sshd='" + value + "': expected true, false, 1 or 0", "sshd");
+      auto on = bool_option(key, value);
+      if (!on) return on.status();
       o.start_sshd = *on;
     } else if (key == "instance") {
       if (!valid_link_word(value) || value.size() > 4)

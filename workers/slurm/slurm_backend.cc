@@ -12,6 +12,7 @@
 #include "api/base/atomic_file.h"
 #include "api/body_reader.h"
 #include "api/base/settings.h"
+#include "workers/backend_options.h"
 #include "api/base/shell_quote.h"
 #include "workers/slurm/job_state.h"
 
@@ -60,17 +61,12 @@ api::Result<SlurmOptions> SlurmOptions::from_map(const fs::path& state_dir,
     } else if (key == "time") {
       o.time_limit = value;
     } else if (key == "poll_ms") {
-      const long long ms = base::parse_integer(value).value_or(0);  // the one integer dialect
-      if (ms < 50 || ms > 60000) {
-        return api::invalid_argument("--backend-opt poll_ms must be 50..60000, not '" + value + "'", "backend-opt");
-      }
-      o.poll_interval = std::chrono::milliseconds(ms);
+      auto ms = integer_option(key, value, 50, 60000, "a poll interval in milliseconds");
+      if (!ms) return ms.status();
+      o.poll_interval = std::chrono::milliseconds(*ms);
     } else if (key == "cancel_on_shutdown") {
-      const auto on = base::parse_bool(value);  // the one boolean dialect
-      if (!on) {
-        return api::invalid_argument("--backend-opt cancel_on_shutdown='" + value + "': expected true, false, 1 or 0",
-                                     "backend-opt");
-      }
+      auto on = bool_option(key, value);
+      if (!on) return on.status();
       o.cancel_on_shutdown = *on;
     } else {
       return api::invalid_argument("unknown --backend-opt '" + key +

@@ -1,7 +1,5 @@
 #include "workers/ssh/ssh_backend.h"
 
-#include "api/base/settings.h"
-
 #include <signal.h>
 
 #include "workers/remote/ssh_mpi.h"
@@ -42,24 +40,6 @@ namespace {
 // session's end).
 constexpr auto kStoppingWait = std::chrono::seconds(30);
 
-// The one boolean dialect (api/base/settings.h): true, false, 1 or 0.
-bool on_off(const std::string& key, const std::string& value, bool& out, api::Status& error) {
-  if (auto b = base::parse_bool(value)) {
-    out = *b;
-  } else {
-    error = api::invalid_argument("--backend-opt " + key + "='" + value + "': expected true, false, 1 or 0", key);
-  }
-  return error.is_ok();
-}
-
-bool positive_ms(const std::string& key, const std::string& value, std::chrono::milliseconds& out,
-                 api::Status& error) {
-  const long long v = base::parse_integer(value).value_or(0);  // the one integer dialect
-  if (v <= 0) error = api::invalid_argument("--backend-opt " + key + "='" + value + "': not a positive number", key);
-  else out = std::chrono::milliseconds(v);
-  return error.is_ok();
-}
-
 void append_to(const fs::path& log, const std::string& text) {
   if (text.empty() || log.empty()) return;
   std::ofstream out(log, std::ios::app | std::ios::binary);
@@ -67,47 +47,6 @@ void append_to(const fs::path& log, const std::string& text) {
 }
 
 }  // namespace
-
-api::Result<SshOptions> SshOptions::from_map(const std::map<std::string, std::string>& opts) {
-  SshOptions o;
-  o.mpi_ssh = true;  // the daemon's case
-  api::Status error;
-  for (const auto& [key, value] : opts) {
-    if (key == "inventory") o.inventory = value;
-    else if (key == "known_hosts") o.known_hosts = value;
-    else if (key == "accept_new") on_off(key, value, o.accept_new, error);
-    else if (key == "agent_path") o.agent_path = value;
-    else if (key == "copy_agent") on_off(key, value, o.copy_agent, error);
-    else if (key == "master") o.master_address = value;
-    else if (key == "connect_timeout_ms") positive_ms(key, value, o.connect_timeout, error);
-    else if (key == "dead_after_ms") positive_ms(key, value, o.dead_after, error);
-    else if (key == "mpi_ssh") on_off(key, value, o.mpi_ssh, error);
-    else
-      error = api::invalid_argument("unknown ssh backend option '" + key +
-                                        "' (known: inventory, known_hosts, accept_new, agent_path, copy_agent, "
-                                        "master, connect_timeout_ms, dead_after_ms, mpi_ssh)",
-                                    key);
-    if (!error.is_ok()) return error;
-  }
-  if (o.inventory.empty())
-    return api::invalid_argument("the ssh backend needs --backend-opt inventory=FILE (one host a line: "
-                                 "ADDRESS port=22 user=U identity=KEY slots=N)",
-                                 "inventory");
-  if (o.known_hosts.empty()) {
-    const char* home = std::getenv("HOME");
-    o.known_hosts = fs::path(home ? home : "/root") / ".ssh" / "known_hosts";
-  }
-  return o;
-}
-
-ConnectOptions SshOptions::connect_options() const {
-  ConnectOptions c;
-  c.known_hosts = known_hosts;
-  c.accept_new = accept_new;
-  c.timeout = connect_timeout;
-  c.dead_after = dead_after;
-  return c;
-}
 
 api::Result<std::unique_ptr<SshBackend>> SshBackend::create(SshOptions options, std::unique_ptr<Connector> connector) {
   if (options.hosts.empty()) {
