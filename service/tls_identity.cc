@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "api/base/atomic_file.h"
+#include "api/base/client_socket.h"
 
 namespace muster::service {
 
@@ -59,18 +60,6 @@ Owned<X509> read_certificate(const fs::path& pem, std::string* error) {
   return cert;
 }
 
-std::string fingerprint_of(X509* cert) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  X509_digest(cert, EVP_sha256(), md, &n);
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < n; ++i) {
-    out += kHex[md[i] >> 4];
-    out += kHex[md[i] & 15];
-  }
-  return out;
-}
 
 bool covers(X509* cert, const std::string& name) {
   if (is_ipv4(name)) return X509_check_ip_asc(cert, name.c_str(), 0) == 1;
@@ -148,7 +137,7 @@ api::Result<std::string> certificate_fingerprint(const fs::path& pem) {
   std::string error;
   auto cert = read_certificate(pem, &error);
   if (!cert) return api::invalid_argument(error, "tls-cert");
-  return fingerprint_of(cert.get());
+  return base::certificate_fingerprint(cert.get());
 }
 
 api::Result<TlsIdentity> given_tls_identity(const fs::path& cert, const fs::path& key) {
@@ -183,7 +172,7 @@ api::Result<TlsIdentity> self_signed_tls_identity(const fs::path& state, const s
       if (cert && !covers(cert.get(), n)) missing += (missing.empty() ? "" : ", ") + n;
     }
     if (cert && missing.empty()) {
-      id.fingerprint = fingerprint_of(cert.get());
+      id.fingerprint = base::certificate_fingerprint(cert.get());
       return id;
     }
     spdlog::warn("making a new self-signed TLS certificate in {} ({}): clients that pinned the old fingerprint "

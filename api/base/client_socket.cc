@@ -40,15 +40,6 @@ std::string openssl_error() {
   return buf;
 }
 
-std::string hex(const unsigned char* md, unsigned int n) {
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < n; ++i) {
-    out += kHex[md[i] >> 4];
-    out += kHex[md[i] & 15];
-  }
-  return out;
-}
 
 bool is_ipv4(const std::string& s) {
   in_addr a{};
@@ -242,11 +233,9 @@ ClientSocket ClientSocket::connect(const std::string& host, int port, const TlsV
   }
   if (!tls->fingerprint.empty()) {
     X509* peer = SSL_get1_peer_certificate(t->ssl);
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    const bool digested = peer && X509_digest(peer, EVP_sha256(), md, &n) == 1;
+    std::string got = certificate_fingerprint(peer);
     if (peer) X509_free(peer);
-    const std::string got = digested ? hex(md, n) : "(none)";
+    if (got.empty()) got = "(none)";
     if (got != tls->fingerprint) {
       s.error_ = "TLS: the certificate of " + where + " has SHA-256 fingerprint " + got + ", not the pinned " +
                  tls->fingerprint + " (" + kEnvTlsFingerprint + "): not musterd, or a musterd with another " +
@@ -332,6 +321,19 @@ ClientSocket::Io ClientSocket::recv_some(char* buf, size_t size, size_t* got, De
     error_ = std::string("recv: ") + std::strerror(errno);
     return Io::kError;
   }
+}
+
+std::string certificate_fingerprint(x509_st* cert) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  if (!cert || X509_digest(cert, EVP_sha256(), md, &n) != 1) return "";
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < n; ++i) {
+    out += kHex[md[i] >> 4];
+    out += kHex[md[i] & 15];
+  }
+  return out;
 }
 
 }  // namespace muster::base

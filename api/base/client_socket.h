@@ -22,6 +22,8 @@
 
 #include "api/base/tls_env.h"
 
+struct x509_st;  // OpenSSL's X509
+
 namespace muster::base {
 
 struct TlsVerify {
@@ -34,6 +36,10 @@ struct TlsVerify {
 std::string tls_verify_from_env(const std::map<std::string, std::string>& env, TlsVerify* out);
 // The same from this process's environment (getenv).
 std::string tls_verify_from_process_env(TlsVerify* out);
+
+// A certificate's SHA-256 fingerprint as 64 lowercase hex digits, the form
+// pinned in MUSTER_TLS_FINGERPRINT and written to musterd.json; "" for none.
+std::string certificate_fingerprint(x509_st* cert);
 
 // Splits "http://host:port/..." or "https://host:port/...": tls says which.
 struct UrlParts {

@@ -14,6 +14,9 @@ struct Pin {
   std::shared_ptr<TlsSeen> seen;
 };
 
+// The SDK links nothing of muster's own (it installs alone, beside a
+// notebook's program), so it keeps its copy of base::certificate_fingerprint
+// (api/base/client_socket.h): the same digest and the same spelling.
 std::string sha256_of(X509* cert) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
