@@ -5,9 +5,9 @@
 // One row per object: its id, the order it was created in, and a JSON record
 // (the API object plus the daemon-only fields), so that adding a field needs
 // no migration. Each table has its own connection; calls are serialised by an
-// internal mutex. open() refuses a database it could only read (permissions,
-// a read-only file system) or whose quick_check fails, so a daemon never
-// starts on state it cannot keep. Every write reports to the StoreHealth
+// internal mutex. open() refuses a database it could only read or whose
+// quick_check fails (sqlite_db.h), so a daemon never starts on state it
+// cannot keep. Every write reports to the StoreHealth
 // given (logged once per failing episode, /healthz).
 #pragma once
 
@@ -22,9 +22,8 @@
 #include <nlohmann/json.hpp>
 
 #include "api/status.h"
+#include "service/sqlite_db.h"
 #include "service/store_health.h"
-
-struct sqlite3;
 
 namespace muster::service {
 
@@ -57,7 +56,7 @@ class Store {
   api::Result<std::vector<StoredRecord>> load_all(std::vector<std::string>* skipped = nullptr);
 
  private:
-  Store(sqlite3* db, std::string table) : db_(db), table_(std::move(table)) {}
+  Store(std::unique_ptr<SqliteDb> db, std::string table);
   api::Status put_unobserved(const std::vector<StoredRecord>& records);
   api::Status exec(const std::string& sql);
   // BEGIN, body, COMMIT; ROLLBACK when the body or the COMMIT fails.
@@ -67,7 +66,7 @@ class Store {
   api::Status reported(api::Status s);
   api::Status error(const std::string& what) const;
   std::mutex mu_;
-  sqlite3* db_;
+  std::unique_ptr<SqliteDb> db_;
   std::string table_;
 };
 

@@ -59,6 +59,7 @@ muster_python_test(chaos_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/chaos_test.py L
 # database that lost or garbled rows, a read-only one).
 muster_gtest(registry_stop_test SOURCES registry_stop_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
 muster_gtest(registry_bounds_test SOURCES registry_bounds_test.cc DEPS muster_service SQLite::SQLite3 LABEL unit TIMEOUT 60)
+muster_gtest(sqlite_db_test SOURCES sqlite_db_test.cc DEPS muster_metrics SQLite::SQLite3 LABEL unit TIMEOUT 60)
 # Agent routes on handler threads of their own (no queueing behind users).
 muster_gtest(http_server_lanes_test SOURCES http_server_lanes_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
 # A real musterd: 32 concurrent stops beside healthy workers and escapees

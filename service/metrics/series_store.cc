@@ -15,11 +15,6 @@ constexpr const char* kSchema =
     " value REAL NOT NULL);"
     "CREATE INDEX IF NOT EXISTS points_of_series ON points (series_id);";
 
-struct Statement {
-  sqlite3_stmt* stmt = nullptr;
-  ~Statement() { sqlite3_finalize(stmt); }
-};
-
 std::string text_of(sqlite3_stmt* st, int col) {
   const unsigned char* t = sqlite3_column_text(st, col);
   return t ? reinterpret_cast<const char*>(t) : "";
@@ -28,25 +23,20 @@ std::string text_of(sqlite3_stmt* st, int col) {
 }  // namespace
 
 api::Result<std::unique_ptr<SeriesStore>> SeriesStore::open(const std::string& path) {
-  sqlite3* db = nullptr;
-  if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) {
-    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
-    sqlite3_close(db);
-    return api::internal_error("cannot open the training curves' database " + path + ": " + msg);
-  }
-  std::unique_ptr<SeriesStore> store(new SeriesStore(db, path));
-  sqlite3_busy_timeout(db, 5000);
-  if (auto s = store->exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"); !s) return s;
+  auto db = SqliteDb::open(path, "training curves' database");
+  if (!db) return db.status();
+  std::unique_ptr<SeriesStore> store(new SeriesStore(std::move(*db), path));
   if (auto s = store->exec(kSchema); !s) return s;
   if (auto s = store->prepare(); !s) return s;
   return store;
 }
 
+SeriesStore::SeriesStore(std::unique_ptr<SqliteDb> db, std::string path) : db_(std::move(db)), path_(std::move(path)) {}
+
 SeriesStore::~SeriesStore() {
   for (sqlite3_stmt* st : {create_, total_, append_, remove_point_, remove_points_of_, remove_series_}) {
     sqlite3_finalize(st);
   }
-  sqlite3_close(db_);
 }
 
 api::Status SeriesStore::error(const std::string& what) const {
@@ -54,12 +44,7 @@ api::Status SeriesStore::error(const std::string& what) const {
 }
 
 api::Status SeriesStore::exec(const std::string& sql) {
-  char* err = nullptr;
-  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string msg = err ? err : "unknown error";
-    sqlite3_free(err);
-    return error(msg);
-  }
+  if (auto s = db_->exec(sql); !s) return error(s.message());
   return api::Status::ok();
 }
 
@@ -72,7 +57,7 @@ api::Status SeriesStore::prepare() {
       {&remove_points_of_, "DELETE FROM points WHERE series_id = ?;"},
       {&remove_series_, "DELETE FROM series WHERE id = ?;"}};
   for (const auto& [st, sql] : statements) {
-    if (sqlite3_prepare_v2(db_, sql, -1, st, nullptr) != SQLITE_OK) return error(sqlite3_errmsg(db_));
+    if (sqlite3_prepare_v2(db_->handle(), sql, -1, st, nullptr) != SQLITE_OK) return error(db_->last_message());
   }
   return api::Status::ok();
 }
@@ -84,7 +69,7 @@ api::Result<std::vector<StoredSeries>> SeriesStore::load() {
   {
     Statement st;
     const char* sql = "SELECT id, worker_id, cluster_id, rank, name, total_steps FROM series ORDER BY id;";
-    if (sqlite3_prepare_v2(db_, sql, -1, &st.stmt, nullptr) != SQLITE_OK) return error(sqlite3_errmsg(db_));
+    if (sqlite3_prepare_v2(db_->handle(), sql, -1, &st.stmt, nullptr) != SQLITE_OK) return error(db_->last_message());
     while (sqlite3_step(st.stmt) == SQLITE_ROW) {
       StoredSeries s;
       s.id = sqlite3_column_int64(st.stmt, 0);
@@ -99,7 +84,7 @@ api::Result<std::vector<StoredSeries>> SeriesStore::load() {
   }
   Statement st;
   const char* sql = "SELECT rowid, series_id, step, time, value FROM points ORDER BY rowid;";
-  if (sqlite3_prepare_v2(db_, sql, -1, &st.stmt, nullptr) != SQLITE_OK) return error(sqlite3_errmsg(db_));
+  if (sqlite3_prepare_v2(db_->handle(), sql, -1, &st.stmt, nullptr) != SQLITE_OK) return error(db_->last_message());
   int rc;
   while ((rc = sqlite3_step(st.stmt)) == SQLITE_ROW) {
     auto it = index.find(sqlite3_column_int64(st.stmt, 1));
@@ -107,7 +92,7 @@ api::Result<std::vector<StoredSeries>> SeriesStore::load() {
     out[it->second].points.push_back({sqlite3_column_int64(st.stmt, 0), sqlite3_column_int64(st.stmt, 2),
                                       sqlite3_column_double(st.stmt, 3), sqlite3_column_double(st.stmt, 4)});
   }
-  if (rc != SQLITE_DONE) return error(sqlite3_errmsg(db_));
+  if (rc != SQLITE_DONE) return error(db_->last_message());
   return out;
 }
 
@@ -115,7 +100,7 @@ api::Status SeriesStore::Writer::step(sqlite3_stmt* st) {
   const int rc = sqlite3_step(st);
   sqlite3_reset(st);
   sqlite3_clear_bindings(st);
-  if (rc != SQLITE_DONE) return store_.error(sqlite3_errmsg(store_.db_));
+  if (rc != SQLITE_DONE) return store_.error(store_.db_->last_message());
   return api::Status::ok();
 }
 
@@ -127,7 +112,7 @@ api::Result<int64_t> SeriesStore::Writer::create_series(const std::string& worke
   sqlite3_bind_int(st, 3, rank);
   sqlite3_bind_text(st, 4, name.c_str(), -1, SQLITE_TRANSIENT);
   if (auto s = step(st); !s) return s;
-  return static_cast<int64_t>(sqlite3_last_insert_rowid(store_.db_));
+  return static_cast<int64_t>(sqlite3_last_insert_rowid(store_.db_->handle()));
 }
 
 api::Status SeriesStore::Writer::set_total_steps(int64_t series, int64_t total_steps) {
@@ -144,7 +129,7 @@ api::Result<int64_t> SeriesStore::Writer::append(int64_t series, int64_t step_nu
   sqlite3_bind_double(st, 3, time);
   sqlite3_bind_double(st, 4, value);
   if (auto s = step(st); !s) return s;
-  return static_cast<int64_t>(sqlite3_last_insert_rowid(store_.db_));
+  return static_cast<int64_t>(sqlite3_last_insert_rowid(store_.db_->handle()));
 }
 
 api::Status SeriesStore::Writer::remove_point(int64_t row) {
@@ -160,17 +145,19 @@ api::Status SeriesStore::Writer::remove_series(int64_t series) {
   return step(store_.remove_series_);
 }
 
-// BEGIN; the body's statements, each checked; COMMIT. A failure anywhere
-// (COMMIT included: a full disk shows up there in WAL mode) rolls back.
+// The body's statements inside one transaction (SqliteDb::in_transaction):
+// a failure anywhere, COMMIT included, rolls back. The body's errors already
+// name the file; BEGIN's and COMMIT's are named here.
 api::Status SeriesStore::write(const std::function<api::Status(Writer&)>& body) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (auto s = exec("BEGIN;"); !s) return s;
   Writer w(*this);
-  api::Status s = body(w);
-  if (s) s = exec("COMMIT;");
-  // The body's or COMMIT's error is the one to report; a rollback that
-  // fails as well leaves nothing more to do.
-  if (!s && !sqlite3_get_autocommit(db_)) sqlite3_exec(db_, "ROLLBACK;", nullptr, nullptr, nullptr);
+  bool body_failed = false;
+  api::Status s = db_->in_transaction([&] {
+    api::Status b = body(w);
+    body_failed = !b;
+    return b;
+  });
+  if (!s && !body_failed) return error(s.message());
   return s;
 }
 

@@ -9,8 +9,10 @@
 // TrainingSeries keeps every series in memory as well and writes each
 // change here in one transaction per report, so the file holds what memory
 // holds (the same bounds: see training_series.h). Calls are serialised by
-// an internal mutex; write() runs its body inside BEGIN/COMMIT and rolls
+// an internal mutex; write() runs its body in one transaction and rolls
 // back when the body or the COMMIT fails (a full disk), naming the file.
+// Opened as the state database is (sqlite_db.h: a file it can only read,
+// or one that fails quick_check, is refused).
 #pragma once
 
 #include <cstdint>
@@ -22,9 +24,7 @@
 #include <vector>
 
 #include "api/status.h"
-
-struct sqlite3;
-struct sqlite3_stmt;
+#include "service/sqlite_db.h"
 
 namespace muster::service {
 
@@ -78,13 +78,13 @@ class SeriesStore {
   const std::string& path() const { return path_; }
 
  private:
-  SeriesStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  SeriesStore(std::unique_ptr<SqliteDb> db, std::string path);
   api::Status exec(const std::string& sql);
   api::Status prepare();
   api::Status error(const std::string& what) const;
 
   std::mutex mu_;
-  sqlite3* db_;
+  std::unique_ptr<SqliteDb> db_;
   std::string path_;
   sqlite3_stmt* create_ = nullptr;
   sqlite3_stmt* total_ = nullptr;
