@@ -2,10 +2,13 @@
 // for muster.torch.elastic: which generation this process's world is, a
 // client that watches for a membership change (rank 0's poller) and reports
 // what a recovery redid. The join itself happens where the world forms
-// (bootstrap_from_env, runtime/comm/musterd/).
+// (bootstrap_from_env, runtime/comm/musterd/). The watcher and the report
+// are the C++ elastic loop's own (runtime/elastic/membership.h), so both
+// loops watch and report one way.
 #include <pybind11/pybind11.h>
 
 #include "runtime/comm/musterd/rendezvous_client.h"
+#include "runtime/elastic/membership.h"
 #include "runtime/python/bindings.h"
 
 namespace muster::runtime::python {
@@ -54,6 +57,36 @@ void bind_rendezvous(py::module_& m) {
           },
           py::arg("generation"), py::arg("batches_redone"),
           "Records that `generation` completed its first step, having redone `batches_redone` batches");
+
+  py::class_<elastic::MusterdMembership>(m, "MembershipWatch",
+                                         "rank 0's watch over its generation (runtime/elastic/membership.h): a "
+                                         "thread long-polls musterd until the generation is over or a newcomer "
+                                         "waits; it ends when the object goes")
+      .def(py::init([](int generation) {
+             auto s = musterd::RendezvousSettings::from_env();
+             if (!s) {
+               throw InvalidArgument("MUSTER_RENDEZVOUS_URL is not set: this process is not a rank of an elastic "
+                                     "cluster");
+             }
+             return std::make_unique<elastic::MusterdMembership>(*s, generation);
+           }),
+           py::arg("generation"))
+      .def(
+          "changed",
+          [](elastic::MusterdMembership& w) {
+            bool newcomers = false;
+            const bool changed = w.changed(&newcomers);
+            return py::make_tuple(changed, newcomers);
+          },
+          "(changed, newcomers): whether the generation is over or a newcomer waits, and whether someone new "
+          "will join (then the state must be synced)");
+
+  m.def(
+      "report_recovery",
+      [](int generation, int64_t batches_redone) { elastic::report_to_musterd(generation, batches_redone); },
+      py::arg("generation"), py::arg("batches_redone"),
+      "Tells musterd, from a background thread, that `generation` completed its first step having redone "
+      "`batches_redone` batches; a no-op outside an elastic cluster");
 }
 
 }  // namespace muster::runtime::python
