@@ -33,7 +33,9 @@ muster_python_test(torch_elastic_unit_test
   ENV "OMP_NUM_THREADS=1")
 # The C++ runtime's elastic state and run loop, ranks on threads.
 muster_gtest(elastic_run_test SOURCES elastic_run_test.cc
-  DEPS muster_runtime_elastic LABEL unit TIMEOUT 60)
+  DEPS muster_runtime_elastic nlohmann_json::nlohmann_json LABEL unit TIMEOUT 60)
+# The shared scenarios of the C++ and Python loops (tests/elastic_loop_scenarios.json).
+target_compile_definitions(elastic_run_test PRIVATE MUSTER_TESTS_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
 # A Horovod-elastic PyTorch script (tests/elastic_torch_train.py) survives
 # SIGKILLed ranks (rank 0 and another, 2 and 3 ranks), a kill inside
 # commit(), a stopped worker and musterd killed during the recovery, on the

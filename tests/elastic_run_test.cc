@@ -12,6 +12,10 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <set>
 
 #include "tests/distributed_fake_collectives.h"
 
@@ -158,6 +162,7 @@ TEST(ElasticRun, AMembershipChangeReformsWithoutRollback) {
   for (int r = 0; r < kRanks; ++r) jobs.push_back(std::make_unique<CountingJob>(kSteps, 2));
   std::vector<std::thread> threads;
   std::atomic<int> reported{0};
+  std::atomic<int64_t> redone_reported{-1};
   for (int r = 0; r < kRanks; ++r) {
     threads.emplace_back([&, r] {
       size_t k = 0;
@@ -169,7 +174,10 @@ TEST(ElasticRun, AMembershipChangeReformsWithoutRollback) {
         m->fired = &fired;
         return std::unique_ptr<Membership>(std::move(m));
       };
-      o.report = [&](int, int64_t) { ++reported; };
+      o.report = [&](int, int64_t redone) {
+        ++reported;
+        redone_reported = redone;
+      };
       o.elastic = [] { return true; };
       State state;
       run(*jobs[static_cast<size_t>(r)], state, o);
@@ -182,7 +190,9 @@ TEST(ElasticRun, AMembershipChangeReformsWithoutRollback) {
     EXPECT_EQ(jobs[static_cast<size_t>(r)]->formed, 2) << "re-formed once for the newcomer";
     for (float w : jobs[static_cast<size_t>(r)]->weights) EXPECT_EQ(w, expected_after(kSteps));
   }
-  EXPECT_EQ(reported.load(), 0);  // no failure: nothing redone, nothing reported
+  // Rank 0 reports the new world's first step once, with nothing redone.
+  EXPECT_EQ(reported.load(), 1);
+  EXPECT_EQ(redone_reported.load(), 0);
 }
 
 TEST(ElasticRun, OutsideAnElasticClusterAFailureIsRethrown) {
@@ -209,6 +219,89 @@ TEST(ElasticRun, OutsideAnElasticClusterAFailureIsRethrown) {
   for (auto& t : threads) t.join();
   EXPECT_NE(errors[0].find("fake: link to rank 1 broke"), std::string::npos) << errors[0];
   EXPECT_FALSE(errors[1].empty());
+}
+
+// tests/elastic_loop_scenarios.json, the answers the Python loop gives too
+// (torch_elastic_unit_test.py runs the same file): one rank, a job that
+// fails once after each `fail_at` step and whose commit after each
+// `change_at` step finds a newcomer waiting.
+class ScenarioJob final : public ElasticJob {
+ public:
+  explicit ScenarioJob(const nlohmann::json& s)
+      : steps_(s.at("steps")), commit_every_(s.at("commit_every")),
+        fail_at_(s.at("fail_at").begin(), s.at("fail_at").end()) {}
+  void form(World&, State& state) override {
+    ++worlds;
+    state.set_buffers({{"weights", &weight, 1}});
+    state.set_counter("step", &step);
+  }
+  void train(World&, State& state) override {
+    starts.push_back(step);
+    while (step < steps_) {
+      ++step;
+      weight += 1.0f;
+      state.step_done();
+      if (fail_at_.erase(step)) throw CommError("scenario: a collective failed after step " + std::to_string(step), 0);
+      if (step % commit_every_ == 0) state.commit();
+    }
+  }
+  void teardown() override {}
+
+  float weight = 0;
+  int64_t step = 0;
+  int worlds = 0;
+  std::vector<int64_t> starts;
+
+ private:
+  int64_t steps_;
+  int64_t commit_every_;
+  std::set<int64_t> fail_at_;
+};
+
+struct ScenarioMembership final : Membership {
+  const int64_t* step = nullptr;
+  std::set<int64_t>* change_at = nullptr;
+  bool changed(bool* newcomers) override {
+    if (!change_at->erase(*step)) return false;
+    *newcomers = true;
+    return true;
+  }
+};
+
+TEST(ElasticRun, TheSharedScenariosGiveThePythonLoopsAnswers) {
+  std::ifstream in(MUSTER_TESTS_DIR "/elastic_loop_scenarios.json");
+  ASSERT_TRUE(in) << "tests/elastic_loop_scenarios.json is missing";
+  const auto doc = nlohmann::json::parse(in);
+  ASSERT_GE(doc.at("scenarios").size(), 3u);
+  for (const auto& sc : doc.at("scenarios")) {
+    SCOPED_TRACE(sc.at("name").get<std::string>());
+    Worlds worlds(1);
+    ScenarioJob job(sc);
+    std::set<int64_t> change_at(sc.at("change_at").begin(), sc.at("change_at").end());
+    std::vector<std::vector<int64_t>> reports;
+    size_t k = 0;
+    RunOptions o;
+    o.make_world = [&] {
+      auto w = std::make_unique<ThreadWorld>(worlds.get(k), 0, static_cast<int>(k) + 1);
+      ++k;
+      return std::unique_ptr<World>(std::move(w));
+    };
+    o.make_membership = [&](int) {
+      auto m = std::make_unique<ScenarioMembership>();
+      m->step = &job.step;
+      m->change_at = &change_at;
+      return std::unique_ptr<Membership>(std::move(m));
+    };
+    o.report = [&](int g, int64_t redone) { reports.push_back({g, redone}); };
+    o.elastic = [] { return true; };
+    State state;
+    run(job, state, o);
+    EXPECT_EQ(job.starts, sc.at("starts").get<std::vector<int64_t>>());
+    EXPECT_EQ(reports, sc.at("reports").get<std::vector<std::vector<int64_t>>>());
+    EXPECT_EQ(job.step, sc.at("final").get<int64_t>());
+    EXPECT_EQ(job.weight, static_cast<float>(sc.at("final").get<int64_t>())) << "a redone step counted twice";
+    EXPECT_EQ(job.worlds, sc.at("worlds").get<int>());
+  }
 }
 
 TEST(ElasticState, CommitRestoreAndCheckOutsideAWorld) {

@@ -12,6 +12,7 @@ and membership check replaced where a test needs a failure or a change:
   reported as redone; outside an elastic cluster a failure is not retried;
 - ElasticSampler: the epoch's remaining samples are spread over the world.
 """
+import json
 import os
 
 import pytest
@@ -286,3 +287,52 @@ def test_distributed_optimizer_in_an_elastic_cluster_binds_at_first_backward(mon
     step(model, opt)
     assert opt._native is not None
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def _scenarios():
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic_loop_scenarios.json")
+    with open(path) as f:
+        return json.load(f)["scenarios"]
+
+
+@pytest.mark.parametrize("sc", _scenarios(), ids=lambda sc: sc["name"])
+def test_the_shared_scenarios_give_the_cpp_loops_answers(monkeypatch, sc):
+    # tests/elastic_loop_scenarios.json: the C++ loop (elastic_run_test) gives the same answers.
+    worlds = [1]
+    reports = []
+    monkeypatch.setattr(membership, "in_elastic_cluster", lambda: True)
+    monkeypatch.setattr(membership, "watch", lambda: None)
+    monkeypatch.setattr(membership, "generation", lambda: worlds[0])
+    monkeypatch.setattr(membership, "report", lambda gen, redone: reports.append([gen, redone]))
+    state = hvd.elastic.ObjectState(lambda obj: obj, lambda: 0, step=0, weight=0.0)
+    fail_at, change_at = set(sc["fail_at"]), set(sc["change_at"])
+
+    def check():
+        if state.step in change_at:
+            change_at.discard(state.step)
+            return True, False  # a newcomer waits: sync
+        return False, False
+    monkeypatch.setattr(membership, "check", check)
+    starts = []
+
+    def train(state):
+        starts.append(state.step)
+        while state.step < sc["steps"]:
+            state.step += 1
+            state.weight += 1.0
+            state._step_done()  # what TorchState's optimizer hook calls
+            if state.step in fail_at:
+                fail_at.discard(state.step)
+                raise hvd.elastic.HorovodInternalError("scenario: a collective failed after step %d" % state.step)
+            if state.step % sc["commit_every"] == 0:
+                state.commit()
+        return state.step
+
+    def reset():
+        worlds[0] += 1
+
+    assert elastic_run.run_fn(train, reset)(state) == sc["final"]
+    assert starts == sc["starts"]
+    assert reports == sc["reports"]
+    assert state.weight == float(sc["final"]), "a redone step counted twice"
+    assert worlds[0] == sc["worlds"]

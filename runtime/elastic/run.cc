@@ -56,6 +56,7 @@ void run(ElasticJob& job, State& state, RunOptions o) {
   std::optional<State::Copies> carry;  // what goes into the next world's buffers
   bool skip_sync = false;
   bool after_failure = false;
+  bool reformed = false;  // a world after the first: rank 0 reports its first step
   bool first = true;
   int64_t redone = 0;
   for (;;) {
@@ -74,9 +75,10 @@ void run(ElasticJob& job, State& state, RunOptions o) {
       if (!skip_sync) state.sync();
       if (first) state.save();  // the state to go back to before the first commit
       first = false;
-      if (after_failure && world->collectives().rank() == 0) {
+      if (reformed && world->collectives().rank() == 0) {
         const int generation = world->generation();
-        state.on_next_step([&o, generation, redone] { o.report(generation, redone); });
+        const int64_t again = after_failure ? redone : 0;
+        state.on_next_step([&o, generation, again] { o.report(generation, again); });
       }
       carry.reset();
       // c) Train.
@@ -89,6 +91,7 @@ void run(ElasticJob& job, State& state, RunOptions o) {
       carry = state.snapshot();
       skip_sync = interrupt.skip_sync();
       after_failure = false;
+      reformed = true;
     } catch (const CommError&) {
       // d) The world broke: back to the last commit in the next one.
       if (!o.elastic()) {
@@ -100,6 +103,7 @@ void run(ElasticJob& job, State& state, RunOptions o) {
       carry.reset();
       skip_sync = false;
       after_failure = true;
+      reformed = true;
     }
     state.attach(nullptr, nullptr);
     membership.reset();

@@ -15,8 +15,11 @@
 //      it built on the world (teardown), the world is destroyed (its shared
 //      memory, sockets and threads go) and the loop goes back to a).
 // Rank 0 of each world watches musterd for a membership change (the state's
-// check_host_updates agrees on it) and, after the first step of a world that
-// followed a failure, reports the batches redone for the cluster's history.
+// check_host_updates agrees on it) and, after the first step of every world
+// but the first, reports it with the batches redone (0 after a membership
+// change) for the cluster's history. The Python loop (muster.torch.elastic,
+// runner.py) is the same loop over Python state; tests/elastic_loop_scenarios.json
+// holds the two to the same answers.
 // Outside an elastic cluster (no MUSTER_RENDEZVOUS_URL) a world cannot
 // re-form: a failure is rethrown.
 #pragma once
@@ -61,8 +64,9 @@ struct RunOptions {
   // default: musterd's world route (membership.h), none outside an elastic
   // cluster.
   std::function<std::unique_ptr<Membership>(int generation)> make_membership;
-  // After the first step of a world that followed a failure, on rank 0:
-  // (generation, batches redone); default: reported to musterd.
+  // After the first step of every world but the first, on rank 0:
+  // (generation, batches redone: 0 after a membership change); default:
+  // reported to musterd.
   std::function<void(int generation, int64_t redone)> report;
   // Whether a failed world may re-form (default: MUSTER_RENDEZVOUS_URL is set).
   std::function<bool()> elastic;
