@@ -11,6 +11,7 @@ packages=(
   libssh2-1-dev libopenmpi-dev openmpi-bin
   libspdlog-dev libgtest-dev libgmock-dev libsqlite3-dev libeigen3-dev
   libcli11-dev zlib1g-dev
+  libyaml-cpp-dev                              # the kubernetes backend reads kubeconfigs (YAML)
   python3 python3-pytest python3-jsonschema python3-yaml
   python3-dev pybind11-dev python3-numpy python3-torch libopenblas0-pthread
   # SDK: notebooks run in a real kernel (nbclient, ipykernel); pip install of sdk/python

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   app.add_option("--listen", o.listen, "HOST:PORT to listen on (port 0: any free port)");
   app.add_option("--project-dir", project_dir, "scripts are resolved inside this directory");
   app.add_option("--state-dir", state_dir, "token, state database, worker logs (one musterd per directory)");
-  app.add_option("--backend", o.backend, "where workers run: local, container, ssh, slurm");
+  app.add_option("--backend", o.backend, "where workers run: local, container, ssh, slurm, kubernetes");
   app.add_option("--backend-opt", backend_opts, "backend setting key=value (repeatable)");
   app.add_option("--max-workers", o.max_workers, "largest n of one launch")->check(CLI::Range(1, 100000));
   app.add_option("--startup-timeout", startup_timeout, "seconds for an agent to register before timedout");

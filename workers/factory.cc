@@ -6,6 +6,7 @@
 #include "workers/container/container_backend.h"
 #include "workers/ssh/ssh_backend.h"
 #include "workers/slurm/slurm_backend.h"
+#include "workers/kubernetes/kubernetes_backend.h"
 
 namespace muster::workers {
 
@@ -49,7 +50,16 @@ api::Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& optio
     if (!b) return b.status();
     return std::unique_ptr<Backend>(std::move(b.value()));
   }
-  return api::invalid_argument("unknown backend '" + options.name + "' (known: local, container, ssh, slurm)",
+  if (options.name == "kubernetes") {
+    auto kopts = kubernetes::KubernetesOptions::from_map(options.state_dir, options.options);
+    if (!kopts) return kopts.status();
+    auto client = kubernetes::make_beast_api_client(kopts.value().connection);
+    if (!client) return client.status();
+    auto b = kubernetes::KubernetesBackend::create(std::move(kopts.value()), std::move(client.value()));
+    if (!b) return b.status();
+    return std::unique_ptr<Backend>(std::move(b.value()));
+  }
+  return api::invalid_argument("unknown backend '" + options.name + "' (known: local, container, ssh, slurm, kubernetes)",
                                "backend");
 }
 
