@@ -100,7 +100,8 @@ fi
 export GOCACHE="$work/gocache" GOPATH="$work/gopath" GOTOOLCHAIN=local
 export KUBE_GIT_VERSION="v$version" KUBE_GIT_TREE_STATE=clean
 step="building the Kubernetes programs (make in $tree)"
-echo "kubernetes.sh: building Kubernetes $version from Debian's source with $(go version | cut -d' ' -f3) (about 10 minutes on 2 cores; log: $log)"
+echo "kubernetes.sh: building Kubernetes $version from Debian's source with $(go version | cut -d' ' -f3)" \
+  "(about 10 minutes on 2 cores; log: $log)"
 (cd "$tree" && nice -n 10 make \
   WHAT="cmd/kube-apiserver cmd/kube-controller-manager cmd/kube-scheduler cmd/kubelet cmd/kubectl") >>"$log" 2>&1
 out="$tree/_output/bin"

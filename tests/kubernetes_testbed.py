@@ -24,7 +24,8 @@ cgroups), and stops in reverse in __exit__ (and at interpreter exit):
     veth address) holding containerd and the kubelet. Both also share a
     mount namespace of their own, in which per-node folders are bound over
     the paths the kubelet and CNI fix (/var/lib/kubelet, /var/log/pods,
-    /var/log/containers, /var/lib/cni), so two kubelets on one machine do not
+    /var/log/containers, /var/lib/cni; on the machine they are only empty
+    mount points, made when missing), so two kubelets on one machine do not
     clean up each other's pods, and the kubelet's tmpfs and bind mounts never
     reach the machine's mount table: they go with the namespace. containerd
     runs runc with cgroupfs (the machine has cgroup v1), restrict_oom_score_adj
@@ -45,6 +46,14 @@ The kubelet sets a few kernel settings at start (vm.overcommit_memory,
 kernel.panic, kernel.panic_on_oops, ...); the testbed puts the machine's values
 back when it stops. A testbed left behind by a killed test (its owner process
 is gone) is removed, by tag, when the next one starts.
+
+Each program's log is in <dir>/logs/<program>.log; a failure to start names
+the program and ends with the tails of the logs; MUSTER_KUBE_KEEP_LOGS=1
+keeps a copy of the logs after the testbed stops.
+
+Beside this file: kubernetes_images.py makes the images,
+kubernetes_node_files.py a node's CNI, containerd and kubelet configuration,
+and kubernetes_leftovers.py removes what a testbed made.
 """
 from __future__ import annotations
 
@@ -62,7 +71,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+from kubernetes_leftovers import (cgroup_hierarchies, kill_cgroup_tree, kill_processes_mentioning,
+                                 remove_leftovers, remove_stale_testbeds, run)
 from kubernetes_images import BASE_IMAGE, PAUSE_IMAGE, write_base_image, write_pause_image
+from kubernetes_node_files import cni_conflist, containerd_toml, kubelet_configuration
 from netns_hosts import NetnsHosts
 
 KUBE_CACHE = Path(os.environ.get("MUSTER_KUBE_CACHE", "/var/cache/muster/kubernetes-1.20.2"))
@@ -94,122 +106,10 @@ def have_kubernetes() -> str | None:
     return None
 
 
-def _run(*argv: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-    r = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed ({r.returncode}): {r.stderr.strip() or r.stdout.strip()}")
-    return r
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _cgroup_hierarchies() -> list[Path]:
-    """Every mounted cgroup hierarchy under /sys/fs/cgroup (v1 controllers,
-    name=systemd, and the hybrid's unified v2)."""
-    found = []
-    for line in Path("/proc/self/mounts").read_text().splitlines():
-        _, target, fstype = line.split()[:3]
-        if fstype in ("cgroup", "cgroup2") and target.startswith("/sys/fs/cgroup/"):
-            found.append(Path(target))
-    return found
-
-
-def _kill_cgroup_tree(name: str) -> None:
-    """SIGKILL to every process in cgroup /<name> (all hierarchies), then the
-    cgroups removed, deepest first."""
-    roots = [h / name for h in _cgroup_hierarchies() if (h / name).is_dir()]
-    for _ in range(50):
-        pids = set()
-        for root in roots:
-            for procs in root.rglob("cgroup.procs"):
-                try:
-                    pids.update(int(p) for p in procs.read_text().split())
-                except OSError:
-                    pass
-        if not pids:
-            break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.1)
-    for root in roots:
-        for _ in range(20):
-            for dirpath, _dirs, _files in sorted(os.walk(root, topdown=False), key=lambda w: -len(w[0])):
-                try:
-                    os.rmdir(dirpath)
-                except OSError:
-                    pass
-            if not root.exists():
-                break
-            time.sleep(0.1)
-
-
-def _kill_processes_mentioning(text: str) -> None:
-    """SIGKILL to every process whose command line mentions text (a testbed's
-    folder: each of its programs is given a path in it)."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            if text.encode() in (proc / "cmdline").read_bytes():
-                os.kill(int(proc.name), signal.SIGKILL)
-        except (OSError, ProcessLookupError):
-            pass
-
-
-def _unmount_under(folder: str) -> None:
-    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-    for target in sorted((m for m in mounts if m == folder or m.startswith(folder + "/")), key=len, reverse=True):
-        _run("umount", "-l", target, check=False)
-
-
-def _remove_leftovers(state: dict) -> None:
-    """Removes what a testbed described by its state file made, in reverse."""
-    folder = state["dir"]
-    for _ in range(2):  # again after the pods: a shim may have been starting one
-        _kill_processes_mentioning(folder)
-        if state.get("etcd_dir"):
-            _kill_processes_mentioning(state["etcd_dir"])
-        for cgroup in state.get("cgroups", []):
-            _kill_cgroup_tree(cgroup)
-    for ns in state.get("netns", []):
-        for pid in _run("ip", "netns", "pids", ns, check=False).stdout.split():
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
-                pass
-        _run("ip", "netns", "del", ns, check=False)
-    if state.get("bridge"):
-        _run("ip", "link", "del", state["bridge"], check=False)  # its routes go with it
-    for key, value in state.get("kernel", {}).items():
-        try:
-            Path("/proc/sys", key).write_text(value)
-        except OSError:
-            pass
-    for path in (folder, state.get("etcd_dir")):
-        if path:
-            _unmount_under(path)
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def remove_stale_testbeds(tag: str) -> None:
-    """Removes testbeds of this tag whose owner process is gone (a test that
-    was killed before it could stop its testbed)."""
-    for state_file in Path(tempfile.gettempdir()).glob(f"muster-kube-{tag}-*/state.json"):
-        try:
-            state = json.loads(state_file.read_text())
-        except (OSError, ValueError):
-            continue
-        owner = state.get("owner", 0)
-        if owner != os.getpid() and Path(f"/proc/{owner}").exists():
-            continue  # a live testbed of another test
-        _remove_leftovers(state)
 
 
 class KubernetesTestbed:
@@ -267,6 +167,17 @@ class KubernetesTestbed:
 
     def node_address(self, node: str) -> str:
         return self.hosts.address(self.node_names.index(node))
+
+    def _free_pod_base(self) -> int:
+        """The first of 4 consecutive 10.219.x.0/24 pod subnets that no route
+        of this machine uses yet (another testbed's), from a pid-derived start."""
+        routes = run("ip", "route", "show", "root", "10.219.0.0/16").stdout.splitlines()
+        used = {int(line.split(".")[2]) for line in routes if line.startswith("10.219.")}
+        for k in range(60):
+            base = ((self._pod_base // 4 + k) % 60) * 4
+            if not used & set(range(base, base + 4)):
+                return base
+        raise RuntimeError("kubernetes testbed: every 10.219.x.0/24 pod subnet is routed already (stale testbeds?)")
 
     def pod_subnet(self, node: str) -> str:
         return f"10.219.{self._pod_base + self.node_names.index(node)}.0/24"
@@ -337,6 +248,7 @@ class KubernetesTestbed:
         self._save_state()
         self.hosts.create()
         self._save_state()
+        self._pod_base = self._free_pod_base()
         self._pki()
         self._etcd()
         self._apiserver()
@@ -355,18 +267,22 @@ class KubernetesTestbed:
     def stop(self) -> None:
         if not self.dir.exists():
             return
+        if os.environ.get("MUSTER_KUBE_KEEP_LOGS") == "1" and (self.dir / "logs").is_dir():
+            kept = Path(tempfile.mkdtemp(prefix=f"muster-kube-logs-{self.tag}-"))
+            shutil.copytree(self.dir / "logs", kept, dirs_exist_ok=True)
+            print(f"kubernetes testbed: its logs are kept in {kept}")
         for name in [n for n in reversed(list(self.procs)) if n.startswith("kubelet.")]:
             self._kill(name)
         for name in [n for n in reversed(list(self.procs)) if n.startswith("containerd.")]:
             self._kill(name)
         for cgroup in self._cgroups:  # the pods' processes
-            _kill_cgroup_tree(cgroup)
+            kill_cgroup_tree(cgroup)
         for name in reversed(list(self.procs)):
             self._kill(name, signal.SIGTERM)
         self.procs.clear()
-        _kill_processes_mentioning(str(self.dir))  # containerd's shims
+        kill_processes_mentioning(str(self.dir))  # containerd's shims
         self.hosts.remove()
-        _remove_leftovers(self._state())
+        remove_leftovers(self._state())
 
     def _state(self) -> dict:
         return {"owner": os.getpid(), "dir": str(self.dir), "etcd_dir": str(self._etcd_dir),
@@ -404,7 +320,8 @@ class KubernetesTestbed:
         return "\n".join(out)
 
     def _fail(self, component: str, what: str) -> None:
-        raise RuntimeError(f"kubernetes testbed: {component}: {what}; logs in {self.dir / 'logs'}\n"
+        raise RuntimeError(f"kubernetes testbed: {component}: {what} (the testbed's logs are removed when it "
+                           f"stops; MUSTER_KUBE_KEEP_LOGS=1 keeps a copy)\n"
                            f"--- {component}:\n{self.log(component)[-5000:]}\n{self.log_tails(800)}")
 
     def _wait(self, component: str, cond, timeout: float, what: str) -> None:
@@ -412,7 +329,7 @@ class KubernetesTestbed:
         while time.monotonic() < deadline:
             p = self.procs.get(component)
             if p is not None and p.poll() is not None:
-                self._fail(component, f"exited with {p.returncode} before it {what}")
+                self._fail(component, f"exited with {p.returncode} before it could {what}")
             try:
                 if cond():
                     return
@@ -441,7 +358,7 @@ class KubernetesTestbed:
         pki.mkdir()
 
         def openssl(*args: str) -> None:
-            _run("openssl", *args)
+            run("openssl", *args)
 
         openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(pki / "ca.key"), "-out",
                 self.ca_file, "-days", "30", "-subj", f"/CN=muster-testbed-{self.tag}-ca")
@@ -574,8 +491,10 @@ class KubernetesTestbed:
         root = self.dir / node
         root.mkdir()
         self._make_cgroup(self._cgroups[i])
-        self._write_cni(root, node)
-        self._write_containerd_config(root)
+        (root / "cni" / "net.d").mkdir(parents=True)
+        (root / "cni" / "net.d" / "10-muster.conflist").write_text(
+            json.dumps(cni_conflist(self.pod_subnet(node), root / "cni" / "ipam"), indent=1))
+        (root / "containerd.toml").write_text(containerd_toml(root, PAUSE_IMAGE, _CNI_BIN))
         binds = []
         for fixed in _FIXED_PATHS:
             private = root / "fixed" / fixed.strip("/").replace("/", "-")
@@ -594,7 +513,8 @@ class KubernetesTestbed:
             r = self._ctr(node, "images", "import", str(self.dir / "images" / image))
             if r.returncode != 0:
                 self._fail(f"containerd.{node}", f"ctr images import {image} failed: {r.stderr.strip()}")
-        self._write_kubelet_config(i, node, root)
+        (root / "kubelet.json").write_text(json.dumps(kubelet_configuration(
+            self.hosts.address(i), self.ca_file, self._cgroups[i], self.cpus, self.memory_mb), indent=1))
         self._start_kubelet(node)
 
     def _ctr(self, node: str, *args: str) -> subprocess.CompletedProcess:
@@ -602,84 +522,11 @@ class KubernetesTestbed:
                                *args], capture_output=True, text=True, timeout=120)
 
     def _make_cgroup(self, name: str) -> None:
-        for h in _cgroup_hierarchies():
+        for h in cgroup_hierarchies():
             (h / name).mkdir(exist_ok=True)
             if h.name == "cpuset":  # a new cpuset has no CPUs or memory nodes until given its parent's
                 for f in ("cpuset.cpus", "cpuset.mems"):
                     (h / name / f).write_text((h / f).read_text())
-
-    def _write_cni(self, root: Path, node: str) -> None:
-        subnet = self.pod_subnet(node)
-        gateway = subnet.rsplit(".", 1)[0] + ".1"
-        conf = {"cniVersion": "0.4.0", "name": "muster-testbed", "plugins": [{
-            "type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False, "hairpinMode": True,
-            "ipam": {"type": "host-local", "dataDir": str(root / "cni" / "ipam"),
-                     "ranges": [[{"subnet": subnet, "gateway": gateway}]], "routes": [{"dst": "0.0.0.0/0"}]}}]}
-        (root / "cni" / "net.d").mkdir(parents=True)
-        (root / "cni" / "net.d" / "10-muster.conflist").write_text(json.dumps(conf, indent=1))
-
-    def _write_containerd_config(self, root: Path) -> None:
-        cri = 'plugins."io.containerd.grpc.v1.cri"'
-        (root / "containerd.toml").write_text(f"""# generated by tests/kubernetes_testbed.py
-version = 2
-root = "{root / 'containerd' / 'root'}"
-state = "{root / 'containerd' / 'state'}"
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
-                    "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
-[grpc]
-  address = "{root / 'containerd.sock'}"
-[ttrpc]
-  address = "{root / 'containerd.ttrpc.sock'}"
-[debug]
-  address = "{root / 'containerd.debug.sock'}"
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{root / 'containerd' / 'opt'}"
-[{cri}]
-  sandbox_image = "{PAUSE_IMAGE}"
-  restrict_oom_score_adj = true
-  disable_apparmor = true
-  netns_mounts_under_state_dir = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-[{cri}.containerd]
-  snapshotter = "overlayfs"
-  default_runtime_name = "runc"
-[{cri}.containerd.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-[{cri}.containerd.runtimes.runc.options]
-  SystemdCgroup = false
-[{cri}.cni]
-  bin_dir = "{_CNI_BIN}"
-  conf_dir = "{root / 'cni' / 'net.d'}"
-  max_conf_num = 1
-""")
-
-    def _write_kubelet_config(self, i: int, node: str, root: Path) -> None:
-        mem_total_kb = int(Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0])
-        eviction_mb = 50
-        reserved_kb = max(0, mem_total_kb - (self.memory_mb + eviction_mb) * 1024)
-        reserved_cpu_m = max(0, (os.cpu_count() or 1) * 1000 - self.cpus * 1000)
-        config = {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-            "address": self.hosts.address(i), "port": 10250, "readOnlyPort": 0,
-            "healthzBindAddress": "127.0.0.1", "healthzPort": 10248,
-            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
-                               "x509": {"clientCAFile": self.ca_file}},
-            "authorization": {"mode": "AlwaysAllow"},
-            "cgroupDriver": "cgroupfs", "cgroupRoot": "/" + self._cgroups[i], "cgroupsPerQOS": True,
-            "enforceNodeAllocatable": ["pods"],
-            "systemReserved": {"cpu": f"{reserved_cpu_m}m", "memory": f"{reserved_kb}Ki"},
-            "evictionHard": {"memory.available": f"{eviction_mb}Mi", "nodefs.available": "1%",
-                             "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
-            "failSwapOn": False, "makeIPTablesUtilChains": False, "protectKernelDefaults": False,
-            # Images cannot be pulled again here: never collect them.
-            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
-            "serializeImagePulls": False,
-            "nodeStatusUpdateFrequency": "4s", "nodeLeaseDurationSeconds": 16, "syncFrequency": "10s",
-            "clusterDomain": "cluster.local", "resolvConf": "/etc/resolv.conf",
-            "rotateCertificates": False, "containerLogMaxSize": "10Mi",
-        }
-        (root / "kubelet.json").write_text(json.dumps(config, indent=1))
 
     def _start_kubelet(self, node: str) -> None:
         i = self.node_names.index(node)
@@ -695,10 +542,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
     def _routes(self) -> None:
         for i, node in enumerate(self.node_names):
-            _run("ip", "route", "add", self.pod_subnet(node), "via", self.hosts.address(i))
+            run("ip", "route", "add", self.pod_subnet(node), "via", self.hosts.address(i))
             for j, other in enumerate(self.node_names):
                 if j != i:
-                    _run("ip", "-n", self.hosts.netns(j), "route", "add", self.pod_subnet(node), "via",
+                    run("ip", "-n", self.hosts.netns(j), "route", "add", self.pod_subnet(node), "via",
                          self.hosts.address(i))
 
     def node_ready(self, node: str) -> bool | None:
@@ -732,8 +579,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     # -- faults ------------------------------------------------------------
     def kill_kubelet(self, node: str) -> None:
         """SIGKILL to the node's kubelet, as a node crash would (its pods and
-        containerd keep running, unseen). The node goes NotReady about 20 s
-        later (node-monitor-grace-period); wait_node(node, ready=False)."""
+        containerd keep running, unseen). About 20 s later
+        (node-monitor-grace-period) the node's Ready condition is Unknown and
+        its pods' Ready condition False; wait_node(node, ready=False). With
+        two or more nodes, its pods are evicted 10 s after that (a deletion
+        timestamp: they stay Terminating, since no kubelet confirms). With one
+        node nothing is evicted: the controller manager treats every node of
+        a zone down as its own outage, not the nodes'. restart_kubelet brings
+        the node back; its kubelet then ends the evicted pods."""
         self._kill(f"kubelet.{node}")
 
     def restart_kubelet(self, node: str, timeout: float = 120) -> None:

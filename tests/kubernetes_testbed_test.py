@@ -22,6 +22,7 @@ import re
 import sys
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -113,7 +114,6 @@ def test_pods_the_machine_and_other_nodes_reach_each_other(bed):
         ip = server_pod["status"]["podIP"]
         assert ip.startswith(bed.pod_subnet(first).rsplit(".", 1)[0] + ".")
         # The machine reaches the pod (a route via the node's address).
-        import urllib.request
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -125,9 +125,10 @@ def test_pods_the_machine_and_other_nodes_reach_each_other(bed):
                     raise
                 time.sleep(0.5)
         # A pod on the other node reaches that pod and the machine.
+        machine = f"http://{bed.host_address}:{server.server_address[1]}/"
         probe = ("import urllib.request as u\n"
                  f"print(u.urlopen('http://{ip}:8080/', timeout=10).status)\n"
-                 f"print(u.urlopen('http://{bed.host_address}:{server.server_address[1]}/', timeout=10).read().decode())\n")
+                 f"print(u.urlopen('{machine}', timeout=10).read().decode())\n")
         bed.create(bed.pod_manifest("client", ["/usr/bin/python3", "-c", probe], node=second))
         done = bed.wait_pod("client", timeout=120)
         log = bed.kubectl("logs", "client").stdout
