@@ -582,7 +582,7 @@ class KubernetesTestbed:
         containerd keep running, unseen). About 20 s later
         (node-monitor-grace-period) the node's Ready condition is Unknown and
         its pods' Ready condition False; wait_node(node, ready=False). With
-        two or more nodes, its pods are evicted 10 s after that (a deletion
+        two or more nodes, its pods are evicted 10-20 s after that (a deletion
         timestamp: they stay Terminating, since no kubelet confirms). With one
         node nothing is evicted: the controller manager treats every node of
         a zone down as its own outage, not the nodes'. restart_kubelet brings
