@@ -1,7 +1,7 @@
 // The agent protocol, defined once: how musterd starts muster-agent (its
 // command line and environment) and the JSON bodies the two exchange over
 // /api/v1/agent/workers/{id}/... (api/openapi.yaml, tag "agent"). The daemon
-// builds with the to_*() functions (service/registry_launch.cc) and reads with
+// builds with the to_*() functions (service/registry/launch.cc) and reads with
 // the *_from_json() ones (service/agent_routes.cc); the agent does the
 // converse (workers/agent/main.cc, agent.cc). Nothing else spells a
 // MUSTER_* name the agent reads or a field of these bodies (but

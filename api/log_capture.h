@@ -1,6 +1,6 @@
 // Log capture, the part of the agent protocol (api/agent_protocol.h) that
 // says where a worker's output goes and how big it may grow. Defined once:
-// the registry writes it (service/registry_launch.cc), the agent and the
+// the registry writes it (service/registry/launch.cc), the agent and the
 // cluster launcher's relay read it (workers/agent/main.cc), the ssh backend
 // takes it out of a remote agent's environment (workers/ssh/).
 //

@@ -1,7 +1,7 @@
 // The world rendezvous protocol, defined once: how the ranks of a cluster
 // that musterd launches itself (mode "elastic") form their world through
 // musterd, one generation at a time. musterd answers it
-// (service/rendezvous_routes.cc over service/elastic/world.h); the runtime
+// (service/cluster/rendezvous_routes.cc over service/elastic/world.h); the runtime
 // speaks it (runtime/comm/musterd/). Both build and read the bodies with
 // the functions here, so nothing else spells a field or a variable.
 //

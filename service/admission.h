@@ -2,7 +2,7 @@
 // that already hold it, in CPUs and memory, the check a scheduler makes
 // before it places a pod or a job (Kubernetes' "Insufficient cpu", Slurm's
 // "Resources"). Pure arithmetic and the words for it; the registry decides
-// what to do with the answer (registry.h, "Admission"):
+// what to do with the answer (registry/registry.h, "Admission"):
 // - overcommit allowed (musterd's default): the launch runs, with a warning
 //   naming the totals (overcommit_warning());
 // - overcommit refused (musterd --overcommit=false): the workers wait in

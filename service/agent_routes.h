@@ -10,7 +10,7 @@
 //  d) exit {exit_code} once the script ended (128+signal if killed).
 #pragma once
 
-#include "service/registry.h"
+#include "service/registry/registry.h"
 #include "service/router.h"
 
 namespace muster::service {

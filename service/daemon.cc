@@ -153,7 +153,7 @@ api::Status Daemon::build() {
   ropts.retention = options_.retention;
   ropts.gpus = gpus_.get();
   // Workers of these backends run on this host: launches are admitted
-  // against it (registry.h, "Admission"); ssh and slurm place or queue
+  // against it (registry/registry.h, "Admission"); ssh and slurm place or queue
   // workers themselves.
   if (options_.backend == "local" || options_.backend == "container") {
     ropts.capacity = host_capacity();

@@ -7,7 +7,7 @@
 
 #include "clusterspec/cluster_spec.h"
 #include "clusterspec/rendezvous_protocol.h"
-#include "service/cluster_tasks.h"
+#include "service/cluster/tasks.h"
 #include "service/validation.h"
 
 namespace muster::service {

@@ -12,9 +12,9 @@
 #include "clusterspec/names.h"
 #include "clusterspec/shell.h"
 #include "clusterspec/spec_error.h"
-#include "service/cluster_tasks.h"
+#include "service/cluster/tasks.h"
 #include "service/failure_report.h"
-#include "service/mpi_output.h"
+#include "service/cluster/mpi_output.h"
 #include "service/validation.h"
 
 namespace muster::service {
@@ -78,7 +78,7 @@ const char* const kRankGpuWrapper =
 // own stderr on /dev/null so that it adds no "Terminated" of its own, and
 // survives the signals mpirun forwards to the rank's process group (a trap,
 // which exec resets for the command). An exit other than 0 is reported on
-// the rank's stderr in mpi_output.h's words, and a death by signal is passed
+// the rank's stderr in cluster/mpi_output.h's words, and a death by signal is passed
 // on as the same signal, so mpirun sees what it would have seen without the
 // wrapper.
 const char* const kRankExitWrapper =
@@ -262,7 +262,7 @@ api::Result<std::unique_ptr<LauncherProcess>> MpiRendezvous::start_mpirun(const 
   }
   spec.working_dir = options_.project_dir;
   spec.log_path = dir_of(c.id) / "launcher.log";
-  spec.tagged_output = true;  // whole lines, each rank's tagged once (mpi_output.h)
+  spec.tagged_output = true;  // whole lines, each rank's tagged once (cluster/mpi_output.h)
   return launcher_.start(spec);
 }
 

@@ -17,7 +17,7 @@
 //   c) verdict: the cluster ends with mpirun (exit 0 -> succeeded, else
 //      failed naming the first rank that failed, its host, worker and exit
 //      code or signal, as mpirun reports it, with its last lines:
-//      Cluster::failed_rank; mpi_output.h reads them). Every worker must
+//      Cluster::failed_rank; cluster/mpi_output.h reads them). Every worker must
 //      stay up.
 //   d) log: the launcher's log (none with launch=false).
 //
@@ -51,7 +51,7 @@ extern const char* const kRankGpuWrapper;
 // The /bin/sh script in front of every launched rank's command (outside the
 // GPU wrapper): it runs the command and reports an exit other than 0 on the
 // rank's stderr ("muster: rank R exited with code N" / "... was killed by
-// signal S", read by first_failed_rank(), mpi_output.h), ending as the
+// signal S", read by first_failed_rank(), cluster/mpi_output.h), ending as the
 // command did.
 extern const char* const kRankExitWrapper;
 

@@ -7,7 +7,7 @@
 #include "clusterspec/spec_error.h"
 #include "clusterspec/tf_config.h"
 #include "service/auth.h"
-#include "service/cluster_tasks.h"
+#include "service/cluster/tasks.h"
 
 namespace muster::service {
 

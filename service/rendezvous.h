@@ -54,8 +54,8 @@
 #include "api/cluster.h"
 #include "api/status.h"
 #include "api/worker.h"
-#include "service/cluster_launcher.h"
-#include "service/registry.h"
+#include "service/cluster/launcher.h"
+#include "service/registry/registry.h"
 
 namespace muster::service {
 

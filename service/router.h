@@ -4,7 +4,7 @@
 // A group of routes lives in its own file with one function that adds them,
 // as the cluster routes do:
 //   void register_cluster_routes(Router& router, ClusterManager& clusters);
-// in service/cluster_routes.cc, called where the daemon is assembled
+// in service/cluster/routes.cc, called where the daemon is assembled
 // (service/daemon.cc) next to register_worker_routes(). Routes are
 // matched literal-segments-first, so /api/v1/clusters/await beats
 // /api/v1/clusters/{id}. Every route must also be listed in api/openapi.yaml

@@ -1,6 +1,6 @@
 // Store: one table of the daemon's state in SQLite (<state-dir>/musterd.db),
 // so that a restarted daemon has every worker (table `workers`) and every
-// cluster (table `clusters`, see cluster_store.h) back with its status.
+// cluster (table `clusters`, see cluster/store.h) back with its status.
 //
 // One row per object: its id, the order it was created in, and a JSON record
 // (the API object plus the daemon-only fields), so that adding a field needs

@@ -8,7 +8,7 @@
 #include "clusterspec/shell.h"
 #include "clusterspec/spec_error.h"
 #include "clusterspec/torchrun.h"
-#include "service/cluster_tasks.h"
+#include "service/cluster/tasks.h"
 #include "service/mpi_rendezvous.h"
 #include "service/validation.h"
 

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "service/log_follower.h"
-#include "service/registry.h"
+#include "service/registry/registry.h"
 #include "service/store_health.h"
 #include "service/router.h"
 #include "service/validation.h"

@@ -15,7 +15,7 @@
 #include "fake_backend.h"
 #include "service/agent_routes.h"
 #include "service/http_server.h"
-#include "service/registry.h"
+#include "service/registry/registry.h"
 #include "service/worker_routes.h"
 
 namespace fs = std::filesystem;

@@ -1,8 +1,8 @@
 // The real launcher (Boost.Process, own process group): exit codes, logs,
 // and terminate() ending the whole tree, including children that put
 // themselves in other process groups the way mpirun's ranks can.
-#include "service/cluster_launcher.h"
-#include "service/launcher_keeper.h"
+#include "service/cluster/launcher.h"
+#include "service/cluster/launcher_keeper.h"
 
 #include <signal.h>
 #include <unistd.h>

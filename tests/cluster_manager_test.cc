@@ -1,7 +1,7 @@
 // ClusterManager driven step by step: a real WorkerRegistry over a fake
 // backend, a FakeClock and a fake launcher, so nothing forks or sleeps.
 // Agents are played by calling the registry's agent_* methods.
-#include "service/cluster_manager.h"
+#include "service/cluster/manager.h"
 #include "service/mpi_rendezvous.h"
 
 #include <sys/wait.h>
@@ -21,8 +21,8 @@
 
 #include "clusterspec/shell.h"
 #include "clusterspec/tf_config.h"
-#include "service/cluster_routes.h"
-#include "service/mpi_output.h"
+#include "service/cluster/routes.h"
+#include "service/cluster/mpi_output.h"
 
 namespace muster::service {
 namespace {

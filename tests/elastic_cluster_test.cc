@@ -13,8 +13,8 @@
 #include <gtest/gtest.h>
 
 #include "clusterspec/tf_config.h"
-#include "service/cluster_manager.h"
-#include "service/rendezvous_routes.h"
+#include "service/cluster/manager.h"
+#include "service/cluster/rendezvous_routes.h"
 
 namespace muster::service {
 namespace {

@@ -9,7 +9,7 @@
 #include <filesystem>
 
 #include "fake_backend.h"
-#include "service/registry.h"
+#include "service/registry/registry.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;

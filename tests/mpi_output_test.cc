@@ -1,7 +1,7 @@
-// service/mpi_output.h: mpirun's --tag-output stream back into whole lines,
+// service/cluster/mpi_output.h: mpirun's --tag-output stream back into whole lines,
 // and its report of the first rank that failed (texts as Open MPI 4.1 writes
 // them).
-#include "service/mpi_output.h"
+#include "service/cluster/mpi_output.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Admission (service/admission.h, registry.h "Admission"): the CPUs and
+// Admission (service/admission.h, service/registry/registry.h "Admission"): the CPUs and
 // memory of a launch counted with the workers already on the host. With
 // overcommit (the default) a launch past the host runs with a warning naming
 // the totals; without it, workers that do not fit wait in `scheduling` with
@@ -10,7 +10,7 @@
 #include "fake_backend.h"
 #include "temp_dir.h"
 #include "service/admission.h"
-#include "service/registry.h"
+#include "service/registry/registry.h"
 
 using muster::api::ErrorCode;
 using muster::api::WorkerStatus;

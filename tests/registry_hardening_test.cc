@@ -16,7 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "fake_backend.h"
-#include "service/registry.h"
+#include "service/registry/registry.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;

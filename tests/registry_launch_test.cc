@@ -12,7 +12,7 @@
 
 #include "fake_backend.h"
 #include "temp_dir.h"
-#include "service/registry.h"
+#include "service/registry/registry.h"
 
 using namespace std::chrono_literals;
 using muster::api::ErrorCode;

@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "fake_backend.h"
-#include "service/registry.h"
+#include "service/registry/registry.h"
 #include "temp_dir.h"
 
 namespace fs = std::filesystem;

@@ -1,7 +1,7 @@
 // WorkerRegistry with a FakeClock and a FakeBackend: the status state
 // machine, await semantics, timeouts, agent calls, clusters' hold/release
 // and restore from the store. Nothing forks or sleeps.
-#include "service/registry.h"
+#include "service/registry/registry.h"
 
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <mutex>
 
-#include "service/registry.h"
+#include "service/registry/registry.h"
 #include "workers/slurm/job_state.h"
 #include "workers/slurm/slurm_backend.h"
 

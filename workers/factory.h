@@ -2,7 +2,7 @@
 // --backend). musterd creates the backend BEFORE its HTTP listener starts,
 // so a backend that must set up networking (a container bridge) has done it
 // by the time workers can call in; the agents' MUSTER_URL is built from
-// backend->master_address() and the listen port (service/registry_launch.cc).
+// backend->master_address() and the listen port (service/registry/launch.cc).
 //
 // Adding a backend (container/, ssh/): one `if (options.name == ...)` case in
 // factory.cc, reading its settings from `options.options`, which musterd

@@ -1,4 +1,4 @@
-#include "service/cluster_launcher.h"
+#include "service/cluster/launcher.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -6,7 +6,7 @@
 #include <set>
 #include <thread>
 
-#include "service/launcher_keeper.h"
+#include "service/cluster/launcher_keeper.h"
 
 namespace muster::service {
 namespace {

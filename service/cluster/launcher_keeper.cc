@@ -1,4 +1,4 @@
-#include "service/launcher_keeper.h"
+#include "service/cluster/launcher_keeper.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -15,7 +15,7 @@
 
 #include "api/base/atomic_file.h"
 #include "api/base/process.h"
-#include "service/mpi_output.h"
+#include "service/cluster/mpi_output.h"
 
 namespace muster::service {
 

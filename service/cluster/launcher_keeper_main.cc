@@ -1,9 +1,9 @@
-// muster-launcher: see service/launcher_keeper.h.
+// muster-launcher: see service/cluster/launcher_keeper.h.
 #include <iostream>
 #include <string>
 #include <vector>
 
-#include "service/launcher_keeper.h"
+#include "service/cluster/launcher_keeper.h"
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv, argv + argc);

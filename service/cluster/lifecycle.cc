@@ -1,5 +1,5 @@
 // ClusterManager, the life of a cluster after create(): the manager
-// thread's pass (step, evaluate: steps a) to d) of cluster_manager.h), the
+// thread's pass (step, evaluate: steps a) to d) of manager.h), the
 // rendezvous, the one way a cluster ends (finish) and what a restarted
 // daemon does with the clusters of the earlier one (restore).
 #include <algorithm>
@@ -8,7 +8,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "service/cluster_manager.h"
+#include "service/cluster/manager.h"
 #include "service/failure_report.h"
 #include "service/worker_routes.h"
 

@@ -1,4 +1,4 @@
-#include "service/cluster_manager.h"
+#include "service/cluster/manager.h"
 
 #include <algorithm>
 
@@ -125,7 +125,7 @@ api::Result<api::Cluster> ClusterManager::create(const api::ClusterRequest& requ
   }
   std::vector<api::ClusterTask> tasks;
   // The one launch call of the cluster side: every batch at once, all or
-  // nothing, and admitted whole (registry.h, "Admission").
+  // nothing, and admitted whole (service/registry/registry.h, "Admission").
   std::vector<LaunchBatch> to_launch;
   for (const auto& b : batches) {
     if (b.existing.empty()) to_launch.push_back(b.batch);

@@ -1,6 +1,6 @@
 // ClusterManager: clusters of workers for one distributed job.
 //
-// Data path: cluster_routes.cc validates a request (api/cluster.h) and calls
+// Data path: routes.cc validates a request (api/cluster.h) and calls
 // create(); the manager asks the mode's Rendezvous (rendezvous.h:
 // PsRendezvous, MpiRendezvous, TorchrunRendezvous) for the launch batches,
 // launches them through the WorkerRegistry (one batch per task type, tagged with the cluster id,
@@ -41,10 +41,10 @@
 // clock and MpiHosts are borrowed; the manager owns the launcher and the
 // rendezvous strategies.
 //
-// Files: cluster_manager.cc (construction, create, the queries, stop),
-// cluster_lifecycle.cc (the thread's pass a) to f), the rendezvous, finish,
-// restore), cluster_restarts.cc (e: restarts and replaced tasks),
-// cluster_retention.cc (remove, retention).
+// Files: manager.cc (construction, create, the queries, stop),
+// lifecycle.cc (the thread's pass a) to f), the rendezvous, finish,
+// restore), restarts.cc (e: restarts and replaced tasks),
+// retention.cc (remove, retention).
 #pragma once
 
 #include <chrono>
@@ -63,11 +63,11 @@
 #include "api/cluster.h"
 #include "api/status.h"
 #include "service/clock.h"
-#include "service/cluster_launcher.h"
-#include "service/cluster_store.h"
+#include "service/cluster/launcher.h"
+#include "service/cluster/store.h"
 #include "service/elastic/world.h"
 #include "service/rendezvous.h"
-#include "service/registry.h"
+#include "service/registry/registry.h"
 #include "service/elastic_rendezvous.h"
 #include "service/validation.h"
 #include "workers/mpi_hosts.h"
@@ -93,7 +93,7 @@ struct ClusterManagerOptions {
   bool start_thread = true;                // false: tests call step() themselves
   // Finished clusters (with their workers and files) are forgotten once
   // older than retain_for, or beyond the newest max_finished
-  // (cluster_retention.cc; musterd --retain-finished, --max-finished-clusters).
+  // (retention.cc; musterd --retain-finished, --max-finished-clusters).
   std::chrono::seconds retain_for{std::chrono::hours(24 * 7)};
   size_t max_finished = 1000;
 };
@@ -187,7 +187,7 @@ class ClusterManager {
   Rendezvous& mode_of(const api::ClusterRequest& request) const;
   // b): the rendezvous of a cluster whose tasks are all ready.
   void rendezvous(const api::Cluster& cluster, const std::vector<api::Worker>& workers);
-  // e) (cluster_restarts.cc): every task again, or task `index` alone.
+  // e) (restarts.cc): every task again, or task `index` alone.
   void restart(const std::string& id, const std::string& reason, std::optional<size_t> failed_task);
   void replace_task(const std::string& id, size_t index, const std::string& reason);
   // f): the mode's pass over a running cluster; true when it ended it.

@@ -1,4 +1,4 @@
-#include "service/mpi_output.h"
+#include "service/cluster/mpi_output.h"
 
 #include <cctype>
 #include <cstring>

@@ -8,7 +8,7 @@
 // stream however it is split and gives back whole lines: a rank's line once,
 // with its tag, when its newline arrives; mpirun's own (untagged) lines as
 // they come. The launcher's log is written through it
-// (cluster_launcher.h, LauncherSpec::tagged_output).
+// (launcher.h, LauncherSpec::tagged_output).
 //
 //   RankLines lines;
 //   std::string out;

@@ -1,4 +1,4 @@
-#include "service/rendezvous_routes.h"
+#include "service/cluster/rendezvous_routes.h"
 
 #include "clusterspec/rendezvous_protocol.h"
 #include "clusterspec/spec_error.h"

@@ -12,7 +12,7 @@
 // World's callbacks; a body the protocol refuses is a 400 naming the field.
 #pragma once
 
-#include "service/cluster_manager.h"
+#include "service/cluster/manager.h"
 #include "service/router.h"
 
 namespace muster::service {

@@ -1,11 +1,11 @@
-// ClusterManager, step e) of cluster_manager.h: restarts under max_restarts
+// ClusterManager, step e) of manager.h: restarts under max_restarts
 // (torchrun's semantics: every task again, the script resuming from its own
 // checkpoint) and tasks replaced alone (a ps worker, with its TF_CONFIG).
 // Both run on the manager's thread; registry and launcher calls happen
 // outside the manager's mutex, and a stop() that arrives meanwhile wins.
 #include <spdlog/spdlog.h>
 
-#include "service/cluster_manager.h"
+#include "service/cluster/manager.h"
 
 namespace muster::service {
 

@@ -1,5 +1,5 @@
 // ClusterManager's bounds on finished clusters: DELETE of one, and
-// retention by age and count (cluster_manager.h). A cluster goes with its
+// retention by age and count (manager.h). A cluster goes with its
 // workers (WorkerRegistry::remove_finished) and its directory, record
 // first, then files, then the row, as the registry does for workers.
 #include <spdlog/spdlog.h>
@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <system_error>
 
-#include "service/cluster_manager.h"
+#include "service/cluster/manager.h"
 
 namespace muster::service {
 

@@ -1,6 +1,6 @@
-#include "service/cluster_routes.h"
+#include "service/cluster/routes.h"
 
-#include "service/rendezvous_routes.h"
+#include "service/cluster/rendezvous_routes.h"
 #include "service/worker_limits.h"
 #include "service/worker_routes.h"
 

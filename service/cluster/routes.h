@@ -1,7 +1,7 @@
 // The /api/v1/clusters routes (see api/openapi.yaml, tag clusters).
 #pragma once
 
-#include "service/cluster_manager.h"
+#include "service/cluster/manager.h"
 #include "service/log_follower.h"
 #include "service/router.h"
 

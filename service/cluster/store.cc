@@ -1,4 +1,4 @@
-#include "service/cluster_store.h"
+#include "service/cluster/store.h"
 
 namespace muster::service {
 

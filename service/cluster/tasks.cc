@@ -1,4 +1,4 @@
-#include "service/cluster_tasks.h"
+#include "service/cluster/tasks.h"
 
 #include "clusterspec/rendezvous_protocol.h"
 #include "service/validation.h"

@@ -10,7 +10,7 @@
 #include "api/cluster.h"
 #include "api/status.h"
 #include "api/worker.h"
-#include "service/registry.h"
+#include "service/registry/registry.h"
 
 namespace muster::service {
 

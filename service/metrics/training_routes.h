@@ -22,9 +22,9 @@
 
 #include <functional>
 
-#include "service/cluster_manager.h"
+#include "service/cluster/manager.h"
 #include "service/metrics/training_series.h"
-#include "service/registry.h"
+#include "service/registry/registry.h"
 #include "service/router.h"
 
 namespace muster::service {

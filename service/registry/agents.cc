@@ -1,7 +1,7 @@
 // WorkerRegistry's agent calls (the daemon's side of api/agent_protocol.h,
 // reached through service/agent_routes.cc, each already authorised for its
 // worker by the agent token).
-#include "service/registry.h"
+#include "service/registry/registry.h"
 
 #include <algorithm>
 #include <cstdio>

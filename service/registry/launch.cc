@@ -9,7 +9,7 @@
 #include "api/agent_protocol.h"
 #include "api/log_capture.h"
 #include "service/auth.h"
-#include "service/registry.h"
+#include "service/registry/registry.h"
 
 namespace muster::service {
 

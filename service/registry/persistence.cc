@@ -1,12 +1,12 @@
 // WorkerRegistry's persistence: changes reach the Store as dirty records
 // (written at once, and again by tick() while the store refuses them), and
 // restore() rebuilds the records of an earlier daemon (the stored form is
-// service/worker_record.h), refusing state that lost workers.
+// service/registry/worker_record.h), refusing state that lost workers.
 #include <spdlog/spdlog.h>
 
 #include <system_error>
 
-#include "service/registry.h"
+#include "service/registry/registry.h"
 
 namespace muster::service {
 

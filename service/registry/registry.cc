@@ -1,7 +1,7 @@
 // WorkerRegistry's records and state machine: transitions (in memory, then
 // written), the effects run after the mutex is released, the queries, and
 // stop. The other parts are listed in registry.h.
-#include "service/registry.h"
+#include "service/registry/registry.h"
 
 #include <spdlog/spdlog.h>
 

@@ -71,11 +71,11 @@
 // work runs before the call returns).
 //
 // The parts, one file each: registry.cc (records, state machine, queries,
-// stop), registry_launch.cc (launch and its backend step),
-// registry_persistence.cc + worker_record.h (the stored record, restore,
-// dirty records), registry_waiters.cc (await, release long-polls),
-// registry_agents.cc (agent calls), registry_tick.cc (timeouts),
-// registry_retention.cc (retention, remove).
+// stop), launch.cc (launch and its backend step),
+// persistence.cc + worker_record.h (the stored record, restore,
+// dirty records), waiters.cc (await, release long-polls),
+// agents.cc (agent calls), tick.cc (timeouts),
+// retention.cc (retention, remove).
 //
 // For clusters (service/cluster_*.cc): launch_together() takes every batch
 // of a cluster (its task types) as one launch; each batch has a cluster_id and
@@ -108,7 +108,7 @@
 #include "service/gpu_inventory.h"
 #include "service/store.h"
 #include "service/worker_python.h"
-#include "service/worker_record.h"
+#include "service/registry/worker_record.h"
 #include "workers/backend.h"
 
 namespace muster::service {
@@ -366,7 +366,7 @@ class WorkerRegistry {
   // Writes every dirty record in one transaction; on failure they stay
   // dirty (the store's health logs it) and tick() tries again.
   void write_dirty_locked();
-  // The launch thread's step for one batch (registry_launch.cc).
+  // The launch thread's step for one batch (launch.cc).
   void start_batch(const std::vector<std::string>& ids, std::vector<workers::LaunchSpec> specs);
   void fail_batch(const std::vector<std::string>& ids, const std::string& reason);
   // Admission: the CPUs and memory held by workers that have not ended and

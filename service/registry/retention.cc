@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <system_error>
 
-#include "service/registry.h"
+#include "service/registry/registry.h"
 
 namespace muster::service {
 

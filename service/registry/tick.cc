@@ -1,7 +1,7 @@
 // WorkerRegistry::tick(): the timeouts (startup, heartbeat, await and
 // wait-release deadlines) and what the backend can see of each worker's
 // process (an agent that died, a scheduler's queue).
-#include "service/registry.h"
+#include "service/registry/registry.h"
 
 namespace muster::service {
 

@@ -2,7 +2,7 @@
 // worker's wait-release, with release() that answers the latter. Neither
 // holds a thread: a waiter is a callback, called once from the thread that
 // settles it (or from tick() at its deadline).
-#include "service/registry.h"
+#include "service/registry/registry.h"
 
 namespace muster::service {
 

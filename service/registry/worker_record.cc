@@ -1,4 +1,4 @@
-#include "service/worker_record.h"
+#include "service/registry/worker_record.h"
 
 namespace muster::service {
 
