@@ -1,7 +1,7 @@
 // Kernels: how a worker's script or code becomes a command line. The one
 // place these rules live: the agent runs a worker's script with them
 // (workers/agent/), the cluster manager runs every MPI rank's command with
-// them (service/mpi_rendezvous.cc), so a script behaves the same as a worker
+// them (service/cluster/mpi_mode.cc), so a script behaves the same as a worker
 // and as a rank. api/openapi.yaml documents them for callers.
 //
 // Rules for a script (after it, the caller's args):

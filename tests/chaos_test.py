@@ -203,7 +203,7 @@ def test_kill9_during_a_running_mpi_cluster(chaos):
     cluster = client.horovodrun(2, "sleeper.py", slots=1, cpu=0.1, memory=0.1, launch=True)
     cid = cluster["id"]
     # The ranks' python processes and the /bin/sh in front of each, which
-    # reports its exit (mpi_rendezvous.h, kRankExitWrapper).
+    # reports its exit (mpi_mode.h, kRankExitWrapper).
     ranks = wait_for(lambda: (lambda p: p if len(p) == 4 else None)(
         processes(MUSTER_CLUSTER_ID=cid, OMPI_COMM_WORLD_RANK=None)), 30, what="2 ranks and their wrappers")
     assert sorted(exe_name(p).startswith("python") for p in ranks) == [False, False, True, True], \

@@ -2,7 +2,7 @@
 // backend, a FakeClock and a fake launcher, so nothing forks or sleeps.
 // Agents are played by calling the registry's agent_* methods.
 #include "service/cluster/manager.h"
-#include "service/mpi_rendezvous.h"
+#include "service/cluster/mpi_mode.h"
 
 #include <sys/wait.h>
 #include <unistd.h>

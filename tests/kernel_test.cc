@@ -14,7 +14,7 @@
 
 #include <gtest/gtest.h>
 
-#include "service/mpi_rendezvous.h"
+#include "service/cluster/mpi_mode.h"
 #include "workers/agent/agent.h"
 
 namespace muster {

@@ -1,5 +1,5 @@
 // MpiHosts: how the cluster side's mpirun reaches the hosts a backend placed
-// an mpi cluster's workers on. The cluster manager (service/mpi_rendezvous.cc)
+// an mpi cluster's workers on. The cluster manager (service/cluster/mpi_mode.cc)
 // is its one caller and says what it needs; backends whose hosts mpirun
 // cannot simply reach with a plain `ssh HOST` implement it beside Backend.
 //

@@ -1,6 +1,6 @@
 // ClusterManager, the life of a cluster after create(): the manager
 // thread's pass (step, evaluate: steps a) to d) of manager.h), the
-// rendezvous, the one way a cluster ends (finish) and what a restarted
+// wiring, the one way a cluster ends (finish) and what a restarted
 // daemon does with the clusters of the earlier one (restore).
 #include <algorithm>
 #include <cstring>
@@ -261,7 +261,7 @@ void ClusterManager::step() {
   for (const auto& id : active) evaluate(id);
 }
 
-Rendezvous& ClusterManager::mode_of(const api::ClusterRequest& request) const {
+ClusterMode& ClusterManager::mode_of(const api::ClusterRequest& request) const {
   switch (request.mode) {
     case api::ClusterMode::kMpi: return *mpi_;
     case api::ClusterMode::kElastic: return *elastic_;
@@ -290,7 +290,7 @@ void ClusterManager::evaluate(const std::string& id) {
     wired = it->second.wired;
     pending_release = it->second.pending_release;
   }
-  Rendezvous& mode = mode_of(c.request);
+  ClusterMode& mode = mode_of(c.request);
 
   std::vector<api::Worker> workers;
   for (const auto& t : c.tasks) {
@@ -344,10 +344,10 @@ void ClusterManager::evaluate(const std::string& id) {
     return finish(id, api::ClusterStatus::kFailed, reason, std::move(failed.rank));
   }
 
-  // a) + b) Starting (again after a restart): the rendezvous once every task is ready.
+  // a) + b) Starting (again after a restart): wired once every task is ready.
   if (!wired) {
     auto pending = std::find_if(workers.begin(), workers.end(), [&](const api::Worker& w) { return !mode.ready(w); });
-    if (pending == workers.end()) return rendezvous(c, workers);
+    if (pending == workers.end()) return wire(c, workers);
     if (clock_.now() >= deadline) {
       finish(id, api::ClusterStatus::kFailed,
              c.task_name(c.tasks[static_cast<size_t>(pending - workers.begin())]) + " did not register within " +
@@ -417,7 +417,7 @@ bool ClusterManager::supervise(const std::string& id, const api::Cluster& c, con
   return true;
 }
 
-void ClusterManager::rendezvous(const api::Cluster& c, const std::vector<api::Worker>& workers) {
+void ClusterManager::wire(const api::Cluster& c, const std::vector<api::Worker>& workers) {
   auto wired = mode_of(c.request).wire(c, workers);
   if (!wired) return finish(c.id, api::ClusterStatus::kFailed, wired.status().message());
   Wiring w = std::move(wired).value();
@@ -430,7 +430,7 @@ void ClusterManager::rendezvous(const api::Cluster& c, const std::vector<api::Wo
     e.cluster.torchrun_argv = w.torchrun_argv;
     e.cluster.hostfile = w.hostfile;
     if (e.ending || api::is_terminal(e.cluster.status)) {
-      // Stopped while the rendezvous ran: end what it started here.
+      // Stopped while it was being wired: end what it started here.
       if (w.launcher) w.launcher->terminate(options_.launcher_grace);
       persist_locked(e);
       mode_of(c.request).ended(e.cluster);

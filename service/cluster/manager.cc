@@ -5,9 +5,9 @@
 #include <spdlog/spdlog.h>
 
 #include "service/auth.h"
-#include "service/mpi_rendezvous.h"
-#include "service/ps_rendezvous.h"
-#include "service/torchrun_rendezvous.h"
+#include "service/cluster/mpi_mode.h"
+#include "service/cluster/ps_mode.h"
+#include "service/cluster/torchrun_mode.h"
 
 namespace muster::service {
 
@@ -20,14 +20,14 @@ ClusterManager::ClusterManager(ClusterManagerOptions options, WorkerRegistry& re
       store_(store),
       clock_(clock),
       launcher_(launcher ? std::move(launcher) : make_process_launcher({})) {
-  ps_ = std::make_unique<PsRendezvous>(PsRendezvousOptions{options_.validation.project_dir, options_.ps_program});
-  mpi_ = std::make_unique<MpiRendezvous>(
-      MpiRendezvousOptions{options_.state_dir, options_.validation.project_dir, options_.mpirun,
+  ps_ = std::make_unique<PsMode>(PsModeOptions{options_.validation.project_dir, options_.ps_program});
+  mpi_ = std::make_unique<MpiMode>(
+      MpiModeOptions{options_.state_dir, options_.validation.project_dir, options_.mpirun,
                            options_.mpirun_extra_args},
       registry_, *launcher_, mpi_hosts);
-  elastic_ = std::make_unique<ElasticRendezvous>(
-      ElasticRendezvousOptions{options_.validation.project_dir, options_.elastic_rejoin_timeout}, registry_, clock_);
-  torchrun_ = std::make_unique<TorchrunRendezvous>(TorchrunRendezvousOptions{options_.validation.project_dir});
+  elastic_ = std::make_unique<ElasticMode>(
+      ElasticModeOptions{options_.validation.project_dir, options_.elastic_rejoin_timeout}, registry_, clock_);
+  torchrun_ = std::make_unique<TorchrunMode>(TorchrunModeOptions{options_.validation.project_dir});
   subscription_ = registry_.subscribe([this](const api::Worker& w) {
     if (!w.cluster_id) return;
     std::lock_guard<std::mutex> lock(wake_mu_);

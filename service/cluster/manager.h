@@ -1,28 +1,28 @@
 // ClusterManager: clusters of workers for one distributed job.
 //
 // Data path: routes.cc validates a request (api/cluster.h) and calls
-// create(); the manager asks the mode's Rendezvous (rendezvous.h:
-// PsRendezvous, MpiRendezvous, TorchrunRendezvous) for the launch batches,
+// create(); the manager asks the request's ClusterMode (mode.h: PsMode,
+// MpiMode, TorchrunMode, ElasticMode) for the launch batches,
 // launches them through the WorkerRegistry (one batch per task type, tagged with the cluster id,
 // all or nothing), then drives each cluster from its own thread, the same
 // for every mode:
 //
-//   a) starting: wait until every task is ready (Rendezvous::ready); the
-//      rendezvous outlasting timeout_seconds fails the cluster naming the
+//   a) starting: wait until every task is ready (ClusterMode::ready); a
+//      wait outlasting timeout_seconds fails the cluster naming the
 //      first task that is not;
-//   b) all ready: Rendezvous::wire() (ps: ClusterSpec and releases; mpi:
+//   b) all ready: ClusterMode::wire() (ps: ClusterSpec and releases; mpi:
 //      hostfile, launch lines, mpirun); the manager records what it
 //      returned, persists the cluster as running, then sends the releases;
-//   c) running: Rendezvous::verdict() decides when the cluster succeeded or
+//   c) running: ClusterMode::verdict() decides when the cluster succeeded or
 //      failed (ps: the chief or every worker succeeded; mpi: mpirun's exit);
 //      the rest is stopped;
 //   d) any task failing, timing out, lost or stopped (unless the mode lets
-//      it end: Rendezvous::may_end) fails the cluster with a reason naming
+//      it end: ClusterMode::may_end) fails the cluster with a reason naming
 //      the task ("worker 1 (id 3fa9c0) failed with exit code 3") and stops
 //      every other task and the launcher. Nobody waits forever.
 //   e) unless restarts are left (max_restarts, torchrun's semantics, ps and
 //      mpi modes): then a failed task the mode can replace alone
-//      (Rendezvous::replaceable: a ps worker) is relaunched under the same
+//      (ClusterMode::replaceable: a ps worker) is relaunched under the same
 //      index and released with its own release once it registers;
 //      otherwise (a task that is not replaceable, or mpirun failing) the
 //      launcher and every task are stopped, every task is launched again
@@ -30,19 +30,19 @@
 //      is a generation of the cluster (api/cluster_history.h).
 //   f) a mode that supervises its running tasks itself (elastic: its world
 //      re-forms, replacements join) does so on every pass
-//      (Rendezvous::supervise); the manager stores what it changed, stops
+//      (ClusterMode::supervise); the manager stores what it changed, stops
 //      what it asks and ends the cluster on its verdict.
 //
 // Threads: create/list/get/stop are called from the HTTP threads; one
 // manager thread runs step() every `tick` and whenever the registry reports a
-// change of a cluster's worker. Registry calls (release, stop), rendezvous
+// change of a cluster's worker. Registry calls (release, stop), mode
 // calls and launcher terminations never happen under the manager's mutex,
 // so registry listeners can never deadlock with it. The registry, store,
 // clock and MpiHosts are borrowed; the manager owns the launcher and the
-// rendezvous strategies.
+// cluster modes.
 //
 // Files: manager.cc (construction, create, the queries, stop),
-// lifecycle.cc (the thread's pass a) to f), the rendezvous, finish,
+// lifecycle.cc (the thread's pass a) to f), the wiring, finish,
 // restore), restarts.cc (e: restarts and replaced tasks),
 // retention.cc (remove, retention).
 #pragma once
@@ -66,9 +66,9 @@
 #include "service/cluster/launcher.h"
 #include "service/cluster/store.h"
 #include "service/elastic/world.h"
-#include "service/rendezvous.h"
+#include "service/cluster/mode.h"
 #include "service/registry/registry.h"
-#include "service/elastic_rendezvous.h"
+#include "service/cluster/elastic_mode.h"
 #include "service/validation.h"
 #include "workers/mpi_hosts.h"
 
@@ -111,7 +111,7 @@ class ClusterManager {
 
   // Loads clusters of an earlier daemon. Those that had not ended are failed
   // ("the daemon restarted ...") and their remaining tasks stopped, unless
-  // their mode takes them back (Rendezvous::resume: a running elastic
+  // their mode takes them back (ClusterMode::resume: a running elastic
   // cluster, whose agents come back to this daemon).
   api::Status restore();
 
@@ -184,9 +184,9 @@ class ClusterManager {
   // seen as ended has nothing left running. A second caller waits for that.
   void finish(const std::string& id, api::ClusterStatus status, const std::string& reason,
               std::optional<api::RankFailure> failed_rank = std::nullopt);
-  Rendezvous& mode_of(const api::ClusterRequest& request) const;
-  // b): the rendezvous of a cluster whose tasks are all ready.
-  void rendezvous(const api::Cluster& cluster, const std::vector<api::Worker>& workers);
+  ClusterMode& mode_of(const api::ClusterRequest& request) const;
+  // b): wires a cluster whose tasks are all ready (ClusterMode::wire).
+  void wire(const api::Cluster& cluster, const std::vector<api::Worker>& workers);
   // e) (restarts.cc): every task again, or task `index` alone.
   void restart(const std::string& id, const std::string& reason, std::optional<size_t> failed_task);
   void replace_task(const std::string& id, size_t index, const std::string& reason);
@@ -203,10 +203,10 @@ class ClusterManager {
   ClusterStore* store_;
   const Clock& clock_;
   std::unique_ptr<Launcher> launcher_;
-  std::unique_ptr<Rendezvous> ps_;
-  std::unique_ptr<Rendezvous> mpi_;
-  std::unique_ptr<ElasticRendezvous> elastic_;
-  std::unique_ptr<Rendezvous> torchrun_;
+  std::unique_ptr<ClusterMode> ps_;
+  std::unique_ptr<ClusterMode> mpi_;
+  std::unique_ptr<ElasticMode> elastic_;
+  std::unique_ptr<ClusterMode> torchrun_;
 
   mutable std::mutex mu_;
   std::condition_variable ended_cv_;  // an `ending` cluster reached its status

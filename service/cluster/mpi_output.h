@@ -17,7 +17,7 @@
 //
 // first_failed_rank() reads mpirun's report of the first rank that failed
 // (it prints one when it aborts a job), and rank_tail() a rank's last lines,
-// so a failed cluster can name the rank and show why (mpi_rendezvous.cc).
+// so a failed cluster can name the rank and show why (mpi_mode.cc).
 #pragma once
 
 #include <map>
@@ -58,7 +58,7 @@ struct RankExit {
 std::optional<RankExit> first_failed_rank(std::string_view log);
 
 // A launched rank's report of its own exit, on its stderr (kRankExitWrapper,
-// mpi_rendezvous.h): "muster: rank R exited with code N" or "muster: rank R
+// mpi_mode.h): "muster: rank R exited with code N" or "muster: rank R
 // was killed by signal S". The first one in `log`, as mpirun's tag names the
 // rank; nullopt when there is none.
 inline constexpr std::string_view kExitReport = "muster: rank ";

@@ -70,8 +70,8 @@ api::Result<std::vector<api::ClusterTask>> ClusterManager::relaunch(const api::C
 //   b) outside it: the launcher ended, every live task stopped (their
 //      processes gone), the mode's batches launched again;
 //   c) under the mutex: the generation that failed is closed with its death,
-//      the next one opened with the new tasks; the cluster goes through the
-//      rendezvous again (not wired). A stop() that came meanwhile wins: the
+//      the next one opened with the new tasks; the cluster waits for its
+//      tasks and is wired again (a) and b)). A stop() that came meanwhile wins: the
 //      new tasks are stopped and the cluster ends as finish() decided.
 void ClusterManager::restart(const std::string& id, const std::string& reason, std::optional<size_t> failed_task) {
   std::unique_ptr<LauncherProcess> launcher;

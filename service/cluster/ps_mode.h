@@ -1,5 +1,5 @@
-// PsRendezvous: the ps mode of clusters (TensorFlow's parameter-server
-// strategy, muster-ps), behind the Rendezvous interface (rendezvous.h).
+// PsMode: the ps mode of clusters (TensorFlow's parameter-server
+// strategy, muster-ps), behind the ClusterMode interface (mode.h).
 //
 //   a) plan: n_ps PS tasks, n_chief chief, n_workers worker and n_evaluator
 //      evaluator tasks (the last three run the worker script), each held and
@@ -23,18 +23,18 @@
 
 #include <filesystem>
 
-#include "service/rendezvous.h"
+#include "service/cluster/mode.h"
 
 namespace muster::service {
 
-struct PsRendezvousOptions {
+struct PsModeOptions {
   std::filesystem::path project_dir;  // canonical: scripts resolve inside it
   std::filesystem::path ps_program;   // muster-ps; PS tasks run it when it exists
 };
 
-class PsRendezvous final : public Rendezvous {
+class PsMode final : public ClusterMode {
  public:
-  explicit PsRendezvous(PsRendezvousOptions options) : options_(std::move(options)) {}
+  explicit PsMode(PsModeOptions options) : options_(std::move(options)) {}
 
   api::Result<std::vector<TaskBatch>> plan(const std::string& cluster_id, const api::ClusterRequest& request) override;
   bool ready(const api::Worker& worker) const override;
@@ -48,7 +48,7 @@ class PsRendezvous final : public Rendezvous {
   bool replaceable(const api::Cluster& cluster, const api::ClusterTask& task) const override;
 
  private:
-  PsRendezvousOptions options_;
+  PsModeOptions options_;
 };
 
 }  // namespace muster::service

@@ -1,6 +1,6 @@
-// TorchrunRendezvous: the torchrun mode of clusters (PyTorch's
+// TorchrunMode: the torchrun mode of clusters (PyTorch's
 // torch.distributed / DistributedDataParallel scripts), behind the
-// Rendezvous interface (rendezvous.h). What torchrun's agent does on each
+// ClusterMode interface (mode.h). What torchrun's agent does on each
 // node, musterd does for the whole cluster:
 //
 //   a) plan: n_workers held tasks (the nodes), each reserving a port and
@@ -32,17 +32,17 @@
 
 #include <filesystem>
 
-#include "service/rendezvous.h"
+#include "service/cluster/mode.h"
 
 namespace muster::service {
 
-struct TorchrunRendezvousOptions {
+struct TorchrunModeOptions {
   std::filesystem::path project_dir;  // canonical: scripts resolve inside it
 };
 
-class TorchrunRendezvous final : public Rendezvous {
+class TorchrunMode final : public ClusterMode {
  public:
-  explicit TorchrunRendezvous(TorchrunRendezvousOptions options) : options_(std::move(options)) {}
+  explicit TorchrunMode(TorchrunModeOptions options) : options_(std::move(options)) {}
 
   api::Result<std::vector<TaskBatch>> plan(const std::string& cluster_id, const api::ClusterRequest& request) override;
   bool ready(const api::Worker& worker) const override;
@@ -53,7 +53,7 @@ class TorchrunRendezvous final : public Rendezvous {
   LogSource log(const api::Cluster& cluster) const override;
 
  private:
-  TorchrunRendezvousOptions options_;
+  TorchrunModeOptions options_;
 };
 
 }  // namespace muster::service

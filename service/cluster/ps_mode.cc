@@ -1,4 +1,4 @@
-#include "service/ps_rendezvous.h"
+#include "service/cluster/ps_mode.h"
 
 #include <algorithm>
 
@@ -14,7 +14,7 @@ namespace muster::service {
 namespace fs = std::filesystem;
 using api::WorkerStatus;
 
-api::Result<std::vector<TaskBatch>> PsRendezvous::plan(const std::string& id, const api::ClusterRequest& request) {
+api::Result<std::vector<TaskBatch>> PsMode::plan(const std::string& id, const api::ClusterRequest& request) {
   std::vector<TaskBatch> batches;
   if (request.n_ps > 0) {
     auto ps = task_launch_request(request, {request.n_ps, request.ps_script, {}, "ps_script", options_.project_dir});
@@ -46,18 +46,18 @@ api::Result<std::vector<TaskBatch>> PsRendezvous::plan(const std::string& id, co
   return batches;
 }
 
-bool PsRendezvous::ready(const api::Worker& w) const {
+bool PsMode::ready(const api::Worker& w) const {
   return w.status == WorkerStatus::kRunning && w.ip_address != "unknown" && !w.ip_address.empty() &&
          w.port.has_value();
 }
 
-bool PsRendezvous::may_end(const api::ClusterTask& /*task*/, const api::Worker& w) const {
+bool PsMode::may_end(const api::ClusterTask& /*task*/, const api::Worker& w) const {
   // A worker task that succeeded is done; a PS task that exits 0 is let be
   // (the workers decide).
   return w.status == WorkerStatus::kSucceeded;
 }
 
-api::Result<Wiring> PsRendezvous::wire(const api::Cluster& c, const std::vector<api::Worker>& workers) {
+api::Result<Wiring> PsMode::wire(const api::Cluster& c, const std::vector<api::Worker>& workers) {
   clusterspec::ClusterSpec spec;
   try {
     // TensorFlow's rule: the evaluator is not part of the cluster.
@@ -91,7 +91,7 @@ api::Result<Wiring> PsRendezvous::wire(const api::Cluster& c, const std::vector<
   return wiring;
 }
 
-std::optional<Verdict> PsRendezvous::verdict(const api::Cluster& c, const std::vector<api::Worker>& workers,
+std::optional<Verdict> PsMode::verdict(const api::Cluster& c, const std::vector<api::Worker>& workers,
                                              std::optional<int> /*launcher_exit: ps mode has none*/) const {
   // Done: with a chief, once the chief succeeded (TensorFlow 2's workers and
   // PS serve until told to stop); without one, once every worker task
@@ -105,7 +105,7 @@ std::optional<Verdict> PsRendezvous::verdict(const api::Cluster& c, const std::v
   return Verdict{api::ClusterStatus::kSucceeded, ""};
 }
 
-LogSource PsRendezvous::log(const api::Cluster& c) const {
+LogSource PsMode::log(const api::Cluster& c) const {
   // TensorFlow's chief: the chief task, else worker 0.
   LogSource source;
   for (const auto& t : c.tasks) {
@@ -117,7 +117,7 @@ LogSource PsRendezvous::log(const api::Cluster& c) const {
   return source;
 }
 
-bool PsRendezvous::replaceable(const api::Cluster& c, const api::ClusterTask& task) const {
+bool PsMode::replaceable(const api::Cluster& c, const api::ClusterTask& task) const {
   return task.type == clusterspec::kWorker && (task.index > 0 || c.request.n_chief > 0);
 }
 

@@ -1,4 +1,4 @@
-#include "service/mpi_rendezvous.h"
+#include "service/cluster/mpi_mode.h"
 
 #include <algorithm>
 #include <fstream>
@@ -101,13 +101,13 @@ std::vector<std::string> rank_command(const fs::path& script_path, const std::ve
   return api::script_command(k);
 }
 
-MpiRendezvous::MpiRendezvous(MpiRendezvousOptions options, WorkerRegistry& registry, Launcher& launcher,
+MpiMode::MpiMode(MpiModeOptions options, WorkerRegistry& registry, Launcher& launcher,
                              workers::MpiHosts* mpi_hosts)
     : options_(std::move(options)), registry_(registry), launcher_(launcher), mpi_hosts_(mpi_hosts) {}
 
-fs::path MpiRendezvous::dir_of(const std::string& id) const { return options_.state_dir / "clusters" / id; }
+fs::path MpiMode::dir_of(const std::string& id) const { return options_.state_dir / "clusters" / id; }
 
-api::Result<std::vector<TaskBatch>> MpiRendezvous::plan(const std::string& id, const api::ClusterRequest& request) {
+api::Result<std::vector<TaskBatch>> MpiMode::plan(const std::string& id, const api::ClusterRequest& request) {
   // The rank command is the worker script itself: it must resolve now.
   if (auto s = resolve_script(options_.project_dir, request.worker_script); !s) {
     return api::invalid_argument(s.status().message(), "worker_script");
@@ -135,15 +135,15 @@ api::Result<std::vector<TaskBatch>> MpiRendezvous::plan(const std::string& id, c
   return batches;
 }
 
-bool MpiRendezvous::ready(const api::Worker& w) const {
+bool MpiMode::ready(const api::Worker& w) const {
   return w.status == WorkerStatus::kRunning && w.ip_address != "unknown" && !w.ip_address.empty();
 }
 
-bool MpiRendezvous::may_end(const api::ClusterTask& /*task*/, const api::Worker& /*worker*/) const {
+bool MpiMode::may_end(const api::ClusterTask& /*task*/, const api::Worker& /*worker*/) const {
   return false;  // every worker hosts ranks: it must stay up
 }
 
-api::Result<Wiring> MpiRendezvous::wire(const api::Cluster& c, const std::vector<api::Worker>& workers) {
+api::Result<Wiring> MpiMode::wire(const api::Cluster& c, const std::vector<api::Worker>& workers) {
   const api::ClusterRequest& r = c.request;
   const std::vector<clusterspec::HostSlots> hosts = hosts_of(workers, r.slots);
   auto script_path = resolve_script(options_.project_dir, r.worker_script);
@@ -224,7 +224,7 @@ api::Result<Wiring> MpiRendezvous::wire(const api::Cluster& c, const std::vector
   return wiring;
 }
 
-api::Result<std::unique_ptr<LauncherProcess>> MpiRendezvous::start_mpirun(const api::Cluster& c,
+api::Result<std::unique_ptr<LauncherProcess>> MpiMode::start_mpirun(const api::Cluster& c,
                                                                           const std::vector<api::Worker>& workers,
                                                                           const std::vector<std::string>& mpirun) {
   LauncherSpec spec;
@@ -266,7 +266,7 @@ api::Result<std::unique_ptr<LauncherProcess>> MpiRendezvous::start_mpirun(const 
   return launcher_.start(spec);
 }
 
-std::optional<Verdict> MpiRendezvous::verdict(const api::Cluster& c, const std::vector<api::Worker>& workers,
+std::optional<Verdict> MpiMode::verdict(const api::Cluster& c, const std::vector<api::Worker>& workers,
                                               std::optional<int> launcher_exit) const {
   if (!launcher_exit) return std::nullopt;  // launch=false: running until stopped
   if (*launcher_exit == 0) return Verdict{api::ClusterStatus::kSucceeded, ""};
@@ -290,7 +290,7 @@ std::optional<Verdict> MpiRendezvous::verdict(const api::Cluster& c, const std::
 // those that reported an exit other than 0 (kRankExitWrapper), with the
 // first one mpirun names ahead of them when it names one the log has no
 // report for; each one's exception and record come from its own lines.
-std::optional<api::RankFailure> MpiRendezvous::failed_rank(const api::Cluster& c,
+std::optional<api::RankFailure> MpiMode::failed_rank(const api::Cluster& c,
                                                            const std::vector<api::Worker>& workers) const {
   constexpr size_t kTailLines = 20;
   constexpr size_t kReportLines = 200;
@@ -333,12 +333,12 @@ std::optional<api::RankFailure> MpiRendezvous::failed_rank(const api::Cluster& c
   return f;
 }
 
-bool MpiRendezvous::resume(api::Cluster& c) {
-  if (c.status != api::ClusterStatus::kRunning) return false;  // still starting: its rendezvous state is gone
+bool MpiMode::resume(api::Cluster& c) {
+  if (c.status != api::ClusterStatus::kRunning) return false;  // still starting: what wire() would have used is gone
   return !c.request.launch || c.launcher_process.has_value();
 }
 
-std::string MpiRendezvous::read_launcher_log(const api::Cluster& c) const {
+std::string MpiMode::read_launcher_log(const api::Cluster& c) const {
   constexpr std::uintmax_t kTailBytes = 1 << 20;
   const fs::path path = dir_of(c.id) / "launcher.log";
   std::ifstream in(path, std::ios::binary);
@@ -349,7 +349,7 @@ std::string MpiRendezvous::read_launcher_log(const api::Cluster& c) const {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-std::pair<std::string, std::string> MpiRendezvous::place_rank(const api::Cluster& c,
+std::pair<std::string, std::string> MpiMode::place_rank(const api::Cluster& c,
                                                               const std::vector<api::Worker>& workers,
                                                               int rank) const {
   int first = 0;  // the first global rank of the host being looked at
@@ -368,7 +368,7 @@ std::pair<std::string, std::string> MpiRendezvous::place_rank(const api::Cluster
   return {"", ""};
 }
 
-std::map<std::string, WorkerRegistry::Ending> MpiRendezvous::endings(const api::Cluster& c,
+std::map<std::string, WorkerRegistry::Ending> MpiMode::endings(const api::Cluster& c,
                                                                      api::ClusterStatus status,
                                                                      const std::vector<api::Worker>& workers) const {
   std::map<std::string, WorkerRegistry::Ending> out;
@@ -388,7 +388,7 @@ std::map<std::string, WorkerRegistry::Ending> MpiRendezvous::endings(const api::
   return out;
 }
 
-LogSource MpiRendezvous::log(const api::Cluster& c) const {
+LogSource MpiMode::log(const api::Cluster& c) const {
   LogSource source;
   if (c.request.launch) source.file = dir_of(c.id) / "launcher.log";
   return source;

@@ -1,4 +1,4 @@
-#include "service/elastic_rendezvous.h"
+#include "service/cluster/elastic_mode.h"
 
 #include <algorithm>
 #include <cmath>
@@ -77,10 +77,10 @@ std::string rank_name(const api::ClusterGeneration* g, const std::string& worker
 
 }  // namespace
 
-ElasticRendezvous::ElasticRendezvous(ElasticRendezvousOptions options, WorkerRegistry& registry, const Clock& clock)
+ElasticMode::ElasticMode(ElasticModeOptions options, WorkerRegistry& registry, const Clock& clock)
     : options_(std::move(options)), registry_(registry), clock_(clock) {}
 
-api::Result<std::vector<TaskBatch>> ElasticRendezvous::plan(const std::string& id, const api::ClusterRequest& request) {
+api::Result<std::vector<TaskBatch>> ElasticMode::plan(const std::string& id, const api::ClusterRequest& request) {
   if (auto s = resolve_script(options_.project_dir, request.worker_script); !s) {
     return api::invalid_argument(s.status().message(), "worker_script");
   }
@@ -92,15 +92,15 @@ api::Result<std::vector<TaskBatch>> ElasticRendezvous::plan(const std::string& i
   return batches;
 }
 
-bool ElasticRendezvous::ready(const api::Worker& w) const {
+bool ElasticMode::ready(const api::Worker& w) const {
   return w.status == WorkerStatus::kRunning && w.ip_address != "unknown" && !w.ip_address.empty();
 }
 
-bool ElasticRendezvous::may_end(const api::ClusterTask& /*task*/, const api::Worker& /*worker*/) const {
+bool ElasticMode::may_end(const api::ClusterTask& /*task*/, const api::Worker& /*worker*/) const {
   return true;  // supervise() decides what every ending means
 }
 
-elastic::WorldOptions ElasticRendezvous::world_options(const api::Cluster& c) const {
+elastic::WorldOptions ElasticMode::world_options(const api::Cluster& c) const {
   elastic::WorldOptions o;
   o.cluster_id = c.id;
   o.min_np = c.request.min_np.value_or(c.request.n_workers);
@@ -109,7 +109,7 @@ elastic::WorldOptions ElasticRendezvous::world_options(const api::Cluster& c) co
   return o;
 }
 
-std::map<std::string, std::string> ElasticRendezvous::rank_env(const api::Cluster& c, const std::string& id) const {
+std::map<std::string, std::string> ElasticMode::rank_env(const api::Cluster& c, const std::string& id) const {
   const auto timeout = start_timeout(c.request);
   std::map<std::string, std::string> env = {
       {proto::kEnvUrl, registry_.agent_url()},
@@ -122,7 +122,7 @@ std::map<std::string, std::string> ElasticRendezvous::rank_env(const api::Cluste
   return env;
 }
 
-api::Result<Wiring> ElasticRendezvous::wire(const api::Cluster& c, const std::vector<api::Worker>& workers) {
+api::Result<Wiring> ElasticMode::wire(const api::Cluster& c, const std::vector<api::Worker>& workers) {
   auto st = std::make_shared<State>();
   st->world = std::make_shared<elastic::World>(world_options(c), clock_);
   Wiring wiring;
@@ -142,12 +142,12 @@ api::Result<Wiring> ElasticRendezvous::wire(const api::Cluster& c, const std::ve
   return wiring;
 }
 
-std::optional<Verdict> ElasticRendezvous::verdict(const api::Cluster&, const std::vector<api::Worker>&,
+std::optional<Verdict> ElasticMode::verdict(const api::Cluster&, const std::vector<api::Worker>&,
                                                   std::optional<int>) const {
   return std::nullopt;  // supervise() decides
 }
 
-LogSource ElasticRendezvous::log(const api::Cluster& c) const {
+LogSource ElasticMode::log(const api::Cluster& c) const {
   LogSource source;
   if (!c.generations.empty() && !c.generations.back().members.empty()) {
     source.worker_id = c.generations.back().members.front();
@@ -157,13 +157,13 @@ LogSource ElasticRendezvous::log(const api::Cluster& c) const {
   return source;
 }
 
-std::shared_ptr<elastic::World> ElasticRendezvous::world(const std::string& cluster_id) const {
+std::shared_ptr<elastic::World> ElasticMode::world(const std::string& cluster_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = clusters_.find(cluster_id);
   return it == clusters_.end() ? nullptr : it->second->world;
 }
 
-void ElasticRendezvous::ended(const api::Cluster& c) {
+void ElasticMode::ended(const api::Cluster& c) {
   std::shared_ptr<State> st;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -178,12 +178,12 @@ void ElasticRendezvous::ended(const api::Cluster& c) {
 
 // ---- Blacklist: Horovod's cooldown, lo * 2^n + U(0, lo), clamped to [lo, hi].
 
-bool ElasticRendezvous::blacklisted(const State& st, const std::string& host, TimePoint now) const {
+bool ElasticMode::blacklisted(const State& st, const std::string& host, TimePoint now) const {
   auto it = st.blacklisted_until.find(host);
   return it != st.blacklisted_until.end() && now < it->second;
 }
 
-void ElasticRendezvous::blacklist(const api::Cluster& c, State& st, const std::string& host, TimePoint now) {
+void ElasticMode::blacklist(const api::Cluster& c, State& st, const std::string& host, TimePoint now) {
   if (blacklisted(st, host, now)) return;
   const int n = ++st.host_blacklistings[host];
   if (!c.request.blacklist_cooldown_range) {
@@ -202,7 +202,7 @@ void ElasticRendezvous::blacklist(const api::Cluster& c, State& st, const std::s
 
 // ---- Replacements.
 
-void ElasticRendezvous::replace(api::Cluster& c, State& st, size_t index, const std::string& replaced,
+void ElasticMode::replace(api::Cluster& c, State& st, size_t index, const std::string& replaced,
                                 Supervision& sup) {
   auto request = task_launch_request(c.request, {1, c.request.worker_script, c.request.args, "worker_script",
                                                  options_.project_dir});
@@ -226,7 +226,7 @@ void ElasticRendezvous::replace(api::Cluster& c, State& st, size_t index, const 
   spdlog::info("cluster {}: worker {} replaces {} (task {})", c.id, by, replaced, index);
 }
 
-void ElasticRendezvous::release(api::Cluster& c, State& st, const std::string& worker_id) {
+void ElasticMode::release(api::Cluster& c, State& st, const std::string& worker_id) {
   st.world->admit(worker_id);
   Release r;
   r.env = rank_env(c, worker_id);
@@ -238,7 +238,7 @@ void ElasticRendezvous::release(api::Cluster& c, State& st, const std::string& w
 
 // ---- The pass.
 
-void ElasticRendezvous::apply_events(api::Cluster& c, State& st, Supervision& sup) {
+void ElasticMode::apply_events(api::Cluster& c, State& st, Supervision& sup) {
   for (const auto& e : st.world->drain_events()) {
     sup.changed = true;
     const std::string at = format_time(to_wall(clock_, e.at));
@@ -316,7 +316,7 @@ void ElasticRendezvous::apply_events(api::Cluster& c, State& st, Supervision& su
 // Once a death of that generation is known (within kDeathWindow of the
 // break), it goes first: "rank 2 (worker ab12) was killed by signal 9; then
 // rank 0 (worker cd34) asked to form a new generation".
-void ElasticRendezvous::explain_breaks(api::Cluster& c, State& st, TimePoint now, Supervision& sup) {
+void ElasticMode::explain_breaks(api::Cluster& c, State& st, TimePoint now, Supervision& sup) {
   constexpr std::chrono::seconds kDeathWindow{30};
   for (auto it = st.asked.begin(); it != st.asked.end();) {
     api::ClusterGeneration* g = nullptr;
@@ -339,7 +339,7 @@ void ElasticRendezvous::explain_breaks(api::Cluster& c, State& st, TimePoint now
   }
 }
 
-Supervision ElasticRendezvous::supervise(api::Cluster& c, const std::vector<api::Worker>& workers) {
+Supervision ElasticMode::supervise(api::Cluster& c, const std::vector<api::Worker>& workers) {
   Supervision sup;
   std::shared_ptr<State> st_ptr;
   {
@@ -491,7 +491,7 @@ Supervision ElasticRendezvous::supervise(api::Cluster& c, const std::vector<api:
   return sup;
 }
 
-void ElasticRendezvous::save(api::Cluster& c, const State& st) const {
+void ElasticMode::save(api::Cluster& c, const State& st) const {
   json blacklist = json::array();
   const TimePoint now = clock_.now();
   for (const auto& [host, until] : st.blacklisted_until) {
@@ -505,7 +505,7 @@ void ElasticRendezvous::save(api::Cluster& c, const State& st) const {
   c.elastic_state = {{"world", st.world->to_record()}, {"blacklist", blacklist}, {"pending", pending}};
 }
 
-bool ElasticRendezvous::resume(api::Cluster& c) {
+bool ElasticMode::resume(api::Cluster& c) {
   if (c.status != api::ClusterStatus::kRunning) return false;  // still starting: its releases were not sent
   auto st = std::make_shared<State>();
   st->world = std::make_shared<elastic::World>(world_options(c), clock_);

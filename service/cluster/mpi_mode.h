@@ -1,5 +1,5 @@
-// MpiRendezvous: the mpi mode of clusters (Horovod / Open MPI), behind the
-// Rendezvous interface (rendezvous.h).
+// MpiMode: the mpi mode of clusters (Horovod / Open MPI), behind the
+// ClusterMode interface (mode.h).
 //
 //   a) plan: n_workers idle workers (they wait to be stopped), or the
 //      request's `workers` (running workers the notebook launched, as
@@ -30,12 +30,12 @@
 #include <vector>
 
 #include "clusterspec/hostfile.h"
-#include "service/rendezvous.h"
+#include "service/cluster/mode.h"
 #include "workers/mpi_hosts.h"
 
 namespace muster::service {
 
-struct MpiRendezvousOptions {
+struct MpiModeOptions {
   std::filesystem::path state_dir;             // cluster files: <state_dir>/clusters/<id>/
   std::filesystem::path project_dir;           // canonical: scripts resolve inside it; mpirun's cwd
   std::string mpirun = "mpirun";               // argv[0] of the launched line
@@ -60,11 +60,11 @@ extern const char* const kRankExitWrapper;
 std::vector<std::string> rank_command(const std::filesystem::path& script_path, const std::vector<std::string>& args,
                                       const std::string& python = "");
 
-class MpiRendezvous final : public Rendezvous {
+class MpiMode final : public ClusterMode {
  public:
   // `mpi_hosts` null: the workers run on the daemon's host (mpirun's
   // defaults reach it). `registry`, `launcher` and `mpi_hosts` are borrowed.
-  MpiRendezvous(MpiRendezvousOptions options, WorkerRegistry& registry, Launcher& launcher,
+  MpiMode(MpiModeOptions options, WorkerRegistry& registry, Launcher& launcher,
                 workers::MpiHosts* mpi_hosts);
 
   api::Result<std::vector<TaskBatch>> plan(const std::string& cluster_id, const api::ClusterRequest& request) override;
@@ -97,7 +97,7 @@ class MpiRendezvous final : public Rendezvous {
                                                              const std::vector<api::Worker>& workers,
                                                              const std::vector<std::string>& mpirun);
 
-  MpiRendezvousOptions options_;
+  MpiModeOptions options_;
   WorkerRegistry& registry_;
   Launcher& launcher_;
   workers::MpiHosts* mpi_hosts_;

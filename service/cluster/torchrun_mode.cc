@@ -1,4 +1,4 @@
-#include "service/torchrun_rendezvous.h"
+#include "service/cluster/torchrun_mode.h"
 
 #include <algorithm>
 
@@ -9,14 +9,14 @@
 #include "clusterspec/spec_error.h"
 #include "clusterspec/torchrun.h"
 #include "service/cluster/tasks.h"
-#include "service/mpi_rendezvous.h"
+#include "service/cluster/mpi_mode.h"
 #include "service/validation.h"
 
 namespace muster::service {
 
 using api::WorkerStatus;
 
-api::Result<std::vector<TaskBatch>> TorchrunRendezvous::plan(const std::string& id,
+api::Result<std::vector<TaskBatch>> TorchrunMode::plan(const std::string& id,
                                                              const api::ClusterRequest& request) {
   auto r = task_launch_request(request, {request.n_workers, request.worker_script, request.args, "worker_script",
                                          options_.project_dir});
@@ -26,16 +26,16 @@ api::Result<std::vector<TaskBatch>> TorchrunRendezvous::plan(const std::string& 
   return batches;
 }
 
-bool TorchrunRendezvous::ready(const api::Worker& w) const {
+bool TorchrunMode::ready(const api::Worker& w) const {
   return w.status == WorkerStatus::kRunning && w.ip_address != "unknown" && !w.ip_address.empty() &&
          w.port.has_value();
 }
 
-bool TorchrunRendezvous::may_end(const api::ClusterTask& /*task*/, const api::Worker& w) const {
+bool TorchrunMode::may_end(const api::ClusterTask& /*task*/, const api::Worker& w) const {
   return w.status == WorkerStatus::kSucceeded;  // this node's processes are done; the others may still run
 }
 
-api::Result<Wiring> TorchrunRendezvous::wire(const api::Cluster& c, const std::vector<api::Worker>& workers) {
+api::Result<Wiring> TorchrunMode::wire(const api::Cluster& c, const std::vector<api::Worker>& workers) {
   const api::ClusterRequest& r = c.request;
   clusterspec::TorchrunWorld world;
   world.nnodes = static_cast<int>(c.tasks.size());
@@ -92,7 +92,7 @@ api::Result<Wiring> TorchrunRendezvous::wire(const api::Cluster& c, const std::v
   return wiring;
 }
 
-std::optional<Verdict> TorchrunRendezvous::verdict(const api::Cluster& /*cluster*/,
+std::optional<Verdict> TorchrunMode::verdict(const api::Cluster& /*cluster*/,
                                                    const std::vector<api::Worker>& workers,
                                                    std::optional<int> /*launcher_exit: no launcher*/) const {
   for (const auto& w : workers) {
@@ -101,7 +101,7 @@ std::optional<Verdict> TorchrunRendezvous::verdict(const api::Cluster& /*cluster
   return Verdict{api::ClusterStatus::kSucceeded, ""};
 }
 
-LogSource TorchrunRendezvous::log(const api::Cluster& c) const {
+LogSource TorchrunMode::log(const api::Cluster& c) const {
   LogSource source;
   if (!c.tasks.empty()) source.worker_id = c.tasks.front().worker_id;
   return source;

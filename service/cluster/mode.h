@@ -1,9 +1,10 @@
-// Rendezvous: what one cluster mode does with its tasks, behind the
+// ClusterMode: what one cluster mode does with its tasks, behind the
 // ClusterManager (which is the same for every mode). One implementation per
-// mode: PsRendezvous (ps_rendezvous.h: ClusterSpec and TF_CONFIG),
-// MpiRendezvous (mpi_rendezvous.h: hostfile, horovodrun/mpirun lines,
-// running mpirun) and TorchrunRendezvous (torchrun_rendezvous.h: torchrun's
-// environment for every rank).
+// mode: PsMode (ps_mode.h: ClusterSpec and TF_CONFIG), MpiMode
+// (mpi_mode.h: hostfile, horovodrun/mpirun lines, running mpirun),
+// TorchrunMode (torchrun_mode.h: torchrun's environment for every rank) and
+// ElasticMode (elastic_mode.h: ranks released into the world rendezvous of
+// service/elastic/world.h, replaced as they die).
 //
 // Contract
 // - plan() turns a validated request into the launch batches, in task order
@@ -11,7 +12,8 @@
 //   resolved here, so a bad one launches nothing. Errors name the field. A
 //   batch may name running workers instead (TaskBatch::existing): they are
 //   the cluster's tasks but not its own, so it never stops them.
-// - ready(w): the task counts as registered for the rendezvous.
+// - ready(w): the task counts as registered (the manager waits for every
+//   task to be ready before wire()).
 // - may_end(task, w): a task that reached a terminal status without ending
 //   the cluster (ps: a worker task that succeeded). Any other ending fails
 //   the cluster, naming the task.
@@ -100,9 +102,9 @@ struct LogSource {
   std::string worker_id;
 };
 
-class Rendezvous {
+class ClusterMode {
  public:
-  virtual ~Rendezvous() = default;
+  virtual ~ClusterMode() = default;
   virtual api::Result<std::vector<TaskBatch>> plan(const std::string& cluster_id,
                                                    const api::ClusterRequest& request) = 0;
   virtual bool ready(const api::Worker& worker) const = 0;

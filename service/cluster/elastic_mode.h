@@ -1,5 +1,5 @@
-// ElasticRendezvous: the elastic mode of clusters, behind the Rendezvous
-// interface (rendezvous.h). musterd launches every rank itself, one worker
+// ElasticMode: the elastic mode of clusters, behind the ClusterMode
+// interface (mode.h). musterd launches every rank itself, one worker
 // each; the ranks form their world through musterd's rendezvous
 // (service/elastic/world.h, protocol clusterspec/rendezvous_protocol.h), and
 // the world outlives any one of them.
@@ -49,21 +49,21 @@
 
 #include "service/clock.h"
 #include "service/elastic/world.h"
-#include "service/rendezvous.h"
+#include "service/cluster/mode.h"
 
 namespace muster::service {
 
-struct ElasticRendezvousOptions {
+struct ElasticModeOptions {
   std::filesystem::path project_dir;  // canonical: scripts resolve inside it
   // A member of a broken generation that has not rejoined by then is left out.
   std::chrono::milliseconds rejoin_timeout{30'000};
   int failures_to_blacklist = 2;      // failures of the cluster's workers on one host
 };
 
-class ElasticRendezvous final : public Rendezvous {
+class ElasticMode final : public ClusterMode {
  public:
   // `registry` and `clock` are borrowed and outlive this.
-  ElasticRendezvous(ElasticRendezvousOptions options, WorkerRegistry& registry, const Clock& clock);
+  ElasticMode(ElasticModeOptions options, WorkerRegistry& registry, const Clock& clock);
 
   api::Result<std::vector<TaskBatch>> plan(const std::string& cluster_id, const api::ClusterRequest& request) override;
   bool ready(const api::Worker& worker) const override;
@@ -111,7 +111,7 @@ class ElasticRendezvous final : public Rendezvous {
   void explain_breaks(api::Cluster& c, State& st, TimePoint now, Supervision& sup);
   void save(api::Cluster& c, const State& st) const;
 
-  ElasticRendezvousOptions options_;
+  ElasticModeOptions options_;
   WorkerRegistry& registry_;
   const Clock& clock_;
   std::mt19937 rng_{std::random_device{}()};
