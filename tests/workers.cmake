@@ -1,6 +1,7 @@
 # workers/: the agent's pure parts (unit), the local backend with
 # real processes and a real agent's hold/release round trip (integration).
 muster_gtest(agent_test SOURCES agent_test.cc DEPS muster_agent_lib LABEL unit TIMEOUT 60)
+muster_gtest(agent_limits_test SOURCES agent_limits_test.cc DEPS muster_agent_lib LABEL unit TIMEOUT 60)
 # The agent protocol (api/agent_protocol.h) both sides use.
 muster_gtest(agent_protocol_test SOURCES agent_protocol_test.cc DEPS muster_api LABEL unit TIMEOUT 60)
 muster_gtest(local_backend_test SOURCES local_backend_test.cc DEPS muster_workers_local LABEL integration TIMEOUT 120)

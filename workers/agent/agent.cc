@@ -418,7 +418,7 @@ int run_agent(const AgentOptions& o) {
   // must not keep a stopped agent alive.
   if (!stopped_by_daemon) {
     exit_reporting = true;
-    const bool out_of_memory = exit_code != 0 && limits.cgroup.out_of_memory();
+    const bool out_of_memory = exit_code != 0 && limits.out_of_memory();
     if (out_of_memory) log_line("the kernel's OOM killer ended a process of this worker (memory limit reached)");
     const auto body = api::to_json(api::AgentExit{exit_code, out_of_memory});
     auto r = g_signal ? client.post("exit", body, 2s) : client.post_retrying("exit", body, 60s);
