@@ -180,4 +180,8 @@ Status check_script_path(const std::string& script, const std::string& field) {
   return Status::ok();
 }
 
+bool has_address(const Worker& w) { return !w.ip_address.empty() && w.ip_address != kUnknownAddress; }
+
+bool is_reachable(const Worker& w) { return w.status == WorkerStatus::kRunning && has_address(w); }
+
 }  // namespace muster::api

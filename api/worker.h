@@ -43,11 +43,14 @@ std::optional<WorkerStatus> parse_worker_status(std::string_view name);
 bool is_terminal(WorkerStatus status);
 bool can_transition(WorkerStatus from, WorkerStatus to);
 
+// What ip_address says until the worker's agent registered its address.
+inline constexpr char kUnknownAddress[] = "unknown";
+
 // The worker object of the REST API (see api/openapi.yaml, schema Worker).
 struct Worker {
   std::string id;
   WorkerStatus status = WorkerStatus::kScheduling;
-  std::string ip_address = "unknown";
+  std::string ip_address = kUnknownAddress;
   std::optional<int> port;  // the port the agent reserved (clusters), else null
   double cpu = 1.0;
   double memory = 1.0;  // GiB
@@ -69,6 +72,14 @@ struct Worker {
   // cgroup v1" (or v2, or "by the pod") or "not enforced: <why>".
   std::map<std::string, std::string> limits{};
 };
+
+// Whether the worker's agent registered its address (ip_address is no longer
+// kUnknownAddress).
+bool has_address(const Worker& w);
+// Running with a registered address, so its peers can reach it: what the
+// registry's awaits settle on and what a cluster mode's task needs to be
+// ready (service/cluster/mode.h).
+bool is_reachable(const Worker& w);
 
 // The worker as JSON. `duration` (seconds, cdsw's field) is derived here:
 // running -> now - running_at; terminal after running -> finished_at -

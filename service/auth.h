@@ -24,9 +24,6 @@
 
 namespace muster::service {
 
-// 2*n_bytes hex characters from the OS random source.
-std::string random_hex(size_t n_bytes);
-
 // Reads <state_dir>/token, or creates it (0600) when absent.
 api::Result<std::string> load_or_create_token(const std::filesystem::path& state_dir);
 

@@ -49,9 +49,6 @@ api::Result<api::LaunchRequest> parse_launch_request(const nlohmann::json& body,
 api::Result<api::AwaitRequest> parse_await_request(const nlohmann::json& body);
 api::Result<api::StopRequest> parse_stop_request(const nlohmann::json& body);
 
-// The form of a script path alone: api::check_script_path (api/worker.h).
-
-// The canonical path of `script` inside `project_dir`, or why not.
-api::Result<std::filesystem::path> resolve_script(const std::filesystem::path& project_dir, const std::string& script);
+// The script inside the project directory: resolve_script (script_path.h).
 
 }  // namespace muster::service

@@ -22,17 +22,4 @@ void register_worker_routes(Router& router, WorkerRegistry& registry, Validation
 // one JSON document of every record.
 inline constexpr size_t kMaxPageSize = 1000;
 
-// The last `lines` lines of a file (0: all of it, at most the last 1 MiB).
-std::string tail_file(const std::filesystem::path& path, size_t lines);
-
-// Both logs routes, by the rules of log_reader.h: the last `tail` lines
-// (default 1000) with a marker line when earlier output is left out;
-// from_start=true the whole current file (streamed); follow=true a stream
-// from there (or from ?offset=N) until `finished()` (see LogFollower).
-// Headers: X-Log-Offset (the absolute offset of the first log byte),
-// X-Log-Marker-Bytes (the marker's length at the start of the body). The
-// query is checked (400) before `path` is asked for (404).
-void serve_log(const Request& req, const Reply& reply, LogFollower* follower,
-               const std::function<api::Result<std::filesystem::path>()>& path, std::function<bool()> finished);
-
 }  // namespace muster::service

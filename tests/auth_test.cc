@@ -1,6 +1,7 @@
 // Tokens: the daemon token file (0600, stable across restarts) and which
 // token may call which kind of route.
 #include "service/auth.h"
+#include "service/random_hex.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

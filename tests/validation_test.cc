@@ -1,6 +1,7 @@
 // Request validation: a table of bad inputs (each must name its field and
 // never be accepted), the good cases, and script resolution inside the
 // project directory (absolute, .., symlinks out, directories).
+#include "service/script_path.h"
 #include "service/validation.h"
 
 #include <limits>

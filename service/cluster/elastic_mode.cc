@@ -8,7 +8,7 @@
 #include "clusterspec/cluster_spec.h"
 #include "clusterspec/rendezvous_protocol.h"
 #include "service/cluster/tasks.h"
-#include "service/validation.h"
+#include "service/script_path.h"
 
 namespace muster::service {
 
@@ -90,10 +90,6 @@ api::Result<std::vector<TaskBatch>> ElasticMode::plan(const std::string& id, con
   std::vector<TaskBatch> batches;
   batches.push_back({clusterspec::kWorker, task_batch(id, std::move(ranks).value(), true, false)});
   return batches;
-}
-
-bool ElasticMode::ready(const api::Worker& w) const {
-  return w.status == WorkerStatus::kRunning && w.ip_address != "unknown" && !w.ip_address.empty();
 }
 
 bool ElasticMode::may_end(const api::ClusterTask& /*task*/, const api::Worker& /*worker*/) const {
@@ -396,7 +392,7 @@ Supervision ElasticMode::supervise(api::Cluster& c, const std::vector<api::Worke
     api::ClusterGeneration* g = generation_of(c, w.id);
     if (g) g->deaths.push_back({w.id, rank_name(g, w.id, i), reason, w.finished_at.value_or(format_time(to_wall(clock_, now)))});
     spdlog::warn("cluster {}: {} (worker {}) {}", c.id, rank_name(g, w.id, i), w.id, reason);
-    const std::string host = w.ip_address.empty() || w.ip_address == "unknown" ? "(unregistered)" : w.ip_address;
+    const std::string host = api::has_address(w) ? w.ip_address : "(unregistered)";
     if (++st.host_failures[host] >= options_.failures_to_blacklist) blacklist(c, st, host, now);
     if (st.finishing) continue;  // the job is done: no replacement
     if (blacklisted(st, host, now)) {

@@ -66,7 +66,6 @@ class ElasticMode final : public ClusterMode {
   ElasticMode(ElasticModeOptions options, WorkerRegistry& registry, const Clock& clock);
 
   api::Result<std::vector<TaskBatch>> plan(const std::string& cluster_id, const api::ClusterRequest& request) override;
-  bool ready(const api::Worker& worker) const override;
   bool may_end(const api::ClusterTask& task, const api::Worker& worker) const override;
   api::Result<Wiring> wire(const api::Cluster& cluster, const std::vector<api::Worker>& workers) override;
   std::optional<Verdict> verdict(const api::Cluster& cluster, const std::vector<api::Worker>& workers,

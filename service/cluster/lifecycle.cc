@@ -10,7 +10,7 @@
 
 #include "service/cluster/manager.h"
 #include "service/failure_report.h"
-#include "service/worker_routes.h"
+#include "service/log_route.h"
 
 namespace muster::service {
 

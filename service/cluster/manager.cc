@@ -4,7 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "service/auth.h"
+#include "service/random_hex.h"
 #include "service/cluster/mpi_mode.h"
 #include "service/cluster/ps_mode.h"
 #include "service/cluster/torchrun_mode.h"

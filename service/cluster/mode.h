@@ -13,7 +13,8 @@
 //   batch may name running workers instead (TaskBatch::existing): they are
 //   the cluster's tasks but not its own, so it never stops them.
 // - ready(w): the task counts as registered (the manager waits for every
-//   task to be ready before wire()).
+//   task to be ready before wire()). Default: api::is_reachable(w) (running,
+//   its address registered); a mode that reserves ports wants the port too.
 // - may_end(task, w): a task that reached a terminal status without ending
 //   the cluster (ps: a worker task that succeeded). Any other ending fails
 //   the cluster, naming the task.
@@ -107,7 +108,7 @@ class ClusterMode {
   virtual ~ClusterMode() = default;
   virtual api::Result<std::vector<TaskBatch>> plan(const std::string& cluster_id,
                                                    const api::ClusterRequest& request) = 0;
-  virtual bool ready(const api::Worker& worker) const = 0;
+  virtual bool ready(const api::Worker& worker) const { return api::is_reachable(worker); }
   virtual bool may_end(const api::ClusterTask& task, const api::Worker& worker) const = 0;
   virtual api::Result<Wiring> wire(const api::Cluster& cluster, const std::vector<api::Worker>& workers) = 0;
   virtual std::optional<Verdict> verdict(const api::Cluster& cluster, const std::vector<api::Worker>& workers,

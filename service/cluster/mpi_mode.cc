@@ -15,7 +15,7 @@
 #include "service/cluster/tasks.h"
 #include "service/failure_report.h"
 #include "service/cluster/mpi_output.h"
-#include "service/validation.h"
+#include "service/script_path.h"
 
 namespace muster::service {
 
@@ -133,10 +133,6 @@ api::Result<std::vector<TaskBatch>> MpiMode::plan(const std::string& id, const a
   if (!idle) return idle.status();
   batches.push_back({clusterspec::kWorker, task_batch(id, std::move(idle).value(), false, false)});
   return batches;
-}
-
-bool MpiMode::ready(const api::Worker& w) const {
-  return w.status == WorkerStatus::kRunning && w.ip_address != "unknown" && !w.ip_address.empty();
 }
 
 bool MpiMode::may_end(const api::ClusterTask& /*task*/, const api::Worker& /*worker*/) const {

@@ -6,7 +6,7 @@
 #include "clusterspec/names.h"
 #include "clusterspec/spec_error.h"
 #include "clusterspec/tf_config.h"
-#include "service/auth.h"
+#include "service/random_hex.h"
 #include "service/cluster/tasks.h"
 
 namespace muster::service {
@@ -44,11 +44,6 @@ api::Result<std::vector<TaskBatch>> PsMode::plan(const std::string& id, const ap
     batches.push_back({type, task_batch(id, std::move(r).value(), true, true)});
   }
   return batches;
-}
-
-bool PsMode::ready(const api::Worker& w) const {
-  return w.status == WorkerStatus::kRunning && w.ip_address != "unknown" && !w.ip_address.empty() &&
-         w.port.has_value();
 }
 
 bool PsMode::may_end(const api::ClusterTask& /*task*/, const api::Worker& w) const {

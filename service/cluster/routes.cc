@@ -2,7 +2,7 @@
 
 #include "service/cluster/rendezvous_routes.h"
 #include "service/worker_limits.h"
-#include "service/worker_routes.h"
+#include "service/log_route.h"
 
 namespace muster::service {
 

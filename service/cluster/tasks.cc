@@ -1,7 +1,7 @@
 #include "service/cluster/tasks.h"
 
 #include "clusterspec/rendezvous_protocol.h"
-#include "service/validation.h"
+#include "service/script_path.h"
 
 namespace muster::service {
 

@@ -27,7 +27,7 @@ struct TaskLaunchOptions {
 
 // `n` tasks with the request's cpu, memory, GPUs and env, the python3
 // kernel, and the script resolved inside the project directory exactly as
-// for POST /workers (resolve_script): invalid_argument naming `field`.
+// for POST /workers (resolve_script, service/script_path.h): invalid_argument naming `field`.
 api::Result<api::LaunchRequest> task_launch_request(const api::ClusterRequest& request,
                                                     const TaskLaunchOptions& options);
 

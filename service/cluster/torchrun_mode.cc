@@ -10,7 +10,7 @@
 #include "clusterspec/torchrun.h"
 #include "service/cluster/tasks.h"
 #include "service/cluster/mpi_mode.h"
-#include "service/validation.h"
+#include "service/script_path.h"
 
 namespace muster::service {
 
@@ -24,11 +24,6 @@ api::Result<std::vector<TaskBatch>> TorchrunMode::plan(const std::string& id,
   std::vector<TaskBatch> batches;
   batches.push_back({clusterspec::kWorker, task_batch(id, std::move(r).value(), true, true)});
   return batches;
-}
-
-bool TorchrunMode::ready(const api::Worker& w) const {
-  return w.status == WorkerStatus::kRunning && w.ip_address != "unknown" && !w.ip_address.empty() &&
-         w.port.has_value();
 }
 
 bool TorchrunMode::may_end(const api::ClusterTask& /*task*/, const api::Worker& w) const {

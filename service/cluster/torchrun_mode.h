@@ -45,7 +45,8 @@ class TorchrunMode final : public ClusterMode {
   explicit TorchrunMode(TorchrunModeOptions options) : options_(std::move(options)) {}
 
   api::Result<std::vector<TaskBatch>> plan(const std::string& cluster_id, const api::ClusterRequest& request) override;
-  bool ready(const api::Worker& worker) const override;
+  // Reachable, and its reserved port registered with it.
+  bool ready(const api::Worker& worker) const override { return api::is_reachable(worker) && worker.port.has_value(); }
   bool may_end(const api::ClusterTask& task, const api::Worker& worker) const override;
   api::Result<Wiring> wire(const api::Cluster& cluster, const std::vector<api::Worker>& workers) override;
   std::optional<Verdict> verdict(const api::Cluster& cluster, const std::vector<api::Worker>& workers,

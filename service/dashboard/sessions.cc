@@ -1,6 +1,6 @@
 #include "service/dashboard/sessions.h"
 
-#include "service/auth.h"
+#include "service/random_hex.h"
 
 namespace muster::service {
 

@@ -8,7 +8,7 @@
 
 #include "api/agent_protocol.h"
 #include "api/log_capture.h"
-#include "service/auth.h"
+#include "service/random_hex.h"
 #include "service/registry/registry.h"
 
 namespace muster::service {

@@ -49,7 +49,7 @@ void WorkerRegistry::settle_waiters(Effects& fx, bool at_tick) {
     const api::Worker& worker = r.worker;
     if (api::is_terminal(worker.status)) return true;
     if (w.request.wait_for_completion) return false;
-    return worker.status == WorkerStatus::kRunning && worker.ip_address != "unknown" &&
+    return api::is_reachable(worker) &&
            (r.hold || now - r.running_since >= options_.await_settle);
   };
   for (auto it = waiters_.begin(); it != waiters_.end();) {
@@ -81,12 +81,12 @@ void WorkerRegistry::settle_waiters(Effects& fx, bool at_tick) {
         continue;
       }
       const api::Worker& worker = rec->second.worker;
-      const bool up = worker.status == WorkerStatus::kRunning && worker.ip_address != "unknown";
+      const bool up = api::is_reachable(worker);
       const bool settled = rec->second.hold || expired || now - rec->second.running_since >= options_.await_settle;
       // A script that ran and succeeded while awaited (within the settle
       // time) was running; one that had ended before the await is not.
       const bool ran_fine = !w.ended_before.count(id) && worker.status == WorkerStatus::kSucceeded &&
-                            worker.ip_address != "unknown";
+                            api::has_address(worker);
       const bool ok = w.request.wait_for_completion ? worker.status == WorkerStatus::kSucceeded
                                                     : (up && settled) || ran_fine;
       if (ok) {
@@ -97,7 +97,7 @@ void WorkerRegistry::settle_waiters(Effects& fx, bool at_tick) {
         // Left as it is (not stopped, its status kept): the await ran out, the worker did not fail.
         api::Worker late = worker;
         late.reason = std::string("timed out (still ") + api::worker_status_name(worker.status) +
-                      (worker.status == WorkerStatus::kRunning && worker.ip_address == "unknown"
+                      (worker.status == WorkerStatus::kRunning && !api::has_address(worker)
                            ? ", without an IP address yet"
                            : "") +
                       (worker.reason.empty() ? "" : ": " + worker.reason) + ")";
