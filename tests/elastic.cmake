@@ -2,6 +2,9 @@
 # stale joiners, deaths during the rendezvous) as unit tests with a
 # FakeClock.
 muster_gtest(elastic_world_test SOURCES elastic_world_test.cc DEPS muster_elastic LABEL unit TIMEOUT 60)
+# The elastic clusters' host blacklist (service/elastic/host_blacklist.h):
+# counts, threshold, Horovod's cooldown with a chosen draw.
+muster_gtest(host_blacklist_test SOURCES host_blacklist_test.cc DEPS muster_elastic LABEL unit TIMEOUT 60)
 # The protocol's bodies (clusterspec/rendezvous_protocol.h) round-trip and
 # refuse what they must; base64 both ways.
 muster_gtest(rendezvous_protocol_test SOURCES rendezvous_protocol_test.cc DEPS muster_clusterspec muster_base

@@ -1,7 +1,6 @@
 #include "service/cluster/elastic_mode.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include <spdlog/spdlog.h>
 
@@ -18,10 +17,6 @@ using api::WorkerStatus;
 using nlohmann::json;
 
 namespace {
-
-double seconds_between(TimePoint from, TimePoint to) {
-  return std::chrono::duration<double>(to - from).count();
-}
 
 std::string seconds_text(double s) {
   std::string text = std::to_string(s);
@@ -119,8 +114,7 @@ std::map<std::string, std::string> ElasticMode::rank_env(const api::Cluster& c, 
 }
 
 api::Result<Wiring> ElasticMode::wire(const api::Cluster& c, const std::vector<api::Worker>& workers) {
-  auto st = std::make_shared<State>();
-  st->world = std::make_shared<elastic::World>(world_options(c), clock_);
+  auto st = new_state(c);
   Wiring wiring;
   for (const auto& w : workers) {
     st->world->admit(w.id);
@@ -172,28 +166,14 @@ void ElasticMode::ended(const api::Cluster& c) {
                    (c.reason.empty() ? "" : ": " + c.reason));
 }
 
-// ---- Blacklist: Horovod's cooldown, lo * 2^n + U(0, lo), clamped to [lo, hi].
-
-bool ElasticMode::blacklisted(const State& st, const std::string& host, TimePoint now) const {
-  auto it = st.blacklisted_until.find(host);
-  return it != st.blacklisted_until.end() && now < it->second;
-}
-
-void ElasticMode::blacklist(const api::Cluster& c, State& st, const std::string& host, TimePoint now) {
-  if (blacklisted(st, host, now)) return;
-  const int n = ++st.host_blacklistings[host];
-  if (!c.request.blacklist_cooldown_range) {
-    st.blacklisted_until[host] = TimePoint::max();
-  } else {
-    const auto [lo, hi] = *c.request.blacklist_cooldown_range;
-    std::uniform_real_distribution<double> jitter(0.0, 1.0);
-    const double delay = std::clamp(lo * std::pow(2.0, n) + jitter(rng_) * lo, double(lo), double(hi));
-    st.blacklisted_until[host] =
-        now + std::chrono::duration_cast<TimePoint::duration>(std::chrono::duration<double>(delay));
-  }
-  st.host_failures[host] = 0;
-  spdlog::warn("cluster {}: host {} blacklisted ({} failures){}", c.id, host, options_.failures_to_blacklist,
-               c.request.blacklist_cooldown_range ? "" : " for the cluster's life");
+std::shared_ptr<ElasticMode::State> ElasticMode::new_state(const api::Cluster& c) {
+  auto st = std::make_shared<State>();
+  st->world = std::make_shared<elastic::World>(world_options(c), clock_);
+  // Horovod's cooldown draw, U(0, 1), from the mode's generator.
+  st->blacklist = std::make_unique<elastic::HostBlacklist>(
+      elastic::HostBlacklistOptions{options_.failures_to_blacklist, c.request.blacklist_cooldown_range},
+      [this] { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); });
+  return st;
 }
 
 // ---- Replacements.
@@ -232,108 +212,7 @@ void ElasticMode::release(api::Cluster& c, State& st, const std::string& worker_
   }
 }
 
-// ---- The pass.
-
-void ElasticMode::apply_events(api::Cluster& c, State& st, Supervision& sup) {
-  for (const auto& e : st.world->drain_events()) {
-    sup.changed = true;
-    const std::string at = format_time(to_wall(clock_, e.at));
-    switch (e.kind) {
-      case elastic::WorldEvent::Kind::kFormed: {
-        if (e.generation == 1 && !c.generations.empty() && c.generations.back().generation == 1) {
-          c.generations.back().members = e.members;
-          c.generations.back().started_at = at;
-          break;
-        }
-        api::ClusterGeneration g;
-        g.generation = e.generation;
-        g.cause = e.generation == 1 ? "start" : "reset";
-        g.started_at = at;
-        g.members = e.members;
-        if (auto it = st.broke_at.find(e.generation - 1); it != st.broke_at.end()) {
-          g.recovery_seconds = seconds_between(it->second, e.at);
-        }
-        if (!c.generations.empty() && !c.generations.back().ended_at) c.generations.back().ended_at = at;
-        c.generations.push_back(std::move(g));
-        if (e.generation > 1) ++c.resets;
-        spdlog::info("cluster {}: generation {} formed with {} ranks", c.id, e.generation, e.members.size());
-        break;
-      }
-      case elastic::WorldEvent::Kind::kBroken: {
-        st.broke_at[e.generation] = e.at;
-        if (c.generations.empty() || c.generations.back().generation < e.generation) {
-          // It formed under the earlier daemon, which died before saving it
-          // (World::join, a lagged record): its members are not known.
-          api::ClusterGeneration g;
-          g.generation = e.generation;
-          g.cause = "reset";
-          g.started_at = !c.generations.empty() && c.generations.back().ended_at ? *c.generations.back().ended_at : at;
-          if (!c.generations.empty() && !c.generations.back().ended_at) c.generations.back().ended_at = at;
-          c.generations.push_back(std::move(g));
-          if (e.generation > 1) ++c.resets;
-        }
-        for (auto& g : c.generations) {
-          if (g.generation != e.generation) continue;
-          g.ended_at = at;
-          g.end_reason = e.reason;
-        }
-        if (e.requested && e.joining.empty()) st.asked[e.generation] = e.reason;
-        spdlog::info("cluster {}: generation {} broke: {}", c.id, e.generation, e.reason);
-        if (c.request.reset_limit && c.resets >= *c.request.reset_limit && !sup.verdict) {
-          sup.verdict = Verdict{api::ClusterStatus::kFailed,
-                                "generation " + std::to_string(e.generation) + " broke (" + e.reason +
-                                    ") and the world may not re-form again: reset_limit " +
-                                    std::to_string(*c.request.reset_limit) + " reached; deaths: " +
-                                    api::deaths_text(c.generations)};
-        }
-        break;
-      }
-      case elastic::WorldEvent::Kind::kExcluded:
-        st.left_out[e.worker_id] = e.reason;
-        sup.stop.push_back(e.worker_id);
-        spdlog::warn("cluster {}: {}; stopping it", c.id, e.reason);
-        break;
-      case elastic::WorldEvent::Kind::kReported:
-        for (auto& g : c.generations) {
-          if (g.generation != e.generation || g.batches_redone) continue;
-          g.batches_redone = e.batches_redone;
-          if (auto it = st.broke_at.find(e.generation - 1); it != st.broke_at.end()) {
-            g.resume_seconds = seconds_between(it->second, e.at);
-          }
-        }
-        break;
-    }
-  }
-}
-
-// A member that saw a peer fail often asks for a new generation before the
-// manager learns of the death (the dead rank's agent reports a moment
-// later): the generation then ended "rank 0 asked to form a new generation".
-// Once a death of that generation is known (within kDeathWindow of the
-// break), it goes first: "rank 2 (worker ab12) was killed by signal 9; then
-// rank 0 (worker cd34) asked to form a new generation".
-void ElasticMode::explain_breaks(api::Cluster& c, State& st, TimePoint now, Supervision& sup) {
-  constexpr std::chrono::seconds kDeathWindow{30};
-  for (auto it = st.asked.begin(); it != st.asked.end();) {
-    api::ClusterGeneration* g = nullptr;
-    for (auto& x : c.generations) {
-      if (x.generation == it->first) g = &x;
-    }
-    auto broke = st.broke_at.find(it->first);
-    const bool stale = broke == st.broke_at.end() || now - broke->second > kDeathWindow;
-    if (!g || g->end_reason != it->second || stale) {
-      it = st.asked.erase(it);
-      continue;
-    }
-    if (g->deaths.empty()) {
-      ++it;
-      continue;
-    }
-    g->end_reason = api::describe(g->deaths.front()) + "; then " + it->second;
-    sup.changed = true;
-    it = st.asked.erase(it);
-  }
-}
+// ---- The pass (the World's events: elastic_events.cc).
 
 Supervision ElasticMode::supervise(api::Cluster& c, const std::vector<api::Worker>& workers) {
   Supervision sup;
@@ -364,7 +243,7 @@ Supervision ElasticMode::supervise(api::Cluster& c, const std::vector<api::Worke
     auto p = st.pending.find(w.id);
     if (p == st.pending.end() || api::is_terminal(w.status) || !ready(w)) continue;
     st.pending.erase(p);
-    if (blacklisted(st, w.ip_address, now)) {
+    if (st.blacklist->blacklisted(w.ip_address, now)) {
       st.left_out[w.id] = "landed on host " + w.ip_address + ", which is blacklisted";
       sup.stop.push_back(w.id);
       continue;
@@ -393,10 +272,13 @@ Supervision ElasticMode::supervise(api::Cluster& c, const std::vector<api::Worke
     if (g) g->deaths.push_back({w.id, rank_name(g, w.id, i), reason, w.finished_at.value_or(format_time(to_wall(clock_, now)))});
     spdlog::warn("cluster {}: {} (worker {}) {}", c.id, rank_name(g, w.id, i), w.id, reason);
     const std::string host = api::has_address(w) ? w.ip_address : "(unregistered)";
-    if (++st.host_failures[host] >= options_.failures_to_blacklist) blacklist(c, st, host, now);
+    if (st.blacklist->record_failure(host, now)) {
+      spdlog::warn("cluster {}: host {} blacklisted ({} failures){}", c.id, host, options_.failures_to_blacklist,
+                   c.request.blacklist_cooldown_range ? "" : " for the cluster's life");
+    }
     if (st.finishing) continue;  // the job is done: no replacement
-    if (blacklisted(st, host, now)) {
-      st.deferred.emplace_back(i, st.blacklisted_until[host]);
+    if (st.blacklist->blacklisted(host, now)) {
+      st.deferred.emplace_back(i, st.blacklist->until(host));
     } else {
       to_replace.emplace_back(i, w.id);
     }
@@ -490,11 +372,10 @@ Supervision ElasticMode::supervise(api::Cluster& c, const std::vector<api::Worke
 void ElasticMode::save(api::Cluster& c, const State& st) const {
   json blacklist = json::array();
   const TimePoint now = clock_.now();
-  for (const auto& [host, until] : st.blacklisted_until) {
-    if (now >= until) continue;
-    blacklist.push_back({{"host", host},
-                         {"until", until == TimePoint::max() ? json(nullptr) : json(format_time(to_wall(clock_, until)))},
-                         {"times", st.host_blacklistings.count(host) ? st.host_blacklistings.at(host) : 0}});
+  for (const auto& e : st.blacklist->entries(now)) {
+    blacklist.push_back({{"host", e.host},
+                         {"until", e.until == TimePoint::max() ? json(nullptr) : json(format_time(to_wall(clock_, e.until)))},
+                         {"times", e.times}});
   }
   json pending = json::object();
   for (const auto& [id, index] : st.pending) pending[id] = index;
@@ -503,8 +384,7 @@ void ElasticMode::save(api::Cluster& c, const State& st) const {
 
 bool ElasticMode::resume(api::Cluster& c) {
   if (c.status != api::ClusterStatus::kRunning) return false;  // still starting: its releases were not sent
-  auto st = std::make_shared<State>();
-  st->world = std::make_shared<elastic::World>(world_options(c), clock_);
+  auto st = new_state(c);
   const json& saved = c.elastic_state.is_object() ? c.elastic_state : json::object();
   if (saved.contains("world")) st->world->restore(saved["world"]);
   if (saved.contains("pending") && saved["pending"].is_object()) {

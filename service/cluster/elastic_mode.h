@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "service/clock.h"
+#include "service/elastic/host_blacklist.h"
 #include "service/elastic/world.h"
 #include "service/cluster/mode.h"
 
@@ -86,9 +87,7 @@ class ElasticMode final : public ClusterMode {
     std::set<std::string> settled;                 // workers whose ending was handled
     std::map<std::string, size_t> pending;         // replacement -> task index, not yet released
     std::map<std::string, std::string> left_out;   // worker -> why the World left it out
-    std::map<std::string, int> host_failures;
-    std::map<std::string, TimePoint> blacklisted_until;  // TimePoint::max(): for the cluster's life
-    std::map<std::string, int> host_blacklistings;       // for the cooldown's growth
+    std::unique_ptr<elastic::HostBlacklist> blacklist;
     std::vector<std::pair<size_t, TimePoint>> deferred;  // task index, not before
     std::map<int, TimePoint> broke_at;             // generation -> when it broke
     // generation -> the reason it broke, when a member asked for a new one
@@ -104,8 +103,8 @@ class ElasticMode final : public ClusterMode {
   // Launches a held worker for task `index` (records the replacement of `replaced`).
   void replace(api::Cluster& c, State& st, size_t index, const std::string& replaced, Supervision& sup);
   void release(api::Cluster& c, State& st, const std::string& worker_id);
-  void blacklist(const api::Cluster& c, State& st, const std::string& host, TimePoint now);
-  bool blacklisted(const State& st, const std::string& host, TimePoint now) const;
+  // A new cluster's state: its World and its host blacklist.
+  std::shared_ptr<State> new_state(const api::Cluster& cluster);
   void apply_events(api::Cluster& c, State& st, Supervision& sup);
   void explain_breaks(api::Cluster& c, State& st, TimePoint now, Supervision& sup);
   void save(api::Cluster& c, const State& st) const;
