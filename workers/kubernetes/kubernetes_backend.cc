@@ -12,6 +12,7 @@
 #include "api/base/atomic_file.h"
 #include "api/base/rotating_log.h"
 #include "clusterspec/rendezvous_protocol.h"
+#include "workers/kubernetes/backend_pod.h"
 #include "workers/kubernetes/pod_log.h"
 #include "workers/kubernetes/pod_manifest.h"
 #include "workers/kubernetes/pod_state.h"
@@ -22,37 +23,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-struct KubernetesBackend::Pod {
-  std::string worker_id, name, uid;
-  json object;              // the last version the API server gave (null until seen)
-  bool known = false;       // launched or adopted by this daemon (else only seen)
-  bool created = false;     // its create succeeded (or it was adopted)
-  bool held = false;        // in a gang that does not fit yet
-  std::string held_reason;
-  bool stopping = false;    // muster deleted it
-  bool gone = false;        // the API server no longer has it
-  bool cleaned = false;     // deleted by housekeeping after it ended
-  std::optional<ProcessStatus> final;  // what poll() answers from now on
-  fs::path log_path;
-  base::RotatingLogOptions log_limits;
-  // The log thread's alone (follow_log), but `log_done` and `log_started`.
-  LogCursor cursor;
-  std::unique_ptr<base::RotatingLog> log;
-  bool log_started = false;
-  bool log_done = false;
-};
-
 namespace {
-
-constexpr const char* kLabelQuery = "labelSelector=muster.io%2Fdaemon%3D";
-
-std::string message_of(const HttpReply& reply) {
-  const json status = json::parse(reply.body, nullptr, false);
-  if (status.is_object() && status.contains("message") && status["message"].is_string()) {
-    return "HTTP " + std::to_string(reply.status) + ": " + status["message"].get<std::string>();
-  }
-  return "HTTP " + std::to_string(reply.status) + ": " + reply.body.substr(0, 300);
-}
 
 api::Result<std::string> daemon_id_in(const fs::path& state_dir) {
   const fs::path file = state_dir / "kubernetes" / "daemon-id";
@@ -72,11 +43,11 @@ api::Result<std::string> daemon_id_in(const fs::path& state_dir) {
   return id;
 }
 
-fs::path since_file(const fs::path& state_dir, const std::string& worker_id) {
-  return state_dir / "kubernetes" / "logs" / (worker_id + ".since");
-}
-
 }  // namespace
+
+using detail::kLabelQuery;
+using detail::message_of;
+using detail::since_file;
 
 api::Result<std::unique_ptr<KubernetesBackend>> KubernetesBackend::create(KubernetesOptions options,
                                                                           std::unique_ptr<ApiClient> client) {
@@ -262,159 +233,6 @@ void KubernetesBackend::delete_pod(const std::string& worker_id, std::optional<l
   }
 }
 
-// ---- what the pods say
-
-ProcessStatus KubernetesBackend::poll(const std::string& worker_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = pods_.find(worker_id);
-  if (it == pods_.end() || !it->second->known) return {};
-  Pod& pod = *it->second;
-  if (pod.final) return *pod.final;
-  if (pod.held) {
-    ProcessStatus st(ProcessState::kPending);
-    st.reason = pod.held_reason;
-    return st;
-  }
-  if (pod.object.is_null()) {
-    if (listed_ && pod.created) {
-      ProcessStatus st(ProcessState::kLost);
-      st.outcome = api::WorkerStatus::kLost;
-      st.reason = "the pod " + pod.name + " no longer exists (deleted while musterd was not watching)";
-      pod.final = st;
-      return st;
-    }
-    ProcessStatus st(ProcessState::kPending);
-    st.reason = "the pod " + pod.name + " was created; waiting for the API server's watch";
-    return st;
-  }
-  ProcessStatus st = pod_status(pod.object);
-  if (st.state == ProcessState::kExited) {
-    pod.final = st;
-    return st;
-  }
-  const PodView v = view_of(pod.object);
-  if (st.state == ProcessState::kRunning && !v.node.empty()) {
-    if (auto down = not_ready_.find(v.node); down != not_ready_.end()) {
-      st = ProcessStatus(ProcessState::kLost);
-      st.outcome = api::WorkerStatus::kLost;
-      st.reason = "node " + v.node + " is " + down->second + " (pod " + pod.name + ")";
-      pod.final = st;
-    }
-  }
-  return st;
-}
-
-void KubernetesBackend::apply_pod(const json& object) {
-  const PodView v = view_of(object);
-  if (v.worker_id.empty()) return;
-  auto& pod = pods_[v.worker_id];
-  if (!pod) pod = std::make_unique<Pod>();
-  pod->worker_id = v.worker_id;
-  pod->name = v.name;
-  if (!pod->uid.empty() && !v.uid.empty() && pod->uid != v.uid) return;  // another pod of the same name
-  pod->uid = v.uid;
-  pod->object = object;
-  if (pod->known && !pod->created && !pod->held) pod->created = true;
-  start_log_locked(*pod);
-}
-
-void KubernetesBackend::apply_deleted(const json& object) {
-  const PodView v = view_of(object);
-  auto it = pods_.find(v.worker_id);
-  if (it == pods_.end()) return;
-  Pod& pod = *it->second;
-  if (!pod.uid.empty() && !v.uid.empty() && pod.uid != v.uid) return;
-  pod.gone = true;
-  if (!object.is_null()) pod.object = object;
-  if (pod.final || !pod.known) return;
-  const ProcessStatus seen = pod.object.is_null() ? ProcessStatus() : pod_status(pod.object);
-  if (seen.state == ProcessState::kExited) {
-    pod.final = seen;
-  } else if (pod.stopping) {
-    ProcessStatus st(ProcessState::kExited);
-    st.reason = "the pod " + pod.name + " was deleted (stopped)";
-    st.outcome = api::WorkerStatus::kStopped;
-    pod.final = st;
-  } else {
-    ProcessStatus st(ProcessState::kLost);
-    st.outcome = api::WorkerStatus::kLost;
-    st.reason = "the pod " + pod.name + " was deleted outside muster" + (v.node.empty() ? "" : " (on node " + v.node + ")");
-    pod.final = st;
-  }
-}
-
-api::Status KubernetesBackend::relist() {
-  auto r = client_->request("GET", pods_path() + "?" + kLabelQuery + daemon_id_);
-  if (!r) return r.status();
-  if (r->status != 200) return api::unavailable("listing the daemon's pods: " + message_of(*r));
-  const json list = json::parse(r->body, nullptr, false);
-  if (!list.is_object() || !list.contains("items")) return api::unavailable("listing the daemon's pods: not a PodList");
-  std::lock_guard<std::mutex> lock(mu_);
-  std::set<std::string> present;
-  for (const auto& item : list["items"]) {
-    apply_pod(item);
-    present.insert(view_of(item).worker_id);
-  }
-  for (auto& [id, pod] : pods_) {
-    if (present.count(id) || pod->held || pod->gone || !pod->created || pod->object.is_null()) continue;
-    apply_deleted(pod->object);  // deleted while the watch was away
-  }
-  resource_version_ = list.value("/metadata/resourceVersion"_json_pointer, std::string());
-  listed_ = true;
-  return api::Status::ok();
-}
-
-api::Status KubernetesBackend::watch_once() {
-  std::string rv;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    rv = resource_version_;
-  }
-  if (rv.empty()) {
-    if (auto s = relist(); !s) return s;
-    std::lock_guard<std::mutex> lock(mu_);
-    rv = resource_version_;
-  }
-  bool gone = false;
-  std::string partial;
-  auto s = client_->stream(
-      pods_path() + "?" + kLabelQuery + daemon_id_ + "&watch=true&allowWatchBookmarks=true&timeoutSeconds=300" +
-          "&resourceVersion=" + rv,
-      [&](std::string_view chunk) {
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          if (shut_down_) return false;
-        }
-        partial.append(chunk);
-        for (size_t nl; (nl = partial.find('\n')) != std::string::npos;) {
-          const json event = json::parse(partial.substr(0, nl), nullptr, false);
-          partial.erase(0, nl + 1);
-          if (!event.is_object()) continue;
-          const std::string type = event.value("type", "");
-          const json& object = event.contains("object") ? event["object"] : json();
-          if (type == "ERROR") {
-            if (object.is_object() && object.value("code", 0) == 410) gone = true;
-            else spdlog::warn("kubernetes: the pod watch reported an error: {}", object.dump());
-            return false;
-          }
-          std::lock_guard<std::mutex> lock(mu_);
-          const std::string v = object.value("/metadata/resourceVersion"_json_pointer, std::string());
-          if (!v.empty()) resource_version_ = v;
-          if (type == "ADDED" || type == "MODIFIED") apply_pod(object);
-          if (type == "DELETED") apply_deleted(object);
-        }
-        return true;
-      });
-  if (gone) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      resource_version_.clear();
-    }
-    return relist();
-  }
-  return s;
-}
-
 // ---- housekeeping: nodes, held gangs, finished pods
 
 bool KubernetesBackend::fit_now(const std::vector<LaunchSpec>& specs, std::string* reason) {
@@ -515,102 +333,7 @@ void KubernetesBackend::housekeeping() {
   for (const auto& id : to_delete) delete_pod(id, 0);
 }
 
-// ---- logs
-
-void KubernetesBackend::start_log_locked(Pod& pod) {
-  if (!options_.start_threads || shut_down_ || !pod.known || pod.log_started || pod.object.is_null()) return;
-  if (!view_of(pod.object).container_started || pod.log_path.empty()) return;
-  pod.log_started = true;
-  const std::string id = pod.worker_id;
-  log_threads_[id] = std::thread([this, id] { log_loop(id); });
-}
-
-void KubernetesBackend::follow_log(const std::string& worker_id) {
-  Pod* pod = nullptr;
-  std::string name;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = pods_.find(worker_id);
-    if (it == pods_.end() || it->second->log_path.empty()) return;
-    pod = it->second.get();
-    name = pod->name;
-  }
-  if (!pod->log) {
-    std::string error;
-    pod->log = base::RotatingLog::open(pod->log_path, pod->log_limits, &error);
-    if (!pod->log) {
-      spdlog::warn("kubernetes: worker {}'s log: {}", worker_id, error);
-      return;
-    }
-  }
-  std::string path = pods_path() + "/" + name + "/log?container=agent&follow=true&timestamps=true";
-  const std::string resume = !pod->cursor.last.empty() ? pod->cursor.last : pod->cursor.resume_after;
-  if (!resume.empty()) {
-    pod->cursor.resume_after = resume;
-    path += "&sinceTime=" + since_time(resume);
-  }
-  const fs::path since = since_file(options_.state_dir, worker_id);
-  auto last_kept = std::chrono::steady_clock::now();
-  std::string kept = pod->cursor.last;
-  auto keep_cursor = [&] {
-    if (pod->cursor.last == kept) return;
-    kept = pod->cursor.last;
-    std::ofstream(since, std::ios::trunc) << kept << "\n";
-  };
-  auto s = client_->stream(path, [&](std::string_view chunk) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (shut_down_) return false;
-    }
-    if (!chunk.empty()) pod->log->write(take_log_lines(pod->cursor, chunk));
-    if (std::chrono::steady_clock::now() - last_kept > 1s) {
-      keep_cursor();
-      last_kept = std::chrono::steady_clock::now();
-    }
-    return true;
-  });
-  keep_cursor();
-  std::lock_guard<std::mutex> lock(mu_);
-  const bool ended = pod->gone || (!pod->object.is_null() && view_of(pod->object).terminal);
-  if (ended) pod->log_done = true;
-  if (!s && !ended) spdlog::debug("kubernetes: following worker {}'s log: {}", worker_id, s.message());
-}
-
-void KubernetesBackend::log_loop(std::string worker_id) {
-  for (;;) {
-    follow_log(worker_id);
-    std::unique_lock<std::mutex> lock(mu_);
-    auto it = pods_.find(worker_id);
-    if (shut_down_ || it == pods_.end() || it->second->log_done) return;
-    cv_.wait_for(lock, 1s, [this] { return shut_down_; });
-  }
-}
-
 // ---- threads
-
-void KubernetesBackend::watch_loop() {
-  auto backoff = 500ms;
-  std::string last_error;
-  for (;;) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (shut_down_) return;
-    }
-    auto s = watch_once();
-    std::unique_lock<std::mutex> lock(mu_);
-    if (shut_down_) return;
-    if (s) {
-      backoff = 500ms;
-      if (!last_error.empty()) spdlog::info("kubernetes: the pod watch is back");
-      last_error.clear();
-      continue;
-    }
-    if (s.message() != last_error) spdlog::warn("kubernetes: the pod watch failed ({}); retrying", s.message());
-    last_error = s.message();
-    cv_.wait_for(lock, backoff, [this] { return shut_down_; });
-    backoff = std::min<std::chrono::milliseconds>(backoff * 2, 10s);
-  }
-}
 
 void KubernetesBackend::housekeeping_loop() {
   std::unique_lock<std::mutex> lock(mu_);
