@@ -269,9 +269,12 @@ def test_mpi_worker_lost_aborts_mpirun(env):
     assert done["status"] == "failed", done
     assert done["reason"].startswith("worker 0 (id %s) was stopped" % lost), done["reason"]
     assert done["reason"].endswith("; mpirun was aborted"), done["reason"]
-    # The surviving host's rank was ended by mpirun's abort: its worker failed with that signal's code.
+    # The surviving host's rank was ended by mpirun's abort. Its worker ends as its rank did (mpi_mode.h,
+    # endings): failed with the signal's code when mpirun forwarded the rank's exit report before it
+    # exited, else stopped (an aborting mpirun can exit before it forwards the report: about 1 run in 5
+    # here). Never succeeded, never lost.
     survivor = api.worker(c["workers"]["worker"][1])
-    assert survivor["status"] == "failed" and survivor["exit_code"] > 128, survivor
+    assert (survivor["status"] == "failed" and survivor["exit_code"] > 128) or survivor["status"] == "stopped", survivor
     assert survivor["reason"].startswith("cluster %s failed: worker 0" % c["id"]), survivor
     deadline = time.monotonic() + 10
     while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
