@@ -61,15 +61,8 @@ def bed():
 
 
 def start_daemon(bed, project, state, port=0):
-    # The pods run the machine's /usr and this checkout's build and SDK (the
-    # testbed's image is an empty root).
-    mounts = sorted({"/usr", os.path.realpath(binary_dir()), os.path.realpath(SOURCE_DIR)})
-    opts = {"api_server": bed.api_server, "token_file": bed.token_file, "ca_file": bed.ca_file,
-            "namespace": bed.namespace, "image": bed.image, "image_pull_policy": "Never",
-            "master_address": bed.host_address, "host_mounts": ",".join(mounts), "poll_ms": "500"}
-    args = []
-    for k, v in opts.items():
-        args += ["--backend-opt", f"{k}={v}"]
+    # The pods run this checkout's build and SDK.
+    args = bed.musterd_backend_args([binary_dir(), SOURCE_DIR])
     args += ["--startup-timeout", "120", "--heartbeat-timeout", "60"]
     return Daemon(project, state, listen=f"{bed.host_address}:{port}", backend="kubernetes",
                   unset_env=("PYTHONPATH", "MUSTER_RUNTIME_PATH", "MUSTER_BINARY_DIR"), extra_args=args).start()

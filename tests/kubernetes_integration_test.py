@@ -42,15 +42,8 @@ def daemon(bed, tmp_path_factory):
     project = tmp_path_factory.mktemp("k8s-project")
     os.chmod(project, 0o755)
     state = tmp_path_factory.mktemp("k8s-state")
-    # The pods run the machine's /usr and this checkout's build and SDK (the
-    # testbed's image is an empty root).
-    mounts = sorted({"/usr", os.path.realpath(binary_dir()), os.path.realpath(SOURCE_DIR)})
-    opts = {"api_server": bed.api_server, "token_file": bed.token_file, "ca_file": bed.ca_file,
-            "namespace": bed.namespace, "image": bed.image, "image_pull_policy": "Never",
-            "master_address": bed.host_address, "host_mounts": ",".join(mounts), "poll_ms": "500"}
-    args = []
-    for k, v in opts.items():
-        args += ["--backend-opt", f"{k}={v}"]
+    # The pods run this checkout's build and SDK.
+    args = bed.musterd_backend_args([binary_dir(), SOURCE_DIR])
     args += ["--startup-timeout", "90", "--heartbeat-timeout", "60"]
     d = Daemon(project, state, listen=f"{bed.host_address}:0", backend="kubernetes",
                unset_env=("PYTHONPATH", "MUSTER_RUNTIME_PATH", "MUSTER_BINARY_DIR"), extra_args=args).start()

@@ -182,6 +182,19 @@ class KubernetesTestbed:
     def pod_subnet(self, node: str) -> str:
         return f"10.219.{self._pod_base + self.node_names.index(node)}.0/24"
 
+    def musterd_backend_args(self, mounts) -> list[str]:
+        """`--backend-opt` pairs for `musterd --backend kubernetes` against this testbed: its API server,
+        token, CA, namespace and image, the address pods reach the host at, and `mounts` (host paths
+        mounted read-only at the same path in every pod, besides /usr: the image is an empty root)."""
+        mounts = sorted({"/usr", *(os.path.realpath(m) for m in mounts)})
+        opts = {"api_server": self.api_server, "token_file": self.token_file, "ca_file": self.ca_file,
+                "namespace": self.namespace, "image": self.image, "image_pull_policy": "Never",
+                "master_address": self.host_address, "host_mounts": ",".join(mounts), "poll_ms": "500"}
+        args = []
+        for k, v in opts.items():
+            args += ["--backend-opt", f"{k}={v}"]
+        return args
+
     def kubectl(self, *args: str, check: bool = True, timeout: float = 60,
                 input: str | None = None) -> subprocess.CompletedProcess:
         """kubectl as the cluster admin; raises with its stderr when check and it fails."""

@@ -154,12 +154,7 @@ def main():
             f.write(SLEEPER + "\n")
         mounts = sorted({"/usr", os.path.realpath(binary_dir()), ROOT})
         bed.host_mounts = [(m, m, True) for m in mounts]
-        opts = {"api_server": bed.api_server, "token_file": bed.token_file, "ca_file": bed.ca_file,
-                "namespace": bed.namespace, "image": bed.image, "image_pull_policy": "Never",
-                "master_address": bed.host_address, "host_mounts": ",".join(mounts), "poll_ms": "500"}
-        extra = []
-        for k, v in opts.items():
-            extra += ["--backend-opt", f"{k}={v}"]
+        extra = bed.musterd_backend_args(mounts)
         extra += ["--startup-timeout", "600", "--heartbeat-timeout", "120", "--max-workers", "1024"]
         daemon = Daemon(project, os.path.join(bed.dir, "state"), listen=f"{bed.host_address}:0", backend="kubernetes",
                         unset_env=("PYTHONPATH", "MUSTER_RUNTIME_PATH", "MUSTER_BINARY_DIR"), extra_args=extra)
