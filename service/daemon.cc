@@ -63,7 +63,20 @@ api::Result<std::unique_ptr<Daemon>> Daemon::start(DaemonOptions options) {
 }
 
 api::Status Daemon::build() {
-  // 1. State dir, its lock, the token.
+  if (auto s = open_state_dir(); !s) return s;             // 1.
+  if (auto s = start_backend(); !s) return s;              // 2.
+  HttpServerOptions http = options_.http;
+  if (auto s = bind_listener(http); !s) return s;          // 3.
+  if (auto s = open_stores(); !s) return s;                // 4.
+  const RegistryOptions ropts = registry_options();
+  if (auto s = start_registry(ropts); !s) return s;
+  if (auto s = start_cluster_manager(ropts.capacity); !s) return s;
+  start_views();
+  return serve(http, ropts.worker_python);                 // 5.
+}
+
+// 1. The state dir, its lock, the project dir, the token.
+api::Status Daemon::open_state_dir() {
   std::error_code ec;
   fs::create_directories(options_.state_dir, ec);
   fs::permissions(options_.state_dir, fs::perms::owner_all, fs::perm_options::replace, ec);
@@ -72,8 +85,8 @@ api::Status Daemon::build() {
   auto locked = StateDirLock::acquire(state_);
   if (!locked) return failed("state dir", locked.status());
   lock_.emplace(std::move(locked).value());
-  const fs::path project = fs::canonical(options_.project_dir, ec);
-  if (ec || !fs::is_directory(project)) {
+  project_ = fs::canonical(options_.project_dir, ec);
+  if (ec || !fs::is_directory(project_)) {
     return failed("project dir", api::invalid_argument(options_.project_dir.string() + " is not a directory"));
   }
   auto token = load_or_create_token(state_);
@@ -82,8 +95,11 @@ api::Status Daemon::build() {
   if (options_.agent_path.empty()) {
     options_.agent_path = fs::read_symlink("/proc/self/exe").parent_path() / "muster-agent";
   }
+  return api::Status::ok();
+}
 
-  // 2. The backend, and the GPU inventory: --gpus, else nvidia-smi, else none.
+// 2. The backend, and the GPU inventory: --gpus, else nvidia-smi, else none.
+api::Status Daemon::start_backend() {
   workers::BackendOptions bopts;
   bopts.name = options_.backend;
   bopts.state_dir = state_;
@@ -91,18 +107,19 @@ api::Status Daemon::build() {
   auto backend = workers::create_backend(bopts);
   if (!backend) return failed("backend", backend.status());
   backend_ = std::move(backend).value();
-  std::vector<int> gpu_devices;
   if (options_.gpus) {
     auto parsed = parse_gpu_list(*options_.gpus);
     if (!parsed) return failed("--gpus", parsed.status());
-    gpu_devices = parsed.value();
+    gpu_devices_ = parsed.value();
   } else {
-    gpu_devices = discover_gpus();
+    gpu_devices_ = discover_gpus();
   }
-  gpus_ = std::make_unique<GpuInventory>(gpu_devices);
+  gpus_ = std::make_unique<GpuInventory>(gpu_devices_);
+  return api::Status::ok();
+}
 
-  // 3. The listening socket (its port is final from here on).
-  HttpServerOptions http = options_.http;
+// 3. The listening socket (its port is final from here on), TLS, auth.
+api::Status Daemon::bind_listener(HttpServerOptions& http) {
   const auto colon = options_.listen.rfind(':');
   if (colon == std::string::npos) {
     return failed("--listen", api::invalid_argument("expected HOST:PORT: " + options_.listen));
@@ -123,9 +140,13 @@ api::Status Daemon::build() {
                                                       "; stop it, or pick another address with --listen " +
                                                       http.host + ":PORT, 0: any free port)"));
   }
-  const int port = server_->port();
+  port_ = server_->port();
+  return api::Status::ok();
+}
 
-  // 4. Stores, registry, clusters, dashboard, routes.
+// 4a. The state database (workers, clusters) and the training curves
+// (<state>/training.db, service/metrics/series_store.h).
+api::Status Daemon::open_stores() {
   const std::string db = (state_ / "musterd.db").string();
   auto store = Store::open(db);
   if (!store) return failed("state database", store.status());
@@ -136,12 +157,22 @@ api::Status Daemon::build() {
   if (!cluster_store) return failed("state database", cluster_store.status());
   cluster_store_ = std::move(cluster_store).value();
   cluster_store_->set_health(&health_);
+  auto series_store = SeriesStore::open((state_ / "training.db").string());
+  if (!series_store) return failed("training curves", series_store.status());
+  series_store_ = std::move(series_store).value();
+  training_ = std::make_unique<TrainingSeries>(TrainingSeriesOptions{}, series_store_.get());
+  if (auto s = training_->restore(); !s) {
+    spdlog::warn("training curves of an earlier daemon not restored: {}", s.message());
+  }
+  return api::Status::ok();
+}
 
+RegistryOptions Daemon::registry_options() {
   RegistryOptions ropts;
   ropts.state_dir = state_;
-  ropts.project_dir = project;
+  ropts.project_dir = project_;
   ropts.agent_path = options_.agent_path;
-  ropts.daemon_port = port;
+  ropts.daemon_port = port_;
   if (tls_) ropts.daemon_tls_fingerprint = tls_->fingerprint;
   ropts.worker_log = options_.worker_log;
   ropts.startup_timeout = options_.startup_timeout;
@@ -165,18 +196,46 @@ api::Status Daemon::build() {
   ropts.overcommit = options_.overcommit;
   ropts.on_heartbeat_gap = [this](double s) { metrics_.observe_heartbeat_gap(s); };
   ropts.metrics_token = [t = token_](const std::string& id) { return metrics_token(t, id); };
+  return ropts;
+}
 
-  // The training curves live in <state>/training.db (service/metrics/series_store.h).
-  auto series_store = SeriesStore::open((state_ / "training.db").string());
-  if (!series_store) return failed("training curves", series_store.status());
-  series_store_ = std::move(series_store).value();
-  training_ = std::make_unique<TrainingSeries>(TrainingSeriesOptions{}, series_store_.get());
-  if (auto s = training_->restore(); !s) {
-    spdlog::warn("training curves of an earlier daemon not restored: {}", s.message());
-  }
+// 4b. The followed logs and the registry, restoring the workers of an
+// earlier daemon, with the worker and agent routes.
+api::Status Daemon::start_registry(const RegistryOptions& ropts) {
+  LogFollowerOptions follow_options;
+  follow_options.max_followers = options_.max_log_followers;
+  follower_ = std::make_unique<LogFollower>(follow_options);
+  registry_ = std::make_unique<WorkerRegistry>(ropts, *backend_, store_.get(), clock_);
+  if (auto s = registry_->restore(options_.restore); !s) return failed("restoring state", s);
+  // Workers of these backends run on this host: asks beyond it get a warning.
+  register_worker_routes(router_, *registry_, {options_.max_workers, project_, ropts.capacity}, follower_.get(),
+                         &health_);
+  register_agent_routes(router_, *registry_);
+  return api::Status::ok();
+}
 
+// 4c. The clusters (restoring those of an earlier daemon) and their routes.
+api::Status Daemon::start_cluster_manager(const std::optional<HostCapacity>& host) {
+  StartClustersOptions copts;
+  copts.state_dir = state_;
+  copts.project_dir = project_;
+  copts.max_workers = options_.max_workers;
+  copts.agent_path = options_.agent_path;
+  copts.mpi_hosts = workers::mpi_hosts_of(*backend_);
+  copts.follower = follower_.get();
+  copts.host = host;
+  copts.retain_for = options_.retention.retain_for;
+  copts.max_finished = options_.max_finished_clusters;
+  clusters_ = start_clusters(router_, *registry_, cluster_store_.get(), clock_, copts);
+  if (auto s = clusters_->restore(); !s) return failed("restoring clusters", s);
+  return api::Status::ok();
+}
+
+// 4d. What watches the registry and the clusters: the dashboard (its
+// sessions, its event stream), /metrics and the training routes.
+void Daemon::start_views() {
   SessionOptions session_options;
-  session_options.cookie_name = "muster_session_" + std::to_string(port);
+  session_options.cookie_name = "muster_session_" + std::to_string(port_);
   session_options.secure = tls_.has_value();
   sessions_ = std::make_unique<SessionStore>(session_options);
   EventHubOptions hub_options;
@@ -191,32 +250,11 @@ api::Status Daemon::build() {
     return after_id(clusters_->list(), after, limit, [](const api::Cluster& c) { return c.to_json(); });
   };
   events_ = std::make_unique<EventHub>(hub_options, source);
+  std::error_code ec;
   const fs::path dashboard_files = find_dashboard_dir(options_.dashboard_dir);
   if (!fs::exists(dashboard_files / "index.html", ec)) {
     spdlog::warn("no dashboard files in {} (--dashboard-dir): GET / will answer 404", dashboard_files.string());
   }
-  LogFollowerOptions follow_options;
-  follow_options.max_followers = options_.max_log_followers;
-  follower_ = std::make_unique<LogFollower>(follow_options);
-
-  registry_ = std::make_unique<WorkerRegistry>(ropts, *backend_, store_.get(), clock_);
-  if (auto s = registry_->restore(options_.restore); !s) return failed("restoring state", s);
-  // Workers of these backends run on this host: asks beyond it get a warning.
-  const std::optional<HostCapacity> host = ropts.capacity;
-  register_worker_routes(router_, *registry_, {options_.max_workers, project, host}, follower_.get(), &health_);
-  register_agent_routes(router_, *registry_);
-  StartClustersOptions copts;
-  copts.state_dir = state_;
-  copts.project_dir = project;
-  copts.max_workers = options_.max_workers;
-  copts.agent_path = options_.agent_path;
-  copts.mpi_hosts = workers::mpi_hosts_of(*backend_);
-  copts.follower = follower_.get();
-  copts.host = host;
-  copts.retain_for = options_.retention.retain_for;
-  copts.max_finished = options_.max_finished_clusters;
-  clusters_ = start_clusters(router_, *registry_, cluster_store_.get(), clock_, copts);
-  if (auto s = clusters_->restore(); !s) return failed("restoring clusters", s);
   registry_->subscribe([this](const api::Worker& w) {
     metrics_.on_worker_change(w);
     events_->publish("worker", api::to_json(w));
@@ -243,11 +281,14 @@ api::Status Daemon::build() {
     if (!session) return std::nullopt;
     return session->csrf_token;
   });
+}
 
-  // 5. Serve.
+// 5. Serve; then musterd.json, the lines SDKs and tests wait for, the
+// dashboard's login URL and a notebook's exports.
+api::Status Daemon::serve(const HttpServerOptions& http, const WorkerPython& python) {
   if (auto s = server_->start(); !s) return failed("listen", s);
   url_ = std::string(tls_ ? "https://" : "http://") + (http.host == "0.0.0.0" ? std::string("127.0.0.1") : http.host) +
-         ":" + std::to_string(port);
+         ":" + std::to_string(port_);
   nlohmann::json daemon_json = {{"url", url_}, {"pid", ::getpid()}};
   // What a client verifies the certificate with (the SDKs pin the fingerprint).
   if (tls_) daemon_json["tls"] = {{"cert", tls_->cert_file.string()}, {"fingerprint", tls_->fingerprint}};
@@ -264,7 +305,6 @@ api::Status Daemon::build() {
     spdlog::warn("cannot write {}/dashboard.url: {}", state_.string(), *err);
   }
   std::cout << "musterd dashboard: " << dashboard_url << std::endl;
-  const WorkerPython& python = ropts.worker_python;
   if (const std::string exports = notebook_exports(python, state_, options_.default_state_dir); !exports.empty()) {
     std::cout << "musterd: for a notebook or shell on this host:\n" << exports << std::flush;
   }
@@ -276,7 +316,7 @@ api::Status Daemon::build() {
                  "muster only where their Python has it installed (pip install ./sdk/python)");
   }
   spdlog::info("backend {} (workers reach the daemon at {}), project {}, state {}, GPUs [{}]", backend_->name(),
-               registry_->agent_url(), project.string(), state_.string(), device_list(gpu_devices));
+               registry_->agent_url(), project_.string(), state_.string(), device_list(gpu_devices_));
   return api::Status::ok();
 }
 
@@ -331,20 +371,44 @@ int Daemon::run() {
   }
 }
 
-Daemon::~Daemon() {
-  if (follower_) follower_->shutdown();  // ends the followed streams, so none holds up the server's stop
-  if (server_) server_->stop();           // no handler runs after this
-  follower_.reset();                      // asks nothing of the registry after this
-  clusters_.reset();                      // ends cluster launchers (mpirun) before the backend goes
-  if (registry_) registry_->shutdown();   // no launch reaches the backend after this
+Daemon::~Daemon() { shutdown(); }
+
+// The teardown order of daemon.h, a) to e); every part is ended here, none
+// is left to the members' destruction order.
+void Daemon::shutdown() {
+  // a) No request runs any more: the followed streams end (so none holds up
+  //    the server's stop), then the HTTP server (no handler runs after it).
+  if (follower_) follower_->shutdown();
+  if (server_) server_->stop();
+  follower_.reset();  // asks nothing of the registry after this
+  // b) The clusters: their launchers (mpirun) end before the backend goes.
+  clusters_.reset();
+  // c) The registry's queued backend work, then the backend itself.
+  if (registry_) registry_->shutdown();  // no launch reaches the backend after this
   if (backend_) backend_->shutdown();
-  events_.reset();    // its thread reads the registry for snapshots; no listener publishes any more
+  // d) What reads the registry (the event hub's snapshots), then the
+  //    registry; the files that said this daemon serves.
+  events_.reset();
   registry_.reset();
   if (!url_.empty()) {
     std::error_code ec;
     fs::remove(state_ / "musterd.json", ec);
     fs::remove(state_ / "dashboard.url", ec);
+    url_.clear();
   }
+  // e) The rest, users before what they use: sessions, the training curves
+  //    and their store, the state stores, the server and its authenticator,
+  //    the GPU inventory, the backend; the state directory's lock last.
+  sessions_.reset();
+  training_.reset();
+  series_store_.reset();
+  cluster_store_.reset();
+  store_.reset();
+  server_.reset();
+  auth_.reset();
+  gpus_.reset();
+  backend_.reset();
+  lock_.reset();
 }
 
 }  // namespace muster::service

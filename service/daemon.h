@@ -1,7 +1,8 @@
 // Daemon: musterd assembled, and the one owner of every part's lifetime.
 //
 // start() builds the parts in this order, each from what the ones before it
-// made, and fails (naming the step) without serving anything:
+// made, and fails (naming the step) without serving anything (build(), one
+// private function per step):
 //  1. the state directory, its lock (one daemon per directory,
 //     state_dir_lock.h), the token;
 //  2. the backend (before listening: a container bridge must exist before
@@ -22,10 +23,14 @@
 //     shell on this host exports to use this daemon.
 // run() ticks the registry every 100 ms on the calling thread until SIGTERM
 // or SIGINT (which the caller has blocked in every thread, see main.cc).
-// The destructor ends it all in the one safe order: followed logs, the HTTP
-// server (no handler runs after it), the clusters (their launchers), the
-// registry's queued backend work, the backend, the registry; the state
-// directory's lock goes last.
+// The destructor ends it all (shutdown()) in the one safe order, written out
+// there rather than left to the members' destruction order:
+//  a) followed logs, then the HTTP server (no handler runs after it);
+//  b) the clusters (their launchers, before the backend goes);
+//  c) the registry's queued backend work, then the backend;
+//  d) the event hub (it reads the registry), the registry, musterd.json;
+//  e) sessions, training curves, stores, the server, the backend's object;
+//     the state directory's lock last.
 #pragma once
 
 #include <chrono>
@@ -107,15 +112,28 @@ class Daemon {
 
  private:
   explicit Daemon(DaemonOptions options) : options_(std::move(options)) {}
-  api::Status build();  // steps 1-5
-  api::Status choose_tls(HttpServerOptions& http);  // step 3: sets tls_ and http.tls, or neither
+  api::Status build();  // steps 1-5, each one of these:
+  api::Status open_state_dir();                         // 1.
+  api::Status start_backend();                          // 2.
+  api::Status bind_listener(HttpServerOptions& http);   // 3.
+  api::Status choose_tls(HttpServerOptions& http);      // 3: sets tls_ and http.tls, or neither
+  api::Status open_stores();                            // 4.
+  RegistryOptions registry_options();
+  api::Status start_registry(const RegistryOptions& ropts);
+  api::Status start_cluster_manager(const std::optional<HostCapacity>& host);
+  void start_views();
+  api::Status serve(const HttpServerOptions& http, const WorkerPython& python);  // 5.
+  void shutdown();  // a) to e) above
 
   DaemonOptions options_;
   std::filesystem::path state_;
+  std::filesystem::path project_;  // canonical
+  int port_ = 0;                   // the bound port, final after step 3
+  std::vector<int> gpu_devices_;
   std::string url_;
   std::optional<TlsIdentity> tls_;  // set: the port speaks only TLS
-  // Declared in the order they are built; the destructor ends them in the
-  // order written out above, then they are destroyed in reverse.
+  // Declared in the order they are built; shutdown() ends them in the order
+  // written out above.
   std::optional<StateDirLock> lock_;
   std::string token_;
   std::unique_ptr<workers::Backend> backend_;
