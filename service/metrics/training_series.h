@@ -2,11 +2,8 @@
 // (worker, rank, scalar name), for the dashboard's curves (one line per
 // worker or rank), the CSV/JSON downloads and /metrics.
 //
-// A report (POST /api/v1/agent/workers/{id}/metrics) is a batch of points:
-// a step, the four classic scalars (loss, images_per_sec, lr, accuracy)
-// and any other scalar by name (`scalars`: what SummaryWriter.add_scalar
-// sends), optionally the reporting rank (in mpi clusters every rank reports
-// through worker 0's id) and the run's total steps (for an ETA).
+// A report (POST /api/v1/agent/workers/{id}/metrics) is a batch of points
+// (training_point.h: what a point holds, how it is read and shown).
 //
 // Bounds (memory and the SeriesStore alike):
 // - at most `max_points` points per series: when a series is full, every
@@ -40,34 +37,9 @@
 
 #include "api/status.h"
 #include "service/metrics/series_store.h"
+#include "service/metrics/training_point.h"
 
 namespace muster::service {
-
-// One reported point.
-struct TrainingPoint {
-  int64_t step = 0;
-  double time = 0;  // seconds since the epoch, when the runtime measured it
-  std::optional<double> loss, images_per_sec, lr, accuracy;
-  std::optional<int> rank;               // 0..65535; in mpi clusters every rank reports through worker 0
-  std::optional<int64_t> total_steps;    // the step the run ends at, when known
-  std::map<std::string, double> scalars; // any other scalar, by name
-  std::string worker_id;                 // who reported it (rows and events; not in a report's body)
-};
-
-// One curve.
-struct ScalarSeries {
-  std::string worker_id;
-  std::string cluster_id;  // "" when none
-  std::optional<int> rank;
-  std::string name;
-  std::optional<int64_t> total_steps;
-  struct Point {
-    int64_t step;
-    double time;
-    double value;
-  };
-  std::vector<Point> points;  // oldest first
-};
 
 struct TrainingSeriesOptions {
   size_t max_points = 1000;
@@ -76,19 +48,6 @@ struct TrainingSeriesOptions {
   size_t max_batch = 1000;
   double max_reports_per_second = 20;
 };
-
-// Parses {"points": [{"step": 1, "loss": 0.5, "scalars": {"Train/Loss": 0.5}, ...}, ...]};
-// errors name the field ("points[3].loss must be a finite number").
-api::Result<std::vector<TrainingPoint>> parse_training_points(const nlohmann::json& body, size_t max_batch);
-bool valid_scalar_name(const std::string& name);
-
-// A point as the event stream and the `points` list of the GET routes show it.
-nlohmann::json to_json(const TrainingPoint& p);
-nlohmann::json to_json(const ScalarSeries& s);
-// Rows of (worker, rank, step, time) with every scalar as a column: the four
-// classic ones first, then the others by name; oldest first.
-std::vector<TrainingPoint> training_rows(const std::vector<ScalarSeries>& series);
-std::string training_csv(const std::vector<ScalarSeries>& series);
 
 class TrainingSeries {
  public:
