@@ -3,9 +3,10 @@
 // /api/v1/agent/workers/{id}/... (api/openapi.yaml, tag "agent"). The daemon
 // builds with the to_*() functions (service/registry/launch.cc) and reads with
 // the *_from_json() ones (service/agent_routes.cc); the agent does the
-// converse (workers/agent/main.cc, agent.cc). Nothing else spells a
-// MUSTER_* name the agent reads or a field of these bodies (but
-// api/log_capture.h: where the agent writes its output, MUSTER_LOG_*).
+// converse (workers/agent/main.cc, agent.cc). Nothing else builds or reads
+// these variables or spells a field of these bodies (but api/log_capture.h:
+// where the agent writes its output, MUSTER_LOG_*); every variable's name
+// is api/base/worker_env.h's.
 //
 // Contract
 // - parse_*() and *_from_json() accept exactly what the to_*() functions
@@ -27,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/base/tls_env.h"
+#include "api/base/worker_env.h"
 #include "api/status.h"
 #include "api/worker.h"
 
@@ -50,53 +52,44 @@ Result<AgentCommand> parse_agent_argv(const std::vector<std::string>& argv);
 
 // ---- The environment
 
-// The variables the agent reads.
-inline constexpr const char* kEnvUrl = "MUSTER_URL";
-inline constexpr const char* kEnvWorkerId = "MUSTER_WORKER_ID";
-inline constexpr const char* kEnvAgentToken = "MUSTER_AGENT_TOKEN";
-inline constexpr const char* kEnvMasterIp = "MUSTER_MASTER_IP";
-inline constexpr const char* kEnvHeartbeatSeconds = "MUSTER_HEARTBEAT_S";
-inline constexpr const char* kEnvReservePort = "MUSTER_RESERVE_PORT";
-inline constexpr const char* kEnvCpu = "MUSTER_CPU";
-inline constexpr const char* kEnvMemoryGb = "MUSTER_MEMORY_GB";
-inline constexpr const char* kEnvOrphanTimeoutSeconds = "MUSTER_ORPHAN_TIMEOUT_S";  // never set by the daemon
-// Seconds the agent gives what the script left running (background
-// children, setsid or double-forked escapees) between SIGTERM and SIGKILL.
-inline constexpr const char* kEnvStopGraceSeconds = "MUSTER_STOP_GRACE_S";
-// The cgroup v2 directory the backend chose for the worker: the agent makes it
-// (if need be) and joins it first thing, so every process of the worker is
-// born inside it. Unset: the
-// agent makes one of its own where it can; kCgroupNone: none at all (the
-// agent's subreaper and process group only).
-inline constexpr const char* kEnvCgroup = "MUSTER_CGROUP";
-// The soft limit on open files musterd was started with. musterd raises its
-// own to the hard limit (it holds a pidfd and the agent's heartbeat
-// connection per running worker) and sets this in its environment; an agent
-// that finds it puts its own soft limit back, so scripts start with the
-// limit they would have had (select() in old code breaks above 1,024).
-inline constexpr const char* kEnvFileLimit = "MUSTER_NOFILE_SOFT";
+// The variables the agent reads, and those for the script only (the agent
+// passes them through): their names and meanings are api/base/worker_env.h's.
+using base::kEnvAgentToken;
+using base::kEnvCaFile;
+using base::kEnvCgroup;
+using base::kEnvCgroupRoot;
+using base::kEnvCpu;
+using base::kEnvFileLimit;
+using base::kEnvGpuDevices;
+using base::kEnvHeartbeatSeconds;
+using base::kEnvLimitsEnforcedBy;
+using base::kEnvMasterIp;
+using base::kEnvMemoryGb;
+using base::kEnvMetricsToken;
+using base::kEnvOrphanTimeoutSeconds;  // never set by the daemon
+using base::kEnvProjectDir;
+using base::kEnvReservePort;
+using base::kEnvStopGraceSeconds;
+using base::kEnvTlsFingerprint;
+using base::kEnvUrl;
+using base::kEnvWorkerId;
+// kEnvCgroup: the agent makes the cgroup (if need be) and joins it first
+// thing, so every process of the worker is born inside it. Unset: the agent
+// makes one of its own where it can; kCgroupNone: none at all (the agent's
+// subreaper and process group only).
 inline constexpr const char* kCgroupNone = "none";
-// A backend whose runtime enforces cpu and memory itself (a Kubernetes pod's
-// limits) names it here ("the pod"): the agent then makes no cgroup for the
-// limits and reports them "enforced by <value>".
-inline constexpr const char* kEnvLimitsEnforcedBy = "MUSTER_LIMITS_ENFORCED_BY";
-// For tests only, never set by the daemon: a directory standing in for
-// /sys/fs/cgroup when limits are set (api/base/cgroup_limits.h,
-// CgroupMounts::under), e.g. an empty one to make every limit unenforceable.
-// musterd reads it too, for its launch warnings; a local backend's agent
-// inherits it from musterd.
-inline constexpr const char* kEnvCgroupRoot = "MUSTER_CGROUP_ROOT";
-// How the agent verifies an https:// MUSTER_URL: musterd's certificate's
-// SHA-256 fingerprint (what the daemon sets: pinning needs no file on the
-// worker's host, container or pod) and/or a CA file there. The names are
-// api/base/tls_env.h's, which the runtime's clients read too; the script
-// inherits both.
-inline constexpr const char* kEnvTlsFingerprint = base::kEnvTlsFingerprint;
-inline constexpr const char* kEnvCaFile = base::kEnvCaFile;
-// Variables for the script only (the agent passes them through).
-inline constexpr const char* kEnvMetricsToken = "MUSTER_METRICS_TOKEN";
-inline constexpr const char* kEnvProjectDir = "MUSTER_PROJECT_DIR";
-inline constexpr const char* kEnvGpuDevices = "MUSTER_GPU_DEVICES";
+// kEnvFileLimit: musterd raises its own open-files limit to the hard limit
+// (it holds a pidfd and the agent's heartbeat connection per running
+// worker) and sets this in its environment; an agent that finds it puts its
+// own soft limit back, so scripts start with the limit they would have had
+// (select() in old code breaks above 1,024).
+// kEnvLimitsEnforcedBy: the agent then makes no cgroup for the limits and
+// reports them "enforced by <value>".
+// kEnvCgroupRoot (tests only, api/base/cgroup_limits.h, CgroupMounts::under):
+// e.g. an empty directory makes every limit unenforceable; musterd reads it
+// too, for its launch warnings, and a local backend's agent inherits it.
+// kEnvTlsFingerprint / kEnvCaFile: how the agent verifies an https://
+// MUSTER_URL (pinning needs no file on the worker's host, container or pod).
 
 struct AgentEnvironment {
   std::string url;          // the daemon as the worker reaches it: http(s)://<master_ip>:<port>

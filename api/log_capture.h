@@ -22,13 +22,14 @@
 #include <vector>
 
 #include "api/base/rotating_log.h"
+#include "api/base/worker_env.h"
 #include "api/status.h"
 
 namespace muster::api {
 
-inline constexpr const char* kEnvLogFile = "MUSTER_LOG_FILE";
-inline constexpr const char* kEnvLogMaxBytes = "MUSTER_LOG_MAX_BYTES";
-inline constexpr const char* kEnvLogKeep = "MUSTER_LOG_KEEP";
+using base::kEnvLogFile;  // the names: api/base/worker_env.h
+using base::kEnvLogKeep;
+using base::kEnvLogMaxBytes;
 inline constexpr const char* kLogRelayFlag = "--log-relay";
 
 struct LogCapture {

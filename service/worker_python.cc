@@ -6,6 +6,8 @@
 #include <system_error>
 #include <vector>
 
+#include "api/base/worker_env.h"
+
 #ifndef MUSTER_SDK_SOURCE_DIR
 #define MUSTER_SDK_SOURCE_DIR ""
 #endif
@@ -20,7 +22,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kPythonPath = "PYTHONPATH";
-constexpr const char* kRuntimePath = "MUSTER_RUNTIME_PATH";
+constexpr const char* kRuntimePath = base::kEnvRuntimePath;
 
 bool is_package(const fs::path& dir) {
   std::error_code ec;

@@ -3,6 +3,7 @@
 #include <climits>
 
 #include "api/base/settings.h"
+#include "api/base/worker_env.h"
 #include "runtime/error.h"
 
 namespace muster::runtime::ps {
@@ -26,6 +27,6 @@ int default_streams() {
   return v.ok() ? static_cast<int>(v.value) : 0;
 }
 
-std::string default_secret() { return base::Settings::environment().text("MUSTER_PS_SECRET").value; }
+std::string default_secret() { return base::Settings::environment().text(base::kEnvPsSecret).value; }
 
 }  // namespace muster::runtime::ps

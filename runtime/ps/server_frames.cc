@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "api/base/worker_env.h"
 #include "runtime/ps/server_connection.h"
 
 namespace muster::runtime::ps {
@@ -118,8 +119,8 @@ void Connection::on_hello() {
     ++s_.auth_failures_;
     spdlog::warn("{}: refusing connection from {}: {} secret in its hello", s_.name(), peer_,
                  hello.secret.empty() ? "no" : "a wrong");
-    shut_after_error(s_.name() + ": refused: wrong or missing secret; start the task from its muster cluster (which sets "
-                     "MUSTER_PS_SECRET) or set MUSTER_PS_SECRET to the cluster's secret");
+    shut_after_error(s_.name() + ": refused: wrong or missing secret; start the task from its muster cluster (which sets " +
+                     base::kEnvPsSecret + ") or set " + base::kEnvPsSecret + " to the cluster's secret");
     return;
   }
   std::string why = s_.hello(*this, hello);

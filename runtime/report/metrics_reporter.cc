@@ -1,6 +1,7 @@
 #include "runtime/report/metrics_reporter.h"
 
 #include "api/base/settings.h"
+#include "api/base/worker_env.h"
 
 #include <cmath>
 #include <cstdio>
@@ -76,10 +77,10 @@ MetricsReporter::MetricsReporter(ReporterOptions options) : options_(std::move(o
 
 std::unique_ptr<MetricsReporter> MetricsReporter::from_env() {
   ReporterOptions o;
-  o.url = env("MUSTER_URL");
-  o.worker_id = env("MUSTER_WORKER_ID");
-  o.token = env("MUSTER_METRICS_TOKEN");
-  if (o.token.empty()) o.token = env("MUSTER_AGENT_TOKEN");
+  o.url = env(base::kEnvUrl);
+  o.worker_id = env(base::kEnvWorkerId);
+  o.token = env(base::kEnvMetricsToken);
+  if (o.token.empty()) o.token = env(base::kEnvAgentToken);
   o.rank = env_rank();
   return std::make_unique<MetricsReporter>(std::move(o));
 }

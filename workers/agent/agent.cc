@@ -20,6 +20,7 @@
 #include "api/base/atomic_file.h"
 #include "api/base/net.h"
 #include "api/base/process.h"
+#include "api/base/worker_env.h"
 #include "api/kernel.h"
 #include "workers/agent/leftovers.h"
 #include "workers/agent/log_relay.h"
@@ -234,7 +235,8 @@ int run_agent(const AgentOptions& o) {
   Client client(o);
   auto endpoint = parse_http_url(o.env.url);
   if (!endpoint || o.env.worker_id.empty() || o.env.token.empty()) {
-    log_line("MUSTER_URL (http(s)://host:port), MUSTER_WORKER_ID and MUSTER_AGENT_TOKEN are required");
+    log_line(std::string(base::kEnvUrl) + " (http(s)://host:port), " + base::kEnvWorkerId + " and " +
+             base::kEnvAgentToken + " are required");
     return 2;
   }
   // 0. Before anything forks: a child subreaper, in the worker's cgroup.
@@ -279,11 +281,11 @@ int run_agent(const AgentOptions& o) {
   // script itself starts in the project).
   std::error_code cwd_error;
   const std::filesystem::path worker_dir = std::filesystem::current_path(cwd_error);
-  std::map<std::string, std::string> env = {{"MUSTER_IP_ADDRESS", ip},
+  std::map<std::string, std::string> env = {{base::kEnvIpAddress, ip},
                                             {"CDSW_IP_ADDRESS", ip},
                                             {"PYTHONUNBUFFERED", "1"},
-                                            {kEnvWorkerDir, worker_dir.string()}};
-  if (port) env["MUSTER_PORT"] = std::to_string(port->port());
+                                            {base::kEnvWorkerDir, worker_dir.string()}};
+  if (port) env[base::kEnvPort] = std::to_string(port->port());
 
   // 5 (early). Heartbeats run from registration on, also while held.
   std::mutex mu;

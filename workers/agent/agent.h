@@ -67,10 +67,9 @@ inline constexpr std::chrono::milliseconds kDefaultOrphanTimeout{300'000};
 // the cluster manager runs MPI ranks with).
 std::vector<std::string> script_command(const AgentOptions& options);
 
-// The script's scratch directory: the agent's working directory, where the
+// The script's scratch directory is the agent's working directory, where the
 // backend started it (<state-dir>/workers/<id>), given to the script as
-// MUSTER_WORKER_DIR.
-inline constexpr const char* kEnvWorkerDir = "MUSTER_WORKER_DIR";
+// MUSTER_WORKER_DIR (base::kEnvWorkerDir).
 
 // Where the script starts: `project_dir` when it is a directory on this host
 // (as a notebook's workers start in the project), else `worker_dir` and

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "api/base/settings.h"
+#include "api/base/worker_env.h"
 #include "runtime/comm/tcp/socket.h"
 #include "runtime/error.h"
 
@@ -34,7 +35,7 @@ std::vector<Interface> local_interfaces() {
 
 std::string interface_spec_from_env(const std::string& configured) {
   const auto env = base::Settings::environment();
-  for (const char* name : {"MUSTER_COMM_TCP_IFACE", "OMPI_MCA_btl_tcp_if_include"}) {
+  for (const char* name : {base::kEnvCommTcpInterface, "OMPI_MCA_btl_tcp_if_include"}) {
     if (auto v = env.raw(name)) return *v;
   }
   return configured;
@@ -94,7 +95,7 @@ in_addr choose_address(const std::string& spec, const std::vector<Interface>& in
       if (i.up && !i.loopback) return i.address;
     }
     throw InvalidArgument("TCP transport: no up, non-loopback IPv4 interface to reach the other hosts (have: " +
-                          describe(interfaces) + "); set MUSTER_COMM_TCP_IFACE");
+                          describe(interfaces) + "); set " + base::kEnvCommTcpInterface);
   }
   std::vector<Entry> entries;
   std::stringstream ss(spec);
