@@ -29,12 +29,12 @@ bool is_terminal(ClusterStatus s) {
   return s == ClusterStatus::kSucceeded || s == ClusterStatus::kFailed || s == ClusterStatus::kStopped;
 }
 
-const char* cluster_mode_name(ClusterMode mode) {
+const char* cluster_kind_name(ClusterKind mode) {
   switch (mode) {
-    case ClusterMode::kPs: return "ps";
-    case ClusterMode::kMpi: return "mpi";
-    case ClusterMode::kElastic: return "elastic";
-    case ClusterMode::kTorchrun: return "torchrun";
+    case ClusterKind::kPs: return "ps";
+    case ClusterKind::kMpi: return "mpi";
+    case ClusterKind::kElastic: return "elastic";
+    case ClusterKind::kTorchrun: return "torchrun";
   }
   return "unknown";
 }
@@ -95,7 +95,7 @@ json Cluster::workers_json() const {
 
 std::string Cluster::task_name(const ClusterTask& t) const {
   std::string ranks;  // torchrun: the ranks this worker's processes hold
-  if (request.mode == ClusterMode::kTorchrun) {
+  if (request.mode == ClusterKind::kTorchrun) {
     const int first = t.index * request.nproc_per_node;
     ranks = request.nproc_per_node == 1
                 ? ", rank " + std::to_string(first)
@@ -106,7 +106,7 @@ std::string Cluster::task_name(const ClusterTask& t) const {
 
 json Cluster::to_json() const {
   json out{{"id", id},
-           {"mode", cluster_mode_name(request.mode)},
+           {"mode", cluster_kind_name(request.mode)},
            {"status", cluster_status_name(status)},
            {"workers", workers_json()},
            {"n_workers", request.n_workers},
@@ -118,7 +118,7 @@ json Cluster::to_json() const {
            {"reason", reason},
            {"created_at", created_at},
            {"finished_at", finished_at ? json(*finished_at) : json(nullptr)},
-           {"launch", request.mode == ClusterMode::kMpi && request.launch},
+           {"launch", request.mode == ClusterKind::kMpi && request.launch},
            {"launcher_exit_code", launcher_exit_code ? json(*launcher_exit_code) : json(nullptr)}};
   out["horovodrun_command"] = horovodrun_argv.empty() ? "" : base::join_for_shell(horovodrun_argv);
   out["mpirun_command"] = mpirun_argv.empty() ? "" : base::join_for_shell(mpirun_argv);
@@ -136,7 +136,7 @@ json Cluster::to_json() const {
   out["restarts"] = restarts;
   out["resets"] = resets;
   out["max_restarts"] = request.max_restarts;
-  if (request.mode == ClusterMode::kElastic) {
+  if (request.mode == ClusterKind::kElastic) {
     const json r = request.to_json();
     out["min_np"] = request.min_np.value_or(request.n_workers);
     out["max_np"] = request.max_np.value_or(request.n_workers);
@@ -146,14 +146,14 @@ json Cluster::to_json() const {
   }
   out["torchrun_command"] = torchrun_argv.empty() ? "" : base::join_for_shell(torchrun_argv);
   out["torchrun_argv"] = torchrun_argv;
-  if (request.mode == ClusterMode::kMpi) {
+  if (request.mode == ClusterKind::kMpi) {
     const json r = request.to_json();
     for (const char* key : {"network_interfaces", "fusion_threshold_mb", "cycle_time_ms", "timeline_filename",
                             "start_timeout", "verbose"}) {
       out[key] = r.at(key);
     }
   }
-  if (request.mode == ClusterMode::kTorchrun) {
+  if (request.mode == ClusterKind::kTorchrun) {
     out["nproc_per_node"] = request.nproc_per_node;
     out["max_restarts"] = request.max_restarts;
   }

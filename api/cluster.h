@@ -43,13 +43,16 @@ const char* cluster_status_name(ClusterStatus status);
 std::optional<ClusterStatus> parse_cluster_status(const std::string& name);
 bool is_terminal(ClusterStatus status);
 
-enum class ClusterMode { kPs, kMpi, kElastic, kTorchrun };
-const char* cluster_mode_name(ClusterMode mode);
+// Which mode a cluster runs in: the request's "mode" ("ps", "mpi",
+// "elastic", "torchrun" on the wire). What a mode does is the daemon's
+// ClusterMode (service/cluster/mode.h), one implementation per kind.
+enum class ClusterKind { kPs, kMpi, kElastic, kTorchrun };
+const char* cluster_kind_name(ClusterKind kind);
 
 // POST /api/v1/clusters, validated (scripts are resolved when the tasks are
 // launched, by the worker validation, so they are checked exactly as there).
 struct ClusterRequest {
-  ClusterMode mode = ClusterMode::kPs;
+  ClusterKind mode = ClusterKind::kPs;
   int n_workers = 1;
   int n_ps = 0;
   double cpu = 1.0;

@@ -40,18 +40,18 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
   std::string mode = "ps";
   if (auto s = in.string("mode", &mode); !s) return s;
   if (mode == "ps") {
-    r.mode = ClusterMode::kPs;
+    r.mode = ClusterKind::kPs;
   } else if (mode == "mpi") {
-    r.mode = ClusterMode::kMpi;
+    r.mode = ClusterKind::kMpi;
   } else if (mode == "elastic") {
-    r.mode = ClusterMode::kElastic;
+    r.mode = ClusterKind::kElastic;
   } else if (mode == "torchrun") {
-    r.mode = ClusterMode::kTorchrun;
+    r.mode = ClusterKind::kTorchrun;
   } else {
     return bad("mode", "must be \"ps\", \"mpi\", \"elastic\" or \"torchrun\"");
   }
   if (in.has("workers")) {
-    if (r.mode != ClusterMode::kMpi) return bad("workers", "is for mpi mode only (the hosts of the ranks)");
+    if (r.mode != ClusterKind::kMpi) return bad("workers", "is for mpi mode only (the hosts of the ranks)");
     const json& list = in.at("workers");
     if (!list.is_array() || list.empty()) return bad("workers", "must be a non-empty list of running workers' ids");
     for (const auto& id : list) {
@@ -77,14 +77,14 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
   }
   // At least one worker task comes beside the PS tasks.
   if (auto s = in.integer("n_ps", 0, max_workers - 1, &r.n_ps); !s) return s;
-  if (r.mode != ClusterMode::kPs && r.n_ps != 0) {
-    return bad("n_ps", std::string("is for ps mode only (") + cluster_mode_name(r.mode) +
+  if (r.mode != ClusterKind::kPs && r.n_ps != 0) {
+    return bad("n_ps", std::string("is for ps mode only (") + cluster_kind_name(r.mode) +
                            " mode has no parameter servers)");
   }
   if (auto s = in.integer("n_chief", 0, 1, &r.n_chief); !s) return s;
   if (auto s = in.integer("n_evaluator", 0, 1, &r.n_evaluator); !s) return s;
-  if (r.mode != ClusterMode::kPs && r.n_chief != 0) return bad("n_chief", "is for ps mode only (TensorFlow's chief task)");
-  if (r.mode != ClusterMode::kPs && r.n_evaluator != 0) {
+  if (r.mode != ClusterKind::kPs && r.n_chief != 0) return bad("n_chief", "is for ps mode only (TensorFlow's chief task)");
+  if (r.mode != ClusterKind::kPs && r.n_evaluator != 0) {
     return bad("n_evaluator", "is for ps mode only (TensorFlow's evaluator task)");
   }
   const int total = r.n_workers + r.n_ps + r.n_chief + r.n_evaluator;
@@ -103,9 +103,9 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
     if (script->empty()) continue;
     if (auto s = check_script_path(*script, field); !s) return s;
   }
-  if (r.mode != ClusterMode::kPs && !r.ps_script.empty()) return bad("ps_script", "is for ps mode only");
-  if (r.mode != ClusterMode::kPs && r.worker_script.empty()) {
-    return bad("worker_script", std::string("is required in ") + cluster_mode_name(r.mode) +
+  if (r.mode != ClusterKind::kPs && !r.ps_script.empty()) return bad("ps_script", "is for ps mode only");
+  if (r.mode != ClusterKind::kPs && r.worker_script.empty()) {
+    return bad("worker_script", std::string("is required in ") + cluster_kind_name(r.mode) +
                                     " mode: it is the program every rank runs");
   }
   if (auto s = in.strings("args", &r.args); !s) return s;
@@ -153,7 +153,7 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
   if (auto s = in.boolean("verbose", &r.verbose); !s) return s;
   // ps and torchrun take none of horovodrun's options (elastic takes the
   // interfaces and start_timeout; parse_recovery_fields refuses the rest).
-  if (r.mode == ClusterMode::kPs || r.mode == ClusterMode::kTorchrun) {
+  if (r.mode == ClusterKind::kPs || r.mode == ClusterKind::kTorchrun) {
     for (const char* field : {"network_interface", "network_interfaces", "fusion_threshold_mb", "cycle_time_ms",
                               "timeline_filename", "start_timeout", "verbose"}) {
       if (in.has(field)) return bad(field, "is a horovodrun option, for mpi mode only");
@@ -161,7 +161,7 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
   }
   if (auto s = in.string("python", &r.python); !s) return s;
   if (auto s = check_python(r.python, "python"); !s) return s;
-  if (r.mode == ClusterMode::kTorchrun) {
+  if (r.mode == ClusterKind::kTorchrun) {
     if (in.has("slots")) return bad("slots", "is for mpi mode; torchrun mode runs nproc_per_node processes per worker");
     if (auto s = in.integer("nproc_per_node", 1, kMaxSlots, &r.nproc_per_node); !s) return s;
   } else if (in.has("nproc_per_node")) {
@@ -169,8 +169,8 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
   }
   if (auto s = in.number("timeout_seconds", true, &r.timeout_seconds); !s) return s;
   if (auto s = in.boolean("launch", &r.launch); !s) return s;
-  if (r.mode != ClusterMode::kMpi && r.mode != ClusterMode::kElastic && in.has("launch") && !r.launch) {
-    return bad("launch", std::string("is for mpi mode only (") + cluster_mode_name(r.mode) +
+  if (r.mode != ClusterKind::kMpi && r.mode != ClusterKind::kElastic && in.has("launch") && !r.launch) {
+    return bad("launch", std::string("is for mpi mode only (") + cluster_kind_name(r.mode) +
                              "-mode tasks always start once released)");
   }
   if (auto s = parse_recovery_fields(body, max_workers, r); !s) return s;
@@ -178,7 +178,7 @@ Result<ClusterRequest> parse_cluster_request(const json& body, int max_workers) 
 }
 
 json ClusterRequest::to_json() const {
-  return json{{"mode", cluster_mode_name(mode)},
+  return json{{"mode", cluster_kind_name(mode)},
               {"n_workers", n_workers},
               {"n_ps", n_ps},
               {"cpu", cpu},
@@ -217,10 +217,10 @@ Result<ClusterRequest> cluster_request_from_json(const json& j) {
   try {
     ClusterRequest r;
     const std::string mode = j.at("mode").get<std::string>();
-    r.mode = mode == "mpi"        ? ClusterMode::kMpi
-             : mode == "elastic"  ? ClusterMode::kElastic
-             : mode == "torchrun" ? ClusterMode::kTorchrun
-                                  : ClusterMode::kPs;
+    r.mode = mode == "mpi"        ? ClusterKind::kMpi
+             : mode == "elastic"  ? ClusterKind::kElastic
+             : mode == "torchrun" ? ClusterKind::kTorchrun
+                                  : ClusterKind::kPs;
     r.n_workers = j.at("n_workers").get<int>();
     r.n_ps = j.at("n_ps").get<int>();
     r.cpu = j.at("cpu").get<double>();

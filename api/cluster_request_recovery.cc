@@ -26,7 +26,7 @@ Status read_int(const json& body, const char* field, int lo, int hi, std::option
 }  // namespace
 
 Status parse_recovery_fields(const json& body, int max_workers, ClusterRequest& r) {
-  const bool elastic = r.mode == ClusterMode::kElastic;
+  const bool elastic = r.mode == ClusterKind::kElastic;
   std::optional<int> restarts;
   if (auto s = read_int(body, "max_restarts", 0, kMaxRestarts, &restarts); !s) return s;
   if (restarts && elastic && *restarts > 0) {

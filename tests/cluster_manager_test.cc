@@ -173,7 +173,7 @@ class ClusterManagerTest : public ::testing::Test {
 
   static api::ClusterRequest ps_request(int n_ps, int n_workers) {
     api::ClusterRequest r;
-    r.mode = api::ClusterMode::kPs;
+    r.mode = api::ClusterKind::kPs;
     r.n_ps = n_ps;
     r.n_workers = n_workers;
     r.worker_script = "train.py";
@@ -183,7 +183,7 @@ class ClusterManagerTest : public ::testing::Test {
 
   static api::ClusterRequest mpi_request(int n_workers, int slots) {
     api::ClusterRequest r;
-    r.mode = api::ClusterMode::kMpi;
+    r.mode = api::ClusterKind::kMpi;
     r.n_workers = n_workers;
     r.slots = slots;
     r.worker_script = "train.py";
@@ -201,7 +201,7 @@ class ClusterManagerTest : public ::testing::Test {
   FakeLauncher* launcher_ = nullptr;
 };
 
-TEST_F(ClusterManagerTest, PsRendezvousReleasesEveryTaskWithItsOwnTfConfig) {
+TEST_F(ClusterManagerTest, PsWiringReleasesEveryTaskWithItsOwnTfConfig) {
   auto c = create(ps_request(1, 2));
   ASSERT_EQ(c.tasks.size(), 3u);
   EXPECT_EQ(c.status, api::ClusterStatus::kStarting);
@@ -266,7 +266,7 @@ TEST_F(ClusterManagerTest, CrashingWorkerFailsTheClusterAndStopsTheRest) {
   EXPECT_EQ(now(c.id).reason, failed.reason);
 }
 
-TEST_F(ClusterManagerTest, TaskDyingBeforeRendezvousFailsTheCluster) {
+TEST_F(ClusterManagerTest, TaskDyingBeforeWiringFailsTheCluster) {
   auto c = create(ps_request(2, 1));
   ASSERT_TRUE(registry_->agent_register(c.tasks[0].worker_id, "127.0.0.1", 5000).is_ok());
   ASSERT_TRUE(registry_->agent_exit(c.tasks[1].worker_id, 1).is_ok());
@@ -277,7 +277,7 @@ TEST_F(ClusterManagerTest, TaskDyingBeforeRendezvousFailsTheCluster) {
   EXPECT_EQ(worker(c.tasks[0].worker_id).status, WorkerStatus::kStopped);
 }
 
-TEST_F(ClusterManagerTest, RendezvousTimeoutNamesTheMissingTask) {
+TEST_F(ClusterManagerTest, RegistrationTimeoutNamesTheMissingTask) {
   auto c = create(ps_request(1, 2));
   ASSERT_TRUE(registry_->agent_register(c.tasks[0].worker_id, "127.0.0.1", 5000).is_ok());
   ASSERT_TRUE(registry_->agent_register(c.tasks[1].worker_id, "127.0.0.1", 5001).is_ok());
@@ -967,7 +967,7 @@ TEST_F(ClusterManagerTest, UnknownClusterIsNotFound) {
 
 api::ClusterRequest torchrun_request(int n_workers, int nproc_per_node) {
   api::ClusterRequest r;
-  r.mode = api::ClusterMode::kTorchrun;
+  r.mode = api::ClusterKind::kTorchrun;
   r.n_workers = n_workers;
   r.nproc_per_node = nproc_per_node;
   r.worker_script = "train.py";

@@ -18,7 +18,7 @@ struct BadCase {
 TEST(ClusterRequestTest, Defaults) {
   auto r = api::parse_cluster_request(json::parse(R"({"n_workers": 2})"), 64);
   ASSERT_TRUE(r.is_ok()) << r.status().message();
-  EXPECT_EQ(r->mode, api::ClusterMode::kPs);
+  EXPECT_EQ(r->mode, api::ClusterKind::kPs);
   EXPECT_EQ(r->n_ps, 0);
   EXPECT_EQ(r->ssh_port, 2222);
   EXPECT_EQ(r->slots, 1);
@@ -32,7 +32,7 @@ TEST(ClusterRequestTest, FullMpiRequest) {
       "network_interface":"eth0","timeout_seconds":0,"launch":false})"),
                                  64);
   ASSERT_TRUE(r.is_ok()) << r.status().message();
-  EXPECT_EQ(r->mode, api::ClusterMode::kMpi);
+  EXPECT_EQ(r->mode, api::ClusterKind::kMpi);
   EXPECT_EQ(r->slots, 2);
   EXPECT_EQ(r->ssh_port, 2200);
   EXPECT_EQ(r->env.at("A_1"), "v");
@@ -197,19 +197,19 @@ TEST(ClusterRequestTest, TorchrunRequestRoundTrips) {
       "nproc_per_node":4,"max_restarts":3,"args":["--epochs","1"]})"),
                                  64);
   ASSERT_TRUE(r.is_ok()) << r.status().message();
-  EXPECT_EQ(r->mode, api::ClusterMode::kTorchrun);
+  EXPECT_EQ(r->mode, api::ClusterKind::kTorchrun);
   EXPECT_EQ(r->nproc_per_node, 4);
   EXPECT_EQ(r->max_restarts, 3);
   auto back = api::cluster_request_from_json(r->to_json());
   ASSERT_TRUE(back.is_ok());
   EXPECT_EQ(back->to_json(), r->to_json());
-  EXPECT_EQ(back->mode, api::ClusterMode::kTorchrun);
+  EXPECT_EQ(back->mode, api::ClusterKind::kTorchrun);
 }
 
 TEST(ClusterObjectTest, TorchrunClusterShowsItsLineAndNamesRanks) {
   api::Cluster c;
   c.id = "c-2";
-  c.request.mode = api::ClusterMode::kTorchrun;
+  c.request.mode = api::ClusterKind::kTorchrun;
   c.request.nproc_per_node = 2;
   c.tasks = {{"worker", 0, "w0"}, {"worker", 1, "w1"}};
   c.torchrun_argv = {"torchrun", "--nnodes=2", "--nproc_per_node=2", "a b.py"};
@@ -229,7 +229,7 @@ TEST(ClusterObjectTest, TorchrunClusterShowsItsLineAndNamesRanks) {
 TEST(ClusterObjectTest, JsonHasTheApiFields) {
   api::Cluster c;
   c.id = "c-1";
-  c.request.mode = api::ClusterMode::kMpi;
+  c.request.mode = api::ClusterKind::kMpi;
   c.status = api::ClusterStatus::kRunning;
   c.tasks = {{"worker", 0, "w0"}, {"worker", 1, "w1"}};
   c.horovodrun_argv = {"horovodrun", "-np", "2", "-H", "h:2", "python3", "a b.py"};

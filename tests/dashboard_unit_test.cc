@@ -317,7 +317,7 @@ TEST(DaemonMetrics, RendersEveryFamilyWithRoutePatterns) {
     api::Cluster c;
     c.id = "c1";
     c.status = api::ClusterStatus::kRunning;
-    c.request.mode = api::ClusterMode::kMpi;
+    c.request.mode = api::ClusterKind::kMpi;
     return std::vector<api::Cluster>{c};
   };
   src.training = &series;

@@ -108,7 +108,7 @@ class ElasticClusterTest : public ::testing::Test {
 
   static api::ClusterRequest elastic(int n, int min_np, int max_np) {
     api::ClusterRequest r;
-    r.mode = api::ClusterMode::kElastic;
+    r.mode = api::ClusterKind::kElastic;
     r.n_workers = n;
     r.min_np = min_np;
     r.max_np = max_np;
@@ -462,7 +462,7 @@ TEST_F(ElasticClusterTest, ARestartedDaemonTakesARunningElasticClusterBack) {
 
 TEST_F(ElasticClusterTest, MpiClusterRestartsEveryTaskUnderMaxRestarts) {
   api::ClusterRequest r;
-  r.mode = api::ClusterMode::kMpi;
+  r.mode = api::ClusterKind::kMpi;
   r.n_workers = 2;
   r.worker_script = "train.py";
   r.max_restarts = 1;
@@ -500,7 +500,7 @@ TEST_F(ElasticClusterTest, MpiClusterRestartsEveryTaskUnderMaxRestarts) {
 
 TEST_F(ElasticClusterTest, PsWorkerIsReplacedAloneWithItsTfConfigButAPsTaskRestartsAll) {
   api::ClusterRequest r;
-  r.mode = api::ClusterMode::kPs;
+  r.mode = api::ClusterKind::kPs;
   r.n_ps = 1;
   r.n_workers = 2;
   r.worker_script = "train.py";
@@ -661,7 +661,7 @@ TEST(ElasticRequest, FieldsAreCheckedAndNamed) {
                                 "network_interfaces": ["eth0"]})"),
       16);
   ASSERT_TRUE(ok.is_ok()) << ok.status().message();
-  EXPECT_EQ(ok->mode, api::ClusterMode::kElastic);
+  EXPECT_EQ(ok->mode, api::ClusterKind::kElastic);
   EXPECT_EQ(ok->min_np.value_or(0), 2);
   EXPECT_EQ(ok->max_np.value_or(0), 5);
   EXPECT_EQ(ok->reset_limit.value_or(0), 4);

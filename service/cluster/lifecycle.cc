@@ -64,7 +64,7 @@ FailedTasks read_failed_tasks(const WorkerRegistry& registry, const api::Cluster
   constexpr size_t kReportLines = 200;
   constexpr size_t kTailLines = 20;
   // torchrun: a node's first process's RANK; the blamed peer is placed on its node.
-  const int per_task = c.request.mode == api::ClusterMode::kTorchrun ? std::max(1, c.request.nproc_per_node) : 1;
+  const int per_task = c.request.mode == api::ClusterKind::kTorchrun ? std::max(1, c.request.nproc_per_node) : 1;
   std::vector<RankReport> reports;
   std::vector<std::vector<std::string>> tails;
   for (size_t i : ended_badly) {
@@ -263,10 +263,10 @@ void ClusterManager::step() {
 
 ClusterMode& ClusterManager::mode_of(const api::ClusterRequest& request) const {
   switch (request.mode) {
-    case api::ClusterMode::kMpi: return *mpi_;
-    case api::ClusterMode::kElastic: return *elastic_;
-    case api::ClusterMode::kTorchrun: return *torchrun_;
-    case api::ClusterMode::kPs: break;
+    case api::ClusterKind::kMpi: return *mpi_;
+    case api::ClusterKind::kElastic: return *elastic_;
+    case api::ClusterKind::kTorchrun: return *torchrun_;
+    case api::ClusterKind::kPs: break;
   }
   return *ps_;
 }

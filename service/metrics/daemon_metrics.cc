@@ -72,13 +72,13 @@ std::string DaemonMetrics::render(const Sources& src) const {
 
   std::vector<api::Cluster> clusters = src.clusters ? src.clusters() : std::vector<api::Cluster>{};
   std::map<std::pair<std::string, std::string>, double> by_mode;
-  for (auto mode : {api::ClusterMode::kPs, api::ClusterMode::kMpi, api::ClusterMode::kElastic}) {
+  for (auto mode : {api::ClusterKind::kPs, api::ClusterKind::kMpi, api::ClusterKind::kElastic}) {
     for (auto st : {api::ClusterStatus::kStarting, api::ClusterStatus::kRunning, api::ClusterStatus::kSucceeded,
                     api::ClusterStatus::kFailed, api::ClusterStatus::kStopped}) {
-      by_mode[{api::cluster_mode_name(mode), api::cluster_status_name(st)}] = 0;
+      by_mode[{api::cluster_kind_name(mode), api::cluster_status_name(st)}] = 0;
     }
   }
-  for (const auto& c : clusters) by_mode[{api::cluster_mode_name(c.request.mode), api::cluster_status_name(c.status)}] += 1;
+  for (const auto& c : clusters) by_mode[{api::cluster_kind_name(c.request.mode), api::cluster_status_name(c.status)}] += 1;
   out.family("muster_clusters", "gauge", "Clusters this daemon knows, by mode and status.");
   for (const auto& [key, n] : by_mode) out.sample("muster_clusters", {{"mode", key.first}, {"status", key.second}}, n);
   render_recoveries(out, clusters);
@@ -93,7 +93,7 @@ std::string DaemonMetrics::render(const Sources& src) const {
     const std::string exit = f.signal ? "signal " + std::to_string(*f.signal)
                                       : (f.exit_code ? std::to_string(*f.exit_code) : std::string());
     out.sample("muster_cluster_failed_rank",
-               {{"cluster", c.id}, {"mode", api::cluster_mode_name(c.request.mode)}, {"rank", std::to_string(f.rank)},
+               {{"cluster", c.id}, {"mode", api::cluster_kind_name(c.request.mode)}, {"rank", std::to_string(f.rank)},
                 {"host", f.host}, {"worker", f.worker_id}, {"exit", exit}, {"exception", utf8_prefix(f.exception, 200)}},
                1);
   }
@@ -166,11 +166,11 @@ void DaemonMetrics::render_recoveries(metrics::TextWriter& out, const std::vecto
   };
   std::map<std::string, Counts> by_mode;
   metrics::Histogram recovery(std::vector<double>{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300});
-  for (auto mode : {api::ClusterMode::kPs, api::ClusterMode::kMpi, api::ClusterMode::kElastic}) {
-    by_mode[api::cluster_mode_name(mode)] = Counts{};
+  for (auto mode : {api::ClusterKind::kPs, api::ClusterKind::kMpi, api::ClusterKind::kElastic}) {
+    by_mode[api::cluster_kind_name(mode)] = Counts{};
   }
   for (const auto& c : clusters) {
-    Counts& n = by_mode[api::cluster_mode_name(c.request.mode)];
+    Counts& n = by_mode[api::cluster_kind_name(c.request.mode)];
     n.resets += c.resets;
     n.restarts += c.restarts;
     for (const auto& g : c.generations) {
