@@ -16,4 +16,11 @@ std::string format_time(WallTime t) {
   return out;
 }
 
+std::string seconds_text(double seconds) {
+  std::string text = std::to_string(seconds);
+  text.erase(text.find_last_not_of('0') + 1);
+  if (!text.empty() && text.back() == '.') text.pop_back();
+  return text;
+}
+
 }  // namespace muster::service

@@ -74,6 +74,9 @@ inline TimePoint from_wall(const Clock& clock, WallTime w) {
   return clock.now() - std::chrono::duration_cast<TimePoint::duration>(clock.wall() - w);
 }
 
+// A duration in seconds as messages show it: 2.5 -> "2.5", 30 -> "30".
+std::string seconds_text(double seconds);
+
 // A duration in seconds (a request's timeout_seconds) on the monotonic clock.
 inline TimePoint::duration seconds_duration(double seconds) {
   return std::chrono::duration_cast<TimePoint::duration>(std::chrono::duration<double>(seconds));

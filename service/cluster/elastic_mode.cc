@@ -18,13 +18,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string seconds_text(double s) {
-  std::string text = std::to_string(s);
-  text.erase(text.find_last_not_of('0') + 1);
-  if (!text.empty() && text.back() == '.') text.pop_back();
-  return text;
-}
-
 // How a rank's worker ended, as the rest of a sentence.
 std::string ending(const api::Worker& w) {
   const std::string why = w.reason.empty() ? "" : ": " + w.reason;

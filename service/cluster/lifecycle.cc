@@ -1,44 +1,19 @@
 // ClusterManager, the life of a cluster after create(): the manager
 // thread's pass (step, evaluate: steps a) to d) of manager.h), the
 // wiring, the one way a cluster ends (finish) and what a restarted
-// daemon does with the clusters of the earlier one (restore).
+// daemon does with the clusters of the earlier one (restore). Why failed
+// tasks end a cluster is failed_tasks.h's.
 #include <algorithm>
-#include <cstring>
 #include <optional>
 
 #include <spdlog/spdlog.h>
 
+#include "service/cluster/failed_tasks.h"
 #include "service/cluster/manager.h"
-#include "service/failure_report.h"
-#include "service/log_route.h"
 
 namespace muster::service {
 
-using api::WorkerStatus;
-
 namespace {
-
-std::string seconds_text(double s) {
-  std::string text = std::to_string(s);
-  text.erase(text.find_last_not_of('0') + 1);
-  if (!text.empty() && text.back() == '.') text.pop_back();
-  return text;
-}
-
-// Why a task that ended (or never came up) ends its cluster.
-std::string describe_end(const std::string& task, const api::Worker& w) {
-  const std::string why = w.reason.empty() ? "" : ": " + w.reason;
-  switch (w.status) {
-    case WorkerStatus::kFailed:
-      if (w.exit_code) return task + " failed with exit code " + std::to_string(*w.exit_code);
-      return task + " failed" + why;
-    case WorkerStatus::kTimedOut: return task + " timed out" + why;
-    case WorkerStatus::kLost: return task + " was lost" + why;
-    case WorkerStatus::kStopped: return task + " was stopped" + why;
-    case WorkerStatus::kSucceeded: return task + " ended (exit code 0) while the cluster needed it";
-    default: return task + " is " + api::worker_status_name(w.status);
-  }
-}
 
 // What a cluster's tasks say once it ended: "cluster c-1a2b succeeded".
 std::string task_reason(const std::string& id, api::ClusterStatus status, const std::string& reason) {
@@ -47,54 +22,6 @@ std::string task_reason(const std::string& id, api::ClusterStatus status, const 
     case api::ClusterStatus::kStopped: return "cluster " + id + " was stopped" + (reason.empty() ? "" : ": " + reason);
     default: return "cluster " + id + " failed" + (reason.empty() ? "" : ": " + reason);
   }
-}
-
-// The failed tasks' own account (failure_report.h), `ended_badly` in the
-// order they ended: which one is the root cause, as the cluster's
-// failed_rank, and whether that is still to come (every failure so far
-// reads as a peer's).
-struct FailedTasks {
-  size_t cause = 0;
-  api::RankFailure rank;
-  bool waiting_for_cause = false;
-};
-
-FailedTasks read_failed_tasks(const WorkerRegistry& registry, const api::Cluster& c,
-                              const std::vector<api::Worker>& workers, const std::vector<size_t>& ended_badly) {
-  constexpr size_t kReportLines = 200;
-  constexpr size_t kTailLines = 20;
-  // torchrun: a node's first process's RANK; the blamed peer is placed on its node.
-  const int per_task = c.request.mode == api::ClusterKind::kTorchrun ? std::max(1, c.request.nproc_per_node) : 1;
-  std::vector<RankReport> reports;
-  std::vector<std::vector<std::string>> tails;
-  for (size_t i : ended_badly) {
-    std::vector<std::string> lines;
-    if (auto path = registry.log_path(workers[i].id)) lines = split_lines(tail_file(path.value(), kReportLines));
-    RankReport r = read_rank_report(c.tasks[i].index * per_task, lines);
-    if (r.blames) r.blames = *r.blames / per_task * per_task;
-    if (r.blames && *r.blames == r.rank) r.blames.reset();
-    reports.push_back(std::move(r));
-    if (lines.size() > kTailLines) lines.erase(lines.begin(), lines.end() - kTailLines);
-    tails.push_back(std::move(lines));
-  }
-  const RootCause root = root_cause(reports);
-  FailedTasks out;
-  out.cause = ended_badly[root.index];
-  out.waiting_for_cause = root.elsewhere.has_value() || reports[root.index].consequence;
-  const api::Worker& w = workers[out.cause];
-  api::RankFailure& f = out.rank;
-  f.rank = reports[root.index].rank;
-  f.host = w.ip_address;
-  f.worker_id = w.id;
-  f.exit_code = w.exit_code;
-  if (w.exit_code && *w.exit_code > 128 && *w.exit_code < 160) {
-    f.signal = *w.exit_code - 128;
-    if (const char* name = ::sigdescr_np(*f.signal)) f.signal_name = name;
-  }
-  f.exception = reports[root.index].exception;
-  f.log_tail = std::move(tails[root.index]);
-  f.then_failed = then_failed_text(reports, root.index);
-  return out;
 }
 
 }  // namespace
@@ -323,11 +250,7 @@ void ClusterManager::evaluate(const std::string& id) {
       if (clock_.now() - *e.failure_seen < kRootCauseGrace) return;
     }
     const size_t i = failed.cause;
-    std::string reason = describe_end(c.task_name(c.tasks[i]), workers[i]);
-    if (!failed.rank.exception.empty() && reason.find(failed.rank.exception) == std::string::npos) {
-      reason += ": " + failed.rank.exception;
-    }
-    if (!failed.rank.then_failed.empty()) reason += "; then failed: " + failed.rank.then_failed;
+    std::string reason = std::move(failed.reason);
     {
       std::lock_guard<std::mutex> lock(mu_);
       clusters_[id].failure_seen.reset();

@@ -43,7 +43,7 @@
 //
 // Files: manager.cc (construction, create, the queries, stop),
 // lifecycle.cc (the thread's pass a) to f), the wiring, finish,
-// restore), restarts.cc (e: restarts and replaced tasks),
+// restore; which failed task is the root cause: failed_tasks.h), restarts.cc (e: restarts and replaced tasks),
 // retention.cc (remove, retention).
 #pragma once
 

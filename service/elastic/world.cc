@@ -6,21 +6,14 @@ namespace muster::service::elastic {
 
 namespace {
 
-std::string seconds_text(std::chrono::milliseconds d) {
-  const double s = static_cast<double>(d.count()) / 1000.0;
-  std::string t = std::to_string(s);
-  t.erase(t.find_last_not_of('0') + 1);
-  if (!t.empty() && t.back() == '.') t.pop_back();
-  return t;
-}
-
 bool contains(const std::vector<std::string>& v, const std::string& x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
 }  // namespace
 
-World::World(WorldOptions options, const Clock& clock) : options_(std::move(options)), clock_(clock) {}
+World::World(WorldOptions options, const Clock& clock)
+    : options_(std::move(options)), clock_(clock), kv_(options_.max_kv_bytes) {}
 
 void World::run(Effects& fx) {
   for (auto& f : fx) f();
@@ -33,17 +26,29 @@ std::string World::member_name_locked(const std::string& worker_id) const {
   return "rank " + std::to_string(it - members_.begin()) + " (worker " + worker_id + ")";
 }
 
+api::Status World::closed_locked() const {
+  return api::conflict("cluster " + options_.cluster_id + "'s world is closed: " + closed_.value_or(""));
+}
+
+api::Status World::outsider_locked(const std::string& worker_id) const {
+  auto why = removed_.find(worker_id);
+  return api::conflict("worker " + worker_id + " is not part of cluster " + options_.cluster_id + "'s world: " +
+                       (why == removed_.end() ? std::string("it was never released into it") : why->second));
+}
+
+api::Status World::unformed_locked(int generation) const {
+  return api::invalid_argument("generation " + std::to_string(generation) +
+                                   " has not formed: the world is at generation " + std::to_string(generation_),
+                               "generation");
+}
+
 // ---- The manager's side.
 
 void World::admit(const std::string& worker_id) {
-  Effects fx;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (closed_ || admitted_.count(worker_id)) return;
-    admitted_[worker_id] = next_order_++;
-    removed_.erase(worker_id);
-  }
-  run(fx);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_ || admitted_.count(worker_id)) return;
+  admitted_[worker_id] = next_order_++;
+  removed_.erase(worker_id);
 }
 
 bool World::admitted(const std::string& worker_id) const {
@@ -63,14 +68,7 @@ void World::remove(const std::string& worker_id, const std::string& reason) {
       if (it->second.parked) fx.push_back([done = std::move(*it->second.parked), out] { done(out); });
       round_.erase(it);
     }
-    for (auto it = getters_.begin(); it != getters_.end();) {
-      if (it->worker_id != worker_id) {
-        ++it;
-        continue;
-      }
-      fx.push_back([done = std::move(it->done), out] { done(out); });
-      it = getters_.erase(it);
-    }
+    kv_.drop(worker_id, out, fx);
     for (auto it = watchers_.begin(); it != watchers_.end();) {
       if (it->worker_id != worker_id) {
         ++it;
@@ -107,13 +105,12 @@ void World::close(const std::string& reason) {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
     closed_ = reason;
-    const api::Status out = api::conflict("cluster " + options_.cluster_id + "'s world is closed: " + reason);
+    const api::Status out = closed_locked();
     for (auto& [id, j] : round_) {
       if (j.parked) fx.push_back([done = std::move(*j.parked), out] { done(out); });
     }
     round_.clear();
-    for (auto& g : getters_) fx.push_back([done = std::move(g.done), out] { done(out); });
-    getters_.clear();
+    kv_.fail_all(out, fx);
     for (auto& w : watchers_) fx.push_back([done = std::move(w.done), out] { done(out); });
     watchers_.clear();
   }
@@ -131,18 +128,7 @@ void World::tick() {
         j.parked.reset();
       }
     }
-    for (auto it = getters_.begin(); it != getters_.end();) {
-      if (now < it->deadline) {
-        ++it;
-        continue;
-      }
-      proto::KvValues v;
-      for (const auto& k : it->keys) {
-        if (!kv_.count(k)) v.missing.push_back(k);
-      }
-      fx.push_back([done = std::move(it->done), v] { done(v); });
-      it = getters_.erase(it);
-    }
+    kv_.expire(now, fx);
     for (auto it = watchers_.begin(); it != watchers_.end();) {
       if (now < it->deadline) {
         ++it;
@@ -172,12 +158,7 @@ void World::break_locked(const std::string& worker_id, const std::string& reason
   broken_at_ = clock_.now();
   events_.push_back(
       {WorldEvent::Kind::kBroken, *broken_at_, generation_, {}, worker_id, reason, 0, requested, std::move(joining)});
-  const api::Status out =
-      api::conflict("generation " + std::to_string(generation_) + " broke: " + reason + "; join again");
-  for (auto it = getters_.begin(); it != getters_.end();) {
-    fx.push_back([done = std::move(it->done), out] { done(out); });
-    it = getters_.erase(it);
-  }
+  kv_.fail_all(api::conflict("generation " + std::to_string(generation_) + " broke: " + reason + "; join again"), fx);
 }
 
 void World::form_locked(Effects& fx) {
@@ -222,8 +203,8 @@ void World::form_locked(Effects& fx) {
 
   for (const auto& id : missing) {
     const std::string why = "did not join generation " + std::to_string(generation_ + 1) + " within " +
-                            seconds_text(options_.rejoin_timeout) + " s of generation " +
-                            std::to_string(generation_) + " breaking";
+                            seconds_text(std::chrono::duration<double>(options_.rejoin_timeout).count()) +
+                            " s of generation " + std::to_string(generation_) + " breaking";
     events_.push_back({WorldEvent::Kind::kExcluded, now, generation_ + 1, {}, id, member_name_locked(id) + " " + why, 0});
     admitted_.erase(id);
     removed_[id] = why;
@@ -235,14 +216,10 @@ void World::form_locked(Effects& fx) {
   broken_at_.reset();
   restored_ = false;
   lagged_ = false;
-  kv_.clear();
-  kv_bytes_ = 0;
-  const api::Status stale = api::conflict("generation " + std::to_string(previous) + " is over: the world is at generation " +
-                                          std::to_string(generation_) + "; join again");
-  for (auto it = getters_.begin(); it != getters_.end();) {
-    fx.push_back([done = std::move(it->done), stale] { done(stale); });
-    it = getters_.erase(it);
-  }
+  kv_.reset();
+  kv_.fail_all(api::conflict("generation " + std::to_string(previous) + " is over: the world is at generation " +
+                             std::to_string(generation_) + "; join again"),
+               fx);
   for (const auto& id : members_) {
     auto it = round_.find(id);
     if (it->second.parked) {
@@ -290,21 +267,6 @@ void World::wake_watchers_locked(Effects& fx) {
   }
 }
 
-void World::wake_getters_locked(Effects& fx) {
-  for (auto it = getters_.begin(); it != getters_.end();) {
-    const bool all = std::all_of(it->keys.begin(), it->keys.end(), [&](const std::string& k) { return kv_.count(k) > 0; });
-    if (!all) {
-      ++it;
-      continue;
-    }
-    proto::KvValues v;
-    v.ready = true;
-    for (const auto& k : it->keys) v.values.push_back(kv_.at(k));
-    fx.push_back([done = std::move(it->done), v = std::move(v)] { done(v); });
-    it = getters_.erase(it);
-  }
-}
-
 // ---- The ranks' side.
 
 void World::enter_round_locked(const std::string& worker_id, JoinDone done, Effects& fx) {
@@ -323,20 +285,11 @@ void World::join(const std::string& worker_id, const proto::JoinRequest& request
     std::lock_guard<std::mutex> lock(mu_);
     const int seen = request.generation;
     if (closed_) {
-      fx.push_back([done, out = api::conflict("cluster " + options_.cluster_id + "'s world is closed: " + *closed_)] {
-        done(out);
-      });
+      fx.push_back([done, out = closed_locked()] { done(out); });
     } else if (!admitted_.count(worker_id)) {
-      auto why = removed_.find(worker_id);
-      fx.push_back([done, out = api::conflict("worker " + worker_id + " is not part of cluster " + options_.cluster_id +
-                                              "'s world" +
-                                              (why == removed_.end() ? std::string(": it was never released into it")
-                                                                     : ": " + why->second))] { done(out); });
+      fx.push_back([done, out = outsider_locked(worker_id)] { done(out); });
     } else if (seen > generation_ && !restored_) {
-      fx.push_back([done, out = api::invalid_argument("generation " + std::to_string(seen) +
-                                                          " has not formed: the world is at generation " +
-                                                          std::to_string(generation_),
-                                                      "generation")] { done(out); });
+      fx.push_back([done, out = unformed_locked(seen)] { done(out); });
     } else if (lagged_ || (restored_ && seen > generation_)) {
       if (seen > generation_) {
         events_.push_back({WorldEvent::Kind::kBroken, clock_.now(), seen, {}, worker_id,
@@ -385,12 +338,8 @@ void World::join(const std::string& worker_id, const proto::JoinRequest& request
 
 api::Status World::check_kv_locked(const std::string& worker_id, int generation) const {
   const std::string g = std::to_string(generation);
-  if (closed_) return api::conflict("cluster " + options_.cluster_id + "'s world is closed: " + *closed_);
-  if (!admitted_.count(worker_id)) {
-    auto why = removed_.find(worker_id);
-    return api::conflict("worker " + worker_id + " is not part of cluster " + options_.cluster_id + "'s world" +
-                         (why == removed_.end() ? std::string() : ": " + why->second));
-  }
+  if (closed_) return closed_locked();
+  if (!admitted_.count(worker_id)) return outsider_locked(worker_id);
   if (generation < generation_) {
     return api::conflict("generation " + g + " is over: the world is at generation " + std::to_string(generation_) +
                          "; join again");
@@ -415,22 +364,8 @@ api::Status World::set(const std::string& worker_id, const proto::KvSet& request
   api::Status out;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto s = check_kv_locked(worker_id, request.generation); !s) return s;
-    auto it = kv_.find(request.key);
-    if (it != kv_.end()) {
-      if (it->second == request.value) return api::Status::ok();  // a retried set
-      return api::conflict("key '" + request.key + "' of generation " + std::to_string(generation_) +
-                           " was already written with another value (keys are written once)");
-    }
-    const size_t bytes = request.key.size() + request.value.size();
-    if (kv_bytes_ + bytes > options_.max_kv_bytes) {
-      return api::Status(api::ErrorCode::kPayloadTooLarge,
-                         "generation " + std::to_string(generation_) + " would hold more than " +
-                             std::to_string(options_.max_kv_bytes) + " bytes of keys and values");
-    }
-    kv_[request.key] = request.value;
-    kv_bytes_ += bytes;
-    wake_getters_locked(fx);
+    out = check_kv_locked(worker_id, request.generation);
+    if (out) out = kv_.set(generation_, request.key, request.value, fx);
   }
   run(fx);
   return out;
@@ -440,26 +375,15 @@ void World::get(const std::string& worker_id, const proto::KvGet& request, GetDo
   Effects fx;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    proto::KvValues v;
-    for (const auto& k : request.keys) {
-      auto it = kv_.find(k);
-      if (it == kv_.end()) {
-        v.missing.push_back(k);
-      } else {
-        v.values.push_back(it->second);
-      }
-    }
-    v.ready = v.missing.empty();
-    if (v.ready) v.missing.clear();
-    if (!v.ready) v.values.clear();
     if (auto s = check_kv_locked(worker_id, request.generation); !s) {
       fx.push_back([done, s] { done(s); });
-    } else if (v.ready || request.timeout_ms <= 0) {
-      fx.push_back([done, v] { done(v); });
     } else {
-      const auto wait = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(request.timeout_ms),
-                                                            options_.poll_bound);
-      getters_.push_back({worker_id, request.generation, request.keys, clock_.now() + wait, std::move(done)});
+      std::optional<TimePoint> until;
+      if (request.timeout_ms > 0) {
+        until = clock_.now() + std::min<std::chrono::milliseconds>(std::chrono::milliseconds(request.timeout_ms),
+                                                                   options_.poll_bound);
+      }
+      kv_.get(worker_id, request.keys, until, std::move(done), fx);
     }
   }
   run(fx);
@@ -470,12 +394,9 @@ void World::world(const std::string& worker_id, int generation, std::chrono::mil
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) {
-      fx.push_back([done, out = api::conflict("cluster " + options_.cluster_id + "'s world is closed: " + *closed_)] {
-        done(out);
-      });
+      fx.push_back([done, out = closed_locked()] { done(out); });
     } else if (!admitted_.count(worker_id)) {
-      fx.push_back([done, out = api::conflict("worker " + worker_id + " is not part of cluster " +
-                                              options_.cluster_id + "'s world")] { done(out); });
+      fx.push_back([done, out = outsider_locked(worker_id)] { done(out); });
     } else {
       proto::WorldView v = view_locked(generation);
       if (v.changed || wait.count() <= 0) {
@@ -490,14 +411,8 @@ void World::world(const std::string& worker_id, int generation, std::chrono::mil
 
 api::Status World::report(const std::string& worker_id, const proto::Report& report) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!admitted_.count(worker_id)) {
-    return api::conflict("worker " + worker_id + " is not part of cluster " + options_.cluster_id + "'s world");
-  }
-  if (report.generation > generation_) {
-    return api::invalid_argument("generation " + std::to_string(report.generation) +
-                                     " has not formed: the world is at generation " + std::to_string(generation_),
-                                 "generation");
-  }
+  if (!admitted_.count(worker_id)) return outsider_locked(worker_id);
+  if (report.generation > generation_) return unformed_locked(report.generation);
   events_.push_back({WorldEvent::Kind::kReported, clock_.now(), report.generation, {}, worker_id, "",
                      report.batches_redone});
   return api::Status::ok();

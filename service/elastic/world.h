@@ -35,6 +35,8 @@
 // joiners naming g' are its members, any other is a newcomer (it takes the
 // state from them), and g'+1 waits for every admitted worker, as the first
 // generation does, or for rejoin_timeout.
+// Each generation's key-value exchange is a GenerationKv (generation_kv.h);
+// the World decides who may use it (check_kv_locked).
 //
 // Threads: every method may be called from any thread; one mutex guards the
 // state. Callbacks (a parked join, get or world answer) run after it is
@@ -56,6 +58,7 @@
 #include "api/status.h"
 #include "clusterspec/rendezvous_protocol.h"
 #include "service/clock.h"
+#include "service/elastic/generation_kv.h"
 
 namespace muster::service::elastic {
 
@@ -144,22 +147,19 @@ class World {
     std::optional<JoinDone> parked;
     TimePoint deadline;
   };
-  struct Getter {
-    std::string worker_id;
-    int generation = 0;
-    std::vector<std::string> keys;
-    TimePoint deadline;
-    GetDone done;
-  };
   struct Watcher {
     std::string worker_id;
     int generation = 0;
     TimePoint deadline;
     WorldDone done;
   };
-  using Effects = std::vector<std::function<void()>>;
-
   std::string member_name_locked(const std::string& worker_id) const;  // "rank 1 (worker ab12)"
+  // Refusals: the world is closed (why); `worker_id` is not admitted (why it
+  // is out, or that it never was in) (conflict).
+  api::Status closed_locked() const;
+  api::Status outsider_locked(const std::string& worker_id) const;
+  // A rank names `generation`, which has not formed (invalid_argument).
+  api::Status unformed_locked(int generation) const;
   // Why a KV call of `worker_id` for `generation` is refused, if it is.
   api::Status check_kv_locked(const std::string& worker_id, int generation) const;
   void break_locked(const std::string& worker_id, const std::string& reason, Effects& fx, bool requested = false,
@@ -167,7 +167,6 @@ class World {
   void form_locked(Effects& fx);
   // Parks `done` as worker_id's join of the next round, then tries to form.
   void enter_round_locked(const std::string& worker_id, JoinDone done, Effects& fx);
-  void wake_getters_locked(Effects& fx);
   void wake_watchers_locked(Effects& fx);
   proto::WorldView view_locked(int generation) const;
   proto::Assignment assignment_locked(const std::string& worker_id) const;
@@ -191,9 +190,7 @@ class World {
   // members_ then holds only the ranks that proved membership by naming it.
   bool lagged_ = false;
   std::map<std::string, Joiner> round_;          // waiting for generation_ + 1
-  std::map<std::string, std::string> kv_;        // of generation_
-  size_t kv_bytes_ = 0;
-  std::list<Getter> getters_;
+  GenerationKv kv_;                              // of generation_
   std::list<Watcher> watchers_;
   std::vector<WorldEvent> events_;
 };
