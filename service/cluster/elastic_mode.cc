@@ -207,30 +207,58 @@ void ElasticMode::release(api::Cluster& c, State& st, const std::string& worker_
 
 // ---- The pass (the World's events: elastic_events.cc).
 
+// Steps a) to g) of the pass, in this order (each on what the ones before
+// it left):
+//   a) the cluster's first generation is on record (its start);
+//   b) the World expires its long-polls and applies the rejoin timeout;
+//   c) replacements that registered are released into the world (or
+//      stopped, on a blacklisted host);
+//   d) ranks that ended are settled, once each: out of the world, a death
+//      of their generation, a failure of their host;
+//   e) the World's events become the cluster's generations (elastic_events.cc);
+//   f) while someone still holds the training state, the dead are replaced;
+//   g) whether the cluster ended, and how.
 Supervision ElasticMode::supervise(api::Cluster& c, const std::vector<api::Worker>& workers) {
   Supervision sup;
-  std::shared_ptr<State> st_ptr;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = clusters_.find(c.id);
-    if (it == clusters_.end()) return sup;
-    st_ptr = it->second;
-  }
+  const std::shared_ptr<State> st_ptr = state_of(c.id);
+  if (!st_ptr) return sup;
   State& st = *st_ptr;
   const TimePoint now = clock_.now();
-  if (c.generations.empty()) {
-    // Generation 1 is the start: its members are the first ranks, until it forms.
-    api::ClusterGeneration g;
-    g.generation = 1;
-    g.cause = "start";
-    g.started_at = format_time(to_wall(clock_, now));
-    for (const auto& t : c.tasks) g.members.push_back(t.worker_id);
-    c.generations.push_back(std::move(g));
-    sup.changed = true;
+  record_start(c, now, sup);                                           // a)
+  st.world->tick();                                                    // b)
+  release_registered(c, st, workers, now, sup);                        // c)
+  const auto dead = settle_endings(c, st, workers, now, sup);          // d)
+  apply_events(c, st, sup);                                            // e)
+  explain_breaks(c, st, now, sup);
+  const Census census = take_census(c, st, workers);
+  if (!census.state_lost && !sup.verdict) replace_dead(c, st, dead, now, sup);  // f)
+  if (!sup.verdict) {                                                  // g)
+    sup.verdict = st.finishing ? finished_verdict(census, workers) : failed_verdict(c, st, census, now);
   }
-  st.world->tick();
+  save(c, st);
+  return sup;
+}
 
-  // 1) Replacements that registered: into the world, released.
+std::shared_ptr<ElasticMode::State> ElasticMode::state_of(const std::string& cluster_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = clusters_.find(cluster_id);
+  return it == clusters_.end() ? nullptr : it->second;
+}
+
+void ElasticMode::record_start(api::Cluster& c, TimePoint now, Supervision& sup) const {
+  if (!c.generations.empty()) return;
+  // Generation 1 is the start: its members are the first ranks, until it forms.
+  api::ClusterGeneration g;
+  g.generation = 1;
+  g.cause = "start";
+  g.started_at = format_time(to_wall(clock_, now));
+  for (const auto& t : c.tasks) g.members.push_back(t.worker_id);
+  c.generations.push_back(std::move(g));
+  sup.changed = true;
+}
+
+void ElasticMode::release_registered(api::Cluster& c, State& st, const std::vector<api::Worker>& workers,
+                                     TimePoint now, Supervision& sup) {
   for (size_t i = 0; i < c.tasks.size(); ++i) {
     const api::Worker& w = workers[i];
     auto p = st.pending.find(w.id);
@@ -244,9 +272,12 @@ Supervision ElasticMode::supervise(api::Cluster& c, const std::vector<api::Worke
     release(c, st, w.id);
     sup.changed = true;
   }
+}
 
-  // 2) Endings.
-  std::vector<std::pair<size_t, std::string>> to_replace;  // task index, the worker that died
+std::vector<ElasticMode::Dead> ElasticMode::settle_endings(api::Cluster& c, State& st,
+                                                           const std::vector<api::Worker>& workers, TimePoint now,
+                                                           Supervision& sup) {
+  std::vector<Dead> to_replace;
   for (size_t i = 0; i < c.tasks.size(); ++i) {
     const api::Worker& w = workers[i];
     if (!api::is_terminal(w.status) || st.settled.count(w.id)) continue;
@@ -262,7 +293,9 @@ Supervision ElasticMode::supervise(api::Cluster& c, const std::vector<api::Worke
     if (auto it = st.left_out.find(w.id); it != st.left_out.end()) reason = it->second;
     st.world->remove(w.id, reason);
     api::ClusterGeneration* g = generation_of(c, w.id);
-    if (g) g->deaths.push_back({w.id, rank_name(g, w.id, i), reason, w.finished_at.value_or(format_time(to_wall(clock_, now)))});
+    if (g) {
+      g->deaths.push_back({w.id, rank_name(g, w.id, i), reason, w.finished_at.value_or(format_time(to_wall(clock_, now)))});
+    }
     spdlog::warn("cluster {}: {} (worker {}) {}", c.id, rank_name(g, w.id, i), w.id, reason);
     const std::string host = api::has_address(w) ? w.ip_address : "(unregistered)";
     if (st.blacklist->record_failure(host, now)) {
@@ -273,43 +306,47 @@ Supervision ElasticMode::supervise(api::Cluster& c, const std::vector<api::Worke
     if (st.blacklist->blacklisted(host, now)) {
       st.deferred.emplace_back(i, st.blacklist->until(host));
     } else {
-      to_replace.emplace_back(i, w.id);
+      to_replace.push_back({i, w.id});
     }
   }
-  apply_events(c, st, sup);
-  explain_breaks(c, st, now, sup);
+  return to_replace;
+}
 
-  // Who is left: the live ranks in the world, and whether one of them was a
-  // member of the current generation (and so holds the training state).
-  std::vector<std::string> members = st.world->members();
-  int alive = 0;
+ElasticMode::Census ElasticMode::take_census(const api::Cluster& c, const State& st,
+                                             const std::vector<api::Worker>& workers) const {
+  Census out;
+  out.members = st.world->members();
   bool member_alive = false;
   for (size_t i = 0; i < c.tasks.size(); ++i) {
     if (api::is_terminal(workers[i].status) || !st.world->admitted(workers[i].id)) continue;
-    ++alive;
-    if (contains(members, workers[i].id)) member_alive = true;
+    ++out.alive;
+    if (contains(out.members, workers[i].id)) member_alive = true;
   }
   // Before the first world formed, nobody holds any state yet; but if every
   // rank died then, the script fails on its own (no world will form).
-  const bool never_formed = st.world->generation() == 0 && alive == 0;
-  const bool state_lost = (st.world->generation() > 0 && !member_alive) || never_formed;
+  out.never_formed = st.world->generation() == 0 && out.alive == 0;
+  out.state_lost = (st.world->generation() > 0 && !member_alive) || out.never_formed;
+  return out;
+}
 
-  // Replacements, unless the job is done or nobody could give them the state.
-  if (!state_lost && !sup.verdict) {
-    for (const auto& [i, dead] : to_replace) replace(c, st, i, dead, sup);
-    for (auto it = st.deferred.begin(); it != st.deferred.end();) {
-      if (now < it->second || st.finishing) {
-        ++it;
-        continue;
-      }
-      const size_t i = it->first;
-      it = st.deferred.erase(it);
-      if (!st.settled.count(c.tasks[i].worker_id)) continue;  // its worker was replaced meanwhile
-      replace(c, st, i, c.tasks[i].worker_id, sup);
+void ElasticMode::replace_dead(api::Cluster& c, State& st, const std::vector<Dead>& dead, TimePoint now,
+                               Supervision& sup) {
+  for (const auto& d : dead) replace(c, st, d.task, d.worker_id, sup);
+  for (auto it = st.deferred.begin(); it != st.deferred.end();) {
+    if (now < it->second || st.finishing) {
+      ++it;
+      continue;
     }
+    const size_t i = it->first;
+    it = st.deferred.erase(it);
+    if (!st.settled.count(c.tasks[i].worker_id)) continue;  // its worker was replaced meanwhile
+    replace(c, st, i, c.tasks[i].worker_id, sup);
   }
+}
 
-  // 3) How it ends.
+std::optional<Verdict> ElasticMode::finished_verdict(const Census& census,
+                                                     const std::vector<api::Worker>& workers) const {
+  if (census.members.empty()) return std::nullopt;
   auto status_of = [&](const std::string& id) -> std::optional<WorkerStatus> {
     for (const auto& w : workers) {
       if (w.id == id) return w.status;
@@ -317,49 +354,44 @@ Supervision ElasticMode::supervise(api::Cluster& c, const std::vector<api::Worke
     auto w = registry_.get(id);
     return w ? std::optional<WorkerStatus>(w->status) : std::nullopt;
   };
-  if (!sup.verdict && st.finishing && !members.empty()) {
-    bool all_ended = true;
-    std::string failed;
-    for (size_t r = 0; r < members.size(); ++r) {
-      auto s = status_of(members[r]);
-      if (!s || !api::is_terminal(*s)) {
-        all_ended = false;
-      } else if (*s != WorkerStatus::kSucceeded && failed.empty()) {
-        failed = "rank " + std::to_string(r) + " (worker " + members[r] + ") ended " +
-                 api::worker_status_name(*s) + " after another rank had finished";
-      }
-    }
-    if (!failed.empty()) {
-      sup.verdict = Verdict{api::ClusterStatus::kFailed, failed};
-    } else if (all_ended) {
-      sup.verdict = Verdict{api::ClusterStatus::kSucceeded, ""};
+  bool all_ended = true;
+  for (size_t r = 0; r < census.members.size(); ++r) {
+    auto s = status_of(census.members[r]);
+    if (!s || !api::is_terminal(*s)) {
+      all_ended = false;
+    } else if (*s != WorkerStatus::kSucceeded) {
+      return Verdict{api::ClusterStatus::kFailed, "rank " + std::to_string(r) + " (worker " + census.members[r] +
+                                                      ") ended " + api::worker_status_name(*s) +
+                                                      " after another rank had finished"};
     }
   }
-  if (!sup.verdict && !st.finishing) {
-    const int min_np = c.request.min_np.value_or(c.request.n_workers);
-    if (never_formed) {
-      sup.verdict = Verdict{api::ClusterStatus::kFailed,
-                            "every rank died before the world first formed; deaths: " + api::deaths_text(c.generations)};
-    } else if (state_lost) {
-      sup.verdict = Verdict{api::ClusterStatus::kFailed,
-                            "every rank of generation " + std::to_string(st.world->generation()) +
-                                " died, so nobody holds the training state; deaths: " + api::deaths_text(c.generations)};
-    } else if (alive < min_np) {
-      if (!st.below_min_since) st.below_min_since = now;
-      const auto limit = start_timeout(c.request);
-      if (now - *st.below_min_since >= limit) {
-        sup.verdict = Verdict{
-            api::ClusterStatus::kFailed,
-            "fewer than min_np (" + std::to_string(min_np) + ") ranks for " +
-                seconds_text(std::chrono::duration<double>(limit).count()) + " s (the start timeout): " +
-                std::to_string(alive) + " alive; deaths: " + api::deaths_text(c.generations)};
-      }
-    } else {
-      st.below_min_since.reset();
-    }
+  if (all_ended) return Verdict{api::ClusterStatus::kSucceeded, ""};
+  return std::nullopt;
+}
+
+std::optional<Verdict> ElasticMode::failed_verdict(const api::Cluster& c, State& st, const Census& census,
+                                                   TimePoint now) const {
+  const int min_np = c.request.min_np.value_or(c.request.n_workers);
+  if (census.never_formed) {
+    return Verdict{api::ClusterStatus::kFailed,
+                   "every rank died before the world first formed; deaths: " + api::deaths_text(c.generations)};
   }
-  save(c, st);
-  return sup;
+  if (census.state_lost) {
+    return Verdict{api::ClusterStatus::kFailed,
+                   "every rank of generation " + std::to_string(st.world->generation()) +
+                       " died, so nobody holds the training state; deaths: " + api::deaths_text(c.generations)};
+  }
+  if (census.alive >= min_np) {
+    st.below_min_since.reset();
+    return std::nullopt;
+  }
+  if (!st.below_min_since) st.below_min_since = now;
+  const auto limit = start_timeout(c.request);
+  if (now - *st.below_min_since < limit) return std::nullopt;
+  return Verdict{api::ClusterStatus::kFailed,
+                 "fewer than min_np (" + std::to_string(min_np) + ") ranks for " +
+                     seconds_text(std::chrono::duration<double>(limit).count()) + " s (the start timeout): " +
+                     std::to_string(census.alive) + " alive; deaths: " + api::deaths_text(c.generations)};
 }
 
 void ElasticMode::save(api::Cluster& c, const State& st) const {

@@ -98,6 +98,21 @@ class ElasticMode final : public ClusterMode {
     bool finishing = false;                        // a member succeeded
   };
 
+  // A rank that died, for its replacement: its task index and its worker.
+  struct Dead {
+    size_t task = 0;
+    std::string worker_id;
+  };
+  // Who is left after a pass's endings: the live ranks in the world, and
+  // whether the training state is gone (every member of the current
+  // generation died, or every rank before the first one formed).
+  struct Census {
+    std::vector<std::string> members;  // of the current generation, in rank order
+    int alive = 0;
+    bool never_formed = false;
+    bool state_lost = false;
+  };
+
   elastic::WorldOptions world_options(const api::Cluster& cluster) const;
   std::map<std::string, std::string> rank_env(const api::Cluster& cluster, const std::string& worker_id) const;
   // Launches a held worker for task `index` (records the replacement of `replaced`).
@@ -105,6 +120,21 @@ class ElasticMode final : public ClusterMode {
   void release(api::Cluster& c, State& st, const std::string& worker_id);
   // A new cluster's state: its World and its host blacklist.
   std::shared_ptr<State> new_state(const api::Cluster& cluster);
+  // The steps of supervise() (elastic_mode.cc names them a) to g)).
+  std::shared_ptr<State> state_of(const std::string& cluster_id) const;
+  void record_start(api::Cluster& c, TimePoint now, Supervision& sup) const;
+  void release_registered(api::Cluster& c, State& st, const std::vector<api::Worker>& workers, TimePoint now,
+                          Supervision& sup);
+  std::vector<Dead> settle_endings(api::Cluster& c, State& st, const std::vector<api::Worker>& workers, TimePoint now,
+                                   Supervision& sup);
+  Census take_census(const api::Cluster& c, const State& st, const std::vector<api::Worker>& workers) const;
+  void replace_dead(api::Cluster& c, State& st, const std::vector<Dead>& dead, TimePoint now, Supervision& sup);
+  // A member succeeded: the cluster succeeds once every member of the last
+  // generation ended with exit code 0, and fails when one ended otherwise.
+  std::optional<Verdict> finished_verdict(const Census& census, const std::vector<api::Worker>& workers) const;
+  // Otherwise: it fails when the training state is lost, or below min_np
+  // for longer than the start timeout (tracked in st.below_min_since).
+  std::optional<Verdict> failed_verdict(const api::Cluster& c, State& st, const Census& census, TimePoint now) const;
   void apply_events(api::Cluster& c, State& st, Supervision& sup);
   void explain_breaks(api::Cluster& c, State& st, TimePoint now, Supervision& sup);
   void save(api::Cluster& c, const State& st) const;
