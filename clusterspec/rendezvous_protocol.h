@@ -33,17 +33,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/base/worker_env.h"
+
 namespace muster::clusterspec::rendezvous {
 
-// ---- What a rank of an elastic cluster finds in its environment.
-inline constexpr const char* kEnvUrl = "MUSTER_RENDEZVOUS_URL";      // http://host:port (musterd)
-inline constexpr const char* kEnvWorkerId = "MUSTER_WORKER_ID";      // the rank's worker (set by musterd for every worker)
-inline constexpr const char* kEnvToken = "MUSTER_RENDEZVOUS_TOKEN";  // bearer of the calls above
-inline constexpr const char* kEnvClusterId = "MUSTER_CLUSTER_ID";
-// How long a rank waits for a generation to form (ms), the cluster's start timeout.
-inline constexpr const char* kEnvTimeoutMs = "MUSTER_RENDEZVOUS_TIMEOUT_MS";
-inline constexpr const char* kEnvMinNp = "MUSTER_ELASTIC_MIN_NP";
-inline constexpr const char* kEnvMaxNp = "MUSTER_ELASTIC_MAX_NP";
+// ---- What a rank of an elastic cluster finds in its environment (the
+// names and their meanings: api/base/worker_env.h): musterd's URL and the
+// bearer of the calls above, the rank's worker (set for every worker) and
+// cluster, how long it waits for a generation to form, the world's bounds.
+using base::kEnvClusterId;
+using base::kEnvElasticMaxNp;
+using base::kEnvElasticMinNp;
+using base::kEnvRendezvousTimeoutMs;
+using base::kEnvRendezvousToken;
+using base::kEnvRendezvousUrl;
+using base::kEnvWorkerId;
 
 // "/api/v1/agent/workers/<id>/rendezvous/<call>": call is "join", "kv/set",
 // "kv/get", "world" or "report".

@@ -33,7 +33,7 @@ class CommWorld final : public World {
 };
 
 bool in_elastic_cluster() {
-  return base::Settings::environment().raw(clusterspec::rendezvous::kEnvUrl).has_value();
+  return base::Settings::environment().raw(clusterspec::rendezvous::kEnvRendezvousUrl).has_value();
 }
 
 void fill_defaults(RunOptions& o) {

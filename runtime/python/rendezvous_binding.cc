@@ -28,7 +28,10 @@ void bind_rendezvous(py::module_& m) {
                                         "musterd's world rendezvous, as MUSTER_RENDEZVOUS_* describe it")
       .def(py::init([] {
         auto s = musterd::RendezvousSettings::from_env();
-        if (!s) throw InvalidArgument("MUSTER_RENDEZVOUS_URL is not set: this process is not a rank of an elastic cluster");
+        if (!s) {
+          throw InvalidArgument(std::string(clusterspec::rendezvous::kEnvRendezvousUrl) +
+                                " is not set: this process is not a rank of an elastic cluster");
+        }
         return std::make_unique<musterd::RendezvousClient>(*s);
       }))
       .def(
@@ -65,8 +68,8 @@ void bind_rendezvous(py::module_& m) {
       .def(py::init([](int generation) {
              auto s = musterd::RendezvousSettings::from_env();
              if (!s) {
-               throw InvalidArgument("MUSTER_RENDEZVOUS_URL is not set: this process is not a rank of an elastic "
-                                     "cluster");
+               throw InvalidArgument(std::string(clusterspec::rendezvous::kEnvRendezvousUrl) +
+                                     " is not set: this process is not a rank of an elastic cluster");
              }
              return std::make_unique<elastic::MusterdMembership>(*s, generation);
            }),

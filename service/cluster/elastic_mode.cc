@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "api/base/worker_env.h"
 #include "clusterspec/cluster_spec.h"
 #include "clusterspec/rendezvous_protocol.h"
 #include "service/cluster/tasks.h"
@@ -96,13 +97,13 @@ elastic::WorldOptions ElasticMode::world_options(const api::Cluster& c) const {
 std::map<std::string, std::string> ElasticMode::rank_env(const api::Cluster& c, const std::string& id) const {
   const auto timeout = start_timeout(c.request);
   std::map<std::string, std::string> env = {
-      {proto::kEnvUrl, registry_.agent_url()},
-      {proto::kEnvToken, registry_.metrics_token(id)},
-      {proto::kEnvTimeoutMs, std::to_string(timeout.count())},
-      {proto::kEnvMinNp, std::to_string(c.request.min_np.value_or(c.request.n_workers))},
-      {proto::kEnvMaxNp, std::to_string(c.request.max_np.value_or(c.request.n_workers))}};
+      {proto::kEnvRendezvousUrl, registry_.agent_url()},
+      {proto::kEnvRendezvousToken, registry_.metrics_token(id)},
+      {proto::kEnvRendezvousTimeoutMs, std::to_string(timeout.count())},
+      {proto::kEnvElasticMinNp, std::to_string(c.request.min_np.value_or(c.request.n_workers))},
+      {proto::kEnvElasticMaxNp, std::to_string(c.request.max_np.value_or(c.request.n_workers))}};
   // The TCP transport between hosts uses the interfaces the request names.
-  if (!c.request.network_interfaces.empty()) env["MUSTER_COMM_TCP_IFACE"] = c.request.network_interfaces.front();
+  if (!c.request.network_interfaces.empty()) env[base::kEnvCommTcpInterface] = c.request.network_interfaces.front();
   return env;
 }
 

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "api/base/atomic_file.h"
+#include "api/base/worker_env.h"
 #include "api/kernel.h"
 #include "clusterspec/cluster_spec.h"
 #include "clusterspec/launch_line.h"
@@ -181,7 +182,7 @@ api::Result<Wiring> MpiMode::wire(const api::Cluster& c, const std::vector<api::
     if (auto gpus = rank_gpus(hosts, workers); !gpus.empty()) {
       // Each rank sees its host's reserved devices and is handed the one of
       // its local rank (see rank_gpus()).
-      m.set_env["MUSTER_RANK_GPUS"] = gpus;
+      m.set_env[base::kEnvRankGpus] = gpus;
       m.command.insert(m.command.begin(), {"/bin/sh", "-c", kRankGpuWrapper, "muster-rank"});
     }
     // How mpirun reaches the hosts (ssh with the backend's key, srun inside
@@ -198,7 +199,7 @@ api::Result<Wiring> MpiMode::wire(const api::Cluster& c, const std::vector<api::
     // rank only when its job ends in the order it expects (under load its
     // report is sometimes left out), and musterd names it either way.
     if (r.launch) {
-      m.forward_env.push_back("MUSTER_CLUSTER_ID");
+      m.forward_env.push_back(base::kEnvClusterId);
       m.command.insert(m.command.begin(), {"/bin/sh", "-c", kRankExitWrapper, "muster-rank"});
       launched = clusterspec::mpirun_argv(m);
     }
@@ -226,17 +227,17 @@ api::Result<std::unique_ptr<LauncherProcess>> MpiMode::start_mpirun(const api::C
   LauncherSpec spec;
   spec.argv = mpirun;
   spec.env = c.request.env;
-  spec.env["MUSTER_CLUSTER_ID"] = c.id;
+  spec.env[base::kEnvClusterId] = c.id;
   // Rank 0 reports training metrics as the first worker (its metrics
   // token, never its agent's). The launched line forwards them with -x;
   // the shown line stays without (a user may run it by hand, where they
   // are not set). Open MPI refuses mca_base_env_list beside -x.
   if (auto token = registry_.metrics_token(workers.front().id); !token.empty()) {
-    spec.env["MUSTER_URL"] = registry_.agent_url();
-    spec.env["MUSTER_WORKER_ID"] = workers.front().id;
-    spec.env["MUSTER_METRICS_TOKEN"] = token;
-    const std::vector<std::string> forward = {"-x", "MUSTER_URL", "-x", "MUSTER_WORKER_ID", "-x",
-                                              "MUSTER_METRICS_TOKEN"};
+    spec.env[base::kEnvUrl] = registry_.agent_url();
+    spec.env[base::kEnvWorkerId] = workers.front().id;
+    spec.env[base::kEnvMetricsToken] = token;
+    const std::vector<std::string> forward = {"-x", base::kEnvUrl, "-x", base::kEnvWorkerId, "-x",
+                                              base::kEnvMetricsToken};
     spec.argv.insert(spec.argv.begin() + 1, forward.begin(), forward.end());
     if (const auto& pin = registry_.agent_tls_fingerprint(); !pin.empty()) {  // https: what rank 0 pins
       spec.env[api::kEnvTlsFingerprint] = pin;
@@ -253,8 +254,8 @@ api::Result<std::unique_ptr<LauncherProcess>> MpiMode::start_mpirun(const api::C
   // Under max_restarts every rank learns which run this is (torchrun's
   // TORCHELASTIC_RESTART_COUNT), on the launched line only.
   if (c.request.max_restarts > 0) {
-    spec.env["MUSTER_RESTART_COUNT"] = std::to_string(c.restarts);
-    spec.argv.insert(spec.argv.begin() + 1, {"-x", "MUSTER_RESTART_COUNT"});
+    spec.env[base::kEnvRestartCount] = std::to_string(c.restarts);
+    spec.argv.insert(spec.argv.begin() + 1, {"-x", base::kEnvRestartCount});
   }
   spec.working_dir = options_.project_dir;
   spec.log_path = dir_of(c.id) / "launcher.log";

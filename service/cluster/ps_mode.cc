@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "api/base/worker_env.h"
 #include "clusterspec/cluster_spec.h"
 #include "clusterspec/names.h"
 #include "clusterspec/spec_error.h"
@@ -77,9 +78,9 @@ api::Result<Wiring> PsMode::wire(const api::Cluster& c, const std::vector<api::W
     config.task_index = t.index;
     Release release;
     release.env["TF_CONFIG"] = config.dump();
-    release.env["MUSTER_TASK_TYPE"] = t.type;
-    release.env["MUSTER_TASK_INDEX"] = std::to_string(t.index);
-    release.env["MUSTER_PS_SECRET"] = secret;
+    release.env[base::kEnvTaskType] = t.type;
+    release.env[base::kEnvTaskIndex] = std::to_string(t.index);
+    release.env[base::kEnvPsSecret] = secret;
     release.files["cluster.json"] = config.to_json().dump(2) + "\n";
     wiring.releases.emplace_back(t.worker_id, std::move(release));
   }

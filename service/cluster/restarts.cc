@@ -5,6 +5,7 @@
 // outside the manager's mutex, and a stop() that arrives meanwhile wins.
 #include <spdlog/spdlog.h>
 
+#include "api/base/worker_env.h"
 #include "service/cluster/manager.h"
 
 namespace muster::service {
@@ -51,7 +52,7 @@ api::Result<std::vector<api::ClusterTask>> ClusterManager::relaunch(const api::C
   // One launch of every batch: all or nothing, admitted whole.
   std::vector<LaunchBatch> to_launch;
   for (auto& b : batches) {
-    for (auto& extras : b.batch.per_worker) extras.env["MUSTER_RESTART_COUNT"] = std::to_string(restart_count);
+    for (auto& extras : b.batch.per_worker) extras.env[base::kEnvRestartCount] = std::to_string(restart_count);
     to_launch.push_back(b.batch);
   }
   auto launched = registry_.launch_together(to_launch);

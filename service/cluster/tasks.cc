@@ -1,6 +1,6 @@
 #include "service/cluster/tasks.h"
 
-#include "clusterspec/rendezvous_protocol.h"
+#include "api/base/worker_env.h"
 #include "service/script_path.h"
 
 namespace muster::service {
@@ -35,7 +35,7 @@ LaunchBatch task_batch(const std::string& cluster_id, api::LaunchRequest request
   batch.per_worker.assign(static_cast<size_t>(request.n), WorkerExtras{{}, hold, reserve_port});
   // The one place a task learns its cluster: every mode's workers, and their
   // replacements, are launched through here.
-  for (auto& extras : batch.per_worker) extras.env[clusterspec::rendezvous::kEnvClusterId] = cluster_id;
+  for (auto& extras : batch.per_worker) extras.env[base::kEnvClusterId] = cluster_id;
   batch.request = std::move(request);
   return batch;
 }

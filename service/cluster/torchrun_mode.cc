@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "api/base/worker_env.h"
 #include "api/kernel.h"
 #include "clusterspec/cluster_spec.h"
 #include "clusterspec/names.h"
@@ -73,9 +74,9 @@ api::Result<Wiring> TorchrunMode::wire(const api::Cluster& c, const std::vector<
       if (r.env.count("OMP_NUM_THREADS")) release.env.erase("OMP_NUM_THREADS");
       // gloo, NCCL and muster's TCP transport listen on the interface of the
       // address the worker registered (its hostname may resolve to loopback).
-      release.interface_env = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "MUSTER_COMM_TCP_IFACE"};
-      release.env["MUSTER_TASK_TYPE"] = t.type;
-      release.env["MUSTER_TASK_INDEX"] = std::to_string(t.index);
+      release.interface_env = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", base::kEnvCommTcpInterface};
+      release.env[base::kEnvTaskType] = t.type;
+      release.env[base::kEnvTaskIndex] = std::to_string(t.index);
       wiring.releases.emplace_back(t.worker_id, std::move(release));
     }
   } catch (const clusterspec::SpecError& e) {

@@ -32,29 +32,32 @@ std::string message_of(const report::HttpResponse& r) {
 }  // namespace
 
 std::optional<RendezvousSettings> RendezvousSettings::from_env() {
-  const std::string url = env_or(proto::kEnvUrl);
+  const std::string url = env_or(proto::kEnvRendezvousUrl);
   if (url.empty()) return std::nullopt;
   RendezvousSettings s;
   s.url = url;
   auto target = report::parse_http_url(url);
-  if (!target) throw InvalidArgument(std::string(proto::kEnvUrl) + "='" + url + "' is not an http(s)://host:port URL");
+  if (!target) {
+    throw InvalidArgument(std::string(proto::kEnvRendezvousUrl) + "='" + url + "' is not an http(s)://host:port URL");
+  }
   s.target = *target;
   s.worker_id = env_or(proto::kEnvWorkerId);
-  s.token = env_or(proto::kEnvToken);
+  s.token = env_or(proto::kEnvRendezvousToken);
   s.cluster_id = env_or(proto::kEnvClusterId);
   for (const auto& [name, value] : {std::pair<const char*, const std::string*>{proto::kEnvWorkerId, &s.worker_id},
-                                    {proto::kEnvToken, &s.token}}) {
+                                    {proto::kEnvRendezvousToken, &s.token}}) {
     if (value->empty()) {
-      throw InvalidArgument(std::string(name) + " is not set, but " + proto::kEnvUrl +
+      throw InvalidArgument(std::string(name) + " is not set, but " + proto::kEnvRendezvousUrl +
                             " is: a rank of an elastic cluster gets both from musterd");
     }
   }
-  const std::string timeout = env_or(proto::kEnvTimeoutMs);
+  const std::string timeout = env_or(proto::kEnvRendezvousTimeoutMs);
   if (!timeout.empty()) {
     char* end = nullptr;
     const long long ms = std::strtoll(timeout.c_str(), &end, 10);
     if (*end != '\0' || ms <= 0) {
-      throw InvalidArgument(std::string(proto::kEnvTimeoutMs) + "='" + timeout + "' must be a positive integer (ms)");
+      throw InvalidArgument(std::string(proto::kEnvRendezvousTimeoutMs) + "='" + timeout +
+                            "' must be a positive integer (ms)");
     }
     s.timeout = std::chrono::milliseconds(ms);
   }
@@ -105,7 +108,7 @@ proto::Assignment RendezvousClient::join(int last_generation) {
     if (Steady::now() >= deadline) {
       throw TimeoutError("no generation of cluster " + settings_.cluster_id + "'s world formed with worker " +
                          settings_.worker_id + " within " + std::to_string(settings_.timeout.count() / 1000) +
-                         " s (" + proto::kEnvTimeoutMs + ")");
+                         " s (" + proto::kEnvRendezvousTimeoutMs + ")");
     }
   }
 }
