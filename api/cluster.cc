@@ -167,6 +167,7 @@ json Cluster::to_record() const {
   for (const auto& t : tasks) tasks_json.push_back({{"type", t.type}, {"index", t.index}, {"worker_id", t.worker_id}});
   out["tasks"] = tasks_json;
   if (!elastic_state.is_null()) out["elastic_state"] = elastic_state;
+  if (!script_path.empty()) out["script_path"] = script_path.string();
   if (launcher_process) {
     out["launcher_process"] = {{"pid", launcher_process->pid},
                                {"start_time", launcher_process->start_time},
@@ -211,6 +212,7 @@ Result<Cluster> Cluster::from_record(const json& j) {
     c.restarts = j.value("restarts", 0);
     c.resets = j.value("resets", 0);
     c.elastic_state = j.value("elastic_state", json(nullptr));
+    c.script_path = j.value("script_path", std::string());
     if (j.contains("launcher_process") && j["launcher_process"].is_object()) {
       const json& p = j["launcher_process"];
       base::ProcessId id{p.value("pid", 0), p.value("start_time", 0ull)};

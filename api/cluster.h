@@ -25,6 +25,7 @@
 // The terminal statuses are never left.
 #pragma once
 
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
@@ -163,6 +164,10 @@ struct Cluster {
   int resets = 0;
   // The elastic mode's own record (its world and blacklist), for the store.
   nlohmann::json elastic_state;
+  // The worker script as the mode's plan resolved it (canonical, inside the
+  // project directory; empty when the request names none), what wire() and
+  // replacements run (service/cluster/mode.h). For the store only.
+  std::filesystem::path script_path;
   // The running launcher (mpirun), for the store only: {pid, start time};
   // its pgid and session id are its pid. A restarted daemon ends it by this.
   std::optional<base::ProcessId> launcher_process;

@@ -8,7 +8,6 @@
 #include "clusterspec/cluster_spec.h"
 #include "clusterspec/rendezvous_protocol.h"
 #include "service/cluster/tasks.h"
-#include "service/script_path.h"
 
 namespace muster::service {
 
@@ -69,16 +68,14 @@ std::string rank_name(const api::ClusterGeneration* g, const std::string& worker
 ElasticMode::ElasticMode(ElasticModeOptions options, WorkerRegistry& registry, const Clock& clock)
     : options_(std::move(options)), registry_(registry), clock_(clock) {}
 
-api::Result<std::vector<TaskBatch>> ElasticMode::plan(const std::string& id, const api::ClusterRequest& request) {
-  if (auto s = resolve_script(options_.project_dir, request.worker_script); !s) {
-    return api::invalid_argument(s.status().message(), "worker_script");
-  }
+api::Result<Plan> ElasticMode::plan(const std::string& id, const api::ClusterRequest& request) {
   auto ranks = task_launch_request(request, {request.n_workers, request.worker_script, request.args, "worker_script",
                                              options_.project_dir});
   if (!ranks) return ranks.status();
-  std::vector<TaskBatch> batches;
-  batches.push_back({clusterspec::kWorker, task_batch(id, std::move(ranks).value(), true, false)});
-  return batches;
+  Plan plan;
+  plan.script_path = ranks->script_path;
+  plan.batches.push_back({clusterspec::kWorker, task_batch(id, std::move(ranks).value(), true, false)});
+  return plan;
 }
 
 bool ElasticMode::may_end(const api::ClusterTask& /*task*/, const api::Worker& /*worker*/) const {
@@ -174,8 +171,10 @@ std::shared_ptr<ElasticMode::State> ElasticMode::new_state(const api::Cluster& c
 
 void ElasticMode::replace(api::Cluster& c, State& st, size_t index, const std::string& replaced,
                                 Supervision& sup) {
+  // The script as the cluster's plan resolved it (a record of an earlier
+  // daemon that kept none: resolved here).
   auto request = task_launch_request(c.request, {1, c.request.worker_script, c.request.args, "worker_script",
-                                                 options_.project_dir});
+                                                 options_.project_dir, c.script_path});
   api::ClusterGeneration* g = generation_of(c, replaced);
   if (!request) {
     if (g) g->end_reason += (g->end_reason.empty() ? "" : "; ") + std::string("no replacement: ") + request.status().message();

@@ -66,7 +66,7 @@ class ElasticMode final : public ClusterMode {
   // `registry` and `clock` are borrowed and outlive this.
   ElasticMode(ElasticModeOptions options, WorkerRegistry& registry, const Clock& clock);
 
-  api::Result<std::vector<TaskBatch>> plan(const std::string& cluster_id, const api::ClusterRequest& request) override;
+  api::Result<Plan> plan(const std::string& cluster_id, const api::ClusterRequest& request) override;
   bool may_end(const api::ClusterTask& task, const api::Worker& worker) const override;
   api::Result<Wiring> wire(const api::Cluster& cluster, const std::vector<api::Worker>& workers) override;
   std::optional<Verdict> verdict(const api::Cluster& cluster, const std::vector<api::Worker>& workers,

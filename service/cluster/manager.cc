@@ -111,7 +111,8 @@ api::Result<api::Cluster> ClusterManager::create(const api::ClusterRequest& requ
 
   auto planned = mode_of(request).plan(id, request);
   if (!planned) return planned.status();
-  std::vector<TaskBatch> batches = std::move(planned).value();
+  std::vector<TaskBatch> batches = std::move(planned->batches);
+  e.cluster.script_path = std::move(planned->script_path);
 
   std::error_code ec;
   fs::create_directories(e.dir, ec);

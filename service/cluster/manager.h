@@ -192,9 +192,13 @@ class ClusterManager {
   void replace_task(const std::string& id, size_t index, const std::string& reason);
   // f): the mode's pass over a running cluster; true when it ended it.
   bool supervise(const std::string& id, const api::Cluster& cluster, const std::vector<api::Worker>& workers);
-  // The mode's batches again, with MUSTER_RESTART_COUNT; launched all or nothing.
-  api::Result<std::vector<api::ClusterTask>> relaunch(const api::Cluster& cluster, int restart_count,
-                                                      std::optional<size_t> only_task);
+  // The mode's batches again (a new plan), with MUSTER_RESTART_COUNT;
+  // launched all or nothing.
+  struct Relaunched {
+    std::vector<api::ClusterTask> tasks;
+    std::filesystem::path script_path;  // the new plan's (Plan::script_path)
+  };
+  api::Result<Relaunched> relaunch(const api::Cluster& cluster, int restart_count, std::optional<size_t> only_task);
   void persist_locked(const Entry& e);
   void loop();
 

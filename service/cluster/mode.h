@@ -9,9 +9,12 @@
 // Contract
 // - plan() turns a validated request into the launch batches, in task order
 //   (the order gives each task its index), with their task type; scripts are
-//   resolved here, so a bad one launches nothing. Errors name the field. A
-//   batch may name running workers instead (TaskBatch::existing): they are
-//   the cluster's tasks but not its own, so it never stops them.
+//   resolved here, once, so a bad one launches nothing. Errors name the
+//   field. A batch may name running workers instead (TaskBatch::existing):
+//   they are the cluster's tasks but not its own, so it never stops them.
+//   Plan::script_path (the worker script, resolved) is kept on the cluster
+//   (api::Cluster::script_path) by the manager: wire() and a mode's
+//   replacements run that path and never resolve the script again.
 // - ready(w): the task counts as registered (the manager waits for every
 //   task to be ready before wire()). Default: api::is_reachable(w) (running,
 //   its address registered); a mode that reserves ports wants the port too.
@@ -71,6 +74,14 @@ struct TaskBatch {
   std::vector<std::string> existing{};
 };
 
+// What plan() hands the manager.
+struct Plan {
+  std::vector<TaskBatch> batches;
+  // The worker script as resolved (canonical, inside the project directory);
+  // empty when the request names none.
+  std::filesystem::path script_path;
+};
+
 // What wire() hands the manager.
 struct Wiring {
   nlohmann::json cluster_spec;                   // ps: the ClusterSpec
@@ -106,8 +117,7 @@ struct LogSource {
 class ClusterMode {
  public:
   virtual ~ClusterMode() = default;
-  virtual api::Result<std::vector<TaskBatch>> plan(const std::string& cluster_id,
-                                                   const api::ClusterRequest& request) = 0;
+  virtual api::Result<Plan> plan(const std::string& cluster_id, const api::ClusterRequest& request) = 0;
   virtual bool ready(const api::Worker& worker) const { return api::is_reachable(worker); }
   virtual bool may_end(const api::ClusterTask& task, const api::Worker& worker) const = 0;
   virtual api::Result<Wiring> wire(const api::Cluster& cluster, const std::vector<api::Worker>& workers) = 0;

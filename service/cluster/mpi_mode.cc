@@ -108,12 +108,13 @@ MpiMode::MpiMode(MpiModeOptions options, WorkerRegistry& registry, Launcher& lau
 
 fs::path MpiMode::dir_of(const std::string& id) const { return options_.state_dir / "clusters" / id; }
 
-api::Result<std::vector<TaskBatch>> MpiMode::plan(const std::string& id, const api::ClusterRequest& request) {
+api::Result<Plan> MpiMode::plan(const std::string& id, const api::ClusterRequest& request) {
   // The rank command is the worker script itself: it must resolve now.
-  if (auto s = resolve_script(options_.project_dir, request.worker_script); !s) {
-    return api::invalid_argument(s.status().message(), "worker_script");
-  }
-  std::vector<TaskBatch> batches;
+  auto script = resolve_script(options_.project_dir, request.worker_script);
+  if (!script) return api::invalid_argument(script.status().message(), "worker_script");
+  Plan plan;
+  plan.script_path = std::move(script).value();
+  std::vector<TaskBatch>& batches = plan.batches;
   if (!request.workers.empty()) {
     // The notebook's own workers host the ranks: each must be up now.
     for (const auto& wid : request.workers) {
@@ -128,12 +129,12 @@ api::Result<std::vector<TaskBatch>> MpiMode::plan(const std::string& id, const a
       }
     }
     batches.push_back({clusterspec::kWorker, {}, request.workers});
-    return batches;
+    return plan;
   }
   auto idle = task_launch_request(request, {request.n_workers, "", {}, "worker_script", options_.project_dir});
   if (!idle) return idle.status();
   batches.push_back({clusterspec::kWorker, task_batch(id, std::move(idle).value(), false, false)});
-  return batches;
+  return plan;
 }
 
 bool MpiMode::may_end(const api::ClusterTask& /*task*/, const api::Worker& /*worker*/) const {
@@ -143,8 +144,7 @@ bool MpiMode::may_end(const api::ClusterTask& /*task*/, const api::Worker& /*wor
 api::Result<Wiring> MpiMode::wire(const api::Cluster& c, const std::vector<api::Worker>& workers) {
   const api::ClusterRequest& r = c.request;
   const std::vector<clusterspec::HostSlots> hosts = hosts_of(workers, r.slots);
-  auto script_path = resolve_script(options_.project_dir, r.worker_script);
-  if (!script_path) return api::invalid_argument("worker_script: " + script_path.status().message());
+  if (c.script_path.empty()) return api::internal_error("cluster " + c.id + ": its plan resolved no worker script");
 
   clusterspec::HorovodrunOptions h;
   h.hosts = hosts;
@@ -155,7 +155,7 @@ api::Result<Wiring> MpiMode::wire(const api::Cluster& c, const std::vector<api::
   h.timeline_filename = r.timeline_filename;
   h.start_timeout_s = r.start_timeout;
   h.verbose = r.verbose;
-  h.command = rank_command(script_path.value(), r.args, r.python);
+  h.command = rank_command(c.script_path, r.args, r.python);
   // Preflight: every host is checked before mpirun starts; what the backend
   // answers goes on the line, explicitly.
   workers::MpiLaunchSettings found;

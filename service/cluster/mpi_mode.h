@@ -67,7 +67,7 @@ class MpiMode final : public ClusterMode {
   MpiMode(MpiModeOptions options, WorkerRegistry& registry, Launcher& launcher,
                 workers::MpiHosts* mpi_hosts);
 
-  api::Result<std::vector<TaskBatch>> plan(const std::string& cluster_id, const api::ClusterRequest& request) override;
+  api::Result<Plan> plan(const std::string& cluster_id, const api::ClusterRequest& request) override;
   bool may_end(const api::ClusterTask& task, const api::Worker& worker) const override;
   api::Result<Wiring> wire(const api::Cluster& cluster, const std::vector<api::Worker>& workers) override;
   std::optional<Verdict> verdict(const api::Cluster& cluster, const std::vector<api::Worker>& workers,

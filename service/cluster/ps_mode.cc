@@ -15,8 +15,9 @@ namespace muster::service {
 namespace fs = std::filesystem;
 using api::WorkerStatus;
 
-api::Result<std::vector<TaskBatch>> PsMode::plan(const std::string& id, const api::ClusterRequest& request) {
-  std::vector<TaskBatch> batches;
+api::Result<Plan> PsMode::plan(const std::string& id, const api::ClusterRequest& request) {
+  Plan plan;
+  std::vector<TaskBatch>& batches = plan.batches;
   if (request.n_ps > 0) {
     auto ps = task_launch_request(request, {request.n_ps, request.ps_script, {}, "ps_script", options_.project_dir});
     if (!ps) return ps.status();
@@ -40,11 +41,12 @@ api::Result<std::vector<TaskBatch>> PsMode::plan(const std::string& id, const ap
   for (const auto& [n, type] : roles) {
     if (n == 0) continue;
     auto r = task_launch_request(request, {n, request.worker_script, request.args, "worker_script",
-                                           options_.project_dir});
+                                           options_.project_dir, plan.script_path});
     if (!r) return r.status();
+    plan.script_path = r->script_path;  // resolved once, for every role
     batches.push_back({type, task_batch(id, std::move(r).value(), true, true)});
   }
-  return batches;
+  return plan;
 }
 
 bool PsMode::may_end(const api::ClusterTask& /*task*/, const api::Worker& w) const {

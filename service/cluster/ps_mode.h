@@ -36,7 +36,7 @@ class PsMode final : public ClusterMode {
  public:
   explicit PsMode(PsModeOptions options) : options_(std::move(options)) {}
 
-  api::Result<std::vector<TaskBatch>> plan(const std::string& cluster_id, const api::ClusterRequest& request) override;
+  api::Result<Plan> plan(const std::string& cluster_id, const api::ClusterRequest& request) override;
   // Reachable, and its reserved port registered with it.
   bool ready(const api::Worker& worker) const override { return api::is_reachable(worker) && worker.port.has_value(); }
   bool may_end(const api::ClusterTask& task, const api::Worker& worker) const override;

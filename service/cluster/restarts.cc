@@ -30,11 +30,11 @@ std::string task_label(const api::ClusterTask& t) { return t.type + " " + std::t
 
 }  // namespace
 
-api::Result<std::vector<api::ClusterTask>> ClusterManager::relaunch(const api::Cluster& c, int restart_count,
-                                                                    std::optional<size_t> only_task) {
+api::Result<ClusterManager::Relaunched> ClusterManager::relaunch(const api::Cluster& c, int restart_count,
+                                                                 std::optional<size_t> only_task) {
   auto planned = mode_of(c.request).plan(c.id, c.request);
   if (!planned) return planned.status();
-  std::vector<TaskBatch> batches = std::move(planned).value();
+  std::vector<TaskBatch> batches = std::move(planned->batches);
   if (only_task) {
     // One task of the batch of its type: n = 1, under the same index.
     const api::ClusterTask& t = c.tasks[*only_task];
@@ -57,12 +57,13 @@ api::Result<std::vector<api::ClusterTask>> ClusterManager::relaunch(const api::C
   }
   auto launched = registry_.launch_together(to_launch);
   if (!launched) return launched.status();
-  std::vector<api::ClusterTask> tasks;
+  Relaunched out;
+  out.script_path = std::move(planned->script_path);
   for (size_t i = 0; i < batches.size(); ++i) {
     int index = only_task ? c.tasks[*only_task].index : 0;
-    for (const auto& w : launched.value()[i]) tasks.push_back({batches[i].type, index++, w.id});
+    for (const auto& w : launched.value()[i]) out.tasks.push_back({batches[i].type, index++, w.id});
   }
-  return tasks;
+  return out;
 }
 
 // Every task again:
@@ -97,7 +98,7 @@ void ClusterManager::restart(const std::string& id, const std::string& reason, s
   }
   if (!alive.empty()) (void)registry_.stop(alive);
 
-  auto tasks = relaunch(c, c.restarts + 1, std::nullopt);
+  auto relaunched = relaunch(c, c.restarts + 1, std::nullopt);
   std::vector<std::string> orphans;
   bool stopped = false;
   {
@@ -106,10 +107,11 @@ void ClusterManager::restart(const std::string& id, const std::string& reason, s
     e.restarting = false;
     if (e.ending || api::is_terminal(e.cluster.status)) {
       stopped = true;
-      if (tasks) {
-        for (const auto& t : *tasks) orphans.push_back(t.worker_id);
+      if (relaunched) {
+        for (const auto& t : relaunched->tasks) orphans.push_back(t.worker_id);
       }
-    } else if (tasks) {
+    } else if (relaunched) {
+      std::vector<api::ClusterTask>& tasks = relaunched->tasks;
       api::ClusterGeneration& g = current_generation(e.cluster, to_wall(clock_, e.wired_at));
       g.ended_at = format_time(to_wall(clock_, failed_at));
       g.end_reason = reason;
@@ -121,9 +123,10 @@ void ClusterManager::restart(const std::string& id, const std::string& reason, s
       next.generation = g.generation + 1;
       next.cause = "restart";
       next.started_at = format_time(clock_.wall());
-      for (const auto& t : *tasks) next.members.push_back(t.worker_id);
+      for (const auto& t : tasks) next.members.push_back(t.worker_id);
       e.cluster.generations.push_back(std::move(next));
-      e.cluster.tasks = std::move(tasks).value();
+      e.cluster.tasks = std::move(tasks);
+      e.cluster.script_path = std::move(relaunched->script_path);
       e.cluster.restarts += 1;
       e.cluster.reason = "restarted " + std::to_string(e.cluster.restarts) + " of " +
                          std::to_string(e.cluster.request.max_restarts) + " times; last: " + reason;
@@ -140,8 +143,8 @@ void ClusterManager::restart(const std::string& id, const std::string& reason, s
   }
   if (!orphans.empty()) (void)registry_.stop(orphans);
   if (stopped) return;
-  if (!tasks) {
-    finish(id, api::ClusterStatus::kFailed, reason + "; the restart failed: " + tasks.status().message());
+  if (!relaunched) {
+    finish(id, api::ClusterStatus::kFailed, reason + "; the restart failed: " + relaunched.status().message());
     return;
   }
   std::lock_guard<std::mutex> lock(wake_mu_);
@@ -161,23 +164,24 @@ void ClusterManager::replace_task(const std::string& id, size_t index, const std
     c = e.cluster;
   }
   const TimePoint failed_at = clock_.now();
-  auto tasks = relaunch(c, c.restarts + 1, index);
+  auto relaunched = relaunch(c, c.restarts + 1, index);
   std::vector<std::string> orphans;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto& e = clusters_[id];
     e.restarting = false;
     if (e.ending || api::is_terminal(e.cluster.status)) {
-      if (tasks) {
-        for (const auto& t : *tasks) orphans.push_back(t.worker_id);
+      if (relaunched) {
+        for (const auto& t : relaunched->tasks) orphans.push_back(t.worker_id);
       }
-    } else if (tasks && tasks->size() == 1) {
+    } else if (relaunched && relaunched->tasks.size() == 1) {
       const std::string replaced = e.cluster.tasks[index].worker_id;
-      const std::string by = tasks->front().worker_id;
+      const std::string by = relaunched->tasks.front().worker_id;
       api::ClusterGeneration& g = current_generation(e.cluster, to_wall(clock_, e.wired_at));
       g.deaths.push_back({replaced, task_label(e.cluster.tasks[index]), reason, format_time(to_wall(clock_, failed_at))});
       g.replacements.push_back({replaced, by, format_time(clock_.wall())});
       e.cluster.tasks[index].worker_id = by;
+      e.cluster.script_path = std::move(relaunched->script_path);
       e.cluster.restarts += 1;
       e.cluster.reason = "replaced " + task_label(e.cluster.tasks[index]) + " (" + std::to_string(e.cluster.restarts) +
                          " of " + std::to_string(e.cluster.request.max_restarts) + " restarts): " + reason;
@@ -187,7 +191,9 @@ void ClusterManager::replace_task(const std::string& id, size_t index, const std
     }
   }
   if (!orphans.empty()) (void)registry_.stop(orphans);
-  if (!tasks) finish(id, api::ClusterStatus::kFailed, reason + "; its replacement failed: " + tasks.status().message());
+  if (!relaunched) {
+    finish(id, api::ClusterStatus::kFailed, reason + "; its replacement failed: " + relaunched.status().message());
+  }
 }
 
 }  // namespace muster::service

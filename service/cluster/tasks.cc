@@ -21,10 +21,13 @@ api::Result<api::LaunchRequest> task_launch_request(const api::ClusterRequest& r
     r.code = kWaitCode;
     return r;
   }
-  auto path = resolve_script(options.project_dir, options.script);
-  if (!path) return api::invalid_argument(path.status().message(), options.field);
   r.script = options.script;
-  r.script_path = path.value();
+  r.script_path = options.script_path;
+  if (r.script_path.empty()) {
+    auto path = resolve_script(options.project_dir, options.script);
+    if (!path) return api::invalid_argument(path.status().message(), options.field);
+    r.script_path = path.value();
+  }
   r.args = options.args;
   return r;
 }

@@ -23,11 +23,15 @@ struct TaskLaunchOptions {
   std::vector<std::string> args;
   std::string field;                 // names the script in errors ("worker_script", "ps_script")
   std::filesystem::path project_dir;
+  // `script` as already resolved (by this plan, or the cluster's plan for a
+  // replacement: api::Cluster::script_path); empty: resolved here.
+  std::filesystem::path script_path{};
 };
 
 // `n` tasks with the request's cpu, memory, GPUs and env, the python3
 // kernel, and the script resolved inside the project directory exactly as
-// for POST /workers (resolve_script, service/script_path.h): invalid_argument naming `field`.
+// for POST /workers (resolve_script, service/script_path.h): invalid_argument
+// naming `field`. Given options.script_path, the script is not resolved again.
 api::Result<api::LaunchRequest> task_launch_request(const api::ClusterRequest& request,
                                                     const TaskLaunchOptions& options);
 

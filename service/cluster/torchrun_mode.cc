@@ -11,20 +11,19 @@
 #include "clusterspec/torchrun.h"
 #include "service/cluster/tasks.h"
 #include "service/cluster/mpi_mode.h"
-#include "service/script_path.h"
 
 namespace muster::service {
 
 using api::WorkerStatus;
 
-api::Result<std::vector<TaskBatch>> TorchrunMode::plan(const std::string& id,
-                                                             const api::ClusterRequest& request) {
+api::Result<Plan> TorchrunMode::plan(const std::string& id, const api::ClusterRequest& request) {
   auto r = task_launch_request(request, {request.n_workers, request.worker_script, request.args, "worker_script",
                                          options_.project_dir});
   if (!r) return r.status();
-  std::vector<TaskBatch> batches;
-  batches.push_back({clusterspec::kWorker, task_batch(id, std::move(r).value(), true, true)});
-  return batches;
+  Plan plan;
+  plan.script_path = r->script_path;
+  plan.batches.push_back({clusterspec::kWorker, task_batch(id, std::move(r).value(), true, true)});
+  return plan;
 }
 
 bool TorchrunMode::may_end(const api::ClusterTask& /*task*/, const api::Worker& w) const {
@@ -41,18 +40,17 @@ api::Result<Wiring> TorchrunMode::wire(const api::Cluster& c, const std::vector<
   world.run_id = c.id;
   world.max_restarts = r.max_restarts;
 
-  auto script_path = resolve_script(options_.project_dir, r.worker_script);
-  if (!script_path) return api::invalid_argument("worker_script: " + script_path.status().message());
+  if (c.script_path.empty()) return api::internal_error("cluster " + c.id + ": its plan resolved no worker script");
   Wiring wiring;
   try {
     // The line torchrun would be given on every node: a Python script is
     // torchrun's default, anything else (an executable) needs --no_python.
     clusterspec::TorchrunLine line;
     line.world = world;
-    line.command = rank_command(script_path.value(), r.args);
+    line.command = rank_command(c.script_path, r.args);
     if (line.command.front() == api::kPython3Program) {
       line.command.erase(line.command.begin(), std::find(line.command.begin(), line.command.end(),
-                                                         script_path.value().string()));
+                                                         c.script_path.string()));
     } else {
       line.no_python = true;
     }
