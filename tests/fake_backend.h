@@ -1,7 +1,15 @@
 // FakeBackend: a workers::Backend that only records calls, for unit tests
 // of the registry and the HTTP layer (no process is ever started).
 //
-// Knobs for launch(): `fail_launch` refuses the whole batch; `fail_at = k`
+// With no knob set it keeps the Backend contract (tests/
+// backend_contract_test.cc holds it to it, beside the real backends): launch
+// all or nothing, stop idempotent, poll of an unknown worker kUnknown, an
+// identity ("fake:<id>") that a fresh FakeBackend adopts, forget dropping
+// the worker.
+//
+// Knobs for launch(): `fail_launch` refuses the whole batch; the ids in
+// `unstartable` cannot start (the workers of the batch started before one
+// are stopped, and the error names it, as the contract says); `fail_at = k`
 // starts workers 0..k-1 one by one and fails on worker k, naming it, and
 // leaves the started ones running (worse than the Backend contract allows:
 // the registry must clean up anyway); `gate` (when set) makes launch() wait
@@ -44,6 +52,14 @@ class FakeBackend final : public workers::Backend {
         return api::unavailable("worker " + s.worker_id + " (" + std::to_string(i) + " of " +
                                 std::to_string(specs.size()) + "): no room on the host");
       }
+      if (unstartable.count(s.worker_id)) {
+        for (size_t j = 0; j < i; ++j) {
+          stopped.push_back(specs[j].worker_id);
+          running.erase(specs[j].worker_id);
+          states[specs[j].worker_id] = {workers::ProcessState::kExited, 137};
+        }
+        return api::unavailable("worker " + s.worker_id + ": its agent cannot start");
+      }
       launched.push_back(s);
       running.insert(s.worker_id);
       states[s.worker_id] = {workers::ProcessState::kRunning, std::nullopt};
@@ -64,9 +80,23 @@ class FakeBackend final : public workers::Backend {
     auto it = states.find(id);
     return it == states.end() ? workers::ProcessStatus{} : it->second;
   }
+  std::string process_identity(const std::string& id) override {
+    std::lock_guard<std::mutex> lock(mu);
+    return states.count(id) ? "fake:" + id : "";
+  }
+  // A restarted daemon's backend: the worker runs on (the fake knows no
+  // more of it than the identity).
+  void adopt(const std::string& id, const std::string& identity) override {
+    std::lock_guard<std::mutex> lock(mu);
+    if (identity != "fake:" + id || states.count(id)) return;
+    states[id] = {workers::ProcessState::kRunning, std::nullopt};
+    running.insert(id);
+  }
   void forget(const std::string& id) override {
     std::lock_guard<std::mutex> lock(mu);
     forgotten.push_back(id);
+    states.erase(id);
+    running.erase(id);
   }
   void shutdown() override {}
 
@@ -95,6 +125,7 @@ class FakeBackend final : public workers::Backend {
   std::vector<workers::LaunchSpec> launched;
   std::set<std::string> running;
   std::vector<std::string> stopped;
+  std::set<std::string> unstartable;
   std::set<std::string> refuse_stop;
   std::function<void(const std::string&)> on_stop;
   std::vector<std::string> forgotten;

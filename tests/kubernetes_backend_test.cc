@@ -1,7 +1,8 @@
 // The Kubernetes backend without a cluster: the exact Pod and Secret it
 // creates, the launch's undo, what pods and nodes say (watch events -> poll),
 // 410 Gone, adoption, gangs, followed logs and the options' errors, over a
-// FakeApiClient that records every request and plays a tiny API server.
+// FakeApi (tests/fake_kubernetes_api.h) that records every request and plays
+// a tiny API server.
 // The real control plane is exercised by tests/kubernetes_integration_test.py.
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/base/base64.h"
+#include "tests/fake_kubernetes_api.h"
 #include "tests/temp_dir.h"
 #include "workers/kubernetes/gang.h"
 #include "workers/kubernetes/kubernetes_backend.h"
@@ -30,92 +32,8 @@ namespace k8s = muster::workers::kubernetes;
 
 namespace {
 
-struct Call {
-  std::string method, path, body;
-};
-
-// Plays the API server: Secrets and Pods are kept by name; GET lists them;
-// nodes come from `nodes`; streams hand out what the test queued.
-class FakeApi final : public k8s::ApiClient {
- public:
-  muster::api::Result<k8s::HttpReply> request(const std::string& method, const std::string& path,
-                                              const std::string& body, const std::string&) override {
-    std::lock_guard<std::mutex> lock(mu);
-    calls.push_back({method, path, body});
-    if (refuse && refuse(method, path)) return k8s::HttpReply{422, R"({"kind":"Status","message":"refused by the test"})"};
-    const std::string ns = "/api/v1/namespaces/ml/";
-    if (method == "POST" && path == ns + "secrets") return k8s::HttpReply{201, body};
-    if (method == "POST" && path == ns + "pods") {
-      json pod = json::parse(body);
-      pod["metadata"]["uid"] = "uid-" + pod["metadata"]["name"].get<std::string>();
-      pod["metadata"]["resourceVersion"] = std::to_string(++rv);
-      pod["status"] = {{"phase", "Pending"}};
-      pods[pod["metadata"]["name"]] = pod;
-      return k8s::HttpReply{201, pod.dump()};
-    }
-    if (method == "DELETE") {
-      const std::string name = path.substr(path.rfind('/') + 1, path.find('?') == std::string::npos
-                                                                     ? std::string::npos
-                                                                     : path.find('?') - path.rfind('/') - 1);
-      const bool had = pods.erase(name) > 0;
-      return k8s::HttpReply{had || path.find("/secrets/") != std::string::npos ? 200 : 404, "{}"};
-    }
-    if (method == "GET" && path == "/api/v1/nodes") return k8s::HttpReply{200, nodes.dump()};
-    if (method == "GET" && path.rfind(ns + "pods?", 0) == 0) {
-      ++lists;
-      json items = json::array();
-      for (const auto& [name, pod] : pods) items.push_back(pod);
-      for (const auto& p : other_pods) items.push_back(p);
-      return k8s::HttpReply{200, json{{"kind", "PodList"}, {"metadata", {{"resourceVersion", std::to_string(rv)}}},
-                                      {"items", items}}
-                                     .dump()};
-    }
-    if (method == "GET" && path.rfind("/api/v1/pods?", 0) == 0) {
-      json items = json::array();
-      for (const auto& [name, pod] : pods) items.push_back(pod);
-      for (const auto& p : other_pods) items.push_back(p);
-      return k8s::HttpReply{200, json{{"items", items}}.dump()};
-    }
-    return k8s::HttpReply{404, "{}"};
-  }
-
-  muster::api::Status stream(const std::string& path,
-                             const std::function<bool(std::string_view)>& on_chunk) override {
-    std::deque<std::string> chunks;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      streams.push_back(path);
-      if (!queued.empty()) {
-        chunks = std::move(queued.front());
-        queued.pop_front();
-      }
-    }
-    for (const auto& c : chunks) {
-      if (!on_chunk(c)) break;
-    }
-    return muster::api::Status::ok();
-  }
-
-  std::vector<Call> calls_of(const std::string& method) {
-    std::lock_guard<std::mutex> lock(mu);
-    std::vector<Call> out;
-    for (const auto& c : calls) {
-      if (c.method == method) out.push_back(c);
-    }
-    return out;
-  }
-
-  std::mutex mu;
-  std::vector<Call> calls;
-  std::vector<std::string> streams;
-  std::deque<std::deque<std::string>> queued;  // one per stream() call
-  std::map<std::string, json> pods;
-  std::vector<json> other_pods;  // other daemons' or namespaces' pods (the gang's room)
-  json nodes = json{{"items", json::array()}};
-  std::function<bool(const std::string&, const std::string&)> refuse;
-  int rv = 100;
-  int lists = 0;
-};
+using muster::testing::Call;
+using muster::testing::FakeApi;
 
 json node(const std::string& name, const std::string& cpu, const std::string& memory, const std::string& ready = "True") {
   return {{"metadata", {{"name", name}}},

@@ -1,7 +1,7 @@
 // The Slurm backend without a Slurm: sbatch's argv, squeue/sinfo JSON
 // parsing, the job-state mapping, and SlurmBackend + WorkerRegistry over a
-// FakeSlurm that records submissions and hands out job states. The real
-// Slurm is exercised by tests/slurm_integration_test.py.
+// FakeSlurm (tests/fake_slurm.h) that records submissions and hands out job
+// states. The real Slurm is exercised by tests/slurm_integration_test.py.
 #include <sys/stat.h>
 
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "service/registry/registry.h"
+#include "tests/fake_slurm.h"
 #include "workers/slurm/job_state.h"
 #include "workers/slurm/slurm_backend.h"
 
@@ -130,51 +131,7 @@ TEST(JobState, MapsEverySlurmStateOntoAWorkerOutcome) {
   EXPECT_EQ(slurm::to_process_status(killed).exit_code, 137);
 }
 
-// A Slurm that remembers what was submitted; tests set the job states.
-class FakeSlurm final : public slurm::SlurmClient {
- public:
-  struct Shared {
-    std::mutex mu;
-    std::vector<slurm::JobSpec> submitted;
-    std::vector<std::string> cancelled;
-    std::map<std::string, slurm::JobInfo> jobs;
-    std::map<std::string, slurm::NodeInfo> nodes;
-    int fail_submit_at = -1;  // the n-th submit (0-based) fails
-    int next_id = 100;
-  };
-  explicit FakeSlurm(std::shared_ptr<Shared> s) : s_(std::move(s)) {}
-  muster::api::Result<std::string> submit(const slurm::JobSpec& spec) override {
-    std::lock_guard<std::mutex> lock(s_->mu);
-    if (static_cast<int>(s_->submitted.size()) == s_->fail_submit_at) {
-      return muster::api::unavailable("sbatch failed (exit 1): Invalid partition name specified");
-    }
-    s_->submitted.push_back(spec);
-    const std::string id = std::to_string(s_->next_id++);
-    s_->jobs[id] = {id, "PENDING", "Priority", "", 0, std::nullopt};
-    return id;
-  }
-  muster::api::Status cancel(const std::string& id) override {
-    std::lock_guard<std::mutex> lock(s_->mu);
-    s_->cancelled.push_back(id);
-    if (s_->jobs.count(id)) s_->jobs[id].state = "CANCELLED";
-    return muster::api::Status::ok();
-  }
-  muster::api::Result<std::map<std::string, slurm::JobInfo>> query(const std::vector<std::string>& ids) override {
-    std::lock_guard<std::mutex> lock(s_->mu);
-    std::map<std::string, slurm::JobInfo> out;
-    for (const auto& id : ids) {
-      if (s_->jobs.count(id)) out[id] = s_->jobs[id];
-    }
-    return out;
-  }
-  muster::api::Result<std::map<std::string, slurm::NodeInfo>> nodes() override {
-    std::lock_guard<std::mutex> lock(s_->mu);
-    return s_->nodes;
-  }
-
- private:
-  std::shared_ptr<Shared> s_;
-};
+using muster::testing::FakeSlurm;
 
 class SlurmBackendTest : public ::testing::Test {
  protected:

@@ -35,3 +35,15 @@ foreach(layout v1 v2)
 endforeach()
 # It starts container-backend workers too.
 set_tests_properties(limits_integration_test PROPERTIES RESOURCE_LOCK container_network)
+# Every backend held to the Backend contract (workers/backend.h), one binary:
+# the fake, the Kubernetes and Slurm backends over their fakes (unit), the
+# local backend with real processes (integration: it forks).
+add_executable(backend_contract_test backend_contract_test.cc)
+muster_target_defaults(backend_contract_test)
+target_link_libraries(backend_contract_test PRIVATE muster_workers_local muster_workers_kubernetes muster_workers_slurm
+  muster_base
+  GTest::gtest GTest::gtest_main)
+add_test(NAME backend_contract_test COMMAND backend_contract_test --gtest_filter=-BackendContract/Local.*)
+add_test(NAME backend_contract_local_test COMMAND backend_contract_test --gtest_filter=BackendContract/Local.*)
+set_tests_properties(backend_contract_test PROPERTIES LABELS unit TIMEOUT 60)
+set_tests_properties(backend_contract_local_test PROPERTIES LABELS integration TIMEOUT 120)

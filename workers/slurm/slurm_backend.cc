@@ -207,6 +207,14 @@ ProcessStatus SlurmBackend::poll(const std::string& worker_id) {
   return st;
 }
 
+void SlurmBackend::forget(const std::string& worker_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (jobs_.erase(worker_id) == 0) return;
+  // A ledger that keeps the old entry re-adopts a finished job after a
+  // restart, which the registry then forgets again: logged, not fatal.
+  if (auto s = save_locked(); !s) spdlog::warn("slurm: forgetting worker {}: {}", worker_id, s.message());
+}
+
 std::string SlurmBackend::job_of(const std::string& worker_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(worker_id);

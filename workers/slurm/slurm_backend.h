@@ -6,7 +6,8 @@
 // reason, exit code and scancel; an array would share one submission's
 // resources request and a heterogeneous job starts all-or-nothing only when
 // every component fits, which turns "2 of 3 workers running" into a silent
-// wait. Gang semantics for clusters come from muster's own rendezvous.
+// wait. Gang semantics for clusters come from the cluster side (held tasks
+// are released only once every task registered).
 //
 // Contract (on top of workers/backend.h)
 // - launch() writes each worker's batch script (0700, in its working dir: it
@@ -73,6 +74,8 @@ class SlurmBackend final : public Backend, public MpiHosts {
   api::Status launch(const std::vector<LaunchSpec>& specs) override;
   api::Status stop(const std::string& worker_id, std::chrono::milliseconds grace) override;
   ProcessStatus poll(const std::string& worker_id) override;
+  // Drops the worker's job from the cache and from jobs.json.
+  void forget(const std::string& worker_id) override;
   void shutdown() override;
   // mpirun reaches the nodes through Slurm instead of ssh: every host must
   // be a node running one of this backend's jobs; the answer's rsh_agent is
