@@ -5,6 +5,8 @@ muster_gtest(cluster_unit_test
   DEPS muster_clusters
   LABEL unit
   TIMEOUT 120)
+# Every cluster mode (ps, mpi, torchrun, elastic) held to ClusterMode's contract (service/cluster/mode.h).
+muster_gtest(cluster_mode_contract_test SOURCES cluster_mode_contract_test.cc DEPS muster_clusters LABEL unit TIMEOUT 60)
 # mpirun's tagged output back into whole lines; its report of the first failed rank.
 muster_gtest(mpi_output_test SOURCES mpi_output_test.cc DEPS muster_clusters LABEL unit TIMEOUT 60)
 # A failed rank's exception and record from its lines; the root cause among a cluster's failed ranks.

@@ -12,9 +12,11 @@
 //   resolved here, once, so a bad one launches nothing. Errors name the
 //   field. A batch may name running workers instead (TaskBatch::existing):
 //   they are the cluster's tasks but not its own, so it never stops them.
-//   Plan::script_path (the worker script, resolved) is kept on the cluster
-//   (api::Cluster::script_path) by the manager: wire() and a mode's
-//   replacements run that path and never resolve the script again.
+//   Every task a batch launches carries its cluster (LaunchBatch::cluster_id
+//   and MUSTER_CLUSTER_ID: task_batch(), tasks.h). Plan::script_path (the
+//   worker script, resolved) is kept on the cluster by the manager
+//   (api::Cluster::script_path): wire() and a mode's replacements run that
+//   path and never resolve the script again.
 // - ready(w): the task counts as registered (the manager waits for every
 //   task to be ready before wire()). Default: api::is_reachable(w) (running,
 //   its address registered); a mode that reserves ports wants the port too.
