@@ -17,7 +17,8 @@
 // `running` holds the workers started and not stopped since. stop() fails
 // for the ids in `refuse_stop` (naming them), and calls `on_stop` first (a
 // test can have an agent report its exit right then); `forgotten` lists the
-// ids forget() was told about.
+// ids forget() was told about; log_complete() is false for the ids in
+// `log_lagging` (a backend whose copy of the log trails the exit report).
 #pragma once
 
 #include <atomic>
@@ -98,6 +99,10 @@ class FakeBackend final : public workers::Backend {
     states.erase(id);
     running.erase(id);
   }
+  bool log_complete(const std::string& id) override {
+    std::lock_guard<std::mutex> lock(mu);
+    return !log_lagging.count(id);
+  }
   void shutdown() override {}
 
   void set_exited(const std::string& id, int code) {
@@ -129,6 +134,7 @@ class FakeBackend final : public workers::Backend {
   std::set<std::string> refuse_stop;
   std::function<void(const std::string&)> on_stop;
   std::vector<std::string> forgotten;
+  std::set<std::string> log_lagging;
   std::map<std::string, workers::ProcessStatus> states;
 };
 

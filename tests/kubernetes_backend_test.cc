@@ -390,6 +390,14 @@ TEST(KubernetesBackend, TheLogIsFollowedIntoTheDaemonsFileAndResumed) {
   ASSERT_TRUE(f.backend->launch({s}).is_ok());
   f.api->queued.push_back({"2024-05-01T10:00:00.5Z hello\n2024-05-01T10:00:01", ".000000001Z wor", "ld\n"});
   f.backend->follow_log("w1");
+  // The resume point is kept with every chunk written (a daemon killed now
+  // resumes after "world", repeating nothing).
+  {
+    std::ifstream since(f.dir.path() / "kubernetes" / "logs" / "w1.since");
+    std::string kept;
+    std::getline(since, kept);
+    EXPECT_EQ(kept, "2024-05-01T10:00:01.000000001Z");
+  }
   // The stream broke; the next follow resumes from the last time, and what
   // the kubelet sends again (the same second) is not written twice.
   f.api->queued.push_back({"2024-05-01T10:00:01.000000001Z world\n2024-05-01T10:00:02Z again\n"});
@@ -401,6 +409,10 @@ TEST(KubernetesBackend, TheLogIsFollowedIntoTheDaemonsFileAndResumed) {
   std::stringstream text;
   text << in.rdbuf();
   EXPECT_EQ(text.str(), "hello\nworld\nagain\n");
+  // The streams ended while the pod ran: the log may trail the agent's exit
+  // report, which the registry holds until the log is complete.
+  EXPECT_FALSE(f.backend->log_complete("w1"));
+  EXPECT_TRUE(f.backend->log_complete("nobody")) << "no followed log: nothing trails";
   // The pod ended and its log is read: housekeeping deletes it and its Secret.
   f.api->queued.push_back({event("MODIFIED", with_status(f.api->pods["muster-d1-w1"],
                                                          {{"phase", "Succeeded"},
@@ -408,7 +420,9 @@ TEST(KubernetesBackend, TheLogIsFollowedIntoTheDaemonsFileAndResumed) {
                                                            {{{"name", "agent"},
                                                              {"state", {{"terminated", {{"exitCode", 0}}}}}}}}}))});
   ASSERT_TRUE(f.backend->watch_once().is_ok());
+  EXPECT_FALSE(f.backend->log_complete("w1")) << "ended, but its stream has not been read to the end since";
   f.backend->follow_log("w1");
+  EXPECT_TRUE(f.backend->log_complete("w1"));
   f.backend->housekeeping();
   std::vector<std::string> deleted;
   for (const auto& c : f.api->calls_of("DELETE")) deleted.push_back(c.path);

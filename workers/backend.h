@@ -136,6 +136,17 @@ class Backend {
   // that had not finished, so that poll() and stop() reach it again.
   virtual void adopt(const std::string& /*worker_id*/, const std::string& /*identity*/) {}
 
+  // Whether LaunchSpec::log_path holds everything the worker's agent wrote.
+  // A backend that copies the log from elsewhere, and so can lag the agent's
+  // exit report (kubernetes follows the pod's log from the kubelet, whose
+  // stream ends only once the container has), answers false until its copy
+  // has caught up with the worker's end. The registry then holds the
+  // reported exit (the worker stays `running`) until this is true or
+  // RegistryOptions::log_drain_timeout has passed, so whoever sees a worker
+  // ended (an await, a cluster, the failure's reason) reads its whole log.
+  // Cheap, no request: the registry asks from tick(), outside its lock.
+  virtual bool log_complete(const std::string& /*worker_id*/) { return true; }
+
   // The registry no longer knows the worker (it finished and was deleted or
   // retired): drop what is kept about it.
   virtual void forget(const std::string& /*worker_id*/) {}

@@ -93,13 +93,16 @@ api::Status WorkerRegistry::agent_heartbeat(const std::string& id, std::chrono::
 
 // An exit reported while stop() signals the worker ends it `stopped` (the
 // script died of the stop's SIGTERM); otherwise 0 from a running worker is
-// success and anything else a failure.
+// success and anything else a failure. A backend whose log lags the report
+// gets it held until the log is complete (registry.h, "Logs that trail the
+// exit"); a report repeated meanwhile changes nothing.
 api::Status WorkerRegistry::agent_exit(const std::string& id, int exit_code, bool out_of_memory) {
-  // A failed script's last exception line goes into its reason (read before
-  // the lock: file I/O never runs under it).
+  // Both before the lock (a backend call, file I/O): is the log all there,
+  // and a failed script's last exception line for its reason.
+  const bool log_complete = backend_.log_complete(id);
   std::string exception;
-  if (exit_code != 0) {
-    if (auto path = log_path(id)) exception = last_exception_in(path.value());
+  if (log_complete && exit_code != 0) {
+    if (auto path = log_path(id)) exception = exit_exception(exit_code, path.value());
   }
   Effects fx;
   {
@@ -110,22 +113,37 @@ api::Status WorkerRegistry::agent_exit(const std::string& id, int exit_code, boo
     if (api::is_terminal(r.worker.status)) {
       return api::conflict("worker " + id + " is already " + api::worker_status_name(r.worker.status));
     }
-    r.worker.exit_code = exit_code;
-    if (r.stopping) {
-      end_stopped(r, fx);
-    } else if (exit_code == 0 && r.worker.status == WorkerStatus::kRunning) {
-      transition(r, WorkerStatus::kSucceeded, "", fx);
-    } else {
-      // The cgroup's OOM kill counter said so: no guess from the signal.
-      const std::string cause = out_of_memory && exit_code != 0 ? out_of_memory_reason(r.worker.memory) + "; " : "";
-      transition(r, WorkerStatus::kFailed,
-                 cause + exit_reason(exit_code) + (exception.empty() ? "" : ": " + exception), fx);
+    if (r.held_exit) return api::Status::ok();
+    if (!log_complete && !r.stopping) {
+      r.held_exit = Record::HeldExit{exit_code, out_of_memory, clock_.now() + options_.log_drain_timeout};
+      return api::Status::ok();
     }
+    apply_exit_locked(r, exit_code, out_of_memory, exception, fx);
     write_dirty_locked();
     settle_waiters(fx, false);
   }
   run(std::move(fx));
   return api::Status::ok();
+}
+
+void WorkerRegistry::apply_exit_locked(Record& r, int exit_code, bool out_of_memory, const std::string& exception,
+                                       Effects& fx) {
+  r.held_exit.reset();
+  r.worker.exit_code = exit_code;
+  if (r.stopping) {
+    end_stopped(r, fx);
+  } else if (exit_code == 0 && r.worker.status == WorkerStatus::kRunning) {
+    transition(r, WorkerStatus::kSucceeded, "", fx);
+  } else {
+    // The cgroup's OOM kill counter said so: no guess from the signal.
+    const std::string cause = out_of_memory && exit_code != 0 ? out_of_memory_reason(r.worker.memory) + "; " : "";
+    transition(r, WorkerStatus::kFailed, cause + exit_reason(exit_code) + (exception.empty() ? "" : ": " + exception),
+               fx);
+  }
+}
+
+std::string WorkerRegistry::exit_exception(int exit_code, const std::filesystem::path& log) {
+  return exit_code == 0 ? std::string() : last_exception_in(log);
 }
 
 std::optional<std::string> WorkerRegistry::worker_for_agent_token(const std::string& token) const {

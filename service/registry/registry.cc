@@ -168,16 +168,24 @@ api::Result<std::filesystem::path> WorkerRegistry::log_path(const std::string& i
 
 // Step by step (registry.h, "Stop"): a) under the mutex, pick the workers
 // and mark those that have not finished `stopping` (a report of theirs that
-// comes in meanwhile ends them `stopped`); b) without it, ask the backend to
-// signal each tree, which returns once the signal is sent; c) under the mutex
-// again, move each signalled worker to `stopped` (in memory, then written:
-// a store that refuses the write does not undo the stop) and clear the mark
-// of those the backend could not signal; they keep their status and the call
-// fails naming them.
+// comes in meanwhile ends them `stopped`), but for those whose exit report
+// is held for their log: they ended before the stop; b) without it, ask the
+// backend to signal each tree, which returns once the signal is sent, and
+// read the held exits' last exceptions; c) under the mutex again, apply the
+// held exits, move each signalled worker to `stopped` (in memory, then
+// written: a store that refuses the write does not undo the stop) and clear
+// the mark of those the backend could not signal; they keep their status
+// and the call fails naming them.
 api::Result<std::vector<api::Worker>> WorkerRegistry::stop(const std::vector<std::string>& ids,
                                                            const std::string& reason,
                                                            const std::map<std::string, Ending>& endings) {
   std::vector<std::string> targets, signalled;
+  struct Ended {
+    std::string id;
+    WorkerRecord::HeldExit exit;
+    std::filesystem::path log;
+  };
+  std::vector<Ended> ended;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (ids.empty()) {
@@ -194,6 +202,10 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::stop(const std::vector<std
     for (const auto& id : targets) {
       Record& r = records_.at(id);
       if (api::is_terminal(r.worker.status)) continue;
+      if (r.held_exit) {
+        ended.push_back({id, *r.held_exit, r.log_path});
+        continue;
+      }
       r.stopping = true;
       r.stop_reason = reason;
       auto ending = endings.find(id);
@@ -208,10 +220,17 @@ api::Result<std::vector<api::Worker>> WorkerRegistry::stop(const std::vector<std
   for (const auto& id : signalled) {
     if (auto s = backend_.stop(id, options_.stop_grace); !s) refused[id] = s.message();
   }
+  std::vector<std::string> exceptions;
+  for (const auto& e : ended) exceptions.push_back(exit_exception(e.exit.exit_code, e.log));
   Effects fx;
   std::vector<api::Worker> out;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < ended.size(); ++i) {
+      auto it = records_.find(ended[i].id);
+      if (it == records_.end() || !it->second.held_exit || api::is_terminal(it->second.worker.status)) continue;
+      apply_exit_locked(it->second, ended[i].exit.exit_code, ended[i].exit.out_of_memory, exceptions[i], fx);
+    }
     for (const auto& id : signalled) {
       auto it = records_.find(id);
       if (it == records_.end()) continue;

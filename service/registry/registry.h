@@ -77,6 +77,20 @@
 // agents.cc (agent calls), tick.cc (timeouts),
 // retention.cc (retention, remove).
 //
+// Logs that trail the exit: a backend whose copy of a worker's log can lag
+// the agent's exit report (Backend::log_complete; kubernetes follows the
+// pod's log from the kubelet) gets the report held: agent_exit() answers
+// ok, the worker stays `running` (no heartbeat is expected any more), and
+// tick() applies the exit as soon as the backend's log is complete, or
+// after log_drain_timeout whatever the backend says (a broken kubelet holds
+// nothing for long). So an await that answers, a cluster that sees the end,
+// and the failure's reason (the log's last exception) all have the whole
+// log. A stop of a worker whose exit is held applies that exit at once (the
+// worker had ended before the stop, as on a backend without the lag). A
+// held exit is not stored: a daemon restarted meanwhile learns the end from
+// the backend's poll. Every other backend answers true at once: nothing is
+// held there.
+//
 // For clusters (service/cluster_*.cc): launch_together() takes every batch
 // of a cluster (its task types) as one launch; each batch has a cluster_id and
 // per-worker extras (env, hold, reserve_port); a held worker's agent
@@ -152,6 +166,9 @@ struct RegistryOptions {
   // once (an ImportError) is reported as the failure it is, not as running.
   // Held workers (clusters) count at once: their script has not started.
   std::chrono::milliseconds await_settle{1'000};
+  // The longest an agent's exit report is held for the backend's copy of the
+  // log to catch up (see "Logs that trail the exit").
+  std::chrono::milliseconds log_drain_timeout{5'000};
   RetentionOptions retention;
   // Called (under the registry's mutex: it must only record) with the time
   // between two heartbeats of one worker, for /metrics.
@@ -387,6 +404,12 @@ class WorkerRegistry {
   void stop_processes(const std::vector<std::string>& ids);
   // tick() for a `scheduling` worker of a queueing backend.
   void tick_queued(Record& r, const workers::ProcessStatus& process, TimePoint now, Effects& fx);
+  // The agent's exit report applied (agents.cc): `exception` is the log's
+  // last exception line, read outside the mutex ("" for none).
+  void apply_exit_locked(Record& r, int exit_code, bool out_of_memory, const std::string& exception, Effects& fx);
+  // The log's last exception line for a failed exit ("" for code 0); file
+  // I/O, never under the mutex.
+  static std::string exit_exception(int exit_code, const std::filesystem::path& log);
   void expire_release_waiters(TimePoint now, Effects& fx);
   void settle_waiters(Effects& fx, bool at_tick);
   api::Status adopt_orphans_locked(const std::vector<std::string>& orphans, const RestoreOptions& options,

@@ -45,35 +45,63 @@ void WorkerRegistry::tick_queued(Record& r, const workers::ProcessStatus& proces
 
 // Step by step: a) under the mutex, pick the workers whose process to ask
 // about (not those whose launch is with the backend right now, nor, for a
-// backend that does not queue, `scheduling` ones: their launch step decides);
-// b) without it, poll the backend for each (a backend may take seconds: the
-// container backend tears namespaces down there); c) under the mutex again,
-// apply what was seen and the timeouts to the workers that are still in the
-// state they were in at a), admit the waiting workers that fit now, and
-// settle the long-polls. A queueing backend's
-// `scheduling` workers are watched too (tick_queued()).
+// backend that does not queue, `scheduling` ones: their launch step decides),
+// and those whose exit report is held for their log (registry.h, "Logs that
+// trail the exit"), which are not polled: they have ended; b) without it,
+// poll the backend for each (a backend may take seconds: the container
+// backend tears namespaces down there), and take the held exits whose log is
+// complete or whose time is up, with their logs' last exception; c) under
+// the mutex again, apply those exits and what was seen and the timeouts to
+// the workers that are still in the state they were in at a), admit the
+// waiting workers that fit now, and settle the long-polls. A queueing
+// backend's `scheduling` workers are watched too (tick_queued()).
 void WorkerRegistry::tick() {
   std::vector<std::pair<std::string, WorkerStatus>> watched;
+  struct Held {
+    std::string id;
+    Record::HeldExit exit;
+    std::filesystem::path log;
+    std::string exception;
+  };
+  std::vector<Held> held;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [id, r] : records_) {
       const WorkerStatus s = r.worker.status;
       if (api::is_terminal(s) || r.launching || r.stopping) continue;
+      if (r.held_exit) {
+        held.push_back({id, *r.held_exit, r.log_path, ""});
+        continue;
+      }
       if (s != WorkerStatus::kScheduling || backend_.queues_workers()) watched.emplace_back(id, s);
     }
   }
   std::vector<workers::ProcessStatus> seen;
   seen.reserve(watched.size());
   for (const auto& [id, s] : watched) seen.push_back(backend_.poll(id));
+  std::vector<Held> ready;
+  for (auto& h : held) {
+    if (clock_.now() < h.exit.until && !backend_.log_complete(h.id)) continue;
+    h.exception = exit_exception(h.exit.exit_code, h.log);
+    ready.push_back(std::move(h));
+  }
 
   Effects fx;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const TimePoint now = clock_.now();
+    for (const auto& h : ready) {
+      auto it = records_.find(h.id);
+      if (it == records_.end() || !it->second.held_exit || api::is_terminal(it->second.worker.status)) continue;
+      apply_exit_locked(it->second, h.exit.exit_code, h.exit.out_of_memory, h.exception, fx);
+    }
     for (size_t i = 0; i < watched.size(); ++i) {
       const auto& [id, was] = watched[i];
       auto it = records_.find(id);
-      if (it == records_.end() || it->second.worker.status != was || it->second.stopping) continue;  // changed meanwhile
+      if (it == records_.end() || it->second.worker.status != was || it->second.stopping ||
+          it->second.held_exit) {
+        continue;  // changed meanwhile (an exit held since a) is applied by a later tick)
+      }
       Record& r = it->second;
       const WorkerStatus s = r.worker.status;
       const workers::ProcessStatus& process = seen[i];

@@ -8,8 +8,8 @@
 // stored field of r; the monotonic times (launched_at, last_heartbeat,
 // finished) are not stored (a restarted daemon counts its timeouts from its
 // own start, and a finished worker's age from its finished_at), nor are
-// `launching`, `waiting` and `stopping` (work in flight does not survive a
-// restart).
+// `launching`, `waiting`, `stopping` and `held_exit` (work in flight does
+// not survive a restart).
 #pragma once
 
 #include <cstdint>
@@ -46,6 +46,15 @@ struct WorkerRecord {
   api::WorkerStatus stop_as = api::WorkerStatus::kStopped;
   std::optional<int> stop_exit_code;
   TimePoint finished{};      // when it reached a terminal status (retention)
+  // An exit the agent reported before the backend's copy of its log was
+  // complete (workers::Backend::log_complete): applied once it is, or at
+  // `until` (registry.h, "Logs that trail the exit").
+  struct HeldExit {
+    int exit_code = 0;
+    bool out_of_memory = false;
+    TimePoint until{};
+  };
+  std::optional<HeldExit> held_exit;
 };
 
 nlohmann::json record_to_json(const WorkerRecord& r);

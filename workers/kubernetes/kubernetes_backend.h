@@ -28,8 +28,12 @@
 //   `log?follow=true&timestamps=true` into LaunchSpec::log_path through
 //   base::RotatingLog with log_limits (the pod's env has no MUSTER_LOG_*),
 //   reconnecting from the last timestamp seen, so the log is the daemon's
-//   and outlives the pod. A pod that ended is deleted (with its Secret) once
-//   its log is read to the end, unless keep_finished_pods.
+//   and outlives the pod. The kubelet's stream trails the agent's exit
+//   report and ends only with the container, so log_complete() is false
+//   for a pod with a followed log until its stream ended after the pod did
+//   (or the pod is gone): the registry holds the worker's reported exit
+//   until then (workers/backend.h). A pod that ended is deleted (with its
+//   Secret) once its log is read to the end, unless keep_finished_pods.
 // - process_identity() is {"pod","uid","log","max_bytes","keep"}; adopt()
 //   takes it back: a restarted daemon finds its pods in its first list (by
 //   label) and follows their logs again from where the last one stopped
@@ -80,6 +84,7 @@ class KubernetesBackend final : public Backend {
   ProcessStatus poll(const std::string& worker_id) override;
   std::string process_identity(const std::string& worker_id) override;
   void adopt(const std::string& worker_id, const std::string& identity) override;
+  bool log_complete(const std::string& worker_id) override;
   void forget(const std::string& worker_id) override;
   void shutdown() override;
 

@@ -1,7 +1,6 @@
 // KubernetesBackend: each pod's log followed (log?follow=true) into the
 // daemon's file, resumed after a break without repeating what was written.
 #include <chrono>
-#include <fstream>
 #include <mutex>
 #include <string>
 
@@ -42,6 +41,8 @@ void KubernetesBackend::follow_log(const std::string& worker_id) {
     pod->log = base::RotatingLog::open(pod->log_path, pod->log_limits, &error);
     if (!pod->log) {
       spdlog::warn("kubernetes: worker {}'s log: {}", worker_id, error);
+      std::lock_guard<std::mutex> lock(mu_);
+      pod->log_done = true;  // nothing can be written: nothing to wait for
       return;
     }
   }
@@ -51,41 +52,51 @@ void KubernetesBackend::follow_log(const std::string& worker_id) {
     pod->cursor.resume_after = resume;
     path += "&sinceTime=" + since_time(resume);
   }
-  const fs::path since = since_file(options_.state_dir, worker_id);
-  auto last_kept = std::chrono::steady_clock::now();
-  std::string kept = pod->cursor.last;
-  auto keep_cursor = [&] {
-    if (pod->cursor.last == kept) return;
-    kept = pod->cursor.last;
-    std::ofstream(since, std::ios::trunc) << kept << "\n";
-  };
+  // The resume point is kept after each chunk is in the log file (write(2)
+  // returned: a SIGKILL of the daemon loses nothing written), never before.
+  CursorFile since(since_file(options_.state_dir, worker_id));
   auto s = client_->stream(path, [&](std::string_view chunk) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (shut_down_) return false;
     }
-    if (!chunk.empty()) pod->log->write(take_log_lines(pod->cursor, chunk));
-    if (std::chrono::steady_clock::now() - last_kept > 1s) {
-      keep_cursor();
-      last_kept = std::chrono::steady_clock::now();
-    }
+    if (chunk.empty()) return true;
+    pod->log->write(take_log_lines(pod->cursor, chunk));
+    since.keep(pod->cursor.last);
     return true;
   });
-  keep_cursor();
   std::lock_guard<std::mutex> lock(mu_);
   const bool ended = pod->gone || (!pod->object.is_null() && view_of(pod->object).terminal);
   if (ended) pod->log_done = true;
   if (!s && !ended) spdlog::debug("kubernetes: following worker {}'s log: {}", worker_id, s.message());
 }
 
+// A stream that ends before the watch has seen the pod end (the kubelet
+// closes it as the container exits) is followed once more as soon as the
+// watch has (apply_pod() notifies), so that the worker's held exit
+// (log_complete()) waits for the watch, not for a second's retry.
 void KubernetesBackend::log_loop(std::string worker_id) {
   for (;;) {
     follow_log(worker_id);
     std::unique_lock<std::mutex> lock(mu_);
     auto it = pods_.find(worker_id);
     if (shut_down_ || it == pods_.end() || it->second->log_done) return;
-    cv_.wait_for(lock, 1s, [this] { return shut_down_; });
+    cv_.wait_for(lock, 1s, [&] {
+      auto p = pods_.find(worker_id);
+      return shut_down_ || p == pods_.end() || p->second->gone ||
+             (!p->second->object.is_null() && view_of(p->second->object).terminal);
+    });
   }
+}
+
+bool KubernetesBackend::log_complete(const std::string& worker_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pods_.find(worker_id);
+  if (it == pods_.end()) return true;
+  const Pod& pod = *it->second;
+  // No followed log (a held gang's task, a pod never created): nothing trails.
+  if (pod.log_path.empty() || !pod.created) return true;
+  return pod.log_done || pod.cleaned;
 }
 
 }  // namespace muster::workers::kubernetes

@@ -71,6 +71,7 @@ void KubernetesBackend::apply_pod(const json& object) {
   pod->object = object;
   if (pod->known && !pod->created && !pod->held) pod->created = true;
   start_log_locked(*pod);
+  if (v.terminal) cv_.notify_all();  // a log thread waits for it (log_loop)
 }
 
 void KubernetesBackend::apply_deleted(const json& object) {
@@ -80,6 +81,7 @@ void KubernetesBackend::apply_deleted(const json& object) {
   Pod& pod = *it->second;
   if (!pod.uid.empty() && !v.uid.empty() && pod.uid != v.uid) return;
   pod.gone = true;
+  cv_.notify_all();  // a log thread waits for it (log_loop)
   if (!object.is_null()) pod.object = object;
   if (pod.final || !pod.known) return;
   const ProcessStatus seen = pod.object.is_null() ? ProcessStatus() : pod_status(pod.object);
