@@ -16,10 +16,16 @@
 // machine's cores, as network namespaces do, that cost is what decides the
 // speed. The warm-up's result is checked (timed ops sum the sums again). A/B probes:
 // MULTIHOST_AB=NAME=VALUE[,...] makes the second column the default
-// transport again, created with those variables set (mpirun -x it). Rank 0
+// transport again, created with those variables set (mpirun -x it);
+// MULTIHOST_SKIP_SECOND=1 leaves the second column out (0 in the JSON). A
+// size of at most 4 KB (CommOptions::inline_bytes' default) is a latency
+// probe: muster runs it as a user's op would (Algorithm::kAuto, the inline
+// path), not forced onto the ring; every size also reports microseconds
+// per op ("*_us"). MULTIHOST_REPS sets the reps (7). Rank 0
 // writes OUT.json:
 //   {"ranks", "transport", "sizes": [{"size_bytes", "tcp_gbs", "mpi_links_gbs", "mpi_gbs",
-//     "tcp_cpu_s", "mpi_links_cpu_s", "mpi_cpu_s", "reps", "ops_per_rep"}]}
+//     "tcp_us", "mpi_links_us", "mpi_us", "tcp_cpu_s", "mpi_links_cpu_s", "mpi_cpu_s", "reps",
+//     "ops_per_rep"}]}
 #include <mpi.h>
 #include <sys/resource.h>
 
@@ -112,6 +118,8 @@ int main(int argc, char** argv) {
   } else {
     mpi_links = Communicator::create(over_mpi);
   }
+  const char* skip = std::getenv("MULTIHOST_SKIP_SECOND");
+  const bool second = !(skip && std::string(skip) == "1");
   const int rank = tcp->rank(), size = tcp->size();
   const auto& world = dynamic_cast<WorldCommunicator&>(*tcp);
   const std::string transport = world.ring_transport_name() + (world.tcp_io_threads() ? " (I/O threads)" : "");
@@ -124,12 +132,20 @@ int main(int argc, char** argv) {
     const float want = static_cast<float>(size * (size + 1) / 2);
     auto fill = [&] { std::fill(buf.begin(), buf.end(), 1.0f + static_cast<float>(rank)); };
     auto check = [&] { ok = ok && buf[0] == want && buf[count / 2] == want && buf[count - 1] == want; };
+    const Algorithm algorithm = bytes <= 4096 ? Algorithm::kAuto : Algorithm::kRing;
     const std::function<void()> ops[3] = {
-        [&] { tcp->allreduce(buf.data(), count, DataType::kFloat32, {ReduceOp::kSum, Algorithm::kRing}); },
-        [&] { mpi_links->allreduce(buf.data(), count, DataType::kFloat32, {ReduceOp::kSum, Algorithm::kRing}); },
+        [&] { tcp->allreduce(buf.data(), count, DataType::kFloat32, {ReduceOp::kSum, algorithm}); },
+        [&] { mpi_links->allreduce(buf.data(), count, DataType::kFloat32, {ReduceOp::kSum, algorithm}); },
         [&] { MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); }};
     for (int rep = -1; rep < reps; ++rep) {  // rep -1: warm-up, one op, checked
       for (int k = 0; k < 3; ++k) {
+        if (k == 1 && !second) {  // left out: an "infinite" time, no CPU
+          if (rep >= 0) {
+            t[k].push_back(1e30);
+            c[k].push_back(0);
+          }
+          continue;
+        }
         fill();
         const Sample s = run_once(ops[k], rep < 0 ? 1 : ops_per_rep(bytes));
         if (rep < 0) check();
@@ -140,6 +156,7 @@ int main(int argc, char** argv) {
       }
     }
     auto gbs = [&](int k) { return static_cast<double>(bytes) / median(t[k]) / 1e9; };
+    auto us = [&](int k) { return median(t[k]) * 1e6; };
     if (rank == 0) {
       std::printf("%10zu B  tcp %.3f GB/s (%.3f cpu-s)  mpi-links %.3f (%.3f)  MPI_Allreduce %.3f (%.3f)%s\n", bytes,
                   gbs(0), median(c[0]), gbs(1), median(c[1]), gbs(2), median(c[2]), ok ? "" : "  WRONG RESULT");
@@ -149,6 +166,9 @@ int main(int argc, char** argv) {
                     {"tcp_gbs", gbs(0)},
                     {"mpi_links_gbs", gbs(1)},
                     {"mpi_gbs", gbs(2)},
+                    {"tcp_us", us(0)},
+                    {"mpi_links_us", second ? us(1) : 0.0},
+                    {"mpi_us", us(2)},
                     {"tcp_cpu_s", median(c[0])},
                     {"mpi_links_cpu_s", median(c[1])},
                     {"mpi_cpu_s", median(c[2])},
