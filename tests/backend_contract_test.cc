@@ -118,7 +118,9 @@ class KubernetesKind {
     api_->refuse_pods_of.insert(s.worker_id);
   }
   // The kubelet: every pod of ours runs on node n1, or has ended with its
-  // agent's code; then the backend lists them (what its watch would say).
+  // agent's code; then the backend lists them (what its watch would say),
+  // and the log of a pod that ended is followed to its end (what its log
+  // thread does).
   void settle() {
     {
       std::lock_guard<std::mutex> lock(api_->mu);
@@ -140,6 +142,9 @@ class KubernetesKind {
       }
     }
     ASSERT_TRUE(backend_->relist().is_ok());
+    for (const auto& [id, code] : exits_) {
+      if (code) backend_->follow_log(id);
+    }
   }
   // The API server (its pods) outlives the daemon.
   void restart() {
@@ -407,6 +412,19 @@ TYPED_TEST(BackendContract, AForgottenWorkerIsUnknown) {
   this->backend().forget("done");
   EXPECT_EQ(this->await("done", unknown).state, ProcessState::kUnknown);
   this->backend().forget("never-launched");
+}
+
+// log_complete(): once a worker ended, its log is complete in the end (the
+// registry holds the worker's exit until then, or its log_drain_timeout).
+TYPED_TEST(BackendContract, AnEndedWorkersLogIsCompleteInTheEnd) {
+  ASSERT_TRUE(this->backend().launch({this->exits("logged", 0)}).is_ok());
+  ASSERT_TRUE(ended(this->await("logged", ended)));
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (!this->backend().log_complete("logged") && std::chrono::steady_clock::now() < deadline) {
+    this->kind_.settle();
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(this->backend().log_complete("logged"));
 }
 
 // Every method may be called from any thread.
