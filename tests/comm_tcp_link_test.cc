@@ -442,3 +442,26 @@ TEST(TcpThreadsEnv, ReadsAutoOnOffAndNamesABadValue) {
   }
   unsetenv("MUSTER_COMM_TCP_THREADS");
 }
+
+// --- MUSTER_COMM_TCP_STREAMS ---
+
+TEST(TcpStreamsEnv, ReadsAutoAndCountsAndNamesABadValue) {
+  using muster::runtime::comm::CommOptions;
+  const auto with = [](const char* v) {
+    setenv("MUSTER_COMM_TCP_STREAMS", v, 1);
+    return muster::runtime::comm::apply_env(CommOptions{}).tcp_streams;
+  };
+  EXPECT_EQ(CommOptions{}.tcp_streams, CommOptions::kAutoTcpStreams);  // resolved at formation
+  EXPECT_EQ(with("auto"), CommOptions::kAutoTcpStreams);
+  EXPECT_EQ(with("1"), 1);
+  EXPECT_EQ(with("4"), 4);
+  for (const char* bad : {"0", "65", "two"}) {
+    try {
+      with(bad);
+      ADD_FAILURE() << "no error for " << bad;
+    } catch (const muster::runtime::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("MUSTER_COMM_TCP_STREAMS"), std::string::npos) << e.what();
+    }
+  }
+  unsetenv("MUSTER_COMM_TCP_STREAMS");
+}

@@ -63,7 +63,10 @@ TEST(TcpTransport, TwoStreamsSmallSegmentsAndBlocksAreExact) {
 }
 
 TEST(TcpTransport, IoThreadsRunOnlyWhereEveryRankHasThem) {
-  // The ring's block size follows the choice, so the ranks agree on it.
+  // The ring's block size follows the choice, so the ranks agree on it; so
+  // does the default stream count (1 inline, 2 with threads): were it taken
+  // from a rank's own wish, rank 0 here would connect 1 stream where its
+  // neighbours expect 2, and formation would fail.
   const char* env = std::getenv("MUSTER_COMM_TCP_THREADS");
   const std::string saved = env ? env : "";
   unsetenv("MUSTER_COMM_TCP_THREADS");

@@ -37,7 +37,10 @@ CommOptions apply_env(CommOptions o) {
     }
   }
   if (const auto v = base::Settings::environment().raw("MUSTER_COMM_TCP_STREAMS")) {
-    o.tcp_streams = env_int("MUSTER_COMM_TCP_STREAMS", 0);
+    o.tcp_streams = *v == "auto" ? CommOptions::kAutoTcpStreams : env_int("MUSTER_COMM_TCP_STREAMS", 0);
+    if (o.tcp_streams == CommOptions::kAutoTcpStreams && *v != "auto") {
+      throw InvalidArgument("MUSTER_COMM_TCP_STREAMS=" + std::string(*v) + ": expected auto or 1..64");
+    }
   }
   if (const auto v = base::Settings::environment().raw("MUSTER_COMM_TCP_THREADS")) {
     const std::string t = *v;
@@ -54,8 +57,8 @@ CommOptions apply_env(CommOptions o) {
   if (const auto v = base::Settings::environment().raw("MUSTER_COMM_TCP_BUFFER_BYTES")) {
     o.tcp_socket_buffer_bytes = static_cast<std::size_t>(env_int("MUSTER_COMM_TCP_BUFFER_BYTES", 0));
   }
-  if (o.tcp_streams < 1 || o.tcp_streams > 64) {
-    throw InvalidArgument("CommOptions.tcp_streams (MUSTER_COMM_TCP_STREAMS) must be 1..64, got " +
+  if (o.tcp_streams != CommOptions::kAutoTcpStreams && (o.tcp_streams < 1 || o.tcp_streams > 64)) {
+    throw InvalidArgument("CommOptions.tcp_streams (MUSTER_COMM_TCP_STREAMS) must be 1..64 or kAutoTcpStreams, got " +
                           std::to_string(o.tcp_streams));
   }
   if (const auto v = base::Settings::environment().raw("MUSTER_COMM_SEGMENT_BYTES")) {

@@ -189,12 +189,20 @@ struct CommOptions {
   // btl_tcp_if_include ("eth0", "10.1.0.0/16"; MUSTER_COMM_TCP_IFACE and
   // then OMPI_MCA_btl_tcp_if_include win over it; "" = the first up,
   // non-loopback IPv4 interface, loopback when the job is on one host),
-  // streams per direction on the ring (MUSTER_COMM_TCP_STREAMS; every rank
-  // must use the same; 2: with I/O threads each stream's kernel work runs on
-  // a core of its own, 1.2-1.6x one stream in bench/multihost), and
-  // SO_SNDBUF/SO_RCVBUF (MUSTER_COMM_TCP_BUFFER_BYTES; 0 = kernel autotuning).
+  // streams per direction on the ring (MUSTER_COMM_TCP_STREAMS=auto|1..64;
+  // every rank must use the same), and SO_SNDBUF/SO_RCVBUF
+  // (MUSTER_COMM_TCP_BUFFER_BYTES; 0 = kernel autotuning).
+  // kAutoTcpStreams (the default): 2 where the ring runs I/O threads (each
+  // stream's kernel work on a core of its own: 1.2-1.6x one stream in
+  // bench/multihost, 16 cores), else 1: there the progress thread moves
+  // every byte, a second stream gained nothing, and on a rate-limited link
+  // two streams lose to one (the ring takes segments in order, so the
+  // stream that gets less of the link paces both: bench/multihost's shaped
+  // links, runtime/comm/README.md "On a shaped link"). Resolved at formation
+  // from the agreed thread choice, so every rank resolves it alike.
+  static constexpr int kAutoTcpStreams = 0;
   std::string tcp_interface;
-  int tcp_streams = 2;
+  int tcp_streams = kAutoTcpStreams;
   std::size_t tcp_socket_buffer_bytes = 4u << 20;
   // Who moves the TCP ring links' bytes (tcp/tcp_transport.h): threads of
   // their own, one per stream and direction, beside the progress thread that

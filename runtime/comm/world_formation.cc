@@ -276,7 +276,9 @@ void WorldCommunicator::form_links(bool io_threads) {
   }
   tcp::TcpFormationOptions t;
   t.interface_spec = tcp::interface_spec_from_env(options_.tcp_interface);
-  t.streams = options_.tcp_streams;
+  // Auto: 2 streams where I/O threads move them, 1 where the progress thread
+  // does (CommOptions::tcp_streams); io_threads is agreed, so all resolve alike.
+  t.streams = options_.tcp_streams != CommOptions::kAutoTcpStreams ? options_.tcp_streams : (io_threads ? 2 : 1);
   t.socket_buffer_bytes = options_.tcp_socket_buffer_bytes;
   t.segment_bytes = options_.segment_bytes;
   t.in_flight = options_.segments_in_flight;
