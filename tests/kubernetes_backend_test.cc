@@ -433,6 +433,66 @@ TEST(KubernetesBackend, TheLogIsFollowedIntoTheDaemonsFileAndResumed) {
   EXPECT_EQ(st.exit_code, 0);
 }
 
+// mpi clusters: each host address is a running pod of this daemon; the
+// rsh agent muster-kube-rsh gets a map of them and a kubeconfig made from
+// the backend's own connection (0600), and a host without a pod, or no
+// kubectl, is refused naming it.
+TEST(KubernetesBackend, MpiPreflightMapsHostsToPodsForTheRshAgent) {
+  Fixture f([](k8s::KubernetesOptions& o) {
+    o.connection.host = "10.0.0.2";
+    o.connection.port = 6443;
+    o.connection.token = "tok-1";
+    o.connection.ca_pem = "-----BEGIN CERTIFICATE-----\n";
+    o.kubectl = "/bin/sh";  // any executable: preflight only finds it
+  });
+  ASSERT_TRUE(f.backend->launch({spec("w1", f.dir.path()), spec("w2", f.dir.path())}).is_ok());
+  ASSERT_TRUE(f.backend->relist().is_ok());
+  json p1 = with_status(f.api->pods["muster-d1-w1"], {{"phase", "Running"}, {"podIP", "10.244.1.5"}});
+  json p2 = with_status(f.api->pods["muster-d1-w2"], {{"phase", "Running"}, {"podIP", "10.244.2.7"}});
+  f.api->queued.push_back({event("MODIFIED", p1) + event("MODIFIED", p2)});
+  ASSERT_TRUE(f.backend->watch_once().is_ok());
+
+  auto bad = f.backend->preflight_mpi({{"10.244.1.5", "10.244.9.9"}, 2222, "python3"});
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("10.244.9.9: no running pod of this daemon has this address"),
+            std::string::npos)
+      << bad.status().message();
+
+  auto ok = f.backend->preflight_mpi({{"10.244.1.5", "10.244.2.7"}, 2222, "python3"});
+  ASSERT_TRUE(ok.is_ok()) << ok.status().message();
+  const std::string agent = ok.value().rsh_agent;
+  const auto space = agent.find(' ');
+  ASSERT_NE(space, std::string::npos) << agent;
+  EXPECT_EQ(fs::path(agent.substr(0, space)).filename(), "muster-kube-rsh");
+  const fs::path map = agent.substr(space + 1);
+  std::ifstream in(map);
+  std::stringstream text;
+  text << in.rdbuf();
+  const fs::path config = f.dir.path() / "kubernetes" / "mpi" / "kubeconfig";
+  EXPECT_EQ(text.str(), "kubectl /bin/sh\nkubeconfig " + config.string() +
+                            "\nnamespace ml\nhost 10.244.1.5 muster-d1-w1\nhost 10.244.2.7 muster-d1-w2\n");
+  EXPECT_EQ(fs::status(map).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(fs::status(config).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+  // The kubeconfig is one the backend's own reader takes back, as kubectl will.
+  auto back = k8s::read_kubeconfig(config);
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back.value().server, "https://10.0.0.2:6443");
+  EXPECT_EQ(back.value().connection.token, "tok-1");
+  EXPECT_EQ(back.value().connection.ca_pem, "-----BEGIN CERTIFICATE-----\n");
+  EXPECT_EQ(back.value().namespace_name, "ml");
+
+  Fixture none([](k8s::KubernetesOptions& o) { o.kubectl = "no-such-kubectl-here"; });
+  ASSERT_TRUE(none.backend->launch({spec("w1", none.dir.path())}).is_ok());
+  ASSERT_TRUE(none.backend->relist().is_ok());
+  none.api->queued.push_back({event("MODIFIED", with_status(none.api->pods["muster-d1-w1"],
+                                                            {{"phase", "Running"}, {"podIP", "10.244.1.5"}}))});
+  ASSERT_TRUE(none.backend->watch_once().is_ok());
+  auto missing = none.backend->preflight_mpi({{"10.244.1.5"}, 2222, "python3"});
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_NE(missing.status().message().find("--backend-opt kubectl=PATH"), std::string::npos)
+      << missing.status().message();
+}
+
 TEST(KubernetesLogLines, TimesAreStrippedAndCompared) {
   EXPECT_EQ(k8s::normalize_log_time("2024-05-01T10:00:00.5Z"), "2024-05-01T10:00:00.500000000Z");
   EXPECT_EQ(k8s::normalize_log_time("2024-05-01T10:00:00Z"), "2024-05-01T10:00:00.000000000Z");

@@ -7,6 +7,8 @@ module, in order; kubectl is the outside witness:
     its running pod: the worker stays running, its log goes on, it succeeds;
   - a ps cluster (TF_CONFIG with pod IPs) and a torchrun cluster (gloo
     all-reduce across pods) run to success;
+  - an mpi cluster runs mpi_hello's ranks in two pods, mpirun on musterd's
+    host reaching them with muster-kube-rsh (kubectl exec), no sshd;
   - an elastic cluster whose pod is deleted with kubectl (an outside actor)
     gets a replacement pod (kubectl's events show it started), re-forms its
     world and succeeds;
@@ -86,6 +88,8 @@ def project(tmp_path_factory):
     (p / "gloo_allreduce.py").write_text(GLOO_ALLREDUCE)
     shutil.copy(os.path.join(binary_dir(), "bin", PROBE), str(p / PROBE))
     os.chmod(p / PROBE, 0o755)
+    shutil.copy(os.path.join(binary_dir(), "bin", "muster-mpi-hello"), str(p / "mpi_hello"))
+    os.chmod(p / "mpi_hello", 0o755)
     return p
 
 
@@ -200,6 +204,25 @@ def test_a_torchrun_cluster_all_reduces_across_pods(bed, daemon):
     for rank, wid in enumerate(cluster["workers"]["worker"]):
         want = "rank %d of 2: sum 3" % rank
         wait_for(lambda: want in c.worker_logs(wid), 30, interval=0.3, what="rank %d's sum in its log" % rank)
+
+
+def test_an_mpi_cluster_runs_its_ranks_in_pods_without_sshd(bed, daemon):
+    c = daemon.client()
+    cluster = c.create_cluster(mode="mpi", n_workers=2, slots=1, cpu=0.5, memory=0.5, worker_script="mpi_hello",
+                               launch=True, timeout_seconds=300)
+    done = c.await_cluster(cluster["id"], timeout_seconds=240)
+    log = c.cluster_logs(cluster["id"])
+    assert done["status"] == "succeeded", (done, log)
+    # mpirun reached the pods through muster-kube-rsh (kubectl exec), not ssh.
+    assert "plm_rsh_agent" in done["mpirun_command"] and "muster-kube-rsh" in done["mpirun_command"], done
+    subnets = [ipaddress.ip_network(bed.pod_subnet(n)) for n in bed.node_names]
+    hosts = [line.split()[0] for line in done["hostfile"].splitlines()]
+    assert len(hosts) == 2 and all(any(ipaddress.ip_address(h) in net for net in subnets) for h in hosts), done
+    for rank in (0, 1):
+        assert "mpi_hello rank %d of 2 allreduce sum 3 expected 3" % rank in log, log
+    for wid in cluster["workers"]["worker"]:
+        w = c.get_worker(wid)
+        assert w["status"] == "succeeded" and w["ip_address"] in hosts, w
 
 
 def pod_events(bed, worker_id):

@@ -184,12 +184,14 @@ class KubernetesTestbed:
 
     def musterd_backend_args(self, mounts) -> list[str]:
         """`--backend-opt` pairs for `musterd --backend kubernetes` against this testbed: its API server,
-        token, CA, namespace and image, the address pods reach the host at, and `mounts` (host paths
-        mounted read-only at the same path in every pod, besides /usr: the image is an empty root)."""
+        token, CA, namespace and image, the address pods reach the host at, `mounts` (host paths
+        mounted read-only at the same path in every pod, besides /usr: the image is an empty root),
+        and its kubectl (mpi clusters start Open MPI's daemons in the pods with `kubectl exec`)."""
         mounts = sorted({"/usr", *(os.path.realpath(m) for m in mounts)})
         opts = {"api_server": self.api_server, "token_file": self.token_file, "ca_file": self.ca_file,
                 "namespace": self.namespace, "image": self.image, "image_pull_policy": "Never",
-                "master_address": self.host_address, "host_mounts": ",".join(mounts), "poll_ms": "500"}
+                "master_address": self.host_address, "host_mounts": ",".join(mounts), "poll_ms": "500",
+                "kubectl": str(KUBE_BIN / "kubectl")}
         args = []
         for k, v in opts.items():
             args += ["--backend-opt", f"{k}={v}"]

@@ -41,6 +41,10 @@
 //   kLost. Pods outlive the daemon: shutdown() ends the watch and log
 //   threads and deletes nothing (as the slurm and ssh backends leave their
 //   jobs; the registry keeps the workers for the next daemon).
+// - mpi clusters (MpiHosts): preflight_mpi() maps each host address to
+//   its pod and hands mpirun `muster-kube-rsh <map>` as its rsh agent,
+//   which starts Open MPI's daemon in the pod's agent container with
+//   `kubectl exec` (kubernetes_mpi.cc): no sshd in the pods.
 // - The daemon id labels every pod: --backend-opt daemon_id, else made once
 //   (8 random hex digits) and kept in <state>/kubernetes/daemon-id, so it is
 //   stable across restarts of one state dir and distinct between daemons
@@ -65,12 +69,13 @@
 
 #include "workers/backend.h"
 #include "workers/kubernetes/api_client.h"
+#include "workers/mpi_hosts.h"
 #include "workers/kubernetes/gang.h"
 #include "workers/kubernetes/kubernetes_options.h"
 
 namespace muster::workers::kubernetes {
 
-class KubernetesBackend final : public Backend {
+class KubernetesBackend final : public Backend, public MpiHosts {
  public:
   static api::Result<std::unique_ptr<KubernetesBackend>> create(KubernetesOptions options,
                                                                 std::unique_ptr<ApiClient> client);
@@ -87,6 +92,7 @@ class KubernetesBackend final : public Backend {
   bool log_complete(const std::string& worker_id) override;
   void forget(const std::string& worker_id) override;
   void shutdown() override;
+  api::Result<MpiLaunchSettings> preflight_mpi(const MpiHostsRequest& request) override;
 
   const std::string& daemon_id() const { return daemon_id_; }
 

@@ -18,7 +18,7 @@ namespace {
 
 constexpr const char* kKnown =
     "api_server, token, token_file, ca_file, kubeconfig, namespace, image, image_pull_policy, service_account, "
-    "master_address, host_mounts, project_volume, agent_path, daemon_id, poll_ms, gang, keep_finished_pods";
+    "master_address, host_mounts, project_volume, agent_path, daemon_id, poll_ms, gang, keep_finished_pods, kubectl";
 
 std::optional<std::string> read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -238,6 +238,9 @@ api::Result<KubernetesOptions> KubernetesOptions::from_map(const fs::path& state
       auto on = bool_option(key, value);
       if (!on) return on.status();
       o.keep_finished_pods = *on;
+    } else if (key == "kubectl") {
+      if (value.empty()) return bad(key, "an empty path");
+      o.kubectl = value;
     } else {
       return api::invalid_argument("unknown --backend-opt '" + key + "' for the kubernetes backend (known: " + kKnown + ")",
                                    "backend-opt");

@@ -58,11 +58,14 @@ struct KubernetesOptions {
   bool gang = true;                  // a cluster's pods are created only when all fit
   bool keep_finished_pods = false;   // delete a pod (and its Secret) once it ended and its log is read
   bool start_threads = true;         // false in unit tests: they drive the steps themselves
+  // mpi clusters: the kubectl whose `exec` starts Open MPI's daemons in the
+  // hosts' pods (kubernetes_mpi.cc); a name is looked up on PATH.
+  std::string kubectl = "kubectl";
 
   // Keys: api_server, token, token_file, ca_file, kubeconfig, namespace,
   // image, image_pull_policy, service_account, master_address, host_mounts
   // (comma list), project_volume (hostPath | pvc:<claim> | none),
-  // agent_path, daemon_id, poll_ms, gang, keep_finished_pods.
+  // agent_path, daemon_id, poll_ms, gang, keep_finished_pods, kubectl.
   static api::Result<KubernetesOptions> from_map(const std::filesystem::path& state_dir,
                                                  const std::map<std::string, std::string>& opts,
                                                  const InClusterSource& in_cluster = InClusterSource::from_process());
