@@ -11,7 +11,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 
-.PHONY: setup configure build demo test fuzz bench bench-launch bench-allreduce bench-ps bench-train bench-api bench-torch bench-multihost bench-shaped bench-logs bench-elastic bench-kubernetes clean
+.PHONY: setup configure build demo test fuzz bench bench-launch bench-allreduce bench-ps bench-train bench-api bench-torch bench-multihost bench-shaped bench-logs bench-elastic bench-kubernetes bench-fleet clean
 
 setup:
 	@bash scripts/setup.sh
@@ -33,7 +33,7 @@ test: build
 fuzz: setup
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) bash scripts/fuzz.sh run
 
-bench: bench-launch bench-allreduce bench-ps bench-train bench-api bench-torch bench-multihost bench-shaped bench-logs bench-elastic bench-kubernetes
+bench: bench-launch bench-allreduce bench-ps bench-train bench-api bench-torch bench-multihost bench-shaped bench-logs bench-elastic bench-kubernetes bench-fleet
 	@/usr/bin/python3 bench/report.py
 
 bench-launch: build
@@ -62,6 +62,9 @@ bench-elastic: build
 
 bench-kubernetes: build
 	@bash bench/kubernetes/run.sh $(BUILD)
+
+bench-fleet: build
+	@bash bench/fleet/run.sh $(BUILD)
 
 bench-multihost: build
 	@bash bench/multihost/run.sh $(BUILD)

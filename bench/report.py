@@ -13,7 +13,7 @@ import subprocess
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "out")
-ORDER = ["launch", "api", "logs", "allreduce", "ps", "train", "torch", "multihost", "shaped", "elastic", "kubernetes"]
+ORDER = ["launch", "api", "logs", "allreduce", "ps", "train", "torch", "multihost", "shaped", "elastic", "kubernetes", "fleet"]
 
 
 def machine():

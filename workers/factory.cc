@@ -10,6 +10,17 @@
 
 namespace muster::workers {
 
+namespace {
+
+std::map<std::string, BackendMaker>& registered_backends() {
+  static std::map<std::string, BackendMaker> makers;
+  return makers;
+}
+
+}  // namespace
+
+void register_backend(const std::string& name, BackendMaker make) { registered_backends()[name] = std::move(make); }
+
 api::Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options) {
   if (options.name == "local") {
     local::LocalBackendOptions local;
@@ -59,8 +70,12 @@ api::Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& optio
     if (!b) return b.status();
     return std::unique_ptr<Backend>(std::move(b.value()));
   }
-  return api::invalid_argument("unknown backend '" + options.name + "' (known: local, container, ssh, slurm, kubernetes)",
-                               "backend");
+  if (const auto it = registered_backends().find(options.name); it != registered_backends().end()) {
+    return it->second(options);
+  }
+  std::string known = "local, container, ssh, slurm, kubernetes";
+  for (const auto& [name, make] : registered_backends()) known += ", " + name;
+  return api::invalid_argument("unknown backend '" + options.name + "' (known: " + known + ")", "backend");
 }
 
 MpiHosts* mpi_hosts_of(Backend& backend) { return dynamic_cast<MpiHosts*>(&backend); }

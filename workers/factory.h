@@ -7,9 +7,14 @@
 // Adding a backend (container/, ssh/): one `if (options.name == ...)` case in
 // factory.cc, reading its settings from `options.options`, which musterd
 // fills from repeatable `--backend-opt key=value` flags.
+//
+// register_backend() adds a backend defined outside the product under a
+// name of its own, before musterd starts: bench/fleet's backend that starts
+// nothing is one. musterd itself registers none.
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -28,6 +33,11 @@ struct BackendOptions {
 
 // invalid_argument (field "backend") for an unknown name or a bad option.
 api::Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options);
+
+// A backend `create_backend` makes for `name` (not one of the built-in
+// names), from the same options. Not thread-safe: call before musterd starts.
+using BackendMaker = std::function<api::Result<std::unique_ptr<Backend>>(const BackendOptions&)>;
+void register_backend(const std::string& name, BackendMaker make);
 
 // How the cluster side's mpirun reaches `backend`'s hosts (mpi_hosts.h),
 // handed explicitly to the cluster manager: the backend itself when it
