@@ -60,6 +60,8 @@ muster_python_test(chaos_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/chaos_test.py L
 muster_gtest(registry_stop_test SOURCES registry_stop_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
 # An agent's exit held while the backend's copy of the log trails it.
 muster_gtest(registry_log_drain_test SOURCES registry_log_drain_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
+# tick()'s sweep: bounded slices of the records past sweep_all (bench/fleet).
+muster_gtest(registry_sweep_test SOURCES registry_sweep_test.cc DEPS muster_service LABEL unit TIMEOUT 60)
 muster_gtest(registry_bounds_test SOURCES registry_bounds_test.cc DEPS muster_service SQLite::SQLite3 LABEL unit TIMEOUT 60)
 muster_gtest(sqlite_db_test SOURCES sqlite_db_test.cc DEPS muster_metrics SQLite::SQLite3 LABEL unit TIMEOUT 60)
 # Agent routes on handler threads of their own (no queueing behind users).

@@ -147,10 +147,7 @@ std::string WorkerRegistry::exit_exception(int exit_code, const std::filesystem:
 }
 
 std::optional<std::string> WorkerRegistry::worker_for_agent_token(const std::string& token) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = token_to_id_.find(token);
-  if (it == token_to_id_.end()) return std::nullopt;
-  return it->second;
+  return token_to_id_.find(token);
 }
 
 double WorkerRegistry::max_heartbeat_age_seconds() const {

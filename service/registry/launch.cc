@@ -208,7 +208,7 @@ api::Result<std::vector<std::vector<api::Worker>>> WorkerRegistry::launch_togeth
       tokens.push_back(r.agent_token);
       ids.push_back(r.worker.id);
       fx.changed.push_back(r.worker);
-      token_to_id_[r.agent_token] = r.worker.id;
+      token_to_id_.set(r.agent_token, r.worker.id);
       by_seq_[r.seq] = r.worker.id;
       records_[r.worker.id] = std::move(r);
     }

@@ -108,7 +108,7 @@ api::Status WorkerRegistry::restore(const RestoreOptions& options) {
       r.finished = now - std::chrono::duration_cast<TimePoint::duration>(age);
     }
     next_seq_ = std::max(next_seq_, r.seq + 1);
-    if (!r.agent_token.empty()) token_to_id_[r.agent_token] = r.worker.id;
+    if (!r.agent_token.empty()) token_to_id_.set(r.agent_token, r.worker.id);
     by_seq_[r.seq] = r.worker.id;
     auto& placed = records_[r.worker.id] = std::move(r);
     if (placed.worker.status == WorkerStatus::kScheduling && !backend_.queues_workers()) {

@@ -17,21 +17,20 @@
 // dies in between leaves `scheduling` records, which restore() fails (their
 // agents, if any started, are refused at registration and exit).
 //
-// Admission (service/admission.h): with a `capacity` (the local and
-// container backends' host), launch() counts the CPUs and memory of the
-// workers there that have not ended (a waiting worker holds nothing) against
-// it. A plain launch is admitted worker by worker, as a scheduler places
-// pods; a cluster's launch (launch_together(), every batch of it) as one, so
-// a cluster never runs half. With `overcommit` (musterd's default) every
-// worker is admitted and a launch past the capacity is answered with a
-// warning naming the totals. Without it, a worker (or cluster) that does
-// not fit stays `scheduling` with the reason ("waiting for 2 CPUs: 4 of 2
-// requested") and the answer says so; tick() admits the waiting ones, in
-// launch order, each as soon as it fits (a later, smaller one may start
-// first); one that could not fit on the empty host is refused (409). A
-// waiting worker is not with the backend yet: it has no startup timeout,
-// and a stop ends it at once. A restarted daemon fails it like any
-// `scheduling` worker.
+// Admission (service/admission.h): with a `capacity` (the local and container
+// backends' host), launch() counts the CPUs and memory of the workers there
+// that have not ended (a waiting worker holds nothing) against it. A plain
+// launch is admitted worker by worker, as a scheduler places pods; a cluster's
+// launch (launch_together(), every batch of it) as one, so a cluster never
+// runs half. With `overcommit` (musterd's default) every worker is admitted
+// and a launch past the capacity is answered with a warning naming the totals.
+// Without it, a worker (or cluster) that does not fit stays `scheduling` with
+// the reason ("waiting for 2 CPUs: 4 of 2 requested") and the answer says so;
+// tick() admits the waiting ones, in launch order, each as soon as it fits (a
+// later, smaller one may start first); one that could not fit on the empty
+// host is refused (409). A waiting worker is not with the backend yet: it has
+// no startup timeout, and a stop ends it at once. A restarted daemon fails it
+// like any `scheduling` worker.
 //
 // Stop: stop() marks the workers `stopping`, asks the backend to signal
 // their process trees (Backend::stop returns once they are signalled; the
@@ -42,10 +41,9 @@
 // `stopped` too. The same path serves a cluster that stops one task to
 // replace it: stop({id}, reason) and the worker is `stopped` with `reason`.
 //
-// Persistence: a launch is stored before it counts (a launch the store
-// refuses leaves nothing behind, directories included). Every later change
-// (registration, exit, stop, timeouts) is applied in memory first and then
-// written; a write that fails leaves the record dirty, the store's health
+// Persistence: a launch is stored before it counts (a refused one leaves
+// nothing behind, directories included). Every later change (registration,
+// exit, stop, timeouts) is applied in memory first and then written; a write that fails leaves the record dirty, the store's health
 // logs the episode once and /healthz says degraded, and tick() writes the
 // dirty records again until the store takes them. So a full disk never
 // keeps a stop from signalling or turns a clean exit into a failure.
@@ -122,6 +120,7 @@
 #include "service/gpu_inventory.h"
 #include "service/store.h"
 #include "service/worker_python.h"
+#include "service/registry/token_index.h"
 #include "service/registry/worker_record.h"
 #include "workers/backend.h"
 
@@ -166,6 +165,7 @@ struct RegistryOptions {
   // once (an ImportError) is reported as the failure it is, not as running.
   // Held workers (clusters) count at once: their script has not started.
   std::chrono::milliseconds await_settle{1'000};
+  size_t sweep_all = 1000, sweep_ticks = 10;  // tick()'s sweep (tick.cc)
   // The longest an agent's exit report is held for the backend's copy of the
   // log to catch up (see "Logs that trail the exit").
   std::chrono::milliseconds log_drain_timeout{5'000};
@@ -425,10 +425,11 @@ class WorkerRegistry {
   mutable std::mutex mu_;
   std::map<std::string, Record> records_;  // by id
   std::map<uint64_t, std::string> by_seq_;  // launch order
-  std::unordered_map<std::string, std::string> token_to_id_;
+  TokenIndex token_to_id_;  // its own mutex: read by every agent request's authentication
   std::set<std::string> dirty_;  // changed in memory, not yet in the store
   uint64_t next_seq_ = 1;
   TimePoint last_retention_{};
+  std::string sweep_cursor_;  // the last record tick() visited (the sweep)
   std::list<std::shared_ptr<Waiter>> waiters_;
   std::list<ReleaseWaiter> release_waiters_;
   std::map<int, Listener> listeners_;

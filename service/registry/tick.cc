@@ -3,6 +3,8 @@
 // process (an agent that died, a scheduler's queue).
 #include "service/registry/registry.h"
 
+#include <algorithm>
+
 namespace muster::service {
 
 using api::WorkerStatus;
@@ -43,6 +45,16 @@ void WorkerRegistry::tick_queued(Record& r, const workers::ProcessStatus& proces
   }
 }
 
+// The sweep: tick() does not visit every record every tick. It visits all
+// of them while there are at most `sweep_all` (1,000: every test and most
+// daemons), and beyond that 1/`sweep_ticks` of them per tick, resuming
+// where the last tick stopped, so each worker's process is polled and its
+// timeouts checked at least once per sweep_ticks ticks (1 s at the
+// daemon's 100 ms): a timeout or a dead agent is noticed at most that much
+// later, and the registry's mutex is held for a bounded slice, not a scan
+// of 30,000 records ten times a second (bench/fleet, docs/ARCHITECTURE.md,
+// "At fleet scale").
+//
 // Step by step: a) under the mutex, pick the workers whose process to ask
 // about (not those whose launch is with the backend right now, nor, for a
 // backend that does not queue, `scheduling` ones: their launch step decides),
@@ -66,7 +78,16 @@ void WorkerRegistry::tick() {
   std::vector<Held> held;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [id, r] : records_) {
+    // This tick's slice of the sweep (above): every record
+    // up to sweep_all of them, else 1/sweep_ticks of them, from where the
+    // last tick stopped, so each is visited at least once per sweep_ticks.
+    const size_t ticks = std::max<size_t>(1, options_.sweep_ticks);
+    const size_t budget = std::min(records_.size(), std::max(options_.sweep_all, (records_.size() + ticks - 1) / ticks));
+    auto it = records_.upper_bound(sweep_cursor_);
+    for (size_t visited = 0; visited < budget; ++visited, ++it) {
+      if (it == records_.end()) it = records_.begin();
+      const auto& [id, r] = *it;
+      sweep_cursor_ = id;
       const WorkerStatus s = r.worker.status;
       if (api::is_terminal(s) || r.launching || r.stopping) continue;
       if (r.held_exit) {
