@@ -1,16 +1,17 @@
 #include "service/router.h"
 
-#include <sstream>
 
 namespace muster::service {
 
 namespace {
 std::vector<std::string> split_path(const std::string& path) {
   std::vector<std::string> out;
-  std::string part;
-  std::istringstream in(path);
-  while (std::getline(in, part, '/')) {
-    if (!part.empty()) out.push_back(part);
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    if (end > start) out.emplace_back(path, start, end - start);
+    start = end + 1;
   }
   return out;
 }
@@ -49,7 +50,14 @@ Response json_response(int http_status, const nlohmann::json& body) {
 
 void Router::add(std::string method, std::string pattern, AuthKind auth, Handler handler) {
   const Lane lane = auth == AuthKind::kAgent ? Lane::kAgent : Lane::kUser;
-  routes_.push_back(Route{std::move(method), std::move(pattern), auth, std::move(handler), lane});
+  auto segments = split_path(pattern);
+  routes_.push_back(Route{std::move(method), std::move(pattern), auth, std::move(handler), lane, std::move(segments)});
+}
+
+void Router::add_inline(std::string method, std::string pattern, AuthKind auth, Handler handler) {
+  auto segments = split_path(pattern);
+  routes_.push_back(
+      Route{std::move(method), std::move(pattern), auth, std::move(handler), Lane::kInline, std::move(segments)});
 }
 
 api::Result<Router::Match> Router::match(const std::string& method, const std::string& path) const {
@@ -59,7 +67,7 @@ api::Result<Router::Match> Router::match(const std::string& method, const std::s
   std::map<std::string, std::string> best_params;
   for (const auto& route : routes_) {
     if (route.method != method) continue;
-    const auto pat = split_path(route.pattern);
+    const auto& pat = route.segments;
     if (pat.size() != segs.size()) continue;
     std::map<std::string, std::string> params;
     int literals = 0;

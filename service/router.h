@@ -85,20 +85,28 @@ using Handler = std::function<void(const Request&, Reply)>;
 
 // Which handler threads run a route: agent routes have a lane of their own,
 // so agents' registrations, heartbeats and exit reports never wait behind
-// user requests (HttpServerOptions::agent_handler_threads).
-enum class Lane { kUser, kAgent };
+// user requests (HttpServerOptions::agent_handler_threads). kInline runs
+// the handler on the connection's I/O thread, with no hop to a pool and
+// back: only for a handler that never blocks (it takes a mutex for
+// microseconds and replies before it returns), the agent heartbeat, which
+// every live worker sends every 2 s (bench/fleet: the two thread hops cost
+// more than everything else a heartbeat does).
+enum class Lane { kUser, kAgent, kInline };
 
 struct Route {
   std::string method;
   std::string pattern;
   AuthKind auth = AuthKind::kUser;
   Handler handler;
-  Lane lane = Lane::kUser;  // kAgent exactly for AuthKind::kAgent routes
+  Lane lane = Lane::kUser;  // kAgent for AuthKind::kAgent routes, kInline by add_inline()
+  std::vector<std::string> segments{};  // `pattern` split at '/', once, by add()
 };
 
 class Router {
  public:
   void add(std::string method, std::string pattern, AuthKind auth, Handler handler);
+  // A route whose handler runs on the I/O thread (Lane::kInline).
+  void add_inline(std::string method, std::string pattern, AuthKind auth, Handler handler);
 
   struct Match {
     const Route* route;

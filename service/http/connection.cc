@@ -264,6 +264,15 @@ void StreamConnection<Stream>::dispatch(const Route* route, Request request) {
   tcp().expires_never();
   auto slot = std::make_shared<ReplySlot>(weak_from_this());
   Reply reply = [slot](Response r) { slot->send(std::move(r)); };
+  if (route->lane == Lane::kInline) {  // on this I/O thread: a handler that never blocks (router.h)
+    try {
+      route->handler(request, reply);
+    } catch (const std::exception& e) {
+      spdlog::error("{} {}: {}", request.method, request.path, e.what());
+      reply(error_response(api::internal_error(std::string("internal error: ") + e.what())));
+    }
+    return;
+  }
   const bool queued = ctx_->lane_of(*route).post([route, request = std::move(request), reply]() {
     try {
       route->handler(request, reply);

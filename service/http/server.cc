@@ -135,10 +135,9 @@ api::Status HttpServer::listen() {
 api::Status HttpServer::start() {
   if (started_) return api::Status::ok();
   if (auto s = listen(); !s) return s;
-  const auto& o = ctx_->options;
   const int fd = listen_fd_;
   listen_fd_ = -1;
-  acceptor_ = std::make_unique<tcp::acceptor>(net::make_strand(ctx_->io));
+  acceptor_ = std::make_unique<tcp::acceptor>(net::make_strand(*ctx_->ios.front()));
   boost::system::error_code ec;
   acceptor_->assign(tcp::v4(), fd, ec);
   if (ec) {
@@ -147,7 +146,10 @@ api::Status HttpServer::start() {
   }
   retry_timer_ = std::make_unique<net::steady_timer>(acceptor_->get_executor());
   accept();
-  for (int i = 0; i < std::max(o.io_threads, 1); ++i) io_threads_.emplace_back([this] { ctx_->io.run(); });
+  for (auto& io : ctx_->ios) {
+    io_work_.push_back(net::make_work_guard(*io));
+    io_threads_.emplace_back([&io = *io] { io.run(); });
+  }
   started_ = true;
   return api::Status::ok();
 }
@@ -182,7 +184,9 @@ void HttpServer::on_readable(const boost::system::error_code& ec) {
     }
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    tcp::socket socket(net::make_strand(ctx_->io));
+    // No strand: each io_context is run by one thread, which serialises
+    // the connection's handlers and what other threads post to it.
+    tcp::socket socket(ctx_->io_for_next_connection());
     boost::system::error_code aec;
     socket.assign(tcp::v4(), fd, aec);
     if (aec) {
@@ -226,13 +230,16 @@ void HttpServer::stop() {
   while (ctx_->connection_count() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  ctx_->io.stop();
+  io_work_.clear();
+  for (auto& io : ctx_->ios) io->stop();
   for (auto& t : io_threads_) t.join();
   io_threads_.clear();
   // Run what the stop left queued (completions of the closes), so that no
   // handler stays behind holding a connection.
-  ctx_->io.restart();
-  for (int i = 0; i < 100 && ctx_->io.poll() > 0; ++i) {
+  for (auto& io : ctx_->ios) {
+    io->restart();
+    for (int i = 0; i < 100 && io->poll() > 0; ++i) {
+    }
   }
   ctx_->user_lane.close();
   ctx_->agent_lane.close();

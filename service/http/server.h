@@ -1,7 +1,9 @@
 // HttpServer: serves the Router over HTTP/1.1 (Boost.Beast on asio).
 //
-// Threads: `io_threads` threads run every socket (accept, read, write) and
-// never run handler code; the handlers run on two lanes of threads
+// Threads: `io_threads` threads run every socket (accept, read, write),
+// each its own io_context with its share of the connections (context.h),
+// and never run handler code but a Lane::kInline route's (router.h: the
+// agent heartbeat); the other handlers run on two lanes of threads
 // (base::TaskQueue): `agent_handler_threads` for the agent routes, so that
 // registrations, heartbeats and exit reports never queue behind user
 // requests, and `handler_threads` for everything else. A connection's life
@@ -25,6 +27,8 @@
 #include <thread>
 #include <vector>
 
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
@@ -67,6 +71,8 @@ class HttpServer {
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
   std::unique_ptr<boost::asio::steady_timer> retry_timer_;
   std::vector<std::thread> io_threads_;
+  // Keeps every io_context's run() going while it has no connection yet.
+  std::vector<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> io_work_;
   int listen_fd_ = -1;  // bound and listening, not yet served
   bool started_ = false;
 };
