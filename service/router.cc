@@ -50,14 +50,16 @@ Response json_response(int http_status, const nlohmann::json& body) {
 
 void Router::add(std::string method, std::string pattern, AuthKind auth, Handler handler) {
   const Lane lane = auth == AuthKind::kAgent ? Lane::kAgent : Lane::kUser;
-  auto segments = split_path(pattern);
-  routes_.push_back(Route{std::move(method), std::move(pattern), auth, std::move(handler), lane, std::move(segments)});
+  add_route(std::move(method), std::move(pattern), auth, std::move(handler), lane);
 }
 
 void Router::add_inline(std::string method, std::string pattern, AuthKind auth, Handler handler) {
+  add_route(std::move(method), std::move(pattern), auth, std::move(handler), Lane::kInline);
+}
+
+void Router::add_route(std::string method, std::string pattern, AuthKind auth, Handler handler, Lane lane) {
   auto segments = split_path(pattern);
-  routes_.push_back(
-      Route{std::move(method), std::move(pattern), auth, std::move(handler), Lane::kInline, std::move(segments)});
+  routes_.push_back(Route{std::move(method), std::move(pattern), auth, std::move(handler), lane, std::move(segments)});
 }
 
 api::Result<Router::Match> Router::match(const std::string& method, const std::string& path) const {

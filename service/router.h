@@ -119,6 +119,8 @@ class Router {
   const std::vector<Route>& routes() const { return routes_; }
 
  private:
+  void add_route(std::string method, std::string pattern, AuthKind auth, Handler handler, Lane lane);
+
   std::vector<Route> routes_;
 };
 

@@ -12,8 +12,8 @@
 #include <set>
 
 #include "fake_backend.h"
+#include "temp_dir.h"
 
-namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using muster::api::WorkerStatus;
 using muster::service::FakeClock;
@@ -28,10 +28,8 @@ namespace {
 class RegistrySweepTest : public ::testing::Test {
  protected:
   void start(size_t sweep_all, size_t sweep_ticks) {
-    char tmpl[] = "/tmp/muster-sweep-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    options_.state_dir = dir_;
-    options_.project_dir = dir_;
+    options_.state_dir = dir_.path();
+    options_.project_dir = dir_.path();
     options_.agent_path = "/bin/muster-agent";
     options_.daemon_port = 9;
     options_.heartbeat_timeout = 5s;
@@ -41,15 +39,12 @@ class RegistrySweepTest : public ::testing::Test {
     store_ = std::move(Store::open(":memory:")).value();
     registry_ = std::make_unique<WorkerRegistry>(options_, backend_, store_.get(), clock_);
   }
-  void TearDown() override {
-    registry_.reset();
-    fs::remove_all(dir_);
-  }
+  void TearDown() override { registry_.reset(); }
   std::vector<std::string> launch_running(int n) {
     LaunchBatch b;
     b.request.n = n;
     b.request.script = "train.py";
-    b.request.script_path = dir_ / "train.py";
+    b.request.script_path = dir_.path() / "train.py";
     auto r = registry_->launch(b);
     EXPECT_TRUE(r.is_ok()) << r.status().message();
     std::vector<std::string> ids;
@@ -65,7 +60,7 @@ class RegistrySweepTest : public ::testing::Test {
     return n;
   }
 
-  fs::path dir_;
+  muster::testing::TempDir dir_{"muster-sweep"};
   RegistryOptions options_;
   FakeClock clock_;
   FakeBackend backend_;

@@ -9,21 +9,20 @@
 #include <cstring>
 
 #include "api/agent_protocol.h"
+#include "api/base/settings.h"
 
 namespace muster::bench {
 
 namespace fs = std::filesystem;
 
 api::Result<std::unique_ptr<workers::Backend>> FleetBackend::create(const workers::BackendOptions& options) {
-  std::string socket_path;
-  for (const auto& [key, value] : options.options) {
-    if (key == "socket") {
-      socket_path = value;
-    } else {
-      return api::invalid_argument("unknown --backend-opt '" + key + "' for the fleet backend (known: socket)",
-                                   "backend-opt");
-    }
+  const auto settings = base::Settings::of(options.options, "--backend-opt");
+  const auto socket = settings.text("socket");
+  if (const auto unknown = settings.unread(); !unknown.empty()) {
+    return api::invalid_argument("unknown --backend-opt '" + unknown.front() + "' for the fleet backend (known: socket)",
+                                 "backend-opt");
   }
+  const std::string socket_path = socket.value;
   if (socket_path.empty()) return api::invalid_argument("the fleet backend needs --backend-opt socket=PATH", "backend-opt");
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
