@@ -272,12 +272,54 @@ Result<AgentRegistration> registration_from_json(const json& j) {
   return r;
 }
 
-json to_json(const AgentRegistered& r) { return {{"hold", r.hold}}; }
+namespace {
+
+void put_interval(json& j, const std::optional<std::chrono::milliseconds>& interval) {
+  if (interval) j["heartbeat_s"] = interval->count() / 1000.0;
+}
+
+// heartbeat_s of a reply: absent, or seconds within the bounds.
+Status read_interval(const json& j, std::optional<std::chrono::milliseconds>* out) {
+  if (!j.contains("heartbeat_s")) return Status::ok();
+  const auto& v = j["heartbeat_s"];
+  const double s = v.is_number() ? v.get<double>() : -1;
+  const auto ms = std::chrono::milliseconds(std::llround(s * 1000));
+  if (!v.is_number() || !std::isfinite(s) || ms < kMinHeartbeatInterval || ms > kMaxHeartbeatInterval) {
+    return invalid_argument("heartbeat_s must be a number of seconds from " +
+                                format_seconds(kMinHeartbeatInterval) + " to " + format_seconds(kMaxHeartbeatInterval),
+                            "heartbeat_s");
+  }
+  *out = ms;
+  return Status::ok();
+}
+
+}  // namespace
+
+json to_json(const AgentRegistered& r) {
+  json j = {{"hold", r.hold}};
+  put_interval(j, r.heartbeat);
+  return j;
+}
 
 Result<AgentRegistered> registered_from_json(const json& j) {
   if (auto s = require_object(j, "the registration reply", "hold"); !s) return s;
   if (!j.contains("hold") || !j["hold"].is_boolean()) return invalid_argument("hold must be a boolean", "hold");
-  return AgentRegistered{j["hold"].get<bool>()};
+  AgentRegistered r{j["hold"].get<bool>()};
+  if (auto s = read_interval(j, &r.heartbeat); !s) return s;
+  return r;
+}
+
+json to_json(const AgentHeartbeatReply& r) {
+  json j = json::object();
+  put_interval(j, r.heartbeat);
+  return j;
+}
+
+Result<AgentHeartbeatReply> heartbeat_reply_from_json(const json& j) {
+  if (auto s = require_object(j, "the heartbeat reply", "heartbeat_s"); !s) return s;
+  AgentHeartbeatReply r;
+  if (auto s = read_interval(j, &r.heartbeat); !s) return s;
+  return r;
 }
 
 json to_json(const AgentExit& e) {

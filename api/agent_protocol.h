@@ -15,8 +15,14 @@
 //   JSON field at fault and whose message says what it must be.
 // - The protocol, as the agent runs it: a) register {ip_address, port?, limits?} ->
 //   {hold}; b) if hold, wait-release (long-poll; 204 = ask again) until 200
-//   Release {env, files}; c) heartbeat {} every MUSTER_HEARTBEAT_S (409: the
-//   worker was stopped or lost, end the script); d) exit {exit_code, out_of_memory?}.
+//   Release {env, files}; c) heartbeat {} every MUSTER_HEARTBEAT_S, or every
+//   heartbeat_s once a reply (register's or a heartbeat's) gives one (409:
+//   the worker was stopped or lost, end the script); d) exit {exit_code,
+//   out_of_memory?}.
+// - heartbeat_s is the daemon's heartbeat budget at work (service/registry/
+//   registry.h, "Heartbeats at fleet scale"): with more running workers than
+//   its rate allows at MUSTER_HEARTBEAT_S it stretches every agent's
+//   interval, and counts its loss timeout in those longer intervals.
 #pragma once
 
 #include <chrono>
@@ -139,9 +145,19 @@ struct AgentRegistration {
   // Optional: an older agent sends none; no other keys.
   std::map<std::string, std::string> limits{};
 };
-// The reply: hold = wait for a release before running the script.
+// The longest interval a reply may set (an hour), and the shortest (10 ms).
+inline constexpr std::chrono::milliseconds kMaxHeartbeatInterval{3'600'000};
+inline constexpr std::chrono::milliseconds kMinHeartbeatInterval{10};
+// The reply: hold = wait for a release before running the script;
+// heartbeat: the interval to heartbeat at from now on (absent: keep
+// MUSTER_HEARTBEAT_S; an older daemon sends none).
 struct AgentRegistered {
   bool hold = false;
+  std::optional<std::chrono::milliseconds> heartbeat{};
+};
+// POST .../heartbeat's reply: {} or {heartbeat_s}, as AgentRegistered's.
+struct AgentHeartbeatReply {
+  std::optional<std::chrono::milliseconds> heartbeat{};
 };
 // POST .../exit
 struct AgentExit {
@@ -174,6 +190,10 @@ nlohmann::json to_json(const AgentRegistration& r);
 Result<AgentRegistration> registration_from_json(const nlohmann::json& j);
 nlohmann::json to_json(const AgentRegistered& r);
 Result<AgentRegistered> registered_from_json(const nlohmann::json& j);
+nlohmann::json to_json(const AgentHeartbeatReply& r);
+// heartbeat_s, when present, is a number of seconds in
+// [kMinHeartbeatInterval, kMaxHeartbeatInterval] (field "heartbeat_s").
+Result<AgentHeartbeatReply> heartbeat_reply_from_json(const nlohmann::json& j);
 nlohmann::json to_json(const AgentExit& e);
 Result<AgentExit> exit_from_json(const nlohmann::json& j);
 nlohmann::json to_json(const Release& r);
@@ -183,6 +203,6 @@ Result<Release> release_from_json(const nlohmann::json& j);
 // "processes"); `interface_env` at most kMaxInterfaceEnv valid names (field
 // "interface_env").
 Status validate_release(const Release& r);
-// (A heartbeat carries no body; its reply is {}.)
+// (A heartbeat's request body is {}.)
 
 }  // namespace muster::api

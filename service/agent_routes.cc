@@ -16,17 +16,18 @@ void register_agent_routes(Router& router, WorkerRegistry& registry) {
                auto hold = registry.agent_register(req.params.at("id"), registration->ip_address, registration->port,
                                                    registration->limits);
                if (!hold) return reply(error_response(hold.status()));
-               reply(json_response(200, api::to_json(api::AgentRegistered{hold.value()})));
+               reply(json_response(200, api::to_json(hold.value())));
              });
 
-  // Inline (router.h, Lane::kInline): a mutex and a map lookup, every 2 s
-  // from every live worker.
+  // Inline (router.h, Lane::kInline): a mutex and a map lookup, every
+  // interval from every live worker. The reply gives the interval
+  // (registry.h, "Heartbeats at fleet scale").
   router.add_inline("POST", "/api/v1/agent/workers/{id}/heartbeat", AuthKind::kAgent,
              [&registry](const Request& req, Reply reply) {
                // Stamped at arrival: time waited for a handler does not count.
-               auto s = registry.agent_heartbeat(req.params.at("id"), std::chrono::steady_clock::now() - req.received);
-               if (!s) return reply(error_response(s));
-               reply(json_response(200, json::object()));
+               auto every = registry.agent_heartbeat(req.params.at("id"), std::chrono::steady_clock::now() - req.received);
+               if (!every) return reply(error_response(every.status()));
+               reply(json_response(200, api::to_json(api::AgentHeartbeatReply{every.value()})));
              });
 
   router.add("POST", "/api/v1/agent/workers/{id}/exit", AuthKind::kAgent,

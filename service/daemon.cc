@@ -178,6 +178,7 @@ RegistryOptions Daemon::registry_options() {
   ropts.startup_timeout = options_.startup_timeout;
   ropts.heartbeat_timeout = options_.heartbeat_timeout;
   ropts.heartbeat_interval = options_.heartbeat_interval;
+  ropts.heartbeat_rate = options_.heartbeat_rate;
   ropts.stop_grace = options_.stop_grace;
   ropts.await_settle = options_.await_settle;
   ropts.worker_python = find_worker_python();
@@ -194,7 +195,7 @@ RegistryOptions Daemon::registry_options() {
                                      : "waits in scheduling until there is room (--overcommit=false)");
   }
   ropts.overcommit = options_.overcommit;
-  ropts.on_heartbeat_gap = [this](double s) { metrics_.observe_heartbeat_gap(s); };
+  ropts.on_heartbeat_gap = [this](double s, double told) { metrics_.observe_heartbeat_gap(s, told); };
   ropts.metrics_token = [t = token_](const std::string& id) { return metrics_token(t, id); };
   return ropts;
 }
@@ -274,6 +275,9 @@ void Daemon::start_views() {
   sources.worker_counts = [this] { return registry_->count_by_status(); };
   sources.clusters = [this] { return clusters_->list(); };
   sources.max_heartbeat_age = [this] { return registry_->max_heartbeat_age_seconds(); };
+  sources.heartbeat_interval = [this] {
+    return std::chrono::duration<double>(registry_->heartbeat_interval_now()).count();
+  };
   sources.training = training_.get();
   register_dashboard_routes(router_, {dashboard_files, token_}, *sessions_, *events_, metrics_, sources);
   auth_->set_sessions([this](const std::string& cookie) -> std::optional<std::string> {

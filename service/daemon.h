@@ -74,6 +74,7 @@ struct DaemonOptions {
   std::chrono::milliseconds startup_timeout{60'000};
   std::chrono::milliseconds heartbeat_timeout{10'000};
   std::chrono::milliseconds heartbeat_interval{2'000};
+  double heartbeat_rate = 2500;  // RegistryOptions::heartbeat_rate
   std::chrono::milliseconds stop_grace{3'000};
   std::chrono::milliseconds await_settle{1'000};  // RegistryOptions::await_settle
   // Each worker's output.log and each cluster's launcher.log (cap, rotation).

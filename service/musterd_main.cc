@@ -77,6 +77,10 @@ int muster::service::musterd_main(int argc, char** argv) {
   app.add_option("--startup-timeout", startup_timeout, "seconds for an agent to register before timedout");
   app.add_option("--heartbeat-timeout", heartbeat_timeout, "seconds without heartbeat before lost");
   app.add_option("--heartbeat-interval", heartbeat_interval, "seconds between agent heartbeats");
+  app.add_option("--heartbeat-rate", o.heartbeat_rate,
+                 "heartbeats a second budgeted for the whole fleet: beyond rate x interval running workers, every "
+                 "agent's interval (and the loss timeout with it) stretches to workers / rate (0: never)")
+      ->check(CLI::Range(0.0, 1e6));
   app.add_option("--stop-grace", stop_grace, "seconds between SIGTERM and SIGKILL when stopping");
   app.add_option("--await-settle", await_settle,
                  "seconds a script must have run before await (wait_for_completion=false) counts it as running")
@@ -106,6 +110,10 @@ int muster::service::musterd_main(int argc, char** argv) {
   app.add_option("--http-max-header-bytes", http.max_header_bytes, "largest request line + headers (431 above)");
   app.add_option("--http-max-connections", http.max_connections, "open connections (503 above)")
       ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--http-max-kept-connections", http.max_kept_connections,
+                 "connections kept open between requests; above it a response closes its connection "
+                 "(default: --http-max-connections less 1/16 of it)")
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("--http-read-timeout", read_timeout, "seconds a client has to send one whole request")
       ->check(CLI::PositiveNumber);
   app.add_option("--http-idle-timeout", idle_timeout, "seconds a keep-alive connection may idle")

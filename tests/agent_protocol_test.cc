@@ -161,7 +161,22 @@ TEST(AgentJson, RoundTripsEachBody) {
     auto r = api::registered_from_json(api::to_json(api::AgentRegistered{hold}));
     ASSERT_TRUE(r.is_ok());
     EXPECT_EQ(r->hold, hold);
+    EXPECT_FALSE(r->heartbeat.has_value());  // an older daemon's reply: keep MUSTER_HEARTBEAT_S
   }
+  // The heartbeat budget's interval, in both replies (seconds on the wire).
+  for (auto every : {std::chrono::milliseconds(10), std::chrono::milliseconds(2000),
+                     std::chrono::milliseconds(12'345), std::chrono::milliseconds(3'600'000)}) {
+    auto r = api::registered_from_json(api::to_json(api::AgentRegistered{true, every}));
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r->heartbeat, every);
+    auto h = api::heartbeat_reply_from_json(api::to_json(api::AgentHeartbeatReply{every}));
+    ASSERT_TRUE(h.is_ok()) << h.status().message();
+    EXPECT_EQ(h->heartbeat, every);
+  }
+  EXPECT_EQ(api::to_json(api::AgentHeartbeatReply{std::chrono::milliseconds(4000)}), (json{{"heartbeat_s", 4.0}}));
+  auto none = api::heartbeat_reply_from_json(json::object());  // {} from an older daemon
+  ASSERT_TRUE(none.is_ok());
+  EXPECT_FALSE(none->heartbeat.has_value());
   for (int code : {0, 1, 143, 255}) {
     auto e = api::exit_from_json(api::to_json(api::AgentExit{code}));
     ASSERT_TRUE(e.is_ok());
@@ -200,6 +215,11 @@ TEST(AgentJson, RefusesBadBodiesNamingTheField) {
   }
   expect_refused(api::registered_from_json(json{{"hold", "yes"}}).status(), "hold");
   expect_refused(api::registered_from_json(nullptr).status(), "hold");
+  for (const json& every : {json(0), json(-1), json(0.001), json(3601), json("2"), json(nullptr)}) {
+    expect_refused(api::registered_from_json(json{{"hold", false}, {"heartbeat_s", every}}).status(), "heartbeat_s");
+    expect_refused(api::heartbeat_reply_from_json(json{{"heartbeat_s", every}}).status(), "heartbeat_s");
+  }
+  expect_refused(api::heartbeat_reply_from_json(json::array()).status(), "heartbeat_s");
   for (const json& code : {json(-1), json(256), json(1.5), json(nullptr), json("0")}) {
     expect_refused(api::exit_from_json(json{{"exit_code", code}}).status(), "exit_code");
   }

@@ -189,6 +189,7 @@ TEST(HttpServerLimits, UnauthenticatedBodyIsNeverRead) {
 TEST(HttpServerLimits, ConnectionLimitRefusesNewOnesAndKeepsOldOnes) {
   auto o = TestServer::defaults();
   o.max_connections = 20;
+  o.max_kept_connections = 20;  // all kept: the limit alone is under test here
   TestServer s(o);
   std::vector<RawHttpClient> held;
   for (int i = 0; i < 20; ++i) {
@@ -209,6 +210,47 @@ TEST(HttpServerLimits, ConnectionLimitRefusesNewOnesAndKeepsOldOnes) {
   RawHttpClient next(s.port());
   next.send(http_get("/healthz"));
   EXPECT_EQ(next.read_response().status, 200);
+}
+
+// Beyond max_kept_connections a response closes its connection, so more
+// clients than the daemon can hold open (30,000 agents, 20,000 files) are
+// served by reconnecting instead of refused; those kept stay kept.
+TEST(HttpServerLimits, PastTheKeptBudgetResponsesCloseTheirConnection) {
+  auto o = TestServer::defaults();
+  o.max_connections = 30;
+  o.max_kept_connections = 10;
+  TestServer s(o);
+  std::vector<RawHttpClient> kept;
+  for (int i = 0; i < 10; ++i) {
+    RawHttpClient c(s.port());
+    c.send(http_get("/healthz"));
+    auto r = c.read_response();
+    ASSERT_EQ(r.status, 200);
+    EXPECT_EQ(r.headers.count("connection"), 0u) << "connection " << i << " should be kept";
+    kept.push_back(std::move(c));
+  }
+  // Over the budget: answered, then closed by the server.
+  for (int i = 0; i < 25; ++i) {
+    RawHttpClient c(s.port());
+    c.send(http_get("/healthz"));
+    auto r = c.read_response();
+    ASSERT_EQ(r.status, 200) << "request " << i;
+    EXPECT_EQ(r.headers["connection"], "close");
+    EXPECT_TRUE(c.closed_within(2s));
+  }
+  // The kept ones still serve request after request.
+  for (auto& c : kept) {
+    c.send(http_get("/healthz"));
+    auto r = c.read_response();
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.headers.count("connection"), 0u);
+  }
+  // The default budget: max_connections less 1/16 of it.
+  service::HttpServerOptions d;
+  d.max_connections = 16384;
+  EXPECT_EQ(d.kept_connections(), 15360u);
+  d.max_kept_connections = 20000;
+  EXPECT_EQ(d.kept_connections(), 16384u);  // never above the limit
 }
 
 TEST(HttpServerLimits, ManyIdleClientsAndParkedRequestsDoNotBlockAFreshOne) {

@@ -72,7 +72,7 @@ TEST_F(RegistryStopTest, AnExitReportedWhileStoppingEndsTheWorkerStopped) {
   backend_.on_stop = [this](const std::string& id) {
     EXPECT_TRUE(registry_->agent_exit(id, 143).is_ok());
     // While it is being stopped, the agent may not register or heartbeat.
-    EXPECT_EQ(registry_->agent_heartbeat(id).code(), ErrorCode::kConflict);
+    EXPECT_EQ(registry_->agent_heartbeat(id).status().code(), ErrorCode::kConflict);
   };
   auto stopped = registry_->stop({ids[0]}, "replaced by the cluster");
   ASSERT_TRUE(stopped.is_ok()) << stopped.status().message();

@@ -155,7 +155,7 @@ TEST_F(RegistryTest, AgentLifecycle) {
   const auto id = ids[0];
   auto hold = registry_->agent_register(id, "10.0.0.5", std::nullopt);
   ASSERT_TRUE(hold.is_ok());
-  EXPECT_FALSE(hold.value());
+  EXPECT_FALSE(hold->hold);
   EXPECT_EQ(status(id), WorkerStatus::kRunning);
   EXPECT_EQ(registry_->get(id)->ip_address, "10.0.0.5");
   EXPECT_TRUE(registry_->get(id)->started_at.has_value());
@@ -165,10 +165,10 @@ TEST_F(RegistryTest, AgentLifecycle) {
   EXPECT_EQ(registry_->get(id)->exit_code, 0);
   EXPECT_TRUE(registry_->get(id)->finished_at.has_value());
   // Terminal: the agent is told to go away.
-  EXPECT_EQ(registry_->agent_heartbeat(id).code(), ErrorCode::kConflict);
+  EXPECT_EQ(registry_->agent_heartbeat(id).status().code(), ErrorCode::kConflict);
   EXPECT_EQ(registry_->agent_exit(id, 1).code(), ErrorCode::kConflict);
   EXPECT_EQ(registry_->agent_register(id, "10.0.0.5", std::nullopt).status().code(), ErrorCode::kConflict);
-  EXPECT_EQ(registry_->agent_heartbeat("missing").code(), ErrorCode::kNotFound);
+  EXPECT_EQ(registry_->agent_heartbeat("missing").status().code(), ErrorCode::kNotFound);
 }
 
 TEST_F(RegistryTest, NonZeroExitFailsWithReason) {
@@ -397,6 +397,66 @@ TEST_F(RegistryTest, MissedHeartbeatsMeanLost) {
   EXPECT_EQ(backend_.stopped, std::vector<std::string>{id});
 }
 
+// registry.h, "Heartbeats at fleet scale": past heartbeat_rate beats a
+// second the interval every reply gives stretches to running / rate, and a
+// worker's loss timeout counts in the interval it was told.
+TEST_F(RegistryTest, HeartbeatBudgetStretchesTheIntervalAndTheLossTimeout) {
+  registry_.reset();
+  options_.heartbeat_interval = 2s;
+  options_.heartbeat_timeout = 5s;
+  options_.heartbeat_rate = 1;  // one beat a second: more than 2 running stretch it
+  registry_ = std::make_unique<WorkerRegistry>(options_, backend_, store_.get(), clock_);
+  auto ids = launch(4);
+  EXPECT_EQ(registry_->heartbeat_interval_now(), 2s);
+  auto first = registry_->agent_register(ids[0], "127.0.0.1", std::nullopt);
+  ASSERT_TRUE(first.is_ok());
+  EXPECT_EQ(first->heartbeat, 2s);  // 1 running: within the budget at the base interval
+  for (int i = 1; i < 4; ++i) ASSERT_TRUE(registry_->agent_register(ids[i], "127.0.0.1", std::nullopt).is_ok());
+  EXPECT_EQ(registry_->running_workers(), 4u);
+  EXPECT_EQ(registry_->heartbeat_interval_now(), 4s);
+  for (const auto& id : ids) {
+    auto every = registry_->agent_heartbeat(id);
+    ASSERT_TRUE(every.is_ok());
+    EXPECT_EQ(every.value(), 4s);
+  }
+  // Told 4 s, each is lost after 5 s x 4 / 2 = 10 s without a beat, not 5.
+  clock_.advance(9s);
+  registry_->tick();
+  for (const auto& id : ids) EXPECT_EQ(status(id), WorkerStatus::kRunning);
+  clock_.advance(1001ms);
+  registry_->tick();
+  for (const auto& id : ids) {
+    EXPECT_EQ(status(id), WorkerStatus::kLost);
+    EXPECT_EQ(registry_->get(id)->reason, "no heartbeat from the agent for 10 s");
+  }
+  // The lost ones no longer count: the budget is back at the base interval.
+  EXPECT_EQ(registry_->running_workers(), 0u);
+  EXPECT_EQ(registry_->heartbeat_interval_now(), 2s);
+}
+
+TEST_F(RegistryTest, HeartbeatBudgetFollowsTheRunningCount) {
+  registry_.reset();
+  options_.heartbeat_interval = 2s;
+  options_.heartbeat_rate = 1;
+  registry_ = std::make_unique<WorkerRegistry>(options_, backend_, store_.get(), clock_);
+  auto ids = launch(6);
+  for (const auto& id : ids) ASSERT_TRUE(registry_->agent_register(id, "127.0.0.1", std::nullopt).is_ok());
+  EXPECT_EQ(registry_->heartbeat_interval_now(), 6s);
+  ASSERT_TRUE(registry_->agent_exit(ids[0], 0).is_ok());  // succeeded
+  ASSERT_TRUE(registry_->agent_exit(ids[1], 1).is_ok());  // failed
+  ASSERT_TRUE(registry_->stop({ids[2]}).is_ok());
+  EXPECT_EQ(registry_->running_workers(), 3u);
+  EXPECT_EQ(registry_->heartbeat_interval_now(), 3s);
+  EXPECT_EQ(registry_->agent_heartbeat(ids[3]).value(), 3s);
+  // The budget off: the base interval however many run.
+  registry_.reset();
+  options_.heartbeat_rate = 0;
+  registry_ = std::make_unique<WorkerRegistry>(options_, backend_, store_.get(), clock_);
+  ASSERT_TRUE(registry_->restore().is_ok());
+  EXPECT_EQ(registry_->running_workers(), 3u);  // restored running records are counted
+  EXPECT_EQ(registry_->heartbeat_interval_now(), 2s);
+}
+
 TEST_F(RegistryTest, AgentThatDiesWithoutReportingFails) {
   auto id = launch(1)[0];
   ASSERT_TRUE(registry_->agent_register(id, "127.0.0.1", std::nullopt).is_ok());
@@ -466,9 +526,9 @@ TEST_F(RegistryTest, HoldReleaseAndSubscribe) {
   EXPECT_EQ(backend_.launched[1].env.count("MUSTER_RESERVE_PORT"), 0u);
   auto hold = registry_->agent_register(ids[0], "127.0.0.1", 4242);
   ASSERT_TRUE(hold.is_ok());
-  EXPECT_TRUE(hold.value());
+  EXPECT_TRUE(hold->hold);
   EXPECT_EQ(registry_->get(ids[0])->port, 4242);
-  EXPECT_FALSE(registry_->agent_register(ids[1], "127.0.0.1", std::nullopt).value());
+  EXPECT_FALSE(registry_->agent_register(ids[1], "127.0.0.1", std::nullopt).value().hold);
 
   std::optional<std::optional<muster::service::Release>> got;
   ASSERT_TRUE(registry_->agent_wait_release(ids[0], [&](auto r) { got = std::move(r); }).is_ok());
@@ -489,7 +549,7 @@ TEST_F(RegistryTest, HoldReleaseAndSubscribe) {
   EXPECT_EQ((*got)->files.at("cluster.json"), "{}");
   EXPECT_EQ(registry_->release(ids[1], {}).code(), ErrorCode::kConflict);  // not held
   // Registering again after the release does not hold.
-  EXPECT_FALSE(registry_->agent_register(ids[0], "127.0.0.1", 4242).value());
+  EXPECT_FALSE(registry_->agent_register(ids[0], "127.0.0.1", 4242).value().hold);
 
   registry_->unsubscribe(handle);
   const auto before = seen.size();

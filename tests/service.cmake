@@ -81,3 +81,8 @@ muster_python_test(musterd_large_body_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/mu
 # open-files limit raised, the scripts' left as musterd was given it.
 muster_python_test(musterd_agent_files_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/musterd_agent_files_test.py
   LABEL integration TIMEOUT 120)
+
+# The heartbeat budget with real agents: the interval stretches past
+# --heartbeat-rate, the loss timeout with it, and back when the fleet shrinks.
+muster_python_test(musterd_heartbeat_budget_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/musterd_heartbeat_budget_test.py
+  LABEL integration TIMEOUT 180)

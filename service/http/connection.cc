@@ -142,8 +142,7 @@ void StreamConnection<Stream>::shutdown() {
   boost::system::error_code ec;
   tcp().socket().shutdown(net::ip::tcp::socket::shutdown_both, ec);
   tcp().close();
-  std::lock_guard<std::mutex> lock(ctx_->connections_mu);
-  ctx_->connections.erase(this);
+  ctx_->remove_connection(this);
 }
 
 // a) Wait (idle_timeout) for the first byte of the next request.
@@ -258,29 +257,24 @@ void StreamConnection<Stream>::on_body(beast::error_code ec) {
   dispatch(route_, std::move(request_));
 }
 
-// d) To the handler pool; the Reply comes back through deliver().
+// d) To the route's lane of handler threads, or run here for an inline
+// route; the Reply comes back through deliver().
 template <class Stream>
 void StreamConnection<Stream>::dispatch(const Route* route, Request request) {
   tcp().expires_never();
   auto slot = std::make_shared<ReplySlot>(weak_from_this());
   Reply reply = [slot](Response r) { slot->send(std::move(r)); };
-  if (route->lane == Lane::kInline) {  // on this I/O thread: a handler that never blocks (router.h)
+  auto run = [route, request = std::move(request), reply]() {
     try {
       route->handler(request, reply);
     } catch (const std::exception& e) {
       spdlog::error("{} {}: {}", request.method, request.path, e.what());
       reply(error_response(api::internal_error(std::string("internal error: ") + e.what())));
     }
-    return;
-  }
-  const bool queued = ctx_->lane_of(*route).post([route, request = std::move(request), reply]() {
-    try {
-      route->handler(request, reply);
-    } catch (const std::exception& e) {
-      spdlog::error("{} {}: {}", request.method, request.path, e.what());
-      reply(error_response(api::internal_error(std::string("internal error: ") + e.what())));
-    }
-  });
+  };
+  // Inline: on this I/O thread, for a handler that never blocks (router.h).
+  if (route->lane == Lane::kInline) return run();
+  const bool queued = ctx_->lane_of(*route).post(std::move(run));
   if (!queued) {
     reply(error_response(api::unavailable("musterd is busy: too many requests wait for a handler; retry later")));
   }
@@ -303,6 +297,9 @@ void StreamConnection<Stream>::respond(Response response) {
     res->body() = std::move(response.body);
   }
   for (auto& [name, value] : response.headers) res->insert(name, value);
+  // Over the kept-connection budget (options.h): this client reconnects for
+  // its next request, and the daemon stays within its file limit.
+  if (keep_alive_ && ctx_->connection_count() > ctx_->options.kept_connections()) keep_alive_ = false;
   res->keep_alive(keep_alive_);
   res->prepare_payload();
   out_message_ = res;

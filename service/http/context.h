@@ -92,12 +92,20 @@ struct ServerContext {
 
   // The open connections (strong references: a connection waiting for its
   // handler has no I/O in flight to keep it alive).
+  // `open_connections` is their count, read without the mutex (every
+  // response asks whether to keep its connection).
   std::mutex connections_mu;
   std::unordered_map<const Connection*, std::shared_ptr<Connection>> connections;
+  std::atomic<size_t> open_connections{0};
 
-  size_t connection_count() {
+  size_t connection_count() const { return open_connections.load(std::memory_order_relaxed); }
+  void add_connection(std::shared_ptr<Connection> c) {
     std::lock_guard<std::mutex> lock(connections_mu);
-    return connections.size();
+    if (connections.emplace(c.get(), std::move(c)).second) ++open_connections;
+  }
+  void remove_connection(const Connection* c) {
+    std::lock_guard<std::mutex> lock(connections_mu);
+    if (connections.erase(c) > 0) --open_connections;
   }
 };
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <algorithm>
 #include <cstddef>
 #include <functional>
 #include <optional>
@@ -31,6 +32,16 @@ struct HttpServerOptions {
   // running worker's agent keeps one open (its heartbeats), so this bounds
   // the workers a daemon can run beside its users' clients.
   size_t max_connections = 16384;
+  // Connections kept open between requests: a response while more are open
+  // closes its connection (Connection: close), so that beyond this many
+  // clients (30,000 agents against a file limit of 20,000) the rest reconnect
+  // per request instead of being refused. 0: max_connections less 1/16 of
+  // it (HttpServerOptions::kept_connections()).
+  size_t max_kept_connections = 0;
+  size_t kept_connections() const {
+    return max_kept_connections ? std::min(max_kept_connections, max_connections)
+                                : max_connections - max_connections / 16;
+  }
   // From a request's first byte to its last (headers and body); a client
   // slower than this is disconnected.
   std::chrono::milliseconds read_timeout{10'000};

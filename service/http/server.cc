@@ -194,10 +194,7 @@ void HttpServer::on_readable(const boost::system::error_code& ec) {
       continue;
     }
     auto connection = http::make_connection(std::move(socket), ctx_);
-    {
-      std::lock_guard<std::mutex> lock(ctx_->connections_mu);
-      ctx_->connections.emplace(connection.get(), connection);
-    }
+    ctx_->add_connection(connection);
     connection->start();
   }
   accept();
@@ -246,6 +243,7 @@ void HttpServer::stop() {
   {
     std::lock_guard<std::mutex> lock(ctx_->connections_mu);
     ctx_->connections.clear();
+    ctx_->open_connections = 0;
   }
   acceptor_.reset();
   retry_timer_.reset();

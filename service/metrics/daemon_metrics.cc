@@ -20,7 +20,10 @@ void DaemonMetrics::observe_request(const std::string& method, const std::string
 }
 
 void DaemonMetrics::observe_store_write(double seconds) { store_writes_.observe(seconds); }
-void DaemonMetrics::observe_heartbeat_gap(double seconds) { heartbeat_gaps_.observe(seconds); }
+void DaemonMetrics::observe_heartbeat_gap(double seconds, double told) {
+  heartbeat_gaps_.observe(seconds);
+  if (told > 0 && seconds > 1.5 * told) heartbeats_late_.fetch_add(1, std::memory_order_relaxed);
+}
 
 void DaemonMetrics::on_worker_change(const api::Worker& w) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -116,6 +119,12 @@ std::string DaemonMetrics::render(const Sources& src) const {
   out.histogram("muster_store_write_duration_seconds", {}, store_writes_.snapshot());
   out.family("muster_heartbeat_interval_seconds", "histogram", "Time between two heartbeats of one worker.");
   out.histogram("muster_heartbeat_interval_seconds", {}, heartbeat_gaps_.snapshot());
+  out.family("muster_heartbeats_late_total", "counter",
+             "Heartbeats that came more than 1.5 intervals (the interval told to that worker) after its last.");
+  out.sample("muster_heartbeats_late_total", {}, static_cast<double>(heartbeats_late_.load()));
+  out.family("muster_heartbeat_assigned_interval_seconds", "gauge",
+             "The heartbeat interval agents are told now (stretched past --heartbeat-rate heartbeats a second).");
+  out.sample("muster_heartbeat_assigned_interval_seconds", {}, src.heartbeat_interval ? src.heartbeat_interval() : 0);
   out.family("muster_heartbeat_lag_seconds", "gauge", "Seconds since the least recent heartbeat of a running worker.");
   out.sample("muster_heartbeat_lag_seconds", {}, src.max_heartbeat_age ? src.max_heartbeat_age() : 0);
 

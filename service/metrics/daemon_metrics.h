@@ -12,6 +12,8 @@
 // Thread-safe; the observe_* calls take one short mutex.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
@@ -35,7 +37,9 @@ class DaemonMetrics {
 
   void observe_request(const std::string& method, const std::string& route, int code, double seconds);
   void observe_store_write(double seconds);
-  void observe_heartbeat_gap(double seconds);
+  // `told`: the interval the worker was told at its previous beat; a gap
+  // over 1.5 x told counts as late.
+  void observe_heartbeat_gap(double seconds, double told);
   // Every worker change the registry reports.
   void on_worker_change(const api::Worker& worker);
 
@@ -44,6 +48,7 @@ class DaemonMetrics {
     std::function<std::map<api::WorkerStatus, size_t>()> worker_counts;  // workers by status
     std::function<std::vector<api::Cluster>()> clusters;
     std::function<double()> max_heartbeat_age;  // seconds, 0 when nothing runs
+    std::function<double()> heartbeat_interval;  // seconds, what a reply tells agents now
     const TrainingSeries* training = nullptr;
   };
   std::string render(const Sources& sources) const;
@@ -56,6 +61,7 @@ class DaemonMetrics {
   std::map<RequestKey, std::unique_ptr<metrics::Histogram>> requests_;
   metrics::Histogram store_writes_;
   metrics::Histogram heartbeat_gaps_;
+  std::atomic<uint64_t> heartbeats_late_{0};
   std::set<std::string> live_;   // workers counted as launched that have not ended
   std::set<std::string> ended_;  // the most recently ended, oldest first in ended_order_
   std::deque<std::string> ended_order_;

@@ -33,11 +33,12 @@ std::string out_of_memory_reason(double memory_gb) {
 // Every agent call changes memory first and then writes (registry.h,
 // "Persistence"): a store that refuses the write never makes an agent retry
 // or fail its worker.
-api::Result<bool> WorkerRegistry::agent_register(const std::string& id, const std::string& ip,
-                                                 std::optional<int> port,
-                                                 const std::map<std::string, std::string>& limits) {
+api::Result<api::AgentRegistered> WorkerRegistry::agent_register(const std::string& id, const std::string& ip,
+                                                                 std::optional<int> port,
+                                                                 const std::map<std::string, std::string>& limits) {
   Effects fx;
   bool hold = false;
+  std::chrono::milliseconds told{};
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = records_.find(id);
@@ -65,13 +66,16 @@ api::Result<bool> WorkerRegistry::agent_register(const std::string& id, const st
     // only heartbeats after that).
     write_dirty_locked();
     hold = r.hold && !r.release;
+    r.heartbeat_every = heartbeat_interval_locked();
+    told = r.heartbeat_every;
     settle_waiters(fx, false);
   }
   run(std::move(fx));
-  return hold;
+  return api::AgentRegistered{hold, told};
 }
 
-api::Status WorkerRegistry::agent_heartbeat(const std::string& id, std::chrono::nanoseconds waited) {
+api::Result<std::chrono::milliseconds> WorkerRegistry::agent_heartbeat(const std::string& id,
+                                                                       std::chrono::nanoseconds waited) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = records_.find(id);
   if (it == records_.end()) return api::not_found("no worker '" + id + "'");
@@ -83,12 +87,16 @@ api::Status WorkerRegistry::agent_heartbeat(const std::string& id, std::chrono::
   }
   // Stamped when it arrived, not when a thread got to it.
   const auto arrived = clock_.now() - std::chrono::duration_cast<TimePoint::duration>(waited);
-  if (arrived <= r.last_heartbeat) return api::Status::ok();
+  const auto told = r.heartbeat_every.count() > 0 ? r.heartbeat_every : options_.heartbeat_interval;
+  // Told at every beat: the fleet may have grown or shrunk since the last.
+  r.heartbeat_every = heartbeat_interval_locked();
+  if (arrived <= r.last_heartbeat) return r.heartbeat_every;
   if (options_.on_heartbeat_gap) {
-    options_.on_heartbeat_gap(std::chrono::duration<double>(arrived - r.last_heartbeat).count());
+    options_.on_heartbeat_gap(std::chrono::duration<double>(arrived - r.last_heartbeat).count(),
+                              std::chrono::duration<double>(told).count());
   }
   r.last_heartbeat = arrived;
-  return api::Status::ok();
+  return r.heartbeat_every;
 }
 
 // An exit reported while stop() signals the worker ends it `stopped` (the

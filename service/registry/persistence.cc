@@ -111,6 +111,7 @@ api::Status WorkerRegistry::restore(const RestoreOptions& options) {
     if (!r.agent_token.empty()) token_to_id_.set(r.agent_token, r.worker.id);
     by_seq_[r.seq] = r.worker.id;
     auto& placed = records_[r.worker.id] = std::move(r);
+    if (placed.worker.status == WorkerStatus::kRunning) ++running_;  // transition() counts from here on
     if (placed.worker.status == WorkerStatus::kScheduling && !backend_.queues_workers()) {
       transition(placed, WorkerStatus::kFailed, "the daemon restarted before the worker was launched", fx);
     }

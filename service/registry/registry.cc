@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace muster::service {
 
@@ -57,6 +58,8 @@ void WorkerRegistry::shutdown() {
 
 void WorkerRegistry::transition(Record& r, WorkerStatus to, std::string reason, Effects& fx) {
   if (!api::can_transition(r.worker.status, to)) return;
+  if (r.worker.status == WorkerStatus::kRunning) --running_;
+  if (to == WorkerStatus::kRunning) ++running_;
   r.worker.status = to;
   r.worker.reason = std::move(reason);
   const std::string now = format_time(clock_.wall());
@@ -110,8 +113,38 @@ void WorkerRegistry::forget(const std::vector<std::string>& ids) {
     token_to_id_.erase(it->second.agent_token);
     by_seq_.erase(it->second.seq);
     dirty_.erase(id);
-    records_.erase(it);
+    erase_locked(it);
   }
+}
+
+void WorkerRegistry::erase_locked(std::map<std::string, Record>::iterator it) {
+  if (it->second.worker.status == WorkerStatus::kRunning) --running_;
+  records_.erase(it);
+}
+
+std::chrono::milliseconds WorkerRegistry::heartbeat_interval_locked() const {
+  const auto base = options_.heartbeat_interval;
+  if (options_.heartbeat_rate <= 0) return base;
+  const auto stretched = std::chrono::milliseconds(
+      static_cast<int64_t>(std::ceil(1000.0 * static_cast<double>(running_) / options_.heartbeat_rate)));
+  return std::clamp(stretched, base, std::max(base, api::kMaxHeartbeatInterval));
+}
+
+std::chrono::milliseconds WorkerRegistry::heartbeat_timeout_for(std::chrono::milliseconds told) const {
+  const auto base = options_.heartbeat_interval;
+  if (told <= base || base.count() <= 0) return options_.heartbeat_timeout;
+  return std::chrono::milliseconds(static_cast<int64_t>(
+      std::ceil(static_cast<double>(options_.heartbeat_timeout.count()) * told.count() / base.count())));
+}
+
+std::chrono::milliseconds WorkerRegistry::heartbeat_interval_now() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return heartbeat_interval_locked();
+}
+
+size_t WorkerRegistry::running_workers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return running_;
 }
 
 std::vector<api::Worker> WorkerRegistry::list() const {

@@ -89,6 +89,17 @@
 // the backend's poll. Every other backend answers true at once: nothing is
 // held there.
 //
+// Heartbeats at fleet scale: every running worker's agent heartbeats, so n
+// workers cost the daemon n / interval requests a second (bench/fleet: about
+// 50 us of a core each on the 2-core VM). Each register and heartbeat reply
+// tells the agent its interval (api::AgentRegistered, AgentHeartbeatReply):
+// heartbeat_interval while running workers / heartbeat_interval is within
+// heartbeat_rate, else running / heartbeat_rate (10,000 workers at 2,500 a
+// second: 4 s). The loss timeout counts in the interval last told to that
+// worker: heartbeat_timeout x told / heartbeat_interval (5 missed beats at
+// the defaults; 20 s at 4 s). A worker told a longer interval before the
+// fleet shrank keeps its longer timeout until its next beat.
+//
 // For clusters (service/cluster_*.cc): launch_together() takes every batch
 // of a cluster (its task types) as one launch; each batch has a cluster_id and
 // per-worker extras (env, hold, reserve_port); a held worker's agent
@@ -158,6 +169,9 @@ struct RegistryOptions {
   std::chrono::milliseconds startup_timeout{60'000};
   std::chrono::milliseconds heartbeat_timeout{10'000};
   std::chrono::milliseconds heartbeat_interval{2'000};
+  // The heartbeats a second the daemon budgets for ("Heartbeats at fleet
+  // scale"); 0: every agent beats at heartbeat_interval, however many run.
+  double heartbeat_rate = 2500;
   std::chrono::milliseconds stop_grace{3'000};
   std::chrono::milliseconds release_poll{25'000};  // wait-release long-poll bound
   // await with wait_for_completion=false counts a worker as running once its
@@ -171,8 +185,9 @@ struct RegistryOptions {
   std::chrono::milliseconds log_drain_timeout{5'000};
   RetentionOptions retention;
   // Called (under the registry's mutex: it must only record) with the time
-  // between two heartbeats of one worker, for /metrics.
-  std::function<void(double seconds)> on_heartbeat_gap;
+  // between two heartbeats of one worker and the interval it had been told
+  // (seconds), for /metrics.
+  std::function<void(double seconds, double told)> on_heartbeat_gap;
   // A worker's metrics token (service/auth.h), given to its script as
   // MUSTER_METRICS_TOKEN; unset: none is given.
   std::function<std::string(const std::string& worker_id)> metrics_token;
@@ -304,9 +319,15 @@ class WorkerRegistry {
   // when it arrived: `waited` is how long its request waited before this call.
   // `limits`: how the agent enforces them (api::AgentRegistration); none
   // from an older agent keeps the record's.
-  api::Result<bool> agent_register(const std::string& id, const std::string& ip, std::optional<int> port,
-                                   const std::map<std::string, std::string>& limits = {});
-  api::Status agent_heartbeat(const std::string& id, std::chrono::nanoseconds waited = {});
+  // Both answer with the interval the agent heartbeats at from now on
+  // ("Heartbeats at fleet scale"); register with hold too.
+  api::Result<api::AgentRegistered> agent_register(const std::string& id, const std::string& ip,
+                                                   std::optional<int> port,
+                                                   const std::map<std::string, std::string>& limits = {});
+  api::Result<std::chrono::milliseconds> agent_heartbeat(const std::string& id, std::chrono::nanoseconds waited = {});
+  // The interval a reply gives now, and the running workers it is for.
+  std::chrono::milliseconds heartbeat_interval_now() const;
+  size_t running_workers() const;
   // `out_of_memory`: the kernel's OOM killer ended a process of the worker
   // (its cgroup said so); a failure then reads "out of memory (limit N GiB)".
   api::Status agent_exit(const std::string& id, int exit_code, bool out_of_memory = false);
@@ -380,6 +401,12 @@ class WorkerRegistry {
   // A stopping worker's end: its stop_as status (exit code) and stop_reason.
   void end_stopped(Record& r, Effects& fx);
   void mark_dirty(const Record& r) { dirty_.insert(r.worker.id); }
+  // Heartbeats at fleet scale: the interval for running_ workers, and the
+  // loss timeout of a worker told `told`.
+  std::chrono::milliseconds heartbeat_interval_locked() const;
+  std::chrono::milliseconds heartbeat_timeout_for(std::chrono::milliseconds told) const;
+  // Every removal of a record from records_ goes through here (running_).
+  void erase_locked(std::map<std::string, WorkerRecord>::iterator it);
   // Writes every dirty record in one transaction; on failure they stay
   // dirty (the store's health logs it) and tick() tries again.
   void write_dirty_locked();
@@ -428,6 +455,7 @@ class WorkerRegistry {
   TokenIndex token_to_id_;  // its own mutex: read by every agent request's authentication
   std::set<std::string> dirty_;  // changed in memory, not yet in the store
   uint64_t next_seq_ = 1;
+  size_t running_ = 0;  // records in status running (transition(), restore, erase_locked())
   TimePoint last_retention_{};
   std::string sweep_cursor_;  // the last record tick() visited (the sweep)
   std::list<std::shared_ptr<Waiter>> waiters_;

@@ -21,7 +21,7 @@ void WorkerRegistry::drop_locked(const std::string& id, Effects& fx) {
   token_to_id_.erase(it->second.agent_token);
   by_seq_.erase(it->second.seq);
   dirty_.erase(id);
-  records_.erase(it);
+  erase_locked(it);
   fx.removed.push_back(id);
 }
 

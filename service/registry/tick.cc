@@ -4,8 +4,20 @@
 #include "service/registry/registry.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace muster::service {
+
+namespace {
+
+// "10 s", "20.5 s".
+std::string seconds_text(std::chrono::milliseconds d) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", d.count() / 1000.0);
+  return text;
+}
+
+}  // namespace
 
 using api::WorkerStatus;
 
@@ -155,11 +167,12 @@ void WorkerRegistry::tick() {
                              std::to_string(options_.startup_timeout.count() / 1000.0) + " s); see the worker's log",
                          fx);
         fx.to_stop.push_back(id);
-      } else if (s == WorkerStatus::kRunning && now - r.last_heartbeat > options_.heartbeat_timeout) {
+      } else if (s == WorkerStatus::kRunning && now - r.last_heartbeat > heartbeat_timeout_for(r.heartbeat_every)) {
+        // Counted in the interval this agent was told (registry.h,
+        // "Heartbeats at fleet scale").
         transition(r, WorkerStatus::kLost,
-                         "no heartbeat from the agent for " +
-                             std::to_string(options_.heartbeat_timeout.count() / 1000.0) + " s",
-                         fx);
+                   "no heartbeat from the agent for " + seconds_text(heartbeat_timeout_for(r.heartbeat_every)),
+                   fx);
         fx.to_stop.push_back(id);
       } else if (process.state == workers::ProcessState::kLost) {
         transition(r, WorkerStatus::kLost,

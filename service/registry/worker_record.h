@@ -8,10 +8,11 @@
 // stored field of r; the monotonic times (launched_at, last_heartbeat,
 // finished) are not stored (a restarted daemon counts its timeouts from its
 // own start, and a finished worker's age from its finished_at), nor are
-// `launching`, `waiting`, `stopping` and `held_exit` (work in flight does
-// not survive a restart).
+// `heartbeat_every`, `launching`, `waiting`, `stopping` and `held_exit`
+// (work in flight does not survive a restart).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -34,6 +35,9 @@ struct WorkerRecord {
   std::optional<api::Release> release;
   TimePoint launched_at;     // startup timeout counts from here
   TimePoint last_heartbeat;  // heartbeat timeout counts from here
+  // The interval the agent was last told (registry.h, "Heartbeats at fleet
+  // scale"); zero: the base interval (none told yet).
+  std::chrono::milliseconds heartbeat_every{0};
   TimePoint running_since{}; // when it became running (await's settle time counts from here)
   std::filesystem::path log_path;
   std::string process;       // Backend::process_identity(), for a later daemon

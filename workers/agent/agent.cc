@@ -276,6 +276,8 @@ int run_agent(const AgentOptions& o) {
     return 3;
   }
   const bool hold = registered->hold;
+  // The daemon's heartbeat budget may stretch the interval (api/agent_protocol.h).
+  auto heartbeat_every = registered->heartbeat.value_or(o.env.heartbeat);
   // The backend started the agent in the worker's directory: the script's
   // scratch space and where released files go (absolute paths, since the
   // script itself starts in the project).
@@ -302,11 +304,17 @@ int run_agent(const AgentOptions& o) {
     std::unique_lock<std::mutex> lock(mu);
     auto last_answer = std::chrono::steady_clock::now();
     int refused = 0;  // 401/403 in a row
-    while (!cv.wait_for(lock, o.env.heartbeat, [&] { return done; })) {
+    while (!cv.wait_for(lock, heartbeat_every, [&] { return done; })) {
       lock.unlock();
       auto r = client.post(kept, "heartbeat", json::object(), 5s);
       lock.lock();
       if (exit_reporting) continue;
+      if (r && r->status == 200) {
+        // {} from an older daemon keeps the interval; a malformed reply too.
+        if (auto told = api::heartbeat_reply_from_json(json::parse(r->body, nullptr, false)); told && told->heartbeat) {
+          heartbeat_every = *told->heartbeat;
+        }
+      }
       const bool denied = r && (r->status == 401 || r->status == 403);
       refused = denied ? refused + 1 : 0;
       if (r && r->status < 500 && !denied) last_answer = std::chrono::steady_clock::now();
