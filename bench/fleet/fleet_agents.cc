@@ -2,13 +2,17 @@
 // benchmark (bench/fleet/run.py). It connects to a FleetBackend's Unix
 // socket (fleet_backend.h) and, for every worker announced there, does what
 // muster-agent does over the real agent protocol (api/agent_protocol.h):
-// register on a connection of its own, kept open; heartbeat every
-// --interval-ms (at a random phase, on schedule, not drifting); end with an
+// register on a connection of its own, kept open while musterd keeps it
+// (a response with Connection: close, or a close while idle, means a new
+// connection for the next request, as the agent's HttpConnection does);
+// heartbeat every --interval-ms, or every heartbeat_s once a register or
+// heartbeat reply gives one (at a random phase, on schedule, not drifting);
+// end with an
 // exit report when the backend says stop or a heartbeat answers 409; and
 // write the worker's log file. It runs no script.
 //
 //   fleet_agents --socket PATH --port PORT [--interval-ms 2000]
-//                [--source 127.0.0.2 ...]
+//                [--source 127.0.0.2 ...]   (--help says more)
 //
 // Each agent's connection leaves from one of the --source loopback addresses
 // (round-robin; IP_BIND_ADDRESS_NO_PORT), so 30,000 connections to one port
@@ -20,6 +24,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <fstream>
@@ -31,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -52,6 +58,8 @@ struct Stats {
   std::map<int, uint64_t> statuses[3];
   uint64_t errors = 0;        // connect/read/write failures (each retried)
   uint64_t queued = 0;        // heartbeats due while the previous request was still out
+  uint64_t stale = 0;         // kept connections found closed (asked again at once on a new one)
+  uint64_t reconnects = 0;    // connections opened after the first
   uint64_t registered = 0, exited = 0;
 
   static nlohmann::json summary(std::vector<uint32_t>& v) {
@@ -88,6 +96,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
   void on_response(Kind kind, beast::error_code ec);
   void schedule_heartbeat(Clock::time_point at);
   void retry_later();
+  void take_interval(const std::string& body);
 
   Fleet& fleet_;
   const std::string id_, token_, log_path_;
@@ -102,6 +111,9 @@ class Agent : public std::enable_shared_from_this<Agent> {
   bool connected_ = false, busy_ = false, registered_ = false, ending_ = false, done_ = false;
   Clock::time_point sent_{};
   Clock::time_point next_beat_{};
+  std::chrono::milliseconds interval_{};  // as the daemon last said (--interval-ms until it does)
+  int answered_here_ = 0;  // requests answered on the open connection
+  bool reused_ = false;    // the request in flight went on a connection kept from an earlier one
 };
 
 class Fleet {
@@ -115,14 +127,13 @@ class Fleet {
   asio::io_context& io() { return io_; }
   const Options& options() const { return options_; }
   Stats& stats() { return stats_; }
-  std::chrono::milliseconds random_phase() {
-    return std::chrono::milliseconds(std::uniform_int_distribution<long>(0, options_.interval.count() - 1)(rng_));
-  }
+  long random_below(long n) { return std::uniform_int_distribution<long>(0, std::max(n, 1L) - 1)(rng_); }
   void finished(const std::string& id) { agents_.erase(id); }
 
   void report() {
     nlohmann::json j{{"agents", agents_.size()},    {"registered", stats_.registered}, {"exited", stats_.exited},
-                     {"errors", stats_.errors},     {"queued_heartbeats", stats_.queued}};
+                     {"errors", stats_.errors},     {"queued_heartbeats", stats_.queued},
+                     {"stale_connections", stats_.stale}, {"reconnects", stats_.reconnects}};
     for (int k = 0; k < 3; ++k) {
       auto s = Stats::summary(stats_.micros[k]);
       for (const auto& [code, n] : stats_.statuses[k]) s["status"][std::to_string(code)] = n;
@@ -130,7 +141,7 @@ class Fleet {
       stats_.micros[k].clear();
       stats_.statuses[k].clear();
     }
-    stats_.errors = stats_.queued = 0;
+    stats_.errors = stats_.queued = stats_.stale = stats_.reconnects = 0;
     std::cout << j.dump() << std::endl;
   }
 
@@ -178,7 +189,18 @@ class Fleet {
 
 Agent::Agent(Fleet& fleet, std::string id, std::string token, std::string log_path, asio::ip::address_v4 source)
     : fleet_(fleet), id_(std::move(id)), token_(std::move(token)), log_path_(std::move(log_path)), source_(source),
-      socket_(fleet.io()), heartbeat_timer_(fleet.io()), retry_timer_(fleet.io()) {}
+      socket_(fleet.io()), heartbeat_timer_(fleet.io()), retry_timer_(fleet.io()),
+      interval_(fleet.options().interval) {}
+
+// A reply's heartbeat_s, if any (api/agent_protocol.h): only where a
+// number follows the key, as the agent reads it; anything else keeps it.
+void Agent::take_interval(const std::string& body) {
+  if (body.find("heartbeat_s") == std::string::npos) return;
+  const auto j = nlohmann::json::parse(body, nullptr, false);
+  if (!j.is_object() || !j.contains("heartbeat_s") || !j["heartbeat_s"].is_number()) return;
+  const double s = j["heartbeat_s"].get<double>();
+  if (s >= 0.01 && s <= 3600) interval_ = std::chrono::milliseconds(std::llround(s * 1000));
+}
 
 void Agent::start() {
   enqueue(Kind::kRegister);
@@ -193,6 +215,7 @@ void Agent::stop() {
 }
 
 void Agent::connect() {
+  if (registered_ || ending_) ++fleet_.stats().reconnects;
   beast::error_code ec;
   socket_ = tcp::socket(fleet_.io());
   socket_.open(tcp::v4(), ec);
@@ -212,6 +235,7 @@ void Agent::connect() {
                           }
                           self->socket_.set_option(tcp::no_delay(true));
                           self->connected_ = true;
+                          self->answered_here_ = 0;
                           self->send_next();
                         });
 }
@@ -254,6 +278,7 @@ void Agent::send_next() {
   request_ = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + token_ +
              "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   busy_ = true;
+  reused_ = answered_here_ > 0;
   sent_ = Clock::now();
   asio::async_write(socket_, asio::buffer(request_), [self = shared_from_this(), kind](beast::error_code ec, std::size_t) {
     if (ec) return self->on_response(kind, ec);
@@ -267,14 +292,26 @@ void Agent::on_response(Kind kind, beast::error_code ec) {
   busy_ = false;
   auto& stats = fleet_.stats();
   if (ec) {
-    ++stats.errors;
     beast::error_code ignored;
     socket_.close(ignored);
     buffer_.clear();
+    connected_ = false;
     if (!(kind == Kind::kHeartbeat && ending_)) queue_.push_front(kind);  // asked again once reconnected
+    // A kept connection the daemon closed while idle: once more at once
+    // on a new one (the agent's HttpConnection does the same).
+    if (reused_) {
+      ++stats.stale;
+      return send_next();
+    }
+    ++stats.errors;
     return retry_later();
   }
+  ++answered_here_;
+  take_interval(response_.body());
   const int status = response_.result_int();
+  // 5xx (503: over the connection limit, a full lane): asked again later,
+  // as the agent's post_retrying does; a heartbeat waits for its next turn.
+  const bool retry = status >= 500;
   stats.micros[static_cast<int>(kind)].push_back(
       static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - sent_).count()));
   ++stats.statuses[static_cast<int>(kind)][status];
@@ -283,13 +320,18 @@ void Agent::on_response(Kind kind, beast::error_code ec) {
     socket_.close(ignored);
     connected_ = false;
   }
+  if (retry && kind != Kind::kHeartbeat) {
+    queue_.push_front(kind);
+    return retry_later();
+  }
   switch (kind) {
     case Kind::kRegister:
       if (status == 200 && !registered_) {
         registered_ = true;
         ++stats.registered;
         std::ofstream(log_path_, std::ios::app) << "fleet agent: worker " << id_ << " registered\n";
-        schedule_heartbeat(Clock::now() + fleet_.random_phase());
+        // At a random phase of the interval the reply gave.
+        schedule_heartbeat(Clock::now() + std::chrono::milliseconds(fleet_.random_below(interval_.count())));
       } else if (status != 200) {
         return stop();
       }
@@ -318,7 +360,7 @@ void Agent::schedule_heartbeat(Clock::time_point at) {
   heartbeat_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
     if (ec || self->ending_) return;
     self->enqueue(Kind::kHeartbeat);
-    self->schedule_heartbeat(self->next_beat_ + self->fleet_.options().interval);
+    self->schedule_heartbeat(self->next_beat_ + self->interval_);
   });
 }
 
@@ -326,31 +368,22 @@ void Agent::schedule_heartbeat(Clock::time_point at) {
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::cerr << "fleet_agents: " << a << " needs a value\n";
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--socket") {
-      o.socket = value();
-    } else if (a == "--port") {
-      o.port = static_cast<unsigned short>(std::stoi(value()));
-    } else if (a == "--interval-ms") {
-      o.interval = std::chrono::milliseconds(std::stol(value()));
-    } else if (a == "--source") {
-      o.sources.push_back(asio::ip::make_address_v4(value()));
-    } else {
-      std::cerr << "fleet_agents: unknown argument " << a << "\n";
+  CLI::App app{"fleet_agents: simulated muster agents for bench/fleet"};
+  long interval_ms = o.interval.count();
+  std::vector<std::string> sources;
+  app.add_option("--socket", o.socket, "the fleet backend's Unix socket")->required();
+  app.add_option("--port", o.port, "musterd's port on 127.0.0.1")->required()->check(CLI::Range(1, 65535));
+  app.add_option("--interval-ms", interval_ms, "heartbeat interval")->check(CLI::Range(1L, 3'600'000L));
+  app.add_option("--source", sources, "loopback source addresses, round-robin (repeatable)");
+  CLI11_PARSE(app, argc, argv);
+  o.interval = std::chrono::milliseconds(interval_ms);
+  for (const auto& a : sources) {
+    boost::system::error_code ec;
+    o.sources.push_back(asio::ip::make_address_v4(a, ec));
+    if (ec) {
+      std::cerr << "fleet_agents: --source " << a << ": not an IPv4 address\n";
       return 2;
     }
-  }
-  if (o.socket.empty() || o.port == 0 || o.interval.count() <= 0) {
-    std::cerr << "usage: fleet_agents --socket PATH --port PORT [--interval-ms MS] [--source ADDR ...]\n";
-    return 2;
   }
   if (o.sources.empty()) o.sources.push_back(asio::ip::make_address_v4("127.0.0.1"));
   rlimit files{};

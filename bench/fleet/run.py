@@ -45,6 +45,17 @@ def percentile(values, q):
     return v[min(len(v) - 1, int(q * len(v)))]
 
 
+def raise_file_limit(want):
+    """Raises this process's open-files limit (children inherit it) to `want`, or as far as the hard limit
+    goes; returns the soft limit it got."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, max(want, hard)))
+    except (ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
 def load_average():
     with open("/proc/loadavg") as f:
         return [float(x) for x in f.read().split()[:3]]
@@ -53,26 +64,24 @@ def load_average():
 class Daemon:
     """fleet-musterd in a fresh state dir, and a keep-alive user connection to it."""
 
-    def __init__(self, build, workdir, n, interval_s, agent_procs, extra=()):
+    def __init__(self, build, workdir, n, interval_s, agent_procs, heartbeat_rate):
         self.state = os.path.join(workdir, "state")
         self.socket = os.path.join(workdir, "fleet.sock")
         os.makedirs(self.state)
         self.log = open(os.path.join(workdir, "musterd.log"), "w")
-        limit = max(65536, 4 * n + 4096)
-
-        def raise_files():
-            try:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
-            except (ValueError, OSError):
-                pass
-
+        # As many connections as the open-files limit allows (musterd raises
+        # its soft limit to the hard one; on this machine the hard limit is
+        # 20,000 and cannot be raised), less room for its other files.
+        self.file_limit = raise_file_limit(4 * n + 4096)
+        self.max_connections = self.file_limit - 1024
         self.proc = subprocess.Popen(
             [os.path.join(build, "bin", "fleet-musterd"), "--listen", "127.0.0.1:0", "--project-dir", REPO,
              "--state-dir", self.state, "--backend", "fleet", "--backend-opt", "socket=" + self.socket,
              "--max-workers", "1000", "--max-live-workers", str(n + 2000),
-             "--max-finished-workers", str(n + 2000), "--http-max-connections", str(limit - 1024),
-             "--heartbeat-interval", str(interval_s), "--log-level", "warn"] + list(extra),
-            stdout=subprocess.PIPE, stderr=self.log, preexec_fn=raise_files, text=True)
+             "--max-finished-workers", str(n + 2000), "--http-max-connections", str(self.max_connections),
+             "--heartbeat-interval", str(interval_s), "--heartbeat-rate", str(heartbeat_rate),
+             "--log-level", "warn"],
+            stdout=subprocess.PIPE, stderr=self.log, text=True)
         line = self.proc.stdout.readline()
         if "listening on" not in line:
             raise SystemExit("fleet-musterd did not start: %r (see %s)" % (line, self.log.name))
@@ -88,7 +97,7 @@ class Daemon:
                 sources += ["--source", "127.0.%d.%d" % (10 + k, 2 + s)]
             p = subprocess.Popen([os.path.join(build, "bin", "fleet_agents"), "--socket", self.socket, "--port",
                                   str(self.port), "--interval-ms", str(int(interval_s * 1000))] + sources,
-                                 stdout=subprocess.PIPE, text=True, preexec_fn=raise_files)
+                                 stdout=subprocess.PIPE, text=True)
             if json.loads(p.stdout.readline()).get("ready") is not True:
                 raise SystemExit("fleet_agents did not start")
             self.agents.append(p)
@@ -132,7 +141,8 @@ class Daemon:
         """What every agent process saw since the last call, merged (latencies: the worst process's)."""
         for p in self.agents:
             p.send_signal(signal.SIGUSR1)
-        merged = {"agents": 0, "registered": 0, "exited": 0, "errors": 0, "queued_heartbeats": 0}
+        merged = {"agents": 0, "registered": 0, "exited": 0, "errors": 0, "queued_heartbeats": 0,
+                  "stale_connections": 0, "reconnects": 0}
         counters = list(merged)
         for p in self.agents:
             s = json.loads(p.stdout.readline())
@@ -159,18 +169,20 @@ class Daemon:
             if not token:
                 return counts
 
-    def late_heartbeats(self, interval_s):
-        """(late, all) heartbeat gaps from the daemon's own histogram."""
+    def metric(self, text, name):
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    def heartbeats(self):
+        """(late, all, assigned interval s) from the daemon's own /metrics: a heartbeat is late when it came
+        more than 1.5 times the interval that worker was told after its previous one."""
         status, text = self.request("GET", "/metrics")
-        buckets, total = {}, 0
-        for line in text.decode().splitlines():
-            if line.startswith("muster_heartbeat_interval_seconds_bucket"):
-                le = line.split('le="', 1)[1].split('"', 1)[0]
-                buckets[le] = float(line.rsplit(" ", 1)[1])
-            elif line.startswith("muster_heartbeat_interval_seconds_count"):
-                total = float(line.rsplit(" ", 1)[1])
-        on_time = max((c for le, c in buckets.items() if le != "+Inf" and float(le) <= 1.5 * interval_s), default=0)
-        return total - on_time, total
+        text = text.decode()
+        return (self.metric(text, "muster_heartbeats_late_total") or 0,
+                self.metric(text, "muster_heartbeat_interval_seconds_count") or 0,
+                self.metric(text, "muster_heartbeat_assigned_interval_seconds"))
 
     def close(self):
         for p in self.agents:
@@ -244,10 +256,12 @@ def event_stream(d, stop_id):
     return snapshot_ms, None
 
 
-def run_size(build, n, args):
+def run_size(build, n, args, heartbeat_rate):
     workdir = tempfile.mkdtemp(prefix="muster-fleet-%d." % n)
-    d = Daemon(build, workdir, n, args.interval, args.agent_procs)
-    result = {"workers": n, "heartbeat_interval_s": args.interval, "agent_processes": args.agent_procs}
+    d = Daemon(build, workdir, n, args.interval, args.agent_procs, heartbeat_rate)
+    result = {"workers": n, "heartbeat_interval_s": args.interval, "heartbeat_rate": heartbeat_rate,
+              "agent_processes": args.agent_procs, "file_limit": d.file_limit,
+              "max_connections": d.max_connections}
     try:
         t = time.time()
         ids = launch(d, n)
@@ -257,14 +271,18 @@ def run_size(build, n, args):
         if counts.get("running", 0) < n:
             result["error"] = "only %d of %d workers running" % (counts.get("running", 0), n)
             return result
-        time.sleep(2 * args.interval)  # every agent past its first heartbeat
+        _, _, assigned = d.heartbeats()
+        assigned = assigned or args.interval
+        result["assigned_interval_s"] = assigned
+        result["loss_timeout_s"] = round(10.0 * max(1.0, assigned / args.interval), 1)  # musterd's default 10 s
+        time.sleep(2 * assigned)  # every agent past its first heartbeat at the interval it was told
         d.agent_stats()
-        late0, all0 = d.late_heartbeats(args.interval)
+        late0, all0, _ = d.heartbeats()
         cpu0, t0 = d.cpu_seconds(), time.time()
-        time.sleep(args.window)
+        time.sleep(max(args.window, 3 * assigned))
         cpu1, t1 = d.cpu_seconds(), time.time()
         hb = d.agent_stats()
-        late1, all1 = d.late_heartbeats(args.interval)
+        late1, all1, _ = d.heartbeats()
         counts = d.statuses()
         result["idle"] = {
             "window_s": round(t1 - t0, 1),
@@ -274,6 +292,8 @@ def run_size(build, n, args):
             "heartbeats_late": int(late1 - late0),
             "heartbeats_seen_by_daemon": int(all1 - all0),
             "agent_errors": hb["errors"],
+            "agent_reconnects": hb["reconnects"],
+            "agent_stale_connections": hb["stale_connections"],
             "statuses": counts,
             "wrongly_lost": counts.get("lost", 0),
         }
@@ -298,7 +318,7 @@ def run_size(build, n, args):
         d.agent_stats()
         # A wave of 1,000 registrations at once.
         t = time.time()
-        wave = launch(d, 1000)
+        launch(d, 1000)
         counts = wait_running(d, n - 1 + 1000, timeout=120)
         wave_s = time.time() - t
         stats = d.agent_stats()
@@ -316,7 +336,6 @@ def run_size(build, n, args):
             time.sleep(0.5)
         result["stop_all"] = {"call_s": round(stop_call, 2), "all_stopped_s": round(time.time() - t, 2),
                               "statuses": counts}
-        del wave
     finally:
         d.close()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -336,28 +355,40 @@ TARGETS = {
 
 
 def markdown(report):
+    first = report["sizes"][0] if report["sizes"] else {}
     lines = ["## Fleet: one musterd, simulated workers", "",
              "bench/fleet: fleet-musterd (musterd's own main and flags, with a backend that starts nothing) and "
-             "%d fleet_agents processes speaking the real agent protocol for every worker (register, a heartbeat "
-             "every %.0f s on a kept connection, exit, the log file), all on this %d-core machine; the agents' CPU "
-             "is not musterd's but shares its cores. Load average before %s, after %s." % (
-                 report["sizes"][0].get("agent_processes", 0) if report["sizes"] else 0,
-                 report["sizes"][0].get("heartbeat_interval_s", 2) if report["sizes"] else 2, report["cores"],
+             "%d fleet_agents processes speaking the real agent protocol for every worker (register, heartbeats "
+             "on a connection kept while musterd keeps it, exit, the log file), all on this %d-core machine; the "
+             "agents' CPU is not musterd's but shares its cores. musterd runs with its defaults: heartbeats every "
+             "%g s (--heartbeat-interval) while within --heartbeat-rate %g a second, stretched beyond it "
+             "(\"budget off\": --heartbeat-rate 0, every agent at %g s, the reference); connections up to the "
+             "open-files limit (4 x workers + 4,096, at most the hard limit, %d here, which cannot be raised) less "
+             "1,024, kept open up to "
+             "15/16 of that (\"reconnects\": agents told Connection: close that came back on a new connection). "
+             "Load average before %s, after %s." % (
+                 first.get("agent_processes", 0), report["cores"], first.get("heartbeat_interval_s", 2),
+                 max((r.get("heartbeat_rate", 0) for r in report["sizes"]), default=0),
+                 first.get("heartbeat_interval_s", 2), max((r.get("file_limit", 0) for r in report["sizes"]), default=0),
                  report["load_before"], report["load_after"]), "",
-             "| workers | start, s | idle CPU | RSS, MB | heartbeat p50 / p99, ms | late | lost | paged list p99, ms "
+             "| workers | heartbeat every / lost after, s | start, s | idle CPU | RSS, MB | heartbeat p50 / p99, ms "
+             "| late | lost | reconnects | paged list p99, ms "
              "| GET worker p99, ms | /metrics ms / KB | event snapshot, ms | stop→event, ms | wave of 1,000, s "
              "| register p99, ms | stop all, s |",
-             "|" + "---|" * 15]
+             "|" + "---|" * 17]
     for r in report["sizes"]:
+        label = "%d%s" % (r["workers"], " (budget off)" if r.get("heartbeat_rate") == 0 else "")
         if "idle" not in r:
-            lines.append("| %d | %s |%s" % (r["workers"], r.get("error", "?"), " |" * 13))
+            lines.append("| %s | %s |%s" % (label, r.get("error", "?"), " |" * 15))
             continue
         i = r["idle"]
-        lines.append("| %d | %.1f | %.1f%% | %.0f | %.1f / %.1f | %d of %d | %d | %.1f | %.1f | %.0f / %.0f | %s | %s "
-                     "| %.1f | %.1f | %.1f |" % (
-                         r["workers"], r["start_s"], 100 * i["cpu_core_fraction"], i["rss_mb"],
+        lines.append("| %s | %g / %g | %.1f | %.1f%% | %.0f | %.1f / %.1f | %d of %d | %d | %d | %.1f | %.1f "
+                     "| %.0f / %.0f | %s | %s | %.1f | %.1f | %.1f |" % (
+                         label, r.get("assigned_interval_s", 0), r.get("loss_timeout_s", 0),
+                         r["start_s"], 100 * i["cpu_core_fraction"], i["rss_mb"],
                          i["heartbeat"].get("p50_ms", 0), i["heartbeat"].get("p99_ms", 0), i["heartbeats_late"],
-                         i["heartbeats_seen_by_daemon"], i["wrongly_lost"], r["paged_list"]["p99_ms"],
+                         i["heartbeats_seen_by_daemon"], i["wrongly_lost"], i.get("agent_reconnects", 0),
+                         r["paged_list"]["p99_ms"],
                          r["get_worker"]["p99_ms"], r["metrics"]["p50_ms"], r["metrics"]["bytes"] / 1024,
                          "%.0f" % r["event_stream"]["snapshot_ms"] if r["event_stream"]["snapshot_ms"] else "-",
                          "%.0f" % r["event_stream"]["stop_to_event_ms"] if r["event_stream"]["stop_to_event_ms"] else "-",
@@ -365,6 +396,8 @@ def markdown(report):
                          r["stop_all"]["all_stopped_s"]))
     lines += ["", "Targets (issue 45):", "", "| workers | figure | measured | target | |", "|---|---|---|---|---|"]
     for r in report["sizes"]:
+        if r.get("heartbeat_rate") == 0:
+            continue  # the reference row, not a target
         for name, get, limit, fmt in TARGETS.get(r["workers"], []):
             try:
                 v = get(r)
@@ -372,7 +405,7 @@ def markdown(report):
                 lines.append("| %d | %s | not measured | %s | fail |" % (r["workers"], name, limit))
                 continue
             ok = v <= limit
-            lines.append("| %d | %s | %s | ≤ %s | %s |" % (r["workers"], name, fmt.format(v), limit,
+            lines.append("| %d | %s | %s | ≤ %s | %s |" % (r["workers"], name, fmt.format(v), fmt.format(limit),
                                                         "pass" if ok else "**fail**"))
     return "\n".join(lines) + "\n"
 
@@ -380,15 +413,19 @@ def markdown(report):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
-    ap.add_argument("--sizes", default="1000,10000,30000")
+    ap.add_argument("--sizes", default="1000,10000:fixed,10000,30000",
+                    help="fleet sizes; N:fixed runs N with musterd's heartbeat budget off (the reference)")
+    ap.add_argument("--heartbeat-rate", type=float, default=2500, help="musterd's --heartbeat-rate (its default)")
     ap.add_argument("--interval", type=float, default=2.0, help="agents' heartbeat interval, s (musterd's default)")
     ap.add_argument("--window", type=float, default=20.0, help="idle measurement window, s")
     ap.add_argument("--agent-procs", type=int, default=2)
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "out", "fleet.json"))
     args = ap.parse_args()
     report = {"bench": "fleet", "cores": os.cpu_count(), "load_before": load_average(), "sizes": []}
-    for n in [int(x) for x in args.sizes.split(",")]:
-        r = run_size(args.build, n, args)
+    for size in args.sizes.split(","):
+        # "10000:fixed": the reference, every agent at --interval however many run (--heartbeat-rate 0).
+        n, _, how = size.partition(":")
+        r = run_size(args.build, int(n), args, 0 if how == "fixed" else args.heartbeat_rate)
         print(json.dumps(r), flush=True)
         report["sizes"].append(r)
     report["load_after"] = load_average()

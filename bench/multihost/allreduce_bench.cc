@@ -7,9 +7,9 @@
 //
 // For each size the three run rep by rep, interleaved, so load on the
 // machine hits them alike; a rep is ops_per_rep(bytes) ops back to back
-// between barriers (64 MB of allreduce, 1 to 32 ops: the barrier's ranks
-// leave it milliseconds apart on hosts sharing two cores, which one op of a
-// few MB would carry whole), its time the slowest rank's over the ops, and
+// between barriers (64 MB of allreduce, 1 to 32 ops, or 512 of at most 4 KB:
+// the barrier's ranks leave it milliseconds apart on hosts sharing two
+// cores, which one op of a few MB would carry whole), its time the slowest rank's over the ops, and
 // the figure the median (algbw = bytes / time per op). Next to it, the CPU
 // seconds per op summed over ranks (getrusage: every thread of the process,
 // kernel time of its socket calls included): when the hosts share a
@@ -69,9 +69,13 @@ struct Sample {
   double cpu;      // summed over ranks
 };
 
-// Ops per timed rep: 64 MB worth, at least 1, at most 32 (gloo_allreduce.py
+// Ops per timed rep: 64 MB worth, at least 1, at most 32; a latency probe
+// (at most 4 KB) 512 back to back, as OSU's osu_allreduce runs thousands of
+// small ones: with 32, the milliseconds between the ranks' exits from the
+// barrier were a fifth of each 8-byte op's figure on 4 hosts (gloo_allreduce.py
 // uses the same rule).
 int ops_per_rep(std::size_t bytes) {
+  if (bytes <= 4096) return 512;
   return static_cast<int>(std::clamp<std::size_t>((std::size_t{64} << 20) / std::max<std::size_t>(bytes, 1), 1, 32));
 }
 

@@ -27,7 +27,10 @@ def cpu_s():
 
 
 def ops_per_rep(size):
-    """64 MB of allreduce per timed rep, 1 to 32 ops (multihost_allreduce_bench's rule)."""
+    """64 MB of allreduce per timed rep, 1 to 32 ops; a latency probe (at most 4 KB) 512
+    (multihost_allreduce_bench's rule)."""
+    if size <= 4096:
+        return 512
     return max(1, min(32, (64 << 20) // max(size, 1)))
 
 

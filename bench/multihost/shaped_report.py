@@ -50,7 +50,9 @@ def targets(r):
 def report(r):
     lines = ["## Shaped links (bench/multihost/shaped.py: veth links with tbf and a delay line, one rank per host)\n",
              f"Load average {r['load_before']} before, {r['load_after']} after, {r['cpus']} cores"
-             f"{', quick mode' if r.get('quick') else ''}; {r['reps']} reps per figure (median). Every host's link is "
+             f"{', quick mode' if r.get('quick') else ''}; {r['reps']} reps per figure (median), a rep 64 MB worth "
+             "of ops back to back between barriers (at most 32), or 512 of 8 B (the barrier's exit skew spread "
+             "thin, as OSU's latency tests do). Every host's link is "
              "shaped both ways (tbf on both ends of its veth) to the rate, and each host's incoming packets are "
              "held half the added round trip (this kernel has no sch_netem: an NFQUEUE delay line). Bus bandwidth "
              "= algbw x 2 (p-1)/p, the bytes each link carries each way per second, as a fraction of the rate "
