@@ -457,6 +457,29 @@ TEST_F(RegistryTest, HeartbeatBudgetFollowsTheRunningCount) {
   EXPECT_EQ(registry_->heartbeat_interval_now(), 2s);
 }
 
+// A restarted daemon does not know what the last one told each agent: it
+// assumes what its own budget gives the restored fleet, so agents beating at
+// a stretched interval are not lost before their first beat reaches it.
+TEST_F(RegistryTest, ARestartedDaemonCountsLossInTheIntervalItsBudgetGives) {
+  registry_.reset();
+  options_.heartbeat_interval = 2s;
+  options_.heartbeat_timeout = 5s;
+  options_.heartbeat_rate = 1;
+  registry_ = std::make_unique<WorkerRegistry>(options_, backend_, store_.get(), clock_);
+  auto ids = launch(4);
+  for (const auto& id : ids) ASSERT_TRUE(registry_->agent_register(id, "127.0.0.1", std::nullopt).is_ok());
+  for (const auto& id : ids) EXPECT_EQ(registry_->agent_heartbeat(id).value(), 4s);
+  registry_.reset();
+  registry_ = std::make_unique<WorkerRegistry>(options_, backend_, store_.get(), clock_);
+  ASSERT_TRUE(registry_->restore().is_ok());
+  clock_.advance(9s);  // past 5 s, within 5 s x 4 / 2
+  registry_->tick();
+  for (const auto& id : ids) EXPECT_EQ(status(id), WorkerStatus::kRunning);
+  clock_.advance(1001ms);
+  registry_->tick();
+  for (const auto& id : ids) EXPECT_EQ(status(id), WorkerStatus::kLost);
+}
+
 TEST_F(RegistryTest, AgentThatDiesWithoutReportingFails) {
   auto id = launch(1)[0];
   ASSERT_TRUE(registry_->agent_register(id, "127.0.0.1", std::nullopt).is_ok());

@@ -126,11 +126,19 @@ api::Status WorkerRegistry::restore(const RestoreOptions& options) {
   if (!orphans.empty()) {
     if (auto s = adopt_orphans_locked(orphans, options, fx); !s) {
       records_.clear();
+      running_ = 0;
       by_seq_.clear();
       token_to_id_.clear();
       dirty_.clear();
       return s;
     }
+  }
+  // Their agents beat at what the last daemon told them, which is not
+  // stored: the interval this daemon's budget gives the same fleet (the
+  // same flags give the same), until each one's next beat tells it anew.
+  const auto told = heartbeat_interval_locked();
+  for (auto& [id, r] : records_) {
+    if (r.worker.status == WorkerStatus::kRunning) r.heartbeat_every = told;
   }
   write_dirty_locked();
   lock.unlock();

@@ -98,7 +98,9 @@
 // second: 4 s). The loss timeout counts in the interval last told to that
 // worker: heartbeat_timeout x told / heartbeat_interval (5 missed beats at
 // the defaults; 20 s at 4 s). A worker told a longer interval before the
-// fleet shrank keeps its longer timeout until its next beat.
+// fleet shrank keeps its longer timeout until its next beat. What was told
+// is not stored: restore() assumes what this daemon's budget gives the
+// restored fleet (the same flags give the same).
 //
 // For clusters (service/cluster_*.cc): launch_together() takes every batch
 // of a cluster (its task types) as one launch; each batch has a cluster_id and
