@@ -12,8 +12,10 @@
 namespace muster::runtime::comm {
 namespace {
 
-// The ring's block when every link is TCP (allreduce_ring).
+// The ring's block when every link is TCP (allreduce_ring): with I/O
+// threads, and inline (the progress thread moves every byte).
 constexpr std::size_t kTcpRingBlockBytes = 16u << 20;
+constexpr std::size_t kTcpInlineRingBlockBytes = 4u << 20;
 
 // Idle polls of the TCP links (a readv and sendmsg each) before ppoll.
 constexpr uint32_t kTcpPauseRounds = 8;
@@ -39,10 +41,17 @@ void WorldCommunicator::allreduce_ring(void* data, std::size_t count, DataType d
   // slowest rank; with the kernel's copies on threads of their own that wait,
   // not the cache, is what counts. bench/multihost, 64 MB, 16 cores: 2 hosts
   // 4.6 GB/s at 16 MB blocks against 3.3 at 1 MB, 4 hosts the same as one
-  // whole block. Inline (2 shared cores) the 1 MB blocks stay: the progress
-  // thread does every copy, and a block still in cache for its allgather
-  // saved 30-45% CPU per op there (1.3-1.7x the 16 MB blocks).
-  if (tcp_ring_everywhere_ && tcp_io_threads() && !block_from_env_) ctx.block_bytes = kTcpRingBlockBytes;
+  // whole block. Inline (2 shared cores) 4 MB blocks: the progress thread
+  // does every copy, and a block still in cache for its allgather saved
+  // 30-45% CPU per op there against 16 MB (1.3-1.7x); 4 MB still fits this
+  // VM's 32 MB L3 beside the scratch, and pays a quarter of 1 MB's hand-offs
+  // (bench/multihost, same passes, 4 MB against 1 MB: 2 hosts at 5 Gbit/s
+  // +200 us 0.92-0.95x against 0.90-0.92x; unshaped 2 hosts 1.02-1.17x, 4
+  // hosts 0.98-1.16x the bandwidth at about equal or less CPU per op;
+  // 1 Gbit/s the same).
+  if (tcp_ring_everywhere_ && !block_from_env_) {
+    ctx.block_bytes = tcp_io_threads() ? kTcpRingBlockBytes : kTcpInlineRingBlockBytes;
+  }
   ring_allreduce(data, count, dtype, op, ctx, *send_link_, *recv_link_, watchdog);
 }
 
