@@ -15,7 +15,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from sdk_daemon import Daemon, RestApi, processes_with_env, sdk_session, write_scripts  # noqa: E402
+from sdk_daemon import Daemon, RestApi, agent_of, sdk_session, write_scripts  # noqa: E402
 from testutil import wait_for  # noqa: E402
 
 import muster  # noqa: E402
@@ -65,14 +65,6 @@ def sockets_of(pid):
         if target.startswith("socket:"):
             found.add(target)
     return found
-
-
-def agent_of(worker_id):
-    for pid in processes_with_env("MUSTER_WORKER_ID=" + worker_id):
-        with open("/proc/%d/comm" % pid) as f:
-            if f.read().strip() == "muster-agent":
-                return pid
-    return None
 
 
 def test_the_daemon_takes_the_hard_limit_and_scripts_keep_the_soft_one(daemon):

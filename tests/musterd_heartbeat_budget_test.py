@@ -17,7 +17,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from sdk_daemon import Daemon, RestApi, processes_with_env, sdk_session, write_scripts  # noqa: E402
+from sdk_daemon import Daemon, RestApi, agent_of, sdk_session, write_scripts  # noqa: E402
 from testutil import wait_for  # noqa: E402
 
 import muster  # noqa: E402
@@ -55,14 +55,6 @@ def beats_over(daemon, seconds):
     before = metrics(daemon)["muster_heartbeat_interval_seconds_count"]
     time.sleep(seconds)
     return metrics(daemon)["muster_heartbeat_interval_seconds_count"] - before
-
-
-def agent_of(worker_id):
-    for pid in processes_with_env("MUSTER_WORKER_ID=" + worker_id):
-        with open("/proc/%d/comm" % pid) as f:
-            if f.read().strip() == "muster-agent":
-                return pid
-    return None
 
 
 def test_the_interval_stretches_past_the_rate_and_nobody_is_lost(daemon):

@@ -297,3 +297,15 @@ def processes_with_env(entry):
         if needle in env and pid_alive(int(pid)):
             found.append(int(pid))
     return found
+
+
+def agent_of(worker_id):
+    """The pid of the muster-agent process of worker `worker_id`, or None."""
+    for pid in processes_with_env("MUSTER_WORKER_ID=" + worker_id):
+        try:
+            with open("/proc/%d/comm" % pid) as f:
+                if f.read().strip() == "muster-agent":
+                    return pid
+        except OSError:
+            continue
+    return None
