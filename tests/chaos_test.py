@@ -204,8 +204,10 @@ def test_kill9_during_a_running_mpi_cluster(chaos):
     cid = cluster["id"]
     # The ranks' python processes and the /bin/sh in front of each, which
     # reports its exit (mpi_mode.h, kRankExitWrapper).
-    ranks = wait_for(lambda: (lambda p: p if len(p) == 4 else None)(
-        processes(MUSTER_CLUSTER_ID=cid, OMPI_COMM_WORLD_RANK=None)), 30, what="2 ranks and their wrappers")
+    # Until both ranks have exec'd python (a rank is seen as setpriv for a moment first).
+    ranks = wait_for(lambda: (lambda p: p if len(p) == 4 and sum(exe_name(q).startswith("python") for q in p) == 2
+                              else None)(processes(MUSTER_CLUSTER_ID=cid, OMPI_COMM_WORLD_RANK=None)), 30,
+                     what="2 ranks (python) and their wrappers")
     assert sorted(exe_name(p).startswith("python") for p in ranks) == [False, False, True, True], \
         [exe_name(p) for p in ranks]
     mpirun = [p for p in processes(MUSTER_CLUSTER_ID=cid)
