@@ -4,6 +4,8 @@
 // once the timeout has passed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -119,6 +121,126 @@ TEST(RingAllreduceTest, BlocksOfUnevenSizes) {
     run_ring(n, 10007, ReduceOp::kSum, 64 * 8, 833 * 8);
     run_ring(n, 1001, ReduceOp::kAverage, 64, 100 * 8);
     run_ring(n, 13, ReduceOp::kMax, 64, 8);  // one element per block -> n elements
+  }
+}
+
+// Links that keep the contract's letter the way TCP does: a send queues a
+// pointer, read only when the segment is delivered (checked against what
+// it held when sent: a ring that changes a source before flushed() fails
+// here), and every announced segment that is in is delivered at once,
+// straight into its expect_into() memory, as TCP's I/O threads do, not
+// only the oldest: the ring must neither change a chunk it has sent before
+// the link lets go of it nor announce memory it still reads or reduces.
+struct LazyPipe {
+  struct Entry {
+    const char* src;
+    std::vector<char> at_send;
+    std::vector<char> staged;
+    bool delivered = false;
+  };
+  std::mutex mu;
+  std::deque<Entry> q;
+  std::atomic<int> overwritten{0};
+};
+
+class LazySend : public SendLink {
+ public:
+  LazySend(LazyPipe* p, int peer) : p_(p), peer_(peer) {}
+  bool try_send(const void* src, std::size_t bytes) override {
+    std::lock_guard<std::mutex> lock(p_->mu);
+    if (p_->q.size() >= 6) return false;
+    const char* s = static_cast<const char*>(src);
+    p_->q.push_back({s, std::vector<char>(s, s + bytes), {}, false});
+    return true;
+  }
+  bool flushed() override {
+    std::lock_guard<std::mutex> lock(p_->mu);
+    return std::all_of(p_->q.begin(), p_->q.end(), [](const LazyPipe::Entry& e) { return e.delivered; });
+  }
+  int peer() const override { return peer_; }
+
+ private:
+  LazyPipe* p_;
+  int peer_;
+};
+
+class LazyRecv : public RecvLink {
+ public:
+  LazyRecv(LazyPipe* p, int peer) : p_(p), peer_(peer) {}
+  void expect(std::size_t bytes) override { expect_into(nullptr, bytes); }
+  void expect_into(void* dst, std::size_t bytes) override { expected_.push_back({static_cast<char*>(dst), bytes}); }
+  const void* try_recv() override {
+    std::lock_guard<std::mutex> lock(p_->mu);
+    for (std::size_t i = 0; i < std::min(p_->q.size(), expected_.size()); ++i) {
+      LazyPipe::Entry& e = p_->q[i];
+      if (e.delivered) continue;
+      const std::size_t bytes = e.at_send.size();
+      EXPECT_EQ(bytes, expected_[i].second) << "segment sizes disagree";
+      if (std::memcmp(e.src, e.at_send.data(), bytes) != 0) ++p_->overwritten;
+      if (expected_[i].first != nullptr) {
+        std::memcpy(expected_[i].first, e.src, bytes);
+      } else {
+        e.staged.assign(e.src, e.src + bytes);
+      }
+      e.delivered = true;
+    }
+    if (p_->q.empty() || expected_.empty()) return nullptr;
+    return expected_.front().first != nullptr ? static_cast<const void*>(expected_.front().first)
+                                              : p_->q.front().staged.data();
+  }
+  void release() override {
+    std::lock_guard<std::mutex> lock(p_->mu);
+    p_->q.pop_front();
+    expected_.pop_front();
+  }
+  int peer() const override { return peer_; }
+
+ private:
+  LazyPipe* p_;
+  int peer_;
+  std::deque<std::pair<char*, std::size_t>> expected_;
+};
+
+void run_lazy_ring(int n, std::size_t count, ReduceOp op, std::size_t segment_bytes, std::size_t block_bytes) {
+  std::vector<LazyPipe> pipes(static_cast<std::size_t>(n));  // pipe r: rank r -> rank r+1
+  std::vector<std::vector<double>> data(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    for (std::size_t i = 0; i < count; ++i) data[static_cast<std::size_t>(r)].push_back((r + 1) * 1000.0 + static_cast<double>(i % 89));
+  }
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        LazySend send(&pipes[static_cast<std::size_t>(r)], (r + 1) % n);
+        LazyRecv recv(&pipes[static_cast<std::size_t>((r + n - 1) % n)], (r + n - 1) % n);
+        Watchdog watchdog(std::chrono::seconds(20), nullptr, 1, "lazy ring");
+        RingContext ctx{r, n, segment_bytes, block_bytes};
+        ring_allreduce(data[static_cast<std::size_t>(r)].data(), count, DataType::kFloat64, op, ctx, send, recv,
+                       watchdog);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) ASSERT_FALSE(e);
+  for (auto& p : pipes) EXPECT_EQ(p.overwritten.load(), 0) << "n=" << n << ": a source changed before it was sent";
+  for (int r = 0; r < n; ++r) {
+    for (std::size_t i = 0; i < count; ++i) {
+      double want = 0;
+      for (int k = 0; k < n; ++k) want += (k + 1) * 1000.0 + static_cast<double>(i % 89);
+      if (op == ReduceOp::kAverage) want /= n;
+      ASSERT_EQ(data[static_cast<std::size_t>(r)][i], want) << "n=" << n << " rank " << r << " i=" << i;
+    }
+  }
+}
+
+TEST(RingAllreduceTest, ZeroCopyLinksDeliveringEagerlySeeConsistentMemory) {
+  for (int n = 2; n <= 5; ++n) {
+    run_lazy_ring(n, 10007, ReduceOp::kSum, 64 * 8, 833 * 8);  // many blocks, short last one
+    run_lazy_ring(n, 4099, ReduceOp::kAverage, 8 * 8, 0);      // one block, many segments per chunk
+    run_lazy_ring(n, 3, ReduceOp::kSum, 64, 0);                // empty chunks
   }
 }
 
