@@ -11,45 +11,28 @@
 #include <filesystem>
 #include <fstream>
 
-#include "fake_backend.h"
-#include "service/registry/registry.h"
-#include "temp_dir.h"
+#include "registry_fixture.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using muster::api::ErrorCode;
 using muster::api::WorkerStatus;
-using muster::service::FakeClock;
 using muster::service::LaunchBatch;
-using muster::service::RegistryOptions;
 using muster::service::RestoreOptions;
 using muster::service::Store;
-using muster::service::WorkerRegistry;
-using muster::testing::FakeBackend;
 
 namespace {
 
-class RegistryBoundsTest : public ::testing::Test {
+class RegistryBoundsTest : public muster::testing::RegistryFixture {
  protected:
+  RegistryBoundsTest() : RegistryFixture("muster-registry-bounds") {}
   void SetUp() override {
-    options_.state_dir = dir_.path();
-    options_.project_dir = dir_.path();
-    options_.agent_path = "/bin/muster-agent";
-    options_.daemon_port = 9;
-    options_.async_backend = false;
     options_.retention.max_finished = 3;
     options_.retention.retain_for = 60s;
     options_.retention.max_live = 6;
     open();
   }
-  void open() {
-    registry_.reset();
-    store_.reset();
-    auto store = Store::open(db());
-    ASSERT_TRUE(store.is_ok()) << store.status().message();
-    store_ = std::move(store).value();
-    registry_ = std::make_unique<WorkerRegistry>(options_, backend_, store_.get(), clock_);
-  }
+  void open() { start(db()); }
   std::string db() const { return (dir_.path() / "musterd.db").string(); }
   muster::api::Result<std::vector<muster::api::Worker>> launch(int n, std::optional<std::string> cluster = {}) {
     LaunchBatch b;
@@ -76,13 +59,6 @@ class RegistryBoundsTest : public ::testing::Test {
     for (auto it = fs::directory_iterator(dir_.path() / "workers"); it != fs::directory_iterator(); ++it) ++n;
     return n;
   }
-
-  muster::testing::TempDir dir_{"muster-registry-bounds"};
-  RegistryOptions options_;
-  FakeClock clock_;
-  FakeBackend backend_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<WorkerRegistry> registry_;
 };
 
 TEST_F(RegistryBoundsTest, FinishedWorkersAreForgottenBeyondTheCountOldestFirst) {

@@ -10,35 +10,25 @@
 
 #include <gtest/gtest.h>
 
-#include "fake_backend.h"
-#include "temp_dir.h"
-#include "service/registry/registry.h"
+#include "registry_fixture.h"
 
 using namespace std::chrono_literals;
 using muster::api::ErrorCode;
 using muster::api::WorkerStatus;
-using muster::service::FakeClock;
 using muster::service::LaunchBatch;
 using muster::service::RegistryOptions;
-using muster::service::Store;
 using muster::service::WorkerRegistry;
 using muster::testing::FakeBackend;
 
 namespace {
 
-class RegistryLaunchTest : public ::testing::Test {
+class RegistryLaunchTest : public muster::testing::RegistryFixture {
  protected:
+  RegistryLaunchTest() : RegistryFixture("muster-registry-launch") {}
   void SetUp() override {
-    options_.state_dir = dir_.path();
-    options_.project_dir = dir_.path();
-    options_.agent_path = "/bin/muster-agent";
-    options_.daemon_port = 9;
     options_.async_backend = true;  // launches run on the registry's threads, as in musterd
     options_.stop_grace = 0ms;
-    auto store = Store::open(":memory:");
-    ASSERT_TRUE(store.is_ok());
-    store_ = std::move(store).value();
-    registry_ = std::make_unique<WorkerRegistry>(options_, backend_, store_.get(), clock_);
+    start();
   }
   void TearDown() override {
     backend_.open_gate();  // a launch thread still waiting must end
@@ -56,7 +46,6 @@ class RegistryLaunchTest : public ::testing::Test {
     }
     return ids;
   }
-  WorkerStatus status(const std::string& id) { return registry_->get(id)->status; }
   std::string stored_status(const std::string& id) {
     const auto rows = store_->load_all();
     for (const auto& row : rows.value()) {
@@ -69,13 +58,6 @@ class RegistryLaunchTest : public ::testing::Test {
     while (!backend_.launching && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
     ASSERT_TRUE(backend_.launching) << "the launch never reached the backend";
   }
-
-  muster::testing::TempDir dir_{"muster-registry-launch"};
-  RegistryOptions options_;
-  FakeClock clock_;
-  FakeBackend backend_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<WorkerRegistry> registry_;
 };
 
 TEST_F(RegistryLaunchTest, LaunchAnswersBeforeTheBackendAndOtherCallsAreServed) {

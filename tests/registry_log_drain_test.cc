@@ -9,50 +9,25 @@
 #include <filesystem>
 #include <fstream>
 
-#include "fake_backend.h"
-#include "service/registry/registry.h"
-#include "temp_dir.h"
+#include "registry_fixture.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using muster::api::WorkerStatus;
 using muster::service::AwaitResult;
-using muster::service::FakeClock;
-using muster::service::LaunchBatch;
-using muster::service::RegistryOptions;
-using muster::service::Store;
-using muster::service::WorkerRegistry;
-using muster::testing::FakeBackend;
 
 namespace {
 
-class RegistryLogDrainTest : public ::testing::Test {
+class RegistryLogDrainTest : public muster::testing::RegistryFixture {
  protected:
+  RegistryLogDrainTest() : RegistryFixture("muster-registry-drain") {}
   void SetUp() override {
-    options_.state_dir = dir_.path();
-    options_.project_dir = dir_.path();
-    options_.agent_path = "/bin/muster-agent";
-    options_.daemon_port = 9;
     options_.heartbeat_timeout = 5s;
     options_.log_drain_timeout = 3s;
-    options_.async_backend = false;
-    auto store = Store::open(":memory:");
-    ASSERT_TRUE(store.is_ok());
-    store_ = std::move(store).value();
-    registry_ = std::make_unique<WorkerRegistry>(options_, backend_, store_.get(), clock_);
+    start();
   }
 
-  std::string running() {
-    LaunchBatch b;
-    b.request.n = 1;
-    b.request.script = "train.py";
-    b.request.script_path = dir_.path() / "train.py";
-    auto launched = registry_->launch(b);
-    EXPECT_TRUE(launched.is_ok()) << launched.status().message();
-    const std::string id = launched.value().at(0).id;
-    EXPECT_TRUE(registry_->agent_register(id, "10.0.0.1", std::nullopt).is_ok());
-    return id;
-  }
+  std::string running() { return launch_running(1).at(0); }
   // Awaits `id`'s completion; the answer lands in `*out` when it comes.
   void await_completion(const std::string& id, std::optional<AwaitResult>* out) {
     muster::api::AwaitRequest q;
@@ -64,14 +39,6 @@ class RegistryLogDrainTest : public ::testing::Test {
   void append_log(const std::string& id, const std::string& text) {
     std::ofstream(registry_->log_path(id).value(), std::ios::app) << text;
   }
-  WorkerStatus status(const std::string& id) { return registry_->get(id)->status; }
-
-  muster::testing::TempDir dir_{"muster-registry-drain"};
-  RegistryOptions options_;
-  FakeClock clock_;
-  FakeBackend backend_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<WorkerRegistry> registry_;
 };
 
 TEST_F(RegistryLogDrainTest, AnExitIsHeldUntilTheBackendsLogIsComplete) {

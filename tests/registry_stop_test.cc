@@ -6,62 +6,26 @@
 
 #include <filesystem>
 
-#include "fake_backend.h"
-#include "service/registry/registry.h"
-#include "temp_dir.h"
+#include "registry_fixture.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using muster::api::ErrorCode;
 using muster::api::WorkerStatus;
 using muster::service::AwaitResult;
-using muster::service::FakeClock;
 using muster::service::LaunchBatch;
-using muster::service::RegistryOptions;
-using muster::service::Store;
-using muster::service::WorkerRegistry;
-using muster::testing::FakeBackend;
 
 namespace {
 
-class RegistryStopTest : public ::testing::Test {
+class RegistryStopTest : public muster::testing::RegistryFixture {
  protected:
+  RegistryStopTest() : RegistryFixture("muster-registry-stop") {}
   void SetUp() override {
-    options_.state_dir = dir_.path();
-    options_.project_dir = dir_.path();
-    options_.agent_path = "/bin/muster-agent";
-    options_.daemon_port = 9;
     options_.startup_timeout = 10s;
     options_.heartbeat_timeout = 5s;
-    options_.async_backend = false;
-    auto store = Store::open(":memory:");
-    ASSERT_TRUE(store.is_ok());
-    store_ = std::move(store).value();
-    registry_ = std::make_unique<WorkerRegistry>(options_, backend_, store_.get(), clock_);
+    start();
   }
-
-  std::vector<std::string> running(int n) {
-    LaunchBatch b;
-    b.request.n = n;
-    b.request.script = "train.py";
-    b.request.script_path = dir_.path() / "train.py";
-    auto launched = registry_->launch(b);
-    EXPECT_TRUE(launched.is_ok()) << launched.status().message();
-    std::vector<std::string> ids;
-    for (const auto& w : launched.value()) {
-      EXPECT_TRUE(registry_->agent_register(w.id, "10.0.0.1", std::nullopt).is_ok());
-      ids.push_back(w.id);
-    }
-    return ids;
-  }
-  WorkerStatus status(const std::string& id) { return registry_->get(id)->status; }
-
-  muster::testing::TempDir dir_{"muster-registry-stop"};
-  RegistryOptions options_;
-  FakeClock clock_;
-  FakeBackend backend_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<WorkerRegistry> registry_;
+  std::vector<std::string> running(int n) { return launch_running(n); }
 };
 
 // The agent's exit report can land while stop() signals the tree (the script

@@ -11,61 +11,28 @@
 #include <filesystem>
 #include <set>
 
-#include "fake_backend.h"
-#include "temp_dir.h"
+#include "registry_fixture.h"
 
 using namespace std::chrono_literals;
 using muster::api::WorkerStatus;
-using muster::service::FakeClock;
-using muster::service::LaunchBatch;
-using muster::service::RegistryOptions;
-using muster::service::Store;
-using muster::service::WorkerRegistry;
-using muster::testing::FakeBackend;
 
 namespace {
 
-class RegistrySweepTest : public ::testing::Test {
+class RegistrySweepTest : public muster::testing::RegistryFixture {
  protected:
+  RegistrySweepTest() : RegistryFixture("muster-sweep") {}
   void start(size_t sweep_all, size_t sweep_ticks) {
-    options_.state_dir = dir_.path();
-    options_.project_dir = dir_.path();
-    options_.agent_path = "/bin/muster-agent";
-    options_.daemon_port = 9;
     options_.heartbeat_timeout = 5s;
-    options_.async_backend = false;
     options_.sweep_all = sweep_all;
     options_.sweep_ticks = sweep_ticks;
-    store_ = std::move(Store::open(":memory:")).value();
-    registry_ = std::make_unique<WorkerRegistry>(options_, backend_, store_.get(), clock_);
+    RegistryFixture::start();
   }
-  void TearDown() override { registry_.reset(); }
-  std::vector<std::string> launch_running(int n) {
-    LaunchBatch b;
-    b.request.n = n;
-    b.request.script = "train.py";
-    b.request.script_path = dir_.path() / "train.py";
-    auto r = registry_->launch(b);
-    EXPECT_TRUE(r.is_ok()) << r.status().message();
-    std::vector<std::string> ids;
-    for (const auto& w : r.value()) {
-      ids.push_back(w.id);
-      EXPECT_TRUE(registry_->agent_register(w.id, "127.0.0.1", std::nullopt).is_ok());
-    }
-    return ids;
-  }
+  std::vector<std::string> launch_running(int n) { return RegistryFixture::launch_running(n, "127.0.0.1"); }
   size_t count(const std::vector<std::string>& ids, WorkerStatus s) {
     size_t n = 0;
     for (const auto& id : ids) n += registry_->get(id)->status == s;
     return n;
   }
-
-  muster::testing::TempDir dir_{"muster-sweep"};
-  RegistryOptions options_;
-  FakeClock clock_;
-  FakeBackend backend_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<WorkerRegistry> registry_;
 };
 
 TEST_F(RegistrySweepTest, UpToSweepAllEveryWorkerIsSeenEveryTick) {
