@@ -2,9 +2,18 @@
 naming the cause within the runtime's timeout (3 s here), never hangs."""
 import re
 
-from torch_mpirun import mpirun
+import tempfile
+
+import torch_mpirun
 
 TIMEOUT_ENV = {"MUSTER_COMM_TIMEOUT_MS": "3000"}
+
+
+def mpirun(np, script, args, env, timeout, abort_on_failure):
+    # Each run's survivors wait for each other's reports before leaving (torch_fault_worker.leave).
+    with tempfile.TemporaryDirectory(prefix="muster-fault-") as marks:
+        return torch_mpirun.mpirun(np, script, args, env=dict(env, MUSTER_FAULT_DIR=marks), timeout=timeout,
+                                   abort_on_failure=abort_on_failure, forward=("MUSTER_FAULT_DIR",))
 
 
 def faults(out):

@@ -22,6 +22,22 @@ hvd.init()
 r = hvd.rank()
 
 
+def leave():
+    """Exits without finalising MPI (the communicator is broken: skip it with
+    a dead or confused peer), once every surviving rank has reported or 30 s
+    have passed. mpirun ends the whole job at the first rank that exits
+    without MPI_Finalize, which would cut a slower survivor off before its
+    report; MUSTER_FAULT_DIR (the test's) is where each leaves a mark."""
+    marks = os.environ.get("MUSTER_FAULT_DIR")
+    if marks:
+        open(os.path.join(marks, "reported.%d" % r), "w").close()
+        survivors = hvd.size() - (1 if mode in ("kill", "engine_kill", "shutdown") else 0)
+        deadline = time.monotonic() + 30
+        while len(os.listdir(marks)) < survivors and time.monotonic() < deadline:
+            time.sleep(0.01)
+    os._exit(0)
+
+
 def model_for(rank):
     layers = [nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4)]
     if mode == "params" and rank == 1:
@@ -86,6 +102,6 @@ except MusterError as e:
     print("FAULT rank %d %s: %s" % (r, type(e).__name__, str(e).replace("\n", " ")), flush=True)
     if mode == "params":
         sys.exit(0)  # nothing broke: MPI finalises as usual
-    os._exit(0)  # the communicator is broken: skip finalising MPI with a dead or confused peer
+    leave()
 print("NO-FAULT rank %d" % r, flush=True)
 sys.exit(3)
