@@ -63,22 +63,29 @@ class PipeRecv : public RecvLink {
   int peer_;
 };
 
-void run_ring(int n, std::size_t count, ReduceOp op, std::size_t segment_bytes, std::size_t block_bytes = 0) {
-  std::vector<Pipe> pipes(static_cast<std::size_t>(n));  // pipe r: rank r -> rank r+1
+// An n-rank ring, a thread per rank, over pipes[r] (rank r -> rank r+1)
+// through links S and R; every rank's result checked against the reduction
+// of all ranks' inputs.
+template <class S, class R, class P>
+void run_ring_over(std::vector<P>& pipes, std::size_t count, ReduceOp op, std::size_t segment_bytes,
+                   std::size_t block_bytes, const char* what) {
+  const int n = static_cast<int>(pipes.size());
+  const auto input = [](int rank, std::size_t i) { return (rank + 1) * 1000.0 + static_cast<double>(i % 97); };
   std::vector<std::vector<double>> data(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) {
-    for (std::size_t i = 0; i < count; ++i) data[static_cast<std::size_t>(r)].push_back((r + 1) * 1000.0 + static_cast<double>(i % 97));
+    for (std::size_t i = 0; i < count; ++i) data[static_cast<std::size_t>(r)].push_back(input(r, i));
   }
   std::vector<std::thread> threads;
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
-        PipeSend send(&pipes[static_cast<std::size_t>(r)], (r + 1) % n);
-        PipeRecv recv(&pipes[static_cast<std::size_t>((r + n - 1) % n)], (r + n - 1) % n);
-        Watchdog watchdog(std::chrono::seconds(20), nullptr, 1, "test ring");
+        S send(&pipes[static_cast<std::size_t>(r)], (r + 1) % n);
+        R recv(&pipes[static_cast<std::size_t>((r + n - 1) % n)], (r + n - 1) % n);
+        Watchdog watchdog(std::chrono::seconds(20), nullptr, 1, what);
         RingContext ctx{r, n, segment_bytes, block_bytes};
-        ring_allreduce(data[static_cast<std::size_t>(r)].data(), count, DataType::kFloat64, op, ctx, send, recv, watchdog);
+        ring_allreduce(data[static_cast<std::size_t>(r)].data(), count, DataType::kFloat64, op, ctx, send, recv,
+                       watchdog);
       } catch (...) {
         errors[static_cast<std::size_t>(r)] = std::current_exception();
       }
@@ -90,13 +97,18 @@ void run_ring(int n, std::size_t count, ReduceOp op, std::size_t segment_bytes, 
     for (std::size_t i = 0; i < count; ++i) {
       double want = 0;
       for (int k = 0; k < n; ++k) {
-        const double v = (k + 1) * 1000.0 + static_cast<double>(i % 97);
+        const double v = input(k, i);
         want = k == 0 ? v : op == ReduceOp::kMax ? std::max(want, v) : want + v;
       }
       if (op == ReduceOp::kAverage) want /= n;
-      ASSERT_EQ(data[static_cast<std::size_t>(r)][i], want) << "n=" << n << " rank " << r << " i=" << i;
+      ASSERT_EQ(data[static_cast<std::size_t>(r)][i], want) << what << " n=" << n << " rank " << r << " i=" << i;
     }
   }
+}
+
+void run_ring(int n, std::size_t count, ReduceOp op, std::size_t segment_bytes, std::size_t block_bytes = 0) {
+  std::vector<Pipe> pipes(static_cast<std::size_t>(n));
+  run_ring_over<PipeSend, PipeRecv>(pipes, count, op, segment_bytes, block_bytes, "test ring");
 }
 
 TEST(RingAllreduceTest, WorldSizesOneToFiveUnevenCounts) {
@@ -202,38 +214,9 @@ class LazyRecv : public RecvLink {
 };
 
 void run_lazy_ring(int n, std::size_t count, ReduceOp op, std::size_t segment_bytes, std::size_t block_bytes) {
-  std::vector<LazyPipe> pipes(static_cast<std::size_t>(n));  // pipe r: rank r -> rank r+1
-  std::vector<std::vector<double>> data(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    for (std::size_t i = 0; i < count; ++i) data[static_cast<std::size_t>(r)].push_back((r + 1) * 1000.0 + static_cast<double>(i % 89));
-  }
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        LazySend send(&pipes[static_cast<std::size_t>(r)], (r + 1) % n);
-        LazyRecv recv(&pipes[static_cast<std::size_t>((r + n - 1) % n)], (r + n - 1) % n);
-        Watchdog watchdog(std::chrono::seconds(20), nullptr, 1, "lazy ring");
-        RingContext ctx{r, n, segment_bytes, block_bytes};
-        ring_allreduce(data[static_cast<std::size_t>(r)].data(), count, DataType::kFloat64, op, ctx, send, recv,
-                       watchdog);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) ASSERT_FALSE(e);
+  std::vector<LazyPipe> pipes(static_cast<std::size_t>(n));
+  run_ring_over<LazySend, LazyRecv>(pipes, count, op, segment_bytes, block_bytes, "lazy ring");
   for (auto& p : pipes) EXPECT_EQ(p.overwritten.load(), 0) << "n=" << n << ": a source changed before it was sent";
-  for (int r = 0; r < n; ++r) {
-    for (std::size_t i = 0; i < count; ++i) {
-      double want = 0;
-      for (int k = 0; k < n; ++k) want += (k + 1) * 1000.0 + static_cast<double>(i % 89);
-      if (op == ReduceOp::kAverage) want /= n;
-      ASSERT_EQ(data[static_cast<std::size_t>(r)][i], want) << "n=" << n << " rank " << r << " i=" << i;
-    }
-  }
 }
 
 TEST(RingAllreduceTest, ZeroCopyLinksDeliveringEagerlySeeConsistentMemory) {
