@@ -12,6 +12,10 @@ each, in one pass:
   - iperf3, one stream host 0 -> host 1: the floor check that the shaping
     holds (and what a TCP stream gets of the rate: 1448 payload bytes of
     every 1514 on the wire at most, 0.956x);
+  - iperf3, p streams at once in a ring (host i -> host i+1, so every host
+    sends one and receives one, as the ring allreduce does): what each link
+    gets when all of them run together on the shared cores, the ceiling a
+    ring of any library meets on this machine;
   - multihost_allreduce_bench under mpirun: muster's ring over its TCP
     transport and MPI_Allreduce (Open MPI, tcp btl), interleaved, at 8 B
     (muster's default path for a small op) and 256 KB .. 64 MB;
@@ -84,6 +88,7 @@ def gloo(hosts, p, tmp):
 def measure(build, hosts, p, rate, rtt, tmp, ab):
     rtt_us = hop(build, hosts)
     link = run.iperf3(hosts, [1], [0], seconds=3)
+    ring = run.iperf3(hosts, [(i + 1) % p for i in range(p)], list(range(p)), seconds=3) / p
     transport, ours = allreduce(build, hosts, p, tmp, ab)
     theirs = gloo(hosts, p, tmp)
     steps = 2 * (p - 1) / p
@@ -110,6 +115,7 @@ def measure(build, hosts, p, rate, rtt, tmp, ab):
     return {"hosts": p, "rate_gbit": rate, "rtt_us_added": rtt, "transport": transport,
             "ping_rtt_us": rtt_us, "one_way_hop_us": round(one_way, 1), "ring_floor_us": round(floor_us, 1),
             "iperf3_gbs": round(link, 4), "iperf3_fraction": round(link / ref, 3) if rate else 1.0,
+            "iperf3_ring_gbs": round(ring, 4), "iperf3_ring_fraction": round(ring / ref, 3),
             "reference_gbs": round(ref, 4), "sizes": sizes,
             "small_vs_floor": {k: round(small[k + "_us"] / floor_us, 2) for k in ("muster", "mpi", "gloo")}}
 
@@ -140,7 +146,7 @@ def main():
                         c["load"] = [round(x, 2) for x in os.getloadavg()]
                     result["configs"].append(c)
                     print(json.dumps({k: c[k] for k in ("hosts", "rate_gbit", "rtt_us_added", "one_way_hop_us",
-                                                         "iperf3_fraction", "small_vs_floor", "seconds", "load")}),
+                                                         "iperf3_fraction", "iperf3_ring_fraction", "small_vs_floor", "seconds", "load")}),
                           {b: (x["muster_fraction"], x["mpi_fraction"], x["gloo_fraction"])
                            for b, x in c["sizes"].items()}, flush=True)
     result["load_after"] = [round(x, 2) for x in os.getloadavg()]

@@ -26,6 +26,8 @@ def targets(r):
             ok = x["muster_fraction"] >= frac and x["muster_fraction"] > best_peer
             ref = (f"MPI {x['mpi_fraction']:.3f}x, gloo {x['gloo_fraction']:.3f}x, iperf3 one stream "
                    f"{c['iperf3_fraction']:.3f}x")
+            if "iperf3_ring_fraction" in c:
+                ref += f", {c['hosts']} at once {c['iperf3_ring_fraction']:.3f}x"
             # The machine's own ceiling: muster on the same hosts, unshaped, same run.
             free = unshaped.get(c["hosts"], {}).get("sizes", {}).get(b)
             if free:
@@ -57,15 +59,20 @@ def report(r):
              "held half the added round trip (this kernel has no sch_netem: an NFQUEUE delay line). Bus bandwidth "
              "= algbw x 2 (p-1)/p, the bytes each link carries each way per second, as a fraction of the rate "
              "(unshaped: of one iperf3 stream's figure on the same link). One TCP stream can carry at most "
-             "1448/1514 = 0.956x of a rate counted in frame bytes. muster: its ring over its TCP transport "
+             "1448/1514 = 0.956x of a rate counted in frame bytes. iperf3 p at once: one stream from every host to the "
+             "next at the same time (each host sends one and receives one, as a ring does), per link: what the "
+             "shared cores let every link carry together. muster: its ring over its TCP transport "
              "(8 B: its default path); MPI: Open MPI's MPI_Allreduce over the tcp btl; gloo: torch.distributed. "
              "All from the same pass over each link.\n",
-             "| hosts | link | added RTT | ping RTT (one-way hop) | iperf3 1 stream | size | muster | MPI | gloo |"
+             "| hosts | link | added RTT | ping RTT (one-way hop) | iperf3 1 stream | iperf3 p at once, each "
+             "| size | muster | MPI | gloo |"
              + (" probe |" if r.get("probe") else "") + " CPU s/op muster / MPI / gloo |",
-             "|---|---|---|---|---|---|---|---|---|" + ("---|" if r.get("probe") else "") + "---|"]
+             "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if r.get("probe") else "") + "---|"]
     for c in r["configs"]:
         head = (f"| {c['hosts']} | {_link(c)} | {c['rtt_us_added']} us | {c['ping_rtt_us']['median']:.0f} us "
-                f"({c['one_way_hop_us']:.0f}) | {c['iperf3_gbs']:.3f} GB/s = {c['iperf3_fraction']:.3f}x ")
+                f"({c['one_way_hop_us']:.0f}) | {c['iperf3_gbs']:.3f} GB/s = {c['iperf3_fraction']:.3f}x | "
+                + (f"{c['iperf3_ring_gbs']:.3f} GB/s = {c['iperf3_ring_fraction']:.3f}x " if "iperf3_ring_gbs" in c
+                   else "- "))
         for b, x in c["sizes"].items():
             cpu = x["cpu_s_per_op"]
             if int(b) <= 4096:
@@ -78,7 +85,7 @@ def report(r):
                     cells.append(f"{x['probe_busbw_gbs']:.3f} = {x['probe_fraction']:.3f}x")
             lines.append(head + f"| {_mb(b)} | " + " | ".join(cells) +
                          f" | {cpu['muster']} / {cpu['mpi']} / {cpu['gloo']} |")
-            head = "| | | | | "
+            head = "| | | | | | "
     if r.get("probe"):
         lines.append(f"\nprobe: muster's ring created with {r['probe']}.")
     t = targets(r)
@@ -88,7 +95,9 @@ def report(r):
     unshaped = {c["hosts"]: c for c in r["configs"] if not c["rate_gbit"]}
     if unshaped:
         lines += ["", "Unshaped (the machine's own ceiling for the same hosts, same run): " + "; ".join(
-            f"{p} hosts: one iperf3 stream {c['iperf3_gbs']:.2f} GB/s ({c['iperf3_gbs'] * 8:.1f} Gbit/s), muster's "
+            f"{p} hosts: one iperf3 stream {c['iperf3_gbs']:.2f} GB/s ({c['iperf3_gbs'] * 8:.1f} Gbit/s)"
+            + (f", {p} at once {c['iperf3_ring_gbs']:.2f} GB/s each ({c['iperf3_ring_gbs'] * 8:.1f} Gbit/s)"
+               if "iperf3_ring_gbs" in c else "") + ", muster's "
             f"bus bandwidth at 64 MB {c['sizes'].get(str(64 << 20), {}).get('muster_busbw_gbs', 0):.2f} GB/s "
             f"({c['sizes'].get(str(64 << 20), {}).get('muster_busbw_gbs', 0) * 8:.1f} Gbit/s)"
             for p, c in sorted(unshaped.items())) +
