@@ -136,6 +136,19 @@ TEST(RingAllreduceTest, BlocksOfUnevenSizes) {
   }
 }
 
+// An inline all-TCP ring's block from its round trip: 256 KB a rank within
+// [1 MB, 4 MB] up to 100 us, 4 MB beyond it or when no rank could say.
+TEST(RingAllreduceTest, InlineTcpBlockFollowsTheRoundTrip) {
+  constexpr std::size_t kMB = 1u << 20;
+  EXPECT_EQ(tcp_inline_block_bytes(17, 2), kMB);
+  EXPECT_EQ(tcp_inline_block_bytes(23, 4), kMB);
+  EXPECT_EQ(tcp_inline_block_bytes(100, 8), 2 * kMB);
+  EXPECT_EQ(tcp_inline_block_bytes(40, 64), 4 * kMB);
+  EXPECT_EQ(tcp_inline_block_bytes(101, 2), 4 * kMB);
+  EXPECT_EQ(tcp_inline_block_bytes(205, 4), 4 * kMB);
+  EXPECT_EQ(tcp_inline_block_bytes(0, 2), 4 * kMB);  // unknown
+}
+
 // Links that keep the contract's letter the way TCP does: a send queues a
 // pointer, read only when the segment is delivered (checked against what
 // it held when sent: a ring that changes a source before flushed() fails

@@ -10,6 +10,8 @@
 // comm_fault_test (ring-tcp-links).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 
 #include <string>
@@ -18,6 +20,7 @@
 #include "comm_mpi_main.h"
 #include "comm_reference.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/ring_allreduce.h"
 #include "runtime/comm/world_communicator.h"
 
 namespace muster::runtime::comm {
@@ -81,6 +84,40 @@ TEST(TcpTransport, IoThreadsRunOnlyWhereEveryRankHasThem) {
     std::vector<char> buf = make_input(100003, DataType::kFloat32, c->rank());
     c->allreduce(buf.data(), 100003, DataType::kFloat32, {ReduceOp::kSum, Algorithm::kRing});
     EXPECT_EQ(check_result(buf, 100003, DataType::kFloat32, ReduceOp::kSum, c->size()), 0u);
+  }
+  if (!saved.empty()) setenv("MUSTER_COMM_TCP_THREADS", saved.c_str(), 1);
+}
+
+// The block of an all-TCP ring is agreed: inline it follows the largest
+// round trip any rank's kernel timed (tcp_inline_block_bytes; loopback's is
+// short), with I/O threads 16 MB. A buffer of several blocks and a
+// short last one comes out exact either way.
+TEST(TcpTransport, RingBlockIsAgreedAndFollowsTheRoundTrip) {
+  const char* env = std::getenv("MUSTER_COMM_TCP_THREADS");
+  const std::string saved = env ? env : "";
+  unsetenv("MUSTER_COMM_TCP_THREADS");
+  for (auto threads : {CommOptions::TcpThreads::kOff, CommOptions::TcpThreads::kOn}) {
+    CommOptions o = tcp_options();
+    o.tcp_threads = threads;
+    auto comm = Communicator::create(o);
+    auto& w = dynamic_cast<WorldCommunicator&>(*comm);
+    const std::size_t block = w.tcp_ring_block_bytes();
+    if (threads == CommOptions::TcpThreads::kOn) {
+      EXPECT_EQ(block, std::size_t{16} << 20);
+      EXPECT_EQ(w.tcp_ring_round_trip_us(), 0u);
+    } else {
+      EXPECT_GT(w.tcp_ring_round_trip_us(), 0u) << "the kernel timed no handshake";
+      EXPECT_EQ(block, tcp_inline_block_bytes(w.tcp_ring_round_trip_us(), comm->size()));
+    }
+    const auto rtt = static_cast<int64_t>(w.tcp_ring_round_trip_us());
+    int64_t mine[4] = {static_cast<int64_t>(block), -static_cast<int64_t>(block), rtt, -rtt};
+    comm->allreduce(mine, 4, DataType::kInt64, {ReduceOp::kMax, Algorithm::kRing});
+    EXPECT_EQ(mine[0], -mine[1]) << "ranks cut different blocks";
+    EXPECT_EQ(mine[2], -mine[3]) << "ranks agreed on different round trips";
+    const std::size_t count = 3 * (std::size_t{1} << 20) / 4 + 12345;  // 3 MB of floats and a bit
+    std::vector<char> buf = make_input(count, DataType::kFloat32, comm->rank());
+    comm->allreduce(buf.data(), count, DataType::kFloat32, {ReduceOp::kSum, Algorithm::kRing});
+    EXPECT_EQ(check_result(buf, count, DataType::kFloat32, ReduceOp::kSum, comm->size()), 0u);
   }
   if (!saved.empty()) setenv("MUSTER_COMM_TCP_THREADS", saved.c_str(), 1);
 }

@@ -96,7 +96,18 @@ std::size_t ring_block_elements(std::size_t count, std::size_t esize, const Ring
   return std::min(per_block, count);
 }
 
+constexpr std::size_t kLongRoundTripBlockBytes = 4u << 20;
+constexpr std::size_t kShortRoundTripBlockBytesPerRank = 256u << 10;
+constexpr std::size_t kShortRoundTripMinBlockBytes = 1u << 20;
+constexpr uint32_t kShortRoundTripUs = 100;
+
 }  // namespace
+
+std::size_t tcp_inline_block_bytes(uint32_t round_trip_us, int ranks) {
+  if (round_trip_us == 0 || round_trip_us > kShortRoundTripUs) return kLongRoundTripBlockBytes;
+  const std::size_t per_rank = kShortRoundTripBlockBytesPerRank * static_cast<std::size_t>(std::max(ranks, 1));
+  return std::clamp(per_rank, kShortRoundTripMinBlockBytes, kLongRoundTripBlockBytes);
+}
 
 void ring_allreduce(void* data, std::size_t count, DataType dtype, ReduceOp op, const RingContext& ctx,
                     SendLink& send, RecvLink& recv, Watchdog& watchdog) {

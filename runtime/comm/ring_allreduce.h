@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/link.h"
@@ -46,5 +47,14 @@ struct RingContext {
 
 void ring_allreduce(void* data, std::size_t count, DataType dtype, ReduceOp op, const RingContext& ctx,
                     SendLink& send, RecvLink& recv, Watchdog& watchdog);
+
+// The block of a ring whose every link is TCP and whose bytes the progress
+// thread moves itself (no I/O threads), for `ranks` ranks whose links'
+// largest round trip is `round_trip_us` (0: unknown). A short round trip
+// (at most 100 us): 256 KB a rank, 1 MB at least and 4 MB at most, so a
+// block's reduce-scatter is still in cache for its allgather and for the
+// kernel's copies. A long or unknown one: 4 MB, so each chunk still
+// outlasts a hop on the wire (runtime/comm/README.md, "On a shaped link").
+std::size_t tcp_inline_block_bytes(uint32_t round_trip_us, int ranks);
 
 }  // namespace muster::runtime::comm

@@ -36,9 +36,14 @@ WorldCommunicator::WorldCommunicator(std::unique_ptr<Bootstrap> bootstrap, const
   if (!debug.ok()) throw InvalidArgument(debug.error);
   if (debug.value) {
     // One line per rank saying how its world is wired (tests and operators check it).
-    std::fprintf(stderr, "muster comm: rank %d of %d, %d on this host, ring links %s%s, formed by %s\n", rank_, size_,
+    std::string blocks;
+    if (tcp_ring_everywhere_ && !tcp_io_threads()) {
+      blocks = ", ring round trip " + std::to_string(ring_round_trip_us_) + " us, " +
+               std::to_string(tcp_ring_block_bytes() >> 10) + " KB blocks";
+    }
+    std::fprintf(stderr, "muster comm: rank %d of %d, %d on this host, ring links %s%s, formed by %s%s\n", rank_, size_,
                  local_size_, ring_transport_name().c_str(), tcp_io_threads() ? " (TCP I/O threads)" : "",
-                 bootstrap_kind_.c_str());
+                 bootstrap_kind_.c_str(), blocks.c_str());
   }
   block_from_env_ = env.raw("MUSTER_COMM_BLOCK_BYTES").has_value();
   progress_ = std::make_unique<ProgressThread>();

@@ -95,6 +95,12 @@ class WorldCommunicator : public Communicator {
   std::string ring_transport_name() const;
   // Whether this rank's TCP ring links move their bytes on I/O threads.
   bool tcp_io_threads() const;
+  // The ring's block where every link is TCP (world_ops.cc), unless
+  // MUSTER_COMM_BLOCK_BYTES sets one; the same on every rank.
+  std::size_t tcp_ring_block_bytes() const;
+  // Inline all-TCP rings: the agreed round trip that block follows, in
+  // microseconds (0: unknown, or not such a ring).
+  uint32_t tcp_ring_round_trip_us() const { return ring_round_trip_us_; }
 
  private:
   // What a call says about itself, built on the caller's thread.
@@ -204,6 +210,9 @@ class WorldCommunicator : public Communicator {
   // every rank agreed on, 16 MB blocks.
   bool tcp_ring_everywhere_ = false;
   bool block_from_env_ = false;  // MUSTER_COMM_BLOCK_BYTES set: keep it on TCP rings too
+  // Inline all-TCP rings: the largest round trip any rank's link to its right
+  // neighbour had at formation, in microseconds (0: unknown); agreed.
+  uint32_t ring_round_trip_us_ = 0;
   bool direct_capable_ = false;  // the whole job on this host, with a segment
   // The shared buffers alive, shared with them (they deregister on destruction).
   std::shared_ptr<shm::RegionTable> regions_ = std::make_shared<shm::RegionTable>();

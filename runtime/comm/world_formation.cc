@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -318,6 +319,22 @@ void WorldCommunicator::form_links(bool io_threads) {
   // options and the host map), since the block size must agree.
   tcp_ring_everywhere_ = options_.ring_transport == RingTransport::kTcp ||
                          (options_.ring_transport == RingTransport::kAuto && hosts_.one_rank_per_host() && size_ > 1);
+  // An inline all-TCP ring's block follows the ring's round trip
+  // (world_ops.cc): the largest any rank's kernel timed on its link to the
+  // right, so every rank cuts the same blocks. Asked on every such ring,
+  // MUSTER_COMM_BLOCK_BYTES or not, so no rank waits on one that skipped it.
+  if (tcp_ring_everywhere_ && !io_threads) {
+    const uint32_t mine = tcp_.ring && tcp_.ring->sender() ? tcp_.ring->sender()->round_trip_us() : 0;
+    const auto all = bootstrap_->allgather(std::to_string(mine), "ring round trip", options_.formation_timeout);
+    uint32_t worst = 0;
+    bool known = true;
+    for (const auto& v : all) {
+      const unsigned long us = std::strtoul(v.c_str(), nullptr, 10);
+      known = known && us > 0;
+      worst = std::max<uint32_t>(worst, static_cast<uint32_t>(std::min<unsigned long>(us, UINT32_MAX)));
+    }
+    ring_round_trip_us_ = known ? worst : 0;
+  }
   direct_capable_ = segment_ && segment_->local_size() == size_ && options_.ring_transport != RingTransport::kMpi &&
                     options_.ring_transport != RingTransport::kTcp;
 

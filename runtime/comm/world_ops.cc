@@ -12,15 +12,18 @@
 namespace muster::runtime::comm {
 namespace {
 
-// The ring's block when every link is TCP (allreduce_ring): with I/O
-// threads, and inline (the progress thread moves every byte).
+// The ring's block when every link is TCP and I/O threads move the bytes
+// (inline: tcp_inline_block_bytes).
 constexpr std::size_t kTcpRingBlockBytes = 16u << 20;
-constexpr std::size_t kTcpInlineRingBlockBytes = 4u << 20;
 
 // Idle polls of the TCP links (a readv and sendmsg each) before ppoll.
 constexpr uint32_t kTcpPauseRounds = 8;
 
 }  // namespace
+
+std::size_t WorldCommunicator::tcp_ring_block_bytes() const {
+  return tcp_io_threads() ? kTcpRingBlockBytes : tcp_inline_block_bytes(ring_round_trip_us_, size_);
+}
 
 void WorldCommunicator::allreduce_ring(void* data, std::size_t count, DataType dtype, ReduceOp op,
                                        Watchdog& watchdog) {
@@ -35,22 +38,20 @@ void WorldCommunicator::allreduce_ring(void* data, std::size_t count, DataType d
   ctx.size = size_;
   ctx.segment_bytes = options_.segment_bytes;
   ctx.block_bytes = options_.block_bytes;
-  // Every link TCP and I/O threads on every rank (both decided alike
-  // everywhere): 16 MB blocks, unless MUSTER_COMM_BLOCK_BYTES says otherwise.
-  // Each block costs 2 (p - 1) hand-offs around the ring, each waiting for the
-  // slowest rank; with the kernel's copies on threads of their own that wait,
-  // not the cache, is what counts. bench/multihost, 64 MB, 16 cores: 2 hosts
-  // 4.6 GB/s at 16 MB blocks against 3.3 at 1 MB, 4 hosts the same as one
-  // whole block. Inline (2 shared cores) 4 MB blocks: the progress thread
-  // does every copy, and a block still in cache for its allgather saved
-  // 30-45% CPU per op there against 16 MB (1.3-1.7x); 4 MB still fits this
-  // VM's 32 MB L3 beside the scratch, and pays a quarter of 1 MB's hand-offs
-  // (bench/multihost, same passes, 4 MB against 1 MB: 2 hosts at 5 Gbit/s
-  // +200 us 0.92-0.95x against 0.90-0.92x; unshaped 2 hosts 1.02-1.17x, 4
-  // hosts 0.98-1.16x the bandwidth at about equal or less CPU per op;
-  // 1 Gbit/s the same).
+  // Every link TCP (decided alike everywhere): tcp_ring_block_bytes(),
+  // unless MUSTER_COMM_BLOCK_BYTES says otherwise. Each block costs 2 (p - 1)
+  // hand-offs around the ring, each waiting for the slowest rank. With I/O
+  // threads 16 MB: the kernel's copies run on threads of their own, so that
+  // wait, not the cache, is what counts (bench/multihost, 64 MB, 16 cores:
+  // 2 hosts 4.6 GB/s at 16 MB blocks against 3.3 at 1 MB). Inline the
+  // progress thread does every copy, so the block is kept in cache as far
+  // as the ring's round trip allows (tcp_inline_block_bytes): bench-shaped,
+  // same passes, 5 Gbit/s with no added delay, 1 MB against 4 MB blocks,
+  // 2 hosts 0.90-0.95x against 0.83-0.89x of the rate, 4 hosts 0.66-0.77x
+  // against 0.60-0.71x; with 200 us added (a 205-220 us round trip) 4 MB
+  // still wins (2 hosts 0.91-0.94x against 0.88-0.90x), and it is kept.
   if (tcp_ring_everywhere_ && !block_from_env_) {
-    ctx.block_bytes = tcp_io_threads() ? kTcpRingBlockBytes : kTcpInlineRingBlockBytes;
+    ctx.block_bytes = tcp_ring_block_bytes();
   }
   ring_allreduce(data, count, dtype, op, ctx, *send_link_, *recv_link_, watchdog);
 }

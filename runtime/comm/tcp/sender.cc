@@ -55,6 +55,15 @@ bool TcpSender::try_send(const void* src, std::size_t bytes) {
   return true;
 }
 
+uint32_t TcpSender::round_trip_us() const {
+  uint32_t best = 0;
+  for (const Stream& stream : streams_) {
+    const uint32_t rtt = tcp::round_trip_us(stream.socket);
+    if (rtt > 0 && (best == 0 || rtt < best)) best = rtt;
+  }
+  return best;
+}
+
 bool TcpSender::flushed() {
   if (bell_) {
     std::lock_guard<std::mutex> lk(io_.mu);

@@ -59,6 +59,8 @@ class TcpSender {
   void add_poll(std::vector<pollfd>* fds) const;
   int peer() const { return peer_; }
   bool io_threads() const { return bell_ != nullptr; }
+  // The smallest of the streams' round trips (round_trip_us), 0 if unknown.
+  uint32_t round_trip_us() const;
 
  private:
   struct Frame {

@@ -65,4 +65,11 @@ void configure_stream(const Socket& s, std::chrono::milliseconds timeout) {
   set_int(s, IPPROTO_TCP, TCP_USER_TIMEOUT, static_cast<int>(ms), "TCP_USER_TIMEOUT");
 }
 
+uint32_t round_trip_us(const Socket& s) {
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  if (getsockopt(s.fd(), IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return 0;
+  return info.tcpi_rtt;
+}
+
 }  // namespace muster::runtime::comm::tcp

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace muster::runtime::comm::tcp {
@@ -50,5 +51,10 @@ void set_buffers(const Socket& s, std::size_t buffer_bytes);
 // TCP_USER_TIMEOUT so data a dead host never acknowledges fails the socket
 // after `timeout`. Throws Error naming the option that could not be set.
 void configure_stream(const Socket& s, std::chrono::milliseconds timeout);
+
+// The kernel's smoothed round trip of a connected stream (TCP_INFO), in
+// microseconds; 0 when it cannot say. Right after connect() it is the
+// handshake's, timed by the kernels at both ends, not by either process.
+uint32_t round_trip_us(const Socket& s);
 
 }  // namespace muster::runtime::comm::tcp
