@@ -219,8 +219,8 @@ struct CommOptions {
   // time, so each block stays in cache between its reduce-scatter and its
   // allgather (ring_allreduce.h); 0 runs the whole buffer at once. A ring
   // whose every link is TCP picks its own (16 MB with I/O threads, else
-  // from the links' round trip: tcp_inline_block_bytes) unless
-  // MUSTER_COMM_BLOCK_BYTES is set. MUSTER_COMM_BLOCK_BYTES overrides it.
+  // from the links' round trip: tcp_inline_block_bytes).
+  // MUSTER_COMM_BLOCK_BYTES overrides both.
   std::size_t block_bytes = 1024 * 1024;
   // A rank waiting on a shared-memory neighbour spins this long, then sleeps
   // on its futex doorbell (never sched_yield: see watchdog.cc). kAutoSpin:

@@ -324,16 +324,17 @@ void WorldCommunicator::form_links(bool io_threads) {
   // right, so every rank cuts the same blocks. Asked on every such ring,
   // MUSTER_COMM_BLOCK_BYTES or not, so no rank waits on one that skipped it.
   if (tcp_ring_everywhere_ && !io_threads) {
-    const uint32_t mine = tcp_.ring && tcp_.ring->sender() ? tcp_.ring->sender()->round_trip_us() : 0;
-    const auto all = bootstrap_->allgather(std::to_string(mine), "ring round trip", options_.formation_timeout);
-    uint32_t worst = 0;
+    std::string mine;
+    put_u64(&mine, tcp_.ring && tcp_.ring->sender() ? tcp_.ring->sender()->round_trip_us() : 0);
+    const auto all = bootstrap_->allgather(mine, "ring round trip", options_.formation_timeout);
+    uint64_t worst = 0;
     bool known = true;
-    for (const auto& v : all) {
-      const unsigned long us = std::strtoul(v.c_str(), nullptr, 10);
+    for (int r = 0; r < size_; ++r) {
+      const uint64_t us = Reader{all[static_cast<std::size_t>(r)], 0, r}.u64();
       known = known && us > 0;
-      worst = std::max<uint32_t>(worst, static_cast<uint32_t>(std::min<unsigned long>(us, UINT32_MAX)));
+      worst = std::max(worst, us);
     }
-    ring_round_trip_us_ = known ? worst : 0;
+    ring_round_trip_us_ = known ? static_cast<uint32_t>(std::min<uint64_t>(worst, UINT32_MAX)) : 0;
   }
   direct_capable_ = segment_ && segment_->local_size() == size_ && options_.ring_transport != RingTransport::kMpi &&
                     options_.ring_transport != RingTransport::kTcp;
